@@ -1,0 +1,25 @@
+"""pipecore: build, validate and simulate pipeline-parallel training schedules.
+
+>>> import pipecore as pc
+>>> sched = pc.build("1f1b", devices=4, microbatches=8)
+>>> pc.simulate(sched, pc.Costs(f=1.0, b=2.0, w=0.0, comm=0.0)).makespan
+33.0
+"""
+
+from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
+from .costs import Costs, Network
+from .schedules import Family, build, family, register, schedules
+from .simulate import Result, compile_schedule, simulate, validate
+from .formulas import formula
+from .table import IdealTable, ideal_table
+from .compare import compare
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KINDS", "Action", "Schedule", "ScheduleError", "from_actions",
+    "Costs", "Network",
+    "Family", "build", "family", "register", "schedules",
+    "Result", "compile_schedule", "simulate", "validate",
+    "formula", "IdealTable", "ideal_table", "compare",
+]

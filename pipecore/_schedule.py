@@ -1,0 +1,529 @@
+"""The schedule: one Arrow table of compute ops, and its compact action form."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions"]
+
+#: Op kinds, in the order of their integer codes (the kernel sees the codes).
+KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+F, B, W, BW = range(4)
+
+_KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+_KIND_DICTIONARY = pa.array(KINDS, type=pa.string())
+
+SCHEMA = pa.schema(
+    [
+        ("device", pa.int32()),
+        ("slot", pa.int32()),
+        ("kind", _KIND_TYPE),
+        ("stage", pa.int32()),
+        ("microbatch", pa.int32()),
+    ]
+)
+
+# Longest-first so "BW" is not read as "B" followed by junk.
+_ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W)(\d+)\s*$")
+
+
+class ScheduleError(ValueError):
+    """A schedule breaks a rule.
+
+    Attributes
+    ----------
+    rule : str
+        Short name of the broken rule (``"missing-op"``, ``"order"``,
+        ``"deadlock"``, ...).
+    device, slot, stage, microbatch : int or None
+        Where the offending op is, when there is one.
+    kind : str or None
+        The offending op's kind.
+    """
+
+    def __init__(self, message, *, rule, device=None, slot=None, stage=None,
+                 microbatch=None, kind=None):
+        super().__init__(message)
+        self.rule = rule
+        self.device = device
+        self.slot = slot
+        self.stage = stage
+        self.microbatch = microbatch
+        self.kind = kind
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    """One compute op in compact form: ``"0F3"`` is stage 0, forward, microbatch 3.
+
+    ``str(Action.parse(s)) == s`` for every canonical string ``s`` and
+    ``Action.parse(str(a)) == a`` for every action ``a``.
+
+    Parameters
+    ----------
+    stage : int
+        Model stage, 0-based in model order.
+    kind : str
+        One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``.
+    microbatch : int
+        Microbatch index, 0-based.
+
+    Raises
+    ------
+    ValueError
+        If the kind is unknown or an index is negative.
+    """
+
+    stage: int
+    kind: str
+    microbatch: int
+
+    def __post_init__(self):
+        if self.kind not in KIND_CODE:
+            raise ValueError(
+                f"'kind' must be one of {', '.join(KINDS)} (got {self.kind!r})"
+            )
+        for field in ("stage", "microbatch"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"'{field}' must be an int (got {value!r})")
+            if value < 0:
+                raise ValueError(f"'{field}' must be >= 0 (got {value})")
+            object.__setattr__(self, field, int(value))
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.microbatch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        """Parse the compact form ``"<stage><kind><microbatch>"``.
+
+        Parameters
+        ----------
+        text : str
+            For example ``"0F3"``, ``"5BW12"``.
+
+        Returns
+        -------
+        Action
+
+        Raises
+        ------
+        ValueError
+            If the text is not of that form.
+        """
+        match = _ACTION_RE.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(
+                f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
+                f"with kind one of {', '.join(KINDS)}, e.g. '0F3'"
+            )
+        return cls(int(match.group(1)), match.group(2), int(match.group(3)))
+
+
+class Schedule:
+    """A pipeline schedule: one row per compute op, in an Arrow table.
+
+    Columns: ``device`` (int32), ``slot`` (int32, position in the device's
+    program), ``kind`` (dictionary: F, B, W, BW), ``stage`` (int32),
+    ``microbatch`` (int32). Rows are kept sorted by ``(device, slot)``.
+    Placement and dependencies are derived from the table. Build one with
+    :func:`pipecore.build`, :func:`pipecore.from_actions` or
+    :meth:`Schedule.from_arrays`; construction validates it.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The op table (columns as above; ``kind`` may be a string or
+        dictionary column).
+    name : str, optional
+        A label, e.g. the family name.
+    devices : int, optional
+        Number of devices; defaults to the largest device index + 1.
+    params : mapping, optional
+        Build parameters to keep with the schedule (family, chunks, ...).
+    validate : bool, default True
+        Check every rule now (see :func:`pipecore.validate`).
+
+    Raises
+    ------
+    ScheduleError
+        If the table breaks a schedule rule.
+    ValueError
+        If columns are missing or of the wrong type.
+    """
+
+    def __init__(self, table: pa.Table, *, name: str = "custom",
+                 devices: int | None = None, params: Mapping | None = None,
+                 validate: bool = True):
+        table = _normalise_table(table)
+        n = table.num_rows
+        device = table.column("device").to_numpy()
+        if n and int(device.min()) < 0:
+            bad = int(np.flatnonzero(device < 0)[0])
+            raise ScheduleError(
+                f"range: op {bad} has device {int(device[bad])}; devices are >= 0",
+                rule="range", device=int(device[bad]))
+        inferred = int(device.max()) + 1 if n else 0
+        if devices is None:
+            devices = inferred
+        devices = _check_int("devices", devices, minimum=1)
+        if inferred > devices:
+            bad = int(np.flatnonzero(device >= devices)[0])
+            raise ScheduleError(
+                f"range: op at row {bad} runs on device {int(device[bad])} but the "
+                f"schedule has devices={devices} (0..{devices - 1})",
+                rule="range", device=int(device[bad]))
+        self._table = table
+        self.name = str(name)
+        self.devices = devices
+        self.params = dict(params or {})
+        self._structure = None
+        if validate:
+            from ._validate import structure
+
+            self._structure = structure(self)
+
+    # -- construction -------------------------------------------------
+    @classmethod
+    def from_arrays(cls, device, slot, kind, stage, microbatch, **kwargs) -> "Schedule":
+        """Build a schedule from column arrays.
+
+        Parameters
+        ----------
+        device, slot, stage, microbatch : array_like of int
+            One entry per op.
+        kind : array_like of str or int
+            Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW).
+        **kwargs
+            Passed to :class:`Schedule` (``name``, ``devices``, ``params``).
+
+        Returns
+        -------
+        Schedule
+
+        Raises
+        ------
+        ScheduleError, ValueError
+            As :class:`Schedule`.
+        """
+        kind = np.asarray(kind)
+        if kind.dtype.kind in "iu":
+            codes = kind.astype(np.int64)
+            bad = np.flatnonzero((codes < 0) | (codes >= len(KINDS)))
+            if bad.size:
+                raise ScheduleError(
+                    f"kind: op {int(bad[0])} has kind code {int(codes[bad[0]])}; "
+                    f"codes are 0..{len(KINDS) - 1} for {', '.join(KINDS)}",
+                    rule="kind")
+            kind_arr = pa.DictionaryArray.from_arrays(
+                pa.array(codes.astype(np.int8)), _KIND_DICTIONARY)
+        else:
+            kind_arr = pa.array([str(k) for k in kind], type=pa.string())
+        table = pa.table(
+            {
+                "device": _int_column("device", device),
+                "slot": _int_column("slot", slot),
+                "kind": kind_arr,
+                "stage": _int_column("stage", stage),
+                "microbatch": _int_column("microbatch", microbatch),
+            }
+        )
+        return cls(table, **kwargs)
+
+    @classmethod
+    def from_programs(cls, programs: Sequence[Sequence[tuple]], **kwargs) -> "Schedule":
+        """Build from per-device lists of ``(kind, stage, microbatch)`` tuples.
+
+        Parameters
+        ----------
+        programs : sequence of sequences
+            ``programs[d]`` is device d's program in execution order.
+        **kwargs
+            Passed to :class:`Schedule`.
+
+        Returns
+        -------
+        Schedule
+
+        Raises
+        ------
+        ScheduleError, ValueError
+            As :class:`Schedule`.
+        """
+        kwargs.setdefault("devices", max(len(programs), 1))
+        lengths = [len(p) for p in programs]
+        total = sum(lengths)
+        device = np.repeat(np.arange(len(programs), dtype=np.int32), lengths)
+        slot = np.concatenate([np.arange(k, dtype=np.int32) for k in lengths]) if total else np.zeros(0, np.int32)
+        flat = [op for prog in programs for op in prog]
+        if flat:
+            kinds, stages, mbs = zip(*flat)
+        else:
+            kinds, stages, mbs = (), (), ()
+        codes = np.array([KIND_CODE.get(k, -1) if isinstance(k, str) else k for k in kinds],
+                         dtype=np.int64)
+        if codes.size and codes.min() < 0:
+            i = int(np.flatnonzero(codes < 0)[0])
+            raise ScheduleError(
+                f"kind: device {int(device[i])} slot {int(slot[i])} has kind "
+                f"{kinds[i]!r}; kinds are {', '.join(KINDS)}",
+                rule="kind", device=int(device[i]), slot=int(slot[i]))
+        return cls.from_arrays(device, slot, codes, np.array(stages, dtype=np.int64),
+                               np.array(mbs, dtype=np.int64), **kwargs)
+
+    # -- views ---------------------------------------------------------
+    @property
+    def table(self) -> pa.Table:
+        """pyarrow.Table: the op table, sorted by (device, slot), with metadata."""
+        meta = {b"pipecore.name": self.name.encode(),
+                b"pipecore.devices": str(self.devices).encode()}
+        return self._table.replace_schema_metadata(meta)
+
+    @property
+    def num_ops(self) -> int:
+        """int: number of compute ops."""
+        return self._table.num_rows
+
+    def _column(self, name):
+        return self._table.column(name).to_numpy()
+
+    @property
+    def kind_codes(self) -> np.ndarray:
+        """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW) per op."""
+        return np.asarray(self._table.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False),
+                          dtype=np.int8)
+
+    @property
+    def stages(self) -> int:
+        """int: number of model stages S."""
+        return self._info()["stages"]
+
+    @property
+    def microbatches(self) -> int:
+        """int: number of microbatches m."""
+        return self._info()["microbatches"]
+
+    @property
+    def chunks(self) -> float:
+        """float: stages per device, S / p (an int for the regular families)."""
+        v = self.stages / self.devices
+        return int(v) if v == int(v) else v
+
+    @property
+    def placement(self) -> np.ndarray:
+        """numpy.ndarray: the device of each stage, derived from the table."""
+        return self._info()["placement"]
+
+    def _info(self):
+        if self._structure is None:
+            from ._validate import structure
+
+            self._structure = structure(self)
+        return self._structure
+
+    def to_actions(self) -> dict[int, list[str]]:
+        """The per-device programs in compact form.
+
+        Returns
+        -------
+        dict of int to list of str
+            ``{device: ["0F0", "0F1", ...]}``, every device present.
+        """
+        out = {d: [] for d in range(self.devices)}
+        kinds = self.kind_codes
+        for d, k, s, mb in zip(self._column("device"), kinds, self._column("stage"),
+                               self._column("microbatch")):
+            out[int(d)].append(f"{s}{KINDS[k]}{mb}")
+        return out
+
+    def programs(self) -> list[list[tuple[str, int, int]]]:
+        """The per-device programs as ``(kind, stage, microbatch)`` tuples.
+
+        Returns
+        -------
+        list of list of tuple
+        """
+        out = [[] for _ in range(self.devices)]
+        kinds = self.kind_codes
+        for d, k, s, mb in zip(self._column("device"), kinds, self._column("stage"),
+                               self._column("microbatch")):
+            out[int(d)].append((KINDS[k], int(s), int(mb)))
+        return out
+
+    def render(self, mark: Iterable[int] = (), width: int = 24) -> str:
+        """Render the per-device programs, one line per device.
+
+        Parameters
+        ----------
+        mark : iterable of int
+            Row indices (in (device, slot) order) to mark with ``>>..<<``.
+        width : int
+            Longest program shown whole; longer ones are windowed around
+            the marked ops.
+
+        Returns
+        -------
+        str
+        """
+        return _render(self, list(mark), width)
+
+    def __repr__(self) -> str:
+        return (f"Schedule(name={self.name!r}, devices={self.devices}, "
+                f"ops={self.num_ops})")
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return self.devices == other.devices and self._table.equals(other._table)
+
+    __hash__ = None
+
+
+def from_actions(programs, *, name: str = "custom", devices: int | None = None) -> Schedule:
+    """Build a schedule from hand-written per-device action lists.
+
+    Parameters
+    ----------
+    programs : mapping of int to list, or list of lists
+        Per device, actions as strings (``"0F3"``) or :class:`Action`
+        values; ``None`` entries (idle steps, as in PyTorch's
+        ``pipeline_order``) are skipped.
+    name : str
+        Label of the schedule.
+    devices : int, optional
+        Number of devices; defaults to the number of programs given.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        If an action cannot be parsed or a device key is not an int >= 0.
+    ScheduleError
+        If the schedule breaks a rule.
+    """
+    if isinstance(programs, Mapping):
+        keys = list(programs)
+        for k in keys:
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+                raise ValueError(f"device keys must be ints >= 0 (got {k!r})")
+        count = (max(keys) + 1) if keys else 0
+        lists = [programs.get(d, []) for d in range(count)]
+    else:
+        lists = list(programs)
+    parsed = []
+    for d, prog in enumerate(lists):
+        row = []
+        for j, a in enumerate(prog):
+            if a is None:
+                continue
+            if not isinstance(a, Action):
+                try:
+                    a = Action.parse(a)
+                except ValueError as exc:
+                    raise ValueError(f"device {d}, entry {j}: {exc}") from None
+            row.append((a.kind, a.stage, a.microbatch))
+        parsed.append(row)
+    if devices is None:
+        devices = max(len(parsed), 1)
+    while len(parsed) < devices:
+        parsed.append([])
+    return Schedule.from_programs(parsed, name=name, devices=devices)
+
+
+def _check_int(name, value, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"'{name}' must be an int (got {value!r})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"'{name}' must be >= {minimum} (got {value})")
+    return value
+
+
+def _int_column(name, values):
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return pa.array(np.zeros(0, np.int32))
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
+    if arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max:
+        raise ValueError(f"column '{name}' has values outside int32")
+    return pa.array(arr.astype(np.int32))
+
+
+def _normalise_table(table: pa.Table) -> pa.Table:
+    if not isinstance(table, pa.Table):
+        raise ValueError(f"expected a pyarrow.Table (got {type(table).__name__})")
+    missing = [c for c in SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise ValueError(f"op table is missing column(s): {', '.join(missing)}")
+    cols = {}
+    for name in ("device", "slot", "stage", "microbatch"):
+        col = table.column(name)
+        if not pa.types.is_integer(col.type):
+            raise ValueError(f"column '{name}' must be an integer type (got {col.type})")
+        cols[name] = col.cast(pa.int32())
+    kind = table.column("kind").combine_chunks()
+    if pa.types.is_dictionary(kind.type):
+        kind = kind.dictionary_decode()
+    if not (pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type)):
+        raise ValueError(f"column 'kind' must hold strings (got {kind.type})")
+    names = kind.to_numpy(zero_copy_only=False)
+    codes = np.full(len(names), -1, dtype=np.int8)
+    for k, c in KIND_CODE.items():
+        codes[names == k] = c
+    if (codes < 0).any():
+        i = int(np.flatnonzero(codes < 0)[0])
+        dev = cols["device"].to_numpy()[i]
+        slot = cols["slot"].to_numpy()[i]
+        raise ScheduleError(
+            f"kind: device {dev} slot {slot} has kind {names[i]!r}; kinds are "
+            f"{', '.join(KINDS)}", rule="kind", device=int(dev), slot=int(slot))
+    cols["kind"] = pa.DictionaryArray.from_arrays(pa.array(codes), _KIND_DICTIONARY)
+    out = pa.table({n: cols[n] for n in SCHEMA.names}, schema=SCHEMA)
+    dev = cols["device"].to_numpy()
+    slot = cols["slot"].to_numpy()
+    order = np.lexsort((slot, dev))
+    if not np.array_equal(order, np.arange(len(order))):
+        out = out.take(pa.array(order))
+    return out
+
+
+def _render(schedule: Schedule, mark: list[int], width: int) -> str:
+    dev = schedule._column("device")
+    kinds = schedule.kind_codes
+    stage = schedule._column("stage")
+    mb = schedule._column("microbatch")
+    p = schedule.devices
+    ptr = np.searchsorted(dev, np.arange(p + 1))
+    marked = set(int(i) for i in mark)
+    # Window around the first marked slot so large schedules stay readable.
+    lo = 0
+    if marked:
+        slots = [int(i - ptr[dev[i]]) for i in marked]
+        lo = max(0, min(slots) - width // 2)
+    lines = []
+    for d in range(p):
+        a, b = int(ptr[d]), int(ptr[d + 1])
+        n = b - a
+        start = lo if n > width else 0
+        end = min(n, start + width) if n > width else n
+        cells = []
+        if start > 0:
+            cells.append("...")
+        for j in range(a + start, a + end):
+            text = f"{stage[j]}{KINDS[kinds[j]]}{mb[j]}"
+            cells.append(f">>{text}<<" if j in marked else text)
+        if end < n:
+            cells.append("...")
+        lines.append(f"  device {d:>3}: " + " ".join(cells) if cells else f"  device {d:>3}: (idle)")
+    return "\n".join(lines)

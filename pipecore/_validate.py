@@ -1,0 +1,208 @@
+"""Schedule rules, checked with numpy over whole columns (no loop over ops).
+
+`structure` validates a schedule and derives what the kernel needs: the
+dependency of every op and the cross-device transfers. Deadlock needs a
+simulation, so it is checked by :func:`pipecore.validate` through the kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._schedule import BW, KINDS, B, F, ScheduleError, W
+
+
+def _error(schedule, rule, row, detail, mark=None):
+    dev = int(schedule._column("device")[row])
+    slot = int(schedule._column("slot")[row])
+    stage = int(schedule._column("stage")[row])
+    mb = int(schedule._column("microbatch")[row])
+    kind = KINDS[schedule.kind_codes[row]]
+    where = f"device {dev} slot {slot} ({stage}{kind}{mb}: stage {stage}, microbatch {mb})"
+    text = (f"{rule}: {where}: {detail}\n"
+            f"per-device programs (offending op marked >>..<<):\n"
+            f"{schedule.render(mark if mark is not None else [row])}")
+    return ScheduleError(text, rule=rule, device=dev, slot=slot, stage=stage,
+                         microbatch=mb, kind=kind)
+
+
+def structure(schedule):
+    """Validate a schedule's rules and derive its dependency structure.
+
+    Parameters
+    ----------
+    schedule : Schedule
+
+    Returns
+    -------
+    dict
+        ``stages``, ``microbatches``, ``placement`` (device per stage),
+        ``dev_ptr`` (CSR offsets of device programs), ``dep`` (n x 2 int32,
+        producer row or -1), ``xfer`` (n x 2 int32, transfer id or -1 for a
+        local dependency), ``x_src``/``x_dst`` (producer/consumer rows of each
+        transfer, sorted by producer row then consumer row), ``out_ptr`` (CSR
+        of transfers by producer row).
+
+    Raises
+    ------
+    ScheduleError
+        Naming the rule, device, slot, stage and microbatch, with the
+        per-device programs rendered and the bad op marked.
+    """
+    dev = schedule._column("device").astype(np.int64)
+    slot = schedule._column("slot").astype(np.int64)
+    stage = schedule._column("stage").astype(np.int64)
+    mb = schedule._column("microbatch").astype(np.int64)
+    kind = schedule.kind_codes.astype(np.int64)
+    n = len(dev)
+    p = schedule.devices
+    if n == 0:
+        raise ScheduleError("missing-op: the schedule has no ops", rule="missing-op")
+
+    for name, col in (("slot", slot), ("stage", stage), ("microbatch", mb)):
+        bad = np.flatnonzero(col < 0)
+        if bad.size:
+            raise _error(schedule, "range", int(bad[0]), f"'{name}' must be >= 0 (got {int(col[bad[0]])})")
+
+    # Rows are sorted by (device, slot): equal neighbours are duplicates.
+    dup = np.flatnonzero((dev[1:] == dev[:-1]) & (slot[1:] == slot[:-1]))
+    if dup.size:
+        r = int(dup[0]) + 1
+        raise _error(schedule, "slot-unique", r,
+                     f"slot {int(slot[r])} is used twice on device {int(dev[r])}", mark=[r - 1, r])
+
+    S = int(stage.max()) + 1
+    m = int(mb.max()) + 1
+    if S * m > 50_000_000:
+        raise ScheduleError(f"range: stages x microbatches = {S} x {m} is too large", rule="range")
+    key = stage * m + mb
+    nkey = S * m
+
+    is_f = kind == F
+    is_b = kind == B
+    is_w = kind == W
+    is_bw = kind == BW
+
+    def index_of(mask, what):
+        rows = np.flatnonzero(mask)
+        counts = np.bincount(key[rows], minlength=nkey)
+        over = np.flatnonzero(counts > 1)
+        if over.size:
+            k = int(over[0])
+            dups = rows[key[rows] == k]
+            raise _error(schedule, "duplicate-op", int(dups[1]),
+                         f"more than one {what} for stage {k // m} microbatch {k % m}",
+                         mark=list(dups))
+        idx = np.full(nkey, -1, dtype=np.int64)
+        idx[key[rows]] = rows
+        return idx
+
+    f_idx = index_of(is_f, "F")
+    b_idx = index_of(is_b, "B")
+    w_idx = index_of(is_w, "W")
+    bw_idx = index_of(is_bw, "BW")
+
+    # Exactly one forward, and either BW or B+W, per (stage, microbatch).
+    both = np.flatnonzero((bw_idx >= 0) & ((b_idx >= 0) | (w_idx >= 0)))
+    if both.size:
+        k = int(both[0])
+        other = b_idx[k] if b_idx[k] >= 0 else w_idx[k]
+        raise _error(schedule, "duplicate-op", int(other),
+                     f"stage {k // m} microbatch {k % m} has a fused BW and a split "
+                     f"{KINDS[kind[other]]}; use BW or B+W, not both", mark=[int(bw_idx[k]), int(other)])
+    has_back = (bw_idx >= 0) | (b_idx >= 0)
+    missing = np.flatnonzero((f_idx < 0) | ~has_back | ((b_idx >= 0) != (w_idx >= 0)))
+    if missing.size:
+        k = int(missing[0])
+        s_, mb_ = k // m, k % m
+        if f_idx[k] < 0:
+            need = "F"
+        elif not has_back[k]:
+            need = "backward (BW, or B and W)"
+        elif b_idx[k] < 0:
+            need = "B (it has a W)"
+        else:
+            need = "W (it has a B)"
+        present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k]) if i >= 0]
+        detail = (f"stage {s_} microbatch {mb_} has no {need}; every (stage, microbatch) in "
+                  f"0..{S - 1} x 0..{m - 1} needs F and BW, or F, B and W")
+        if present:
+            raise _error(schedule, "missing-op", present[0], detail, mark=present)
+        raise ScheduleError(f"missing-op: {detail}\n{schedule.render()}", rule="missing-op",
+                            stage=s_, microbatch=mb_)
+
+    back_idx = np.where(bw_idx >= 0, bw_idx, b_idx)
+
+    # All ops of one (stage, microbatch) on one device: activations live there.
+    for idx in (back_idx, w_idx):
+        present = idx >= 0
+        bad = np.flatnonzero(present & (dev[np.where(present, idx, 0)] != dev[f_idx]))
+        if bad.size:
+            k = int(bad[0])
+            r = int(idx[k])
+            raise _error(schedule, "placement", r,
+                         f"runs on device {int(dev[r])} but F of stage {k // m} microbatch "
+                         f"{k % m} runs on device {int(dev[f_idx[k]])}; all ops of a "
+                         f"(stage, microbatch) must share a device", mark=[int(f_idx[k]), r])
+    # One device per stage (replicated stages arrive with the bidirectional families).
+    stage_dev = dev[f_idx.reshape(S, m)]
+    split = np.flatnonzero((stage_dev != stage_dev[:, :1]).any(axis=1))
+    if split.size:
+        s_ = int(split[0])
+        j = int(np.flatnonzero(stage_dev[s_] != stage_dev[s_, 0])[0])
+        r0, r1 = int(f_idx[s_ * m]), int(f_idx[s_ * m + j])
+        raise _error(schedule, "placement", r1,
+                     f"stage {s_} runs on device {int(dev[r1])} for microbatch {j} but on "
+                     f"device {int(dev[r0])} for microbatch 0; a stage lives on one device",
+                     mark=[r0, r1])
+    placement = stage_dev[:, 0].astype(np.int32)
+
+    # Producers of each op (same microbatch).
+    dep = np.full((n, 2), -1, dtype=np.int64)
+    rows = np.arange(n)
+    fr = rows[is_f & (stage > 0)]
+    dep[fr, 0] = f_idx[key[fr] - m]
+    br = rows[is_b | is_bw]
+    dep[br, 0] = f_idx[key[br]]
+    inner = br[stage[br] < S - 1]
+    dep[inner, 1] = back_idx[key[inner] + m]
+    wr = rows[is_w]
+    dep[wr, 0] = b_idx[key[wr]]
+
+    # A producer on the same device must come earlier in its program.
+    has = dep >= 0
+    safe = np.where(has, dep, 0)
+    local = has & (dev[safe] == dev[:, None])
+    late = local & (safe > rows[:, None])
+    bad = np.flatnonzero(late.any(axis=1))
+    if bad.size:
+        r = int(bad[0])
+        j = 0 if late[r, 0] else 1
+        q = int(dep[r, j])
+        raise _error(schedule, "order", r,
+                     f"needs {int(stage[q])}{KINDS[kind[q]]}{int(mb[q])}, which runs later "
+                     f"on the same device (slot {int(slot[q])})", mark=[r, q])
+
+    # Transfers: one per cross-device dependency, ordered by (producer, consumer).
+    remote = has & ~local
+    cons, which = np.nonzero(remote)
+    prod = dep[cons, which]
+    order = np.lexsort((cons, prod))
+    x_src = prod[order]
+    x_dst = cons[order]
+    xfer = np.full((n, 2), -1, dtype=np.int64)
+    xfer[x_dst, which[order]] = np.arange(len(order))
+    out_ptr = np.searchsorted(x_src, np.arange(n + 1))
+    dev_ptr = np.searchsorted(dev, np.arange(p + 1))
+
+    return {
+        "stages": S,
+        "microbatches": m,
+        "placement": placement,
+        "dev_ptr": dev_ptr.astype(np.int64),
+        "dep": np.ascontiguousarray(dep.astype(np.int32)),
+        "xfer": np.ascontiguousarray(xfer.astype(np.int32)),
+        "x_src": x_src.astype(np.int32),
+        "x_dst": x_dst.astype(np.int32),
+        "out_ptr": out_ptr.astype(np.int64),
+    }

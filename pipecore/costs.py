@@ -1,0 +1,296 @@
+"""Costs of compute ops and the network that carries transfers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Costs", "Network"]
+
+
+def _check_value(owner, name, value, allow_inf=False, positive=False):
+    """Return a float or a 1-D float array; reject NaN, negatives, bad types."""
+    if isinstance(value, bool):
+        raise ValueError(f"{owner} '{name}' must be a number (got {value!r})")
+    if np.ndim(value) == 0:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{owner} '{name}' must be a number (got {value!r})") from None
+        if math.isnan(x) or (math.isinf(x) and not allow_inf):
+            raise ValueError(f"{owner} '{name}' must be finite (got {x})")
+        if x < 0 or (positive and x == 0):
+            op = "> 0" if positive else ">= 0"
+            raise ValueError(f"{owner} '{name}' must be {op} (got {x})")
+        return x
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner} '{name}' must be a number or a 1-D sequence of numbers") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{owner} '{name}' must be a number or a non-empty 1-D sequence "
+                         f"(got shape {arr.shape})")
+    bad = np.flatnonzero(np.isnan(arr) | (np.isinf(arr) & (not allow_inf)) | (arr < 0)
+                         | ((arr == 0) & positive))
+    if bad.size:
+        i = int(bad[0])
+        rule = "> 0" if positive else ">= 0"
+        raise ValueError(f"{owner} '{name}'[{i}] must be finite and {rule} (got {arr[i]})")
+    arr.setflags(write=False)
+    return arr
+
+
+def per_stage(owner, name, value, stages, devices):
+    """Resolve a cost to one value per stage.
+
+    A scalar is a per-device-share value: each of the S stages gets
+    ``value * devices / stages`` (``value / v`` with v chunks per device).
+    A vector gives each stage's value directly and must have S entries.
+    """
+    if np.ndim(value) == 0:
+        if stages % devices == 0:
+            each = value / (stages // devices)
+        else:
+            each = value * devices / stages
+        return np.full(stages, each, dtype=np.float64)
+    if value.shape[0] != stages:
+        raise ValueError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
+                         f"has {stages} stages (one entry per stage)")
+    return np.ascontiguousarray(value, dtype=np.float64)
+
+
+def per_stage_direct(owner, name, value, stages):
+    """A per-transfer quantity (latency, bytes): a scalar applies to every stage."""
+    if np.ndim(value) == 0:
+        return np.full(stages, value, dtype=np.float64)
+    if value.shape[0] != stages:
+        raise ValueError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
+                         f"has {stages} stages (one entry per stage)")
+    return np.ascontiguousarray(value, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Times and memory of one microbatch.
+
+    Times are for one microbatch through one device share of the model
+    (1/p of it); a schedule with v chunks per device runs each chunk in
+    ``f / v`` and so on. Each field also takes a vector with one entry per
+    stage, which is used as that stage's value directly (not divided by v).
+
+    Parameters
+    ----------
+    f : float or array_like, default 1.0
+        Forward time.
+    b : float or array_like, default 2.0
+        Backward time for inputs (B). A fused BW takes ``b + w``.
+    w : float or array_like, default 0.0
+        Backward time for weights (W). With 0, W ops take no time.
+    comm : float or array_like, default 0.0
+        Latency of every transfer between devices; a vector is indexed by
+        the stage of the op that sends. Added to a :class:`Network`'s own
+        latency when both are given.
+    activation : float or array_like, default 1.0
+        Activation memory M that F allocates (per device share; M/v per
+        chunk).
+    activation_w : float or array_like, default 0.0
+        The part of the activation that W still needs after B (M_W);
+        B frees ``activation - activation_w``, W frees the rest, BW frees
+        all. Must not exceed ``activation``.
+    weights : float or array_like, default 1.0
+        Static (weight) memory per device share, counted once per distinct
+        stage a device holds.
+
+    Raises
+    ------
+    ValueError
+        If a value is negative, NaN, infinite, or not a number.
+    """
+
+    f: float = 1.0
+    b: float = 2.0
+    w: float = 0.0
+    comm: float = 0.0
+    activation: float = 1.0
+    activation_w: float = 0.0
+    weights: float = 1.0
+
+    def __post_init__(self):
+        for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights"):
+            object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
+        a, aw = self.activation, self.activation_w
+        if np.ndim(a) == 0 and np.ndim(aw) == 0 and aw > a:
+            raise ValueError(f"Costs 'activation_w' must be <= 'activation' (got {aw} > {a})")
+
+    def stage_arrays(self, stages: int, devices: int) -> dict:
+        """Resolve every field to one value per stage.
+
+        Parameters
+        ----------
+        stages : int
+            Number of model stages S.
+        devices : int
+            Number of devices p.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            Keys ``f``, ``b``, ``w``, ``comm``, ``activation``,
+            ``activation_w``, ``weights``, each of length S.
+
+        Raises
+        ------
+        ValueError
+            If a vector has the wrong length, or activation_w exceeds
+            activation at some stage.
+        """
+        out = {}
+        for name in ("f", "b", "w", "activation", "activation_w", "weights"):
+            out[name] = per_stage("Costs", name, getattr(self, name), stages, devices)
+        out["comm"] = per_stage_direct("Costs", "comm", self.comm, stages)
+        bad = np.flatnonzero(out["activation_w"] > out["activation"])
+        if bad.size:
+            s = int(bad[0])
+            raise ValueError(f"Costs 'activation_w' must be <= 'activation' at every stage "
+                             f"(stage {s}: {out['activation_w'][s]} > {out['activation'][s]})")
+        return out
+
+
+@dataclass(frozen=True)
+class Network:
+    """Links between devices: per-transfer bytes, bandwidth and latency.
+
+    A transfer's serialisation time ``bytes / bandwidth`` occupies its
+    directed link (one transfer at a time, in the order they become ready);
+    its latency does not. Uniform by default; give ``devices_per_node`` for
+    a two-level network whose inter-node links use ``inter_bandwidth`` and
+    ``inter_latency``.
+
+    Parameters
+    ----------
+    bytes : float or array_like
+        Size of each transfer; a vector is indexed by the sending op's
+        stage.
+    bandwidth : float, default inf
+        Bytes per time unit of a link (intra-node ones when two-level).
+    latency : float, default 0.0
+        Latency of a link (intra-node ones when two-level).
+    devices_per_node : int, optional
+        Devices ``[k*n, (k+1)*n)`` form node k. None means one level.
+    inter_bandwidth : float, optional
+        Bandwidth between nodes (required with ``devices_per_node``).
+    inter_latency : float, optional
+        Latency between nodes (defaults to ``latency``).
+
+    Raises
+    ------
+    ValueError
+        If a value is negative, NaN, zero bandwidth, or a two-level field
+        is given without ``devices_per_node``.
+    """
+
+    bytes: float
+    bandwidth: float = math.inf
+    latency: float = 0.0
+    devices_per_node: int | None = None
+    inter_bandwidth: float | None = None
+    inter_latency: float | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "bytes", _check_value("Network", "bytes", self.bytes))
+        object.__setattr__(self, "bandwidth", _check_value("Network", "bandwidth", self.bandwidth,
+                                                           allow_inf=True, positive=True))
+        object.__setattr__(self, "latency", _check_value("Network", "latency", self.latency))
+        if np.ndim(self.bandwidth) or np.ndim(self.latency):
+            raise ValueError("Network 'bandwidth' and 'latency' must be scalars")
+        if self.devices_per_node is None:
+            if self.inter_bandwidth is not None or self.inter_latency is not None:
+                raise ValueError("Network 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
+            return
+        n = self.devices_per_node
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"Network 'devices_per_node' must be an int >= 1 (got {n!r})")
+        if self.inter_bandwidth is None:
+            raise ValueError("Network 'inter_bandwidth' is required with 'devices_per_node'")
+        object.__setattr__(self, "inter_bandwidth", _check_value(
+            "Network", "inter_bandwidth", self.inter_bandwidth, allow_inf=True, positive=True))
+        lat = self.latency if self.inter_latency is None else self.inter_latency
+        object.__setattr__(self, "inter_latency", _check_value("Network", "inter_latency", lat))
+
+    @classmethod
+    def uniform(cls, bytes, bandwidth, latency=0.0) -> "Network":
+        """Every link has the same bandwidth and latency.
+
+        Parameters
+        ----------
+        bytes : float or array_like
+            Size of each transfer.
+        bandwidth : float
+            Bytes per time unit.
+        latency : float, default 0.0
+            Per-transfer latency.
+
+        Returns
+        -------
+        Network
+
+        Raises
+        ------
+        ValueError
+            As :class:`Network`.
+        """
+        return cls(bytes=bytes, bandwidth=bandwidth, latency=latency)
+
+    @classmethod
+    def two_level(cls, bytes, devices_per_node, intra_bandwidth, inter_bandwidth,
+                  intra_latency=0.0, inter_latency=0.0) -> "Network":
+        """Fast links inside a node, slower ones between nodes.
+
+        Parameters
+        ----------
+        bytes : float or array_like
+            Size of each transfer.
+        devices_per_node : int
+            Devices per node; device d is on node ``d // devices_per_node``.
+        intra_bandwidth, inter_bandwidth : float
+            Bytes per time unit inside and between nodes.
+        intra_latency, inter_latency : float, default 0.0
+            Latencies inside and between nodes.
+
+        Returns
+        -------
+        Network
+
+        Raises
+        ------
+        ValueError
+            As :class:`Network`.
+        """
+        return cls(bytes=bytes, bandwidth=intra_bandwidth, latency=intra_latency,
+                   devices_per_node=devices_per_node, inter_bandwidth=inter_bandwidth,
+                   inter_latency=inter_latency)
+
+    def link_params(self, src: np.ndarray, dst: np.ndarray):
+        """Bandwidth and latency of the directed links ``src -> dst``.
+
+        Parameters
+        ----------
+        src, dst : numpy.ndarray of int
+            Device indices.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            ``(bandwidth, latency)``, one entry per pair.
+        """
+        src = np.asarray(src)
+        dst = np.asarray(dst)
+        bw = np.full(src.shape, self.bandwidth, dtype=np.float64)
+        lat = np.full(src.shape, self.latency, dtype=np.float64)
+        if self.devices_per_node is not None:
+            inter = (src // self.devices_per_node) != (dst // self.devices_per_node)
+            bw[inter] = self.inter_bandwidth
+            lat[inter] = self.inter_latency
+        return bw, lat

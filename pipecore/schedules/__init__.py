@@ -1,0 +1,151 @@
+"""Schedule families and the registry that :func:`pipecore.build` reads.
+
+Each family lives in its own module and registers a :class:`Family`: a
+builder (devices, microbatches, chunks -> Schedule) and a closed-form
+formula for its makespan and peak activation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .._schedule import Schedule, _check_int
+
+__all__ = ["Family", "register", "build", "schedules", "family"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A schedule family.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (lower case).
+    builder : callable
+        ``builder(devices, microbatches, chunks) -> Schedule``.
+    formula : callable
+        ``formula(devices, microbatches, chunks, f, b, w) -> dict`` with
+        ``makespan``, ``bubble_time``, ``peak_activation`` (per device, in M)
+        and ``exact`` (whether the formula is exact or an approximation).
+    chunks : bool
+        Whether the family takes ``chunks`` (stages per device) > 1.
+    default_chunks : int
+        What ``chunks`` is when not given.
+    summary : str
+        One line for listings.
+    """
+
+    name: str
+    builder: Callable
+    formula: Callable
+    chunks: bool = False
+    default_chunks: int = 1
+    summary: str = ""
+
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(fam: Family) -> Family:
+    """Add a family to the registry.
+
+    Parameters
+    ----------
+    fam : Family
+
+    Returns
+    -------
+    Family
+
+    Raises
+    ------
+    ValueError
+        If the name is taken.
+    """
+    key = fam.name.lower()
+    if key in _REGISTRY:
+        raise ValueError(f"schedule family {fam.name!r} is already registered")
+    _REGISTRY[key] = fam
+    return fam
+
+
+def schedules() -> list[str]:
+    """Names that :func:`build` accepts.
+
+    Returns
+    -------
+    list of str
+    """
+    return sorted(_REGISTRY)
+
+
+def family(name: str) -> Family:
+    """Look up a family by name, case-insensitively.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    Family
+
+    Raises
+    ------
+    ValueError
+        If the name is unknown; the message lists the valid names.
+    """
+    key = str(name).strip().lower()
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown schedule {name!r}; valid names: {', '.join(schedules())}")
+    return _REGISTRY[key]
+
+
+def build(name: str, devices: int, microbatches: int, chunks: int | None = None) -> Schedule:
+    """Build a schedule of a named family.
+
+    Parameters
+    ----------
+    name : str
+        Family name, case-insensitive; see :func:`schedules`.
+    devices : int
+        Pipeline devices p >= 1.
+    microbatches : int
+        Microbatches m >= 1 (some families need more, e.g. a multiple of p).
+    chunks : int, optional
+        Stages per device v for the interleaved families (default 2);
+        must be 1 or None for single-chunk families.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (listing the valid ones) or arguments the family
+        cannot take.
+    """
+    fam = family(name)
+    devices = _check_int("devices", devices, minimum=1)
+    microbatches = _check_int("microbatches", microbatches, minimum=1)
+    if chunks is None:
+        chunks = fam.default_chunks
+    chunks = _check_int("chunks", chunks, minimum=1)
+    if not fam.chunks and chunks != 1:
+        raise ValueError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
+                         f"(got {chunks}); interleaved families take chunks")
+    sched = fam.builder(devices, microbatches, chunks)
+    sched.params.update({"family": fam.name, "devices": devices,
+                         "microbatches": microbatches, "chunks": chunks})
+    return sched
+
+
+def _programs_to_schedule(name, programs, devices):
+    return Schedule.from_programs(programs, name=name, devices=devices)
+
+
+# Importing the family modules registers them.
+from . import gpipe, onef1b, interleaved, bfs  # noqa: E402,F401

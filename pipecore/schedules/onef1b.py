@@ -1,0 +1,62 @@
+"""1F1B (PipeDream-flush, Narayanan et al. 2021) and its eager variant."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Family, _programs_to_schedule, register
+
+
+def _one_f_one_b(devices, microbatches, warmup):
+    """Warm-up forwards, then alternate backward/forward, then drain.
+
+    ``warmup[d]`` forwards run before device d's first backward.
+    """
+    programs = []
+    m = microbatches
+    for d in range(devices):
+        k = warmup[d]
+        prog = [("F", d, j) for j in range(k)]
+        for j in range(m - k):
+            prog.append(("BW", d, j))
+            prog.append(("F", d, k + j))
+        prog += [("BW", d, j) for j in range(m - k, m)]
+        programs.append(prog)
+    return programs
+
+
+def build_1f1b(devices, microbatches, chunks=1):
+    """Device d runs min(p - d, m) forwards before its first backward."""
+    warm = [min(devices - d, microbatches) for d in range(devices)]
+    return _programs_to_schedule("1f1b", _one_f_one_b(devices, microbatches, warm), devices)
+
+
+def build_eager_1f1b(devices, microbatches, chunks=1):
+    """Device d runs min(2(p - d) - 1, m) forwards before its first backward.
+
+    The extra warm-up forwards (as in the "eager 1F1B" of the Controllable
+    Memory paper's building-block illustration) give each send a forward's
+    time to travel; the price is more activation memory.
+    """
+    warm = [min(2 * (devices - d) - 1, microbatches) for d in range(devices)]
+    return _programs_to_schedule("eager-1f1b", _one_f_one_b(devices, microbatches, warm), devices)
+
+
+def formula_1f1b(p, m, v, f, b, w):
+    """Bubble (p-1)(F+B+W); device d holds min(p-d, m) activations."""
+    t = f + b + w
+    return {"makespan": (m + p - 1) * t, "bubble_time": (p - 1) * t,
+            "peak_activation": np.minimum(p - np.arange(p), m).astype(float), "exact": True}
+
+
+def formula_eager_1f1b(p, m, v, f, b, w):
+    """As 1F1B without communication; device d holds min(2(p-d)-1, m)."""
+    out = formula_1f1b(p, m, v, f, b, w)
+    out["peak_activation"] = np.minimum(2 * (p - np.arange(p)) - 1, m).astype(float)
+    return out
+
+
+register(Family("1f1b", build_1f1b, formula_1f1b,
+                summary="one forward one backward; peak p*M on device 0"))
+register(Family("eager-1f1b", build_eager_1f1b, formula_eager_1f1b,
+                summary="1F1B with doubled warm-up to hide communication"))

@@ -1,0 +1,408 @@
+"""Compile a schedule with costs into kernel arrays, run the list scheduler,
+and wrap the answer in a :class:`Result`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+
+from . import _kernels
+from ._schedule import KINDS, Schedule, ScheduleError
+from .costs import Costs, Network, per_stage_direct
+
+__all__ = ["simulate", "validate", "compile_schedule", "Result", "Compiled"]
+
+_KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+_KIND_DICT = pa.array(KINDS, type=pa.string())
+
+
+@dataclass
+class Compiled:
+    """Flat, C-contiguous kernel inputs for one schedule and one cost set.
+
+    Attributes hold exactly what :func:`pipecore._kernels.list_schedule`
+    takes; see :func:`compile_schedule`.
+    """
+
+    dev_ptr: np.ndarray
+    op_kind: np.ndarray
+    op_stage: np.ndarray
+    dep: np.ndarray
+    xfer: np.ndarray
+    out_ptr: np.ndarray
+    x_dst: np.ndarray
+    x_link: np.ndarray
+    x_ser: np.ndarray
+    x_lat: np.ndarray
+    stage_cost: np.ndarray
+    n_links: int
+    act: np.ndarray
+    act_w: np.ndarray
+    stage_arrays: dict
+    x_src: np.ndarray
+
+    def run(self):
+        """Run the list scheduler.
+
+        Returns
+        -------
+        tuple
+            ``(status, start, finish, x_start, x_arrival, head)``.
+        """
+        n = self.op_kind.shape[0]
+        nx = self.x_dst.shape[0]
+        p = self.dev_ptr.shape[0] - 1
+        start = np.full(n, np.nan)
+        finish = np.full(n, np.nan)
+        x_start = np.full(nx, np.nan)
+        x_arrival = np.full(nx, np.nan)
+        head = np.empty(p, dtype=np.int64)
+        status = _kernels.list_schedule(
+            self.dev_ptr, self.op_kind, self.op_stage, self.dep, self.xfer, self.out_ptr,
+            self.x_dst, self.x_link, self.x_ser, self.x_lat, self.stage_cost, self.n_links,
+            start, finish, x_start, x_arrival, head)
+        return status, start, finish, x_start, x_arrival, head
+
+
+def _check_costs(costs):
+    if costs is None:
+        return Costs()
+    if not isinstance(costs, Costs):
+        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+    return costs
+
+
+def compile_schedule(schedule: Schedule, costs: Costs | None = None,
+                     network: Network | None = None) -> Compiled:
+    """Turn a schedule, costs and network into flat kernel arrays.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        A validated schedule.
+    costs : Costs, optional
+        Defaults to ``Costs()``.
+    network : Network, optional
+        Without one, transfers take ``costs.comm`` and never contend.
+
+    Returns
+    -------
+    Compiled
+
+    Raises
+    ------
+    ValueError
+        If costs or network do not fit the schedule (vector lengths).
+    """
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    costs = _check_costs(costs)
+    if network is not None and not isinstance(network, Network):
+        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    st = schedule._info()
+    S = st["stages"]
+    p = schedule.devices
+    arrays = costs.stage_arrays(S, p)
+    stage_cost = np.empty((len(KINDS), S), dtype=np.float64)
+    stage_cost[0] = arrays["f"]
+    stage_cost[1] = arrays["b"]
+    stage_cost[2] = arrays["w"]
+    stage_cost[3] = arrays["b"] + arrays["w"]
+
+    dev = schedule._column("device")
+    op_stage = np.ascontiguousarray(schedule._column("stage"), dtype=np.int32)
+    x_src = st["x_src"]
+    x_dst = st["x_dst"]
+    src_dev = dev[x_src].astype(np.int64)
+    dst_dev = dev[x_dst].astype(np.int64)
+    send_stage = op_stage[x_src]
+    # Directed links that carry traffic, numbered compactly.
+    pair = src_dev * p + dst_dev
+    _, x_link = np.unique(pair, return_inverse=True)
+    n_links = int(x_link.max()) + 1 if x_link.size else 0
+    lat = arrays["comm"][send_stage]
+    if network is None:
+        ser = np.zeros(len(x_src))
+    else:
+        nbytes = per_stage_direct("Network", "bytes", network.bytes, S)[send_stage]
+        bw, net_lat = network.link_params(src_dev, dst_dev)
+        ser = nbytes / bw
+        lat = lat + net_lat
+    return Compiled(
+        dev_ptr=st["dev_ptr"],
+        op_kind=schedule.kind_codes,
+        op_stage=op_stage,
+        dep=st["dep"],
+        xfer=st["xfer"],
+        out_ptr=st["out_ptr"],
+        x_dst=x_dst,
+        x_link=np.ascontiguousarray(x_link, dtype=np.int32),
+        x_ser=np.ascontiguousarray(ser, dtype=np.float64),
+        x_lat=np.ascontiguousarray(lat, dtype=np.float64),
+        stage_cost=stage_cost,
+        n_links=n_links,
+        act=arrays["activation"],
+        act_w=arrays["activation_w"],
+        stage_arrays=arrays,
+        x_src=x_src,
+    )
+
+
+def _deadlock_error(schedule, head):
+    dev_ptr = schedule._info()["dev_ptr"]
+    blocked = [int(head[d]) for d in range(schedule.devices) if head[d] < dev_ptr[d + 1]]
+    kinds = schedule.kind_codes
+    stage = schedule._column("stage")
+    mb = schedule._column("microbatch")
+    dev = schedule._column("device")
+    slot = schedule._column("slot")
+    parts = [f"device {int(dev[r])} slot {int(slot[r])} waits at "
+             f"{int(stage[r])}{KINDS[kinds[r]]}{int(mb[r])}" for r in blocked]
+    r0 = blocked[0]
+    msg = ("deadlock: every blocked device waits on an op that can never run; "
+           + "; ".join(parts)
+           + "\nper-device programs (stuck ops marked >>..<<):\n" + schedule.render(blocked))
+    err = ScheduleError(msg, rule="deadlock", device=int(dev[r0]), slot=int(slot[r0]),
+                        stage=int(stage[r0]), microbatch=int(mb[r0]), kind=KINDS[kinds[r0]])
+    err.blocked = [(int(dev[r]), int(slot[r])) for r in blocked]
+    return err
+
+
+def validate(schedule: Schedule) -> Schedule:
+    """Check every rule of a schedule, including freedom from deadlock.
+
+    Parameters
+    ----------
+    schedule : Schedule
+
+    Returns
+    -------
+    Schedule
+        The same schedule, for chaining.
+
+    Raises
+    ------
+    ScheduleError
+        For a missing or duplicate op, an op before its producer on the
+        same device, stages split across devices, or a deadlock (naming the
+        stuck op at the head of every blocked device).
+    """
+    compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0))
+    status, *_rest, head = compiled.run()
+    if status == _kernels.STATUS_DEADLOCK:
+        raise _deadlock_error(schedule, head)
+    return schedule
+
+
+class Result:
+    """The simulation of one schedule under one set of costs.
+
+    Attributes
+    ----------
+    schedule : Schedule
+    costs : Costs
+    network : Network or None
+    makespan : float
+        Time from 0 to the last op's finish.
+    start, finish : numpy.ndarray
+        Per op, in the schedule's (device, slot) order.
+    """
+
+    def __init__(self, schedule, costs, network, compiled, start, finish, x_start, x_arrival):
+        self.schedule = schedule
+        self.costs = costs
+        self.network = network
+        self._c = compiled
+        self.start = start
+        self.finish = finish
+        self._x_start = x_start
+        self._x_arrival = x_arrival
+        self.makespan = float(finish.max()) if finish.size else 0.0
+
+    # -- basic facts ----------------------------------------------------
+    @property
+    def name(self) -> str:
+        """str: the schedule's name."""
+        return self.schedule.name
+
+    @property
+    def devices(self) -> int:
+        """int: number of devices."""
+        return self.schedule.devices
+
+    @cached_property
+    def ops(self) -> pa.Table:
+        """pyarrow.Table: the op table plus ``start`` and ``finish``."""
+        return self.schedule.table.append_column("start", pa.array(self.start)) \
+            .append_column("finish", pa.array(self.finish))
+
+    @cached_property
+    def transfers(self) -> pa.Table:
+        """pyarrow.Table: one row per transfer.
+
+        Columns ``src_device``, ``dst_device``, ``stage`` and ``microbatch``
+        and ``kind`` of the sending op, ``ready`` (sender's finish),
+        ``start`` (on the link), ``finish`` (link released), ``arrival``.
+        """
+        c = self._c
+        dev = self.schedule._column("device")
+        src = c.x_src
+        return pa.table({
+            "src_device": pa.array(dev[src].astype(np.int32)),
+            "dst_device": pa.array(dev[c.x_dst].astype(np.int32)),
+            "stage": pa.array(c.op_stage[src]),
+            "microbatch": pa.array(self.schedule._column("microbatch")[src].astype(np.int32)),
+            "kind": pa.DictionaryArray.from_arrays(pa.array(c.op_kind[src]), _KIND_DICT),
+            "ready": pa.array(self.finish[src]),
+            "start": pa.array(self._x_start),
+            "finish": pa.array(self._x_start + c.x_ser),
+            "arrival": pa.array(self._x_arrival),
+        })
+
+    @cached_property
+    def busy(self) -> np.ndarray:
+        """numpy.ndarray: compute time of each device."""
+        dur = self.finish - self.start
+        return _per_device_sum(dur, self._c.dev_ptr)
+
+    @cached_property
+    def span(self) -> np.ndarray:
+        """numpy.ndarray: last finish minus first start on each device (0 if idle)."""
+        ptr = self._c.dev_ptr
+        out = np.zeros(len(ptr) - 1)
+        has = ptr[1:] > ptr[:-1]
+        out[has] = self.finish[ptr[1:][has] - 1] - self.start[ptr[:-1][has]]
+        return out
+
+    @property
+    def bubble_ratio(self) -> float:
+        """float: idle share of the whole run, ``1 - sum(busy) / (p * makespan)``."""
+        if self.makespan == 0:
+            return 0.0
+        return float(1.0 - self.busy.sum() / (self.devices * self.makespan))
+
+    @property
+    def bubble_rate(self) -> float:
+        """float: the zero-bubble papers' rate, ``(cost - busy) / cost``.
+
+        ``cost`` is the longest per-device span (last op end minus first op
+        start) and ``busy`` the largest per-device compute time, which is
+        ``m (T_F + T_B + T_W)`` when stages are equal.
+        """
+        cost = float(self.span.max()) if self.span.size else 0.0
+        if cost == 0:
+            return 0.0
+        return float((cost - self.busy.max()) / cost)
+
+    # -- memory ----------------------------------------------------------
+    @cached_property
+    def peak_activation(self) -> np.ndarray:
+        """numpy.ndarray: peak activation memory of each device, in units of M."""
+        c = self._c
+        peak = np.zeros(len(c.dev_ptr) - 1)
+        _kernels.peak_memory(c.dev_ptr, c.op_kind, c.op_stage, c.act, c.act_w, peak)
+        return peak
+
+    @cached_property
+    def static_memory(self) -> np.ndarray:
+        """numpy.ndarray: weight memory of each device (distinct stages it holds)."""
+        placement = self.schedule.placement
+        weights = self._c.stage_arrays["weights"]
+        return np.bincount(placement, weights=weights, minlength=self.devices).astype(np.float64)
+
+    @cached_property
+    def memory(self) -> pa.Table:
+        """pyarrow.Table: activation timeline, columns ``device``, ``time``, ``bytes``.
+
+        One row per op that allocates or frees: F at its start, B, W and BW
+        at their finish; ``bytes`` is the device's total after the event.
+        """
+        c = self._c
+        kind = c.op_kind
+        s = c.op_stage
+        delta = np.select(
+            [kind == 0, kind == 1, kind == 2, kind == 3],
+            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s]])
+        time = np.where(kind == 0, self.start, self.finish)
+        dev = self.schedule._column("device")
+        total = np.empty_like(delta)
+        # Per-device running sums, in program order (a device is sequential).
+        for d in range(len(c.dev_ptr) - 1):
+            a, b = c.dev_ptr[d], c.dev_ptr[d + 1]
+            total[a:b] = np.cumsum(delta[a:b])
+        return pa.table({"device": pa.array(dev.astype(np.int32)),
+                         "time": pa.array(time), "bytes": pa.array(total)})
+
+    def metrics(self) -> dict:
+        """The headline numbers as plain Python values.
+
+        Returns
+        -------
+        dict
+            name, devices, microbatches, stages, makespan, bubble_ratio,
+            bubble_rate, peak_activation (list), peak_activation_max/min,
+            static_memory (list), busy (list).
+        """
+        peak = self.peak_activation
+        return {
+            "name": self.name,
+            "devices": self.devices,
+            "microbatches": self.schedule.microbatches,
+            "stages": self.schedule.stages,
+            "ops": self.schedule.num_ops,
+            "transfers": int(self._c.x_dst.shape[0]),
+            "makespan": self.makespan,
+            "bubble_ratio": self.bubble_ratio,
+            "bubble_rate": self.bubble_rate,
+            "peak_activation": peak.tolist(),
+            "peak_activation_max": float(peak.max()),
+            "peak_activation_min": float(peak.min()),
+            "static_memory": self.static_memory.tolist(),
+            "busy": self.busy.tolist(),
+        }
+
+    def __repr__(self) -> str:
+        return (f"Result({self.name!r}, devices={self.devices}, makespan={self.makespan:g}, "
+                f"bubble_ratio={self.bubble_ratio:.4f})")
+
+
+def _per_device_sum(values, dev_ptr):
+    csum = np.concatenate(([0.0], np.cumsum(values)))
+    return csum[dev_ptr[1:]] - csum[dev_ptr[:-1]]
+
+
+def simulate(schedule: Schedule, costs: Costs | None = None,
+             network: Network | None = None) -> Result:
+    """Simulate a schedule: every op's start and finish, transfers, memory.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        From :func:`pipecore.build` or :func:`pipecore.from_actions`.
+    costs : Costs, optional
+        Op times and memory; defaults to ``Costs()``.
+    network : Network, optional
+        Bandwidth-limited links with contention. Without one, each
+        transfer takes ``costs.comm`` and links never contend.
+
+    Returns
+    -------
+    Result
+
+    Raises
+    ------
+    ScheduleError
+        If the schedule deadlocks (naming the stuck op on every blocked
+        device).
+    ValueError
+        If costs or network are invalid or do not fit the schedule.
+    """
+    compiled = compile_schedule(schedule, costs, network)
+    status, start, finish, x_start, x_arrival, head = compiled.run()
+    if status == _kernels.STATUS_DEADLOCK:
+        raise _deadlock_error(schedule, head)
+    return Result(schedule, _check_costs(costs), network, compiled, start, finish,
+                  x_start, x_arrival)

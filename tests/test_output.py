@@ -1,0 +1,326 @@
+"""Tests for pipecore.output (Chrome trace, Gantt PNG, Parquet writers)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+
+def _load_output():
+    """Import pipecore.output, falling back to loading the file directly.
+
+    The package may be mid-construction; the output module has no
+    intra-package imports, so loading it by path is equivalent.
+    """
+    try:
+        from pipecore import output
+
+        return output
+    except ImportError:
+        src = Path(__file__).resolve().parents[1] / "pipecore" / "output.py"
+        spec = importlib.util.spec_from_file_location("_pipecore_output_under_test", src)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+
+
+output = _load_output()
+
+KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _kinds(values):
+    return pa.array(values, pa.string()).dictionary_encode().cast(KIND_TYPE)
+
+
+def _ops_table(rows):
+    """rows: (device, slot, kind, stage, microbatch, start, finish)."""
+    cols = list(zip(*rows)) if rows else [[]] * 7
+    return pa.table(
+        {
+            "device": pa.array(cols[0], pa.int32()),
+            "slot": pa.array(cols[1], pa.int32()),
+            "kind": _kinds(list(cols[2])),
+            "stage": pa.array(cols[3], pa.int32()),
+            "microbatch": pa.array(cols[4], pa.int32()),
+            "start": pa.array(cols[5], pa.float64()),
+            "finish": pa.array(cols[6], pa.float64()),
+        }
+    )
+
+
+def _transfers_table(rows):
+    """rows: (src, dst, stage, microbatch, kind, ready, start, finish, arrival)."""
+    cols = list(zip(*rows)) if rows else [[]] * 9
+    return pa.table(
+        {
+            "src_device": pa.array(cols[0], pa.int32()),
+            "dst_device": pa.array(cols[1], pa.int32()),
+            "stage": pa.array(cols[2], pa.int32()),
+            "microbatch": pa.array(cols[3], pa.int32()),
+            "kind": _kinds(list(cols[4])),
+            "ready": pa.array(cols[5], pa.float64()),
+            "start": pa.array(cols[6], pa.float64()),
+            "finish": pa.array(cols[7], pa.float64()),
+            "arrival": pa.array(cols[8], pa.float64()),
+        }
+    )
+
+
+def _memory_table(rows):
+    cols = list(zip(*rows)) if rows else [[]] * 3
+    return pa.table(
+        {
+            "device": pa.array(cols[0], pa.int32()),
+            "time": pa.array(cols[1], pa.float64()),
+            "bytes": pa.array(cols[2], pa.float64()),
+        }
+    )
+
+
+OPS_ROWS = [
+    # device, slot, kind, stage, microbatch, start, finish
+    (0, 0, "F", 0, 0, 0.0, 1.0),
+    (0, 1, "F", 0, 1, 1.0, 2.0),
+    (0, 2, "B", 0, 0, 4.0, 6.0),
+    (0, 3, "W", 0, 0, 6.0, 6.0),  # zero-duration op must still appear
+    (1, 0, "F", 1, 0, 1.5, 2.5),
+    (1, 1, "BW", 1, 0, 2.5, 4.0),
+    (1, 2, "F", 1, 1, 4.0, 5.0),
+]
+
+TRANSFER_ROWS = [
+    # src, dst, stage, mb, kind, ready, start, finish, arrival
+    (0, 1, 0, 0, "F", 1.0, 1.0, 1.2, 1.5),
+    # Starts when the link is released (1.2) but before the previous arrival
+    # (1.5): must land on a second lane of d0->d1.
+    (0, 1, 0, 1, "F", 1.1, 1.2, 1.4, 1.7),
+    (1, 0, 1, 0, "BW", 4.0, 4.0, 4.0, 4.0),  # zero-duration transfer
+]
+
+MEMORY_ROWS = [(0, 0.0, 10.0), (0, 1.0, 20.0), (1, 1.5, 10.0), (1, 4.0, 0.0)]
+
+
+def make_result(ops_rows=OPS_ROWS, transfer_rows=TRANSFER_ROWS, memory_rows=MEMORY_ROWS):
+    ops = _ops_table(ops_rows)
+    return types.SimpleNamespace(
+        ops=ops,
+        transfers=_transfers_table(transfer_rows),
+        memory=_memory_table(memory_rows),
+        makespan=max((r[6] for r in ops_rows), default=0.0),
+        devices=2,
+        name="fake",
+    )
+
+
+def _load_trace(path):
+    with open(path, encoding="utf-8") as fh:
+        # Reject NaN / Infinity the way strict JSON parsers (Perfetto) do.
+        return json.load(fh, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+# ---------------------------------------------------------------------------
+# Chrome trace
+# ---------------------------------------------------------------------------
+
+
+def test_chrome_trace_ops_events(tmp_path):
+    result = make_result()
+    out = output.write_chrome_trace(result, str(tmp_path / "t.json"), time_scale=1000.0)
+    assert isinstance(out, Path) and out.exists()
+    doc = _load_trace(out)
+    assert doc["displayTimeUnit"] == "ms"
+    events = doc["traceEvents"]
+
+    ops_events = [e for e in events if e["ph"] == "X" and e["pid"] == 0]
+    assert len(ops_events) == len(OPS_ROWS)
+    by_key = {(e["tid"], e["args"]["slot"]): e for e in ops_events}
+    for device, slot, kind, stage, mb, start, finish in OPS_ROWS:
+        e = by_key[(device, slot)]
+        assert e["name"] == f"{kind} s{stage} mb{mb}"
+        assert e["ts"] == pytest.approx(start * 1000.0)
+        assert e["dur"] == pytest.approx((finish - start) * 1000.0)
+        assert e["args"]["stage"] == stage
+        assert e["args"]["microbatch"] == mb
+        assert e["args"]["kind"] == kind
+    zero = by_key[(0, 3)]
+    assert zero["dur"] == 0
+
+
+def test_chrome_trace_metadata_and_counters(tmp_path):
+    doc = _load_trace(output.write_chrome_trace(make_result(), tmp_path / "t.json"))
+    events = doc["traceEvents"]
+    meta = [e for e in events if e["ph"] == "M"]
+    proc = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    assert proc == {0: "compute", 1: "links"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert threads[(0, 0)] == "device 0"
+    assert threads[(0, 1)] == "device 1"
+
+    counters = [e for e in events if e["ph"] == "C"]
+    assert len(counters) == len(MEMORY_ROWS)
+    assert {e["name"] for e in counters} == {"activation d0", "activation d1"}
+    assert all(e["pid"] == 0 for e in counters)
+    first = [e for e in counters if e["name"] == "activation d0"]
+    assert [e["args"]["bytes"] for e in sorted(first, key=lambda e: e["ts"])] == [10.0, 20.0]
+
+
+def test_chrome_trace_link_events(tmp_path):
+    doc = _load_trace(output.write_chrome_trace(make_result(), tmp_path / "t.json"))
+    events = doc["traceEvents"]
+    threads = {
+        e["tid"]: e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["pid"] == 1 and e["name"] == "thread_name"
+    }
+    links = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
+    assert len(links) == len(TRANSFER_ROWS)
+    assert sorted(threads.values()) == ["d0->d1", "d0->d1 (2)", "d1->d0"]
+
+    by_mb = {(e["args"]["src_device"], e["args"]["microbatch"]): e for e in links}
+    e0 = by_mb[(0, 0)]
+    assert threads[e0["tid"]] == "d0->d1"
+    assert e0["ts"] == pytest.approx(1.0)
+    assert e0["dur"] == pytest.approx(0.5)  # start..arrival, not start..finish
+    assert e0["args"] == {
+        "src_device": 0,
+        "dst_device": 1,
+        "stage": 0,
+        "microbatch": 0,
+        "kind": "F",
+        "ready": 1.0,
+        "start": 1.0,
+        "finish": 1.2,
+        "arrival": 1.5,
+    }
+    # Overlapping transfer on the same link goes to its own lane.
+    assert threads[by_mb[(0, 1)]["tid"]] == "d0->d1 (2)"
+    assert threads[by_mb[(1, 0)]["tid"]] == "d1->d0"
+    assert by_mb[(1, 0)]["dur"] == 0
+
+    # Events on any one track never partially overlap (must nest for X).
+    for tid in threads:
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in links if e["tid"] == tid)
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end
+
+
+def test_chrome_trace_empty_transfers_and_memory(tmp_path):
+    result = make_result(transfer_rows=[], memory_rows=[])
+    doc = _load_trace(output.write_chrome_trace(result, tmp_path / "t.json"))
+    events = doc["traceEvents"]
+    assert not [e for e in events if e.get("pid") == 1]
+    assert not [e for e in events if e["ph"] == "C"]
+    assert len([e for e in events if e["ph"] == "X"]) == len(OPS_ROWS)
+
+
+def test_chrome_trace_rejects_nan_and_bad_scale(tmp_path):
+    rows = list(OPS_ROWS)
+    rows[0] = (0, 0, "F", 0, 0, float("nan"), 1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        output.write_chrome_trace(make_result(ops_rows=rows), tmp_path / "t.json")
+    with pytest.raises(ValueError, match="time_scale"):
+        output.write_chrome_trace(make_result(), tmp_path / "t.json", time_scale=0)
+
+
+# ---------------------------------------------------------------------------
+# Gantt
+# ---------------------------------------------------------------------------
+
+
+def _assert_png(path):
+    assert isinstance(path, Path)
+    data = path.read_bytes()
+    assert len(data) > len(PNG_SIGNATURE)
+    assert data.startswith(PNG_SIGNATURE)
+
+
+def test_gantt_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    _assert_png(output.write_gantt(make_result(), tmp_path / "g.png"))
+
+
+def test_gantt_png_with_transfers_and_title(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = output.write_gantt(
+        make_result(), str(tmp_path / "g.png"), title="custom", show_transfers=True
+    )
+    _assert_png(out)
+
+
+def test_gantt_png_empty_transfers_and_ops(tmp_path):
+    pytest.importorskip("matplotlib")
+    _assert_png(
+        output.write_gantt(
+            make_result(transfer_rows=[]), tmp_path / "a.png", show_transfers=True
+        )
+    )
+    _assert_png(output.write_gantt(make_result(ops_rows=[], transfer_rows=[]), tmp_path / "b.png"))
+
+
+def test_gantt_many_ops(tmp_path):
+    """30k ops (8 devices, interleaved stages) must render quickly."""
+    pytest.importorskip("matplotlib")
+    p, per_dev = 8, 3750
+    device = np.repeat(np.arange(p), per_dev)
+    slot = np.tile(np.arange(per_dev), p)
+    start = slot + device * 0.5
+    kinds = np.array(["F", "B", "W", "BW"])[slot % 4]
+    rows = list(
+        zip(
+            device.tolist(),
+            slot.tolist(),
+            kinds.tolist(),
+            (device + p * (slot % 2)).tolist(),  # two chunks per device
+            (slot // 4).tolist(),
+            start.tolist(),
+            (start + 0.9).tolist(),
+        )
+    )
+    result = make_result(ops_rows=rows, transfer_rows=[], memory_rows=[])
+    result.devices = p
+    _assert_png(output.write_gantt(result, tmp_path / "big.png"))
+
+
+def test_gantt_missing_matplotlib(tmp_path, monkeypatch):
+    # A None entry in sys.modules makes `import matplotlib` raise ImportError.
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(output.MissingDependencyError) as info:
+        output.write_gantt(make_result(), tmp_path / "g.png")
+    assert str(info.value) == "write_gantt needs matplotlib: pip install 'pipecore[plot]'"
+    assert isinstance(info.value, ImportError)
+    assert not (tmp_path / "g.png").exists()
+
+
+# ---------------------------------------------------------------------------
+# Parquet
+# ---------------------------------------------------------------------------
+
+
+def test_parquet_round_trip(tmp_path):
+    result = make_result()
+    out = output.write_parquet(result, str(tmp_path / "ops.parquet"))
+    assert isinstance(out, Path)
+    back = pq.read_table(out)
+    assert back.equals(result.ops)
+    assert back.schema.field("kind").type == KIND_TYPE
+
+
+def test_parquet_empty_ops(tmp_path):
+    result = make_result(ops_rows=[])
+    back = pq.read_table(output.write_parquet(result, tmp_path / "ops.parquet"))
+    assert back.num_rows == 0
+    assert back.schema.equals(result.ops.schema)
