@@ -4,8 +4,8 @@ This module implements the contract written down in ``docs/semantics.md``
 as plainly as possible, using only the standard library. It exists so that
 property tests can compare the fast Numba kernel against it bit for bit; it
 is deliberately written for obviousness rather than speed (it is still
-O(n log n) in the number of ops, so tens of thousands of ops take well under
-a few seconds).
+linear in the number of ops, up to dict overhead, so tens of thousands of
+ops take well under a second).
 
 Floating-point arithmetic follows the contract literally so results are
 reproducible by any other implementation doing the same operations:
@@ -23,13 +23,10 @@ reproducible by any other implementation doing the same operations:
 The only public entry point is :func:`simulate_reference`.
 """
 
-import heapq
-
 __all__ = ["simulate_reference"]
 
 _FORWARD = ("F",)
 _BACKWARD = ("B", "BW")
-_WEIGHT = ("W",)
 
 
 def simulate_reference(programs, f, b, w, act, act_w, link):
@@ -53,6 +50,12 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     act_w = [float(x) for x in act_w]
     num_stages = len(f)
     num_devices = len(programs)
+    for name, vec in (("f", f), ("b", b), ("w", w)):
+        if len(vec) != num_stages:
+            raise ValueError("%s has %d stages, f has %d" % (name, len(vec), num_stages))
+        for s, x in enumerate(vec):
+            if not x >= 0.0:  # also rejects NaN
+                raise ValueError("%s[%d] = %r; durations must be >= 0" % (name, s, x))
 
     # ------------------------------------------------------------------
     # 1. Flatten the ops. The global index ("gid") of an op is its position
@@ -138,50 +141,59 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     transfer = {}  # (producer gid, consumer gid) -> dict of times
 
     # ------------------------------------------------------------------
-    # 3. Event simulation.
+    # 3. Simulation (a worklist over devices; no global clock is needed).
     #
     # An op is *determined* (its start and finish are fixed) as soon as the
     # previous op of its device is determined and the availability of every
     # producer is known: a same-device producer is available at its finish,
-    # a cross-device producer at its transfer's arrival. Determining an op
-    # immediately creates its outgoing transfers, whose ready time is the
-    # op's finish. Ops are determined eagerly, in whatever order that
-    # becomes possible (they need not be in time order: every quantity an
-    # op's times depend on is already final when it is determined).
+    # a cross-device producer at its transfer's arrival. Ops are determined
+    # eagerly, device by device, in whatever order that becomes possible; they
+    # need not be determined in time order, because every quantity an op's
+    # times depend on is already final when it is determined. This is a
+    # worklist fixed point: `to_check` holds devices whose head op may have
+    # become determinable (initially all; then the destination device of
+    # every transfer whose arrival becomes known). Each op is examined O(1)
+    # times per input that becomes known, so the whole run is O(n).
     #
-    # A transfer with ser == 0 never occupies its link, so its times are
-    # final at creation (start = ready, arrival = ready + 0 + lat).
+    # Determining an op immediately creates its outgoing transfers (ready =
+    # the op's finish) and places them on their links at once:
     #
-    # A transfer with ser > 0 goes into `pending`, a heap keyed by
-    # (ready, producer gid). Once no op can be determined, we pop the
-    # smallest key, place it on its link (start = max(ready, link's last
-    # end)), and go back to determining ops. Why this places every link's
-    # transfers in increasing (ready, producer index) order, as required:
-    #   * Among transfers that already exist, the popped one has the
-    #     smallest key, so nothing already known can precede it.
-    #   * A transfer that does not exist yet has an undetermined producer P.
-    #     Follow why P is undetermined: its device's first undetermined op
-    #     waits on an unplaced transfer; that transfer is either pending
-    #     (ready >= the popped ready r, by minimality) or again has an
-    #     undetermined producer, and so on; the chain ends at a pending
-    #     transfer because the ops that do eventually run form an acyclic
-    #     dependency graph. Every step of the chain goes through at least
-    #     one ser > 0 link hop (arrival >= start + ser > start >= ready)
-    #     plus non-negative durations, so P finishes strictly after r, i.e.
-    #     the future transfer's ready time is > r and it comes after the
-    #     popped one in key order.
-    # The only way "strictly" can fail is floating-point absorption
-    # (t + ser == t for a tiny ser > 0 relative to t). We do not try to
-    # handle that degenerate case; instead every link checks that the keys
-    # it places are strictly increasing and raises RuntimeError if not, so
-    # the oracle never silently returns an order that violates the contract.
+    #   * ser == 0: the transfer never occupies the link ("order is
+    #     irrelevant"), so start = ready, end = ready + ser, arrival =
+    #     end + lat, and the link's state is untouched.
+    #   * ser > 0: start = max(ready, end of the previous ser > 0 transfer
+    #     placed on this link) (start = ready for the first), end = start +
+    #     ser, arrival = end + lat.
+    #
+    # Why placing at creation serves each link in increasing (ready,
+    # producer index) order, as the contract requires -- i.e. why, when a
+    # transfer is placed, every transfer that precedes it on its link is
+    # already placed: all transfers on link (src, dst) have their producer
+    # on device src. Ops of one device are determined strictly in program
+    # (slot) order, so the link's transfers are created in increasing
+    # producer-slot order, which is increasing producer index. Along one
+    # device's program finish times never decrease (start of slot k+1 >=
+    # finish of slot k, and durations are >= 0; float rounding is monotone),
+    # so producer-index order is also non-decreasing in ready time: for any
+    # two transfers on the link, creation order == (ready, producer index)
+    # order. Hence a transfer created later can never need to be served
+    # earlier, and no lookahead is needed. (This is the same order a
+    # global-clock simulation would produce; it just does not need the clock.)
+    # As a guard, each link still checks that the keys it serves strictly
+    # increase and raises RuntimeError otherwise (unreachable with the
+    # non-negative durations validated above).
+    #
+    # Transfers with ser == 0 are never queued (see above), so they neither
+    # wait for nor delay ser > 0 transfers on the same link. Dropping a
+    # ser == 0 transfer from the recurrence does not change any other
+    # transfer's start: max(r_next, max(r_k, E)) == max(r_next, E) when
+    # r_next >= r_k.
     # ------------------------------------------------------------------
     start = [None] * n
     finish = [None] * n
     head = [0] * num_devices  # slot of the first undetermined op per device
-    link_end = {}  # (src, dst) -> end of the last transfer placed on it
-    link_last_key = {}  # (src, dst) -> key of the last transfer placed on it
-    pending = []  # heap of (ready, producer gid, consumer gid)
+    link_end = {}  # (src, dst) -> end of the last ser > 0 transfer placed on it
+    link_last_key = {}  # (src, dst) -> (ready, producer gid) of that transfer
     to_check = list(range(num_devices))  # devices whose head may have become runnable
 
     def availability(pg, g):
@@ -191,79 +203,60 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
         tr = transfer.get((pg, g))
         return None if tr is None else tr["arrival"]
 
-    def create_transfers(pg):
+    def create_and_place_transfers(pg):
         src = op_device[pg]
+        ready = finish[pg]
         for g in cross_consumers[pg]:
             dst = op_device[g]
             ser, lat = link(src, dst, op_stage[pg])
             ser = float(ser)
             lat = float(lat)
-            tr = {
+            if not (ser >= 0.0 and lat >= 0.0):
+                raise ValueError("link(%d, %d, %d) returned ser=%r lat=%r; both must be >= 0" % (src, dst, op_stage[pg], ser, lat))
+            if ser == 0:
+                tr_start = ready
+            else:
+                lk = (src, dst)
+                key = (ready, pg)
+                if lk in link_last_key:
+                    if not link_last_key[lk] < key:  # guard, see comment above
+                        raise RuntimeError("link %r served out of (ready, producer index) order" % (lk,))
+                    tr_start = max(ready, link_end[lk])
+                else:
+                    tr_start = ready
+                link_last_key[lk] = key
+            tr_end = tr_start + ser
+            if ser != 0:
+                link_end[(src, dst)] = tr_end
+            transfer[(pg, g)] = {
                 "src_device": src,
                 "src_slot": op_slot[pg],
                 "dst_device": dst,
                 "dst_slot": op_slot[g],
-                "ready": finish[pg],
-                "start": None,
-                "end": None,
-                "arrival": None,
-                "_ser": ser,
-                "_lat": lat,
+                "ready": ready,
+                "start": tr_start,
+                "end": tr_end,
+                "arrival": tr_end + lat,
             }
-            transfer[(pg, g)] = tr
-            if ser == 0:
-                tr["start"] = tr["ready"]
-                tr["end"] = tr["start"] + ser
-                tr["arrival"] = tr["end"] + lat
-                to_check.append(dst)
+            to_check.append(dst)
+
+    while to_check:
+        d = to_check.pop()
+        while head[d] < len(programs[d]):
+            g = first_gid[d] + head[d]
+            times = [finish[g - 1] if head[d] > 0 else 0.0]
+            for pg in producers[g]:
+                a = availability(pg, g)
+                if a is None:
+                    break
+                times.append(a)
             else:
-                heapq.heappush(pending, (tr["ready"], pg, g))
-
-    def determine_ops():
-        while to_check:
-            d = to_check.pop()
-            prog_len = len(programs[d])
-            while head[d] < prog_len:
-                g = first_gid[d] + head[d]
-                times = [finish[g - 1] if head[d] > 0 else 0.0]
-                for pg in producers[g]:
-                    a = availability(pg, g)
-                    if a is None:
-                        break
-                    times.append(a)
-                else:
-                    start[g] = max(times)
-                    finish[g] = start[g] + duration[g]
-                    head[d] += 1
-                    create_transfers(g)
-                    continue
-                break  # head of device d waits on something unknown
-
-    def place_on_link(ready, pg, g):
-        tr = transfer[(pg, g)]
-        key = (ready, pg, g)
-        lk = (tr["src_device"], tr["dst_device"])
-        if lk in link_last_key and not link_last_key[lk] < key:
-            raise RuntimeError(
-                "reference simulator: link %r would serve transfer with key %r after key %r; "
-                "a serialisation time was absorbed by floating-point rounding, so the link "
-                "order of docs/semantics.md cannot be realised by this oracle" % (lk, key, link_last_key[lk])
-            )
-        link_last_key[lk] = key
-        if lk in link_end:
-            tr["start"] = max(ready, link_end[lk])
-        else:
-            tr["start"] = ready
-        tr["end"] = tr["start"] + tr["_ser"]
-        tr["arrival"] = tr["end"] + tr["_lat"]
-        link_end[lk] = tr["end"]
-        to_check.append(tr["dst_device"])
-
-    determine_ops()
-    while pending:
-        ready, pg, g = heapq.heappop(pending)
-        place_on_link(ready, pg, g)
-        determine_ops()
+                start[g] = max(times)
+                finish[g] = start[g] + duration[g]
+                head[d] += 1
+                create_and_place_transfers(g)
+                continue
+            break  # the head of device d waits on a transfer not yet known
 
     # ------------------------------------------------------------------
     # 4. Results.
@@ -282,11 +275,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     finished = [x for x in finish if x is not None]
     makespan = max(finished) if finished else 0.0
 
-    transfers_out = []
-    for tr in transfer.values():
-        if tr["arrival"] is None:
-            continue  # cannot happen (pending is drained), kept for clarity
-        transfers_out.append({k: v for k, v in tr.items() if not k.startswith("_")})
+    # Every created transfer has known times (its producer ran).
+    transfers_out = list(transfer.values())
     transfers_out.sort(key=lambda t: (t["src_device"], t["src_slot"], t["dst_device"], t["dst_slot"]))
 
     # Memory: running total in program order; events only for ops that ran.

@@ -125,10 +125,8 @@ def test_1f1b_makespan(p, m):
 
 
 def test_1f1b_split_bw_same_makespan():
-    # Splitting BW(b=2, w=0) into B(b=2) then W(w=0) immediately after
-    # changes nothing; with b=1.5, w=0.5 the W stays right behind its B so
-    # the critical path (which only runs through B) ends at ... the last W
-    # of device 0; check the B/W variant equals the BW variant when w = 0.
+    # Splitting BW(b=2, w=0) into B(b=2) immediately followed by W(w=0)
+    # changes no time: makespan stays (m+p-1)*3 = 18.
     p, m = 3, 4
     r1 = run(one_f_one_b(p, m), [1.0] * p, [2.0] * p, [0.0] * p)
     r2 = run(one_f_one_b(p, m, split=True), [1.0] * p, [2.0] * p, [0.0] * p)
@@ -311,39 +309,53 @@ def test_ready_order_not_program_order_across_link():
 
 
 def test_zero_ser_transfer_bypasses_busy_link():
-    # Stages 0,2 on dev0 and 1,3 on dev1, m=2, f=1, b=1, w=0.
+    # Stages 0,2 on dev0 and 1,3 on dev1, m=3, f=1, b=1, w=0.
     # link(0,1, stage 0) = (ser 5, lat 0); every other transfer (0, 0).
     # dev0: F00 [0,1] -> T_a ready 1 start 1 end 6 arr 6
     #       F01 [1,2] -> T_b ready 2 start max(2, 6)=6 end 11 arr 11
     # dev1: F10 [6,7] -> (1,0) ser 0 arr 7
-    # dev0: F20 [7,8] -> T_c on (0,1), producer stage 2, ser 0: although
-    #       link (0,1) is busy until 11, start = ready = 8, arrival 8.
+    # dev0: F20 max(2, 7) -> [7,8] -> T_c on (0,1), producer stage 2, ser 0:
+    #       link (0,1) is busy until 11 but T_c does not queue: start 8 arr 8
+    # dev0: F02 [8,9] -> T_d ready 9 start max(9, 11)=11 end 16 arr 16
+    #       (T_c must not have reset the link: T_d still waits for T_b)
     # dev1: F30 max(7, 8) -> [8,9]; F11 max(9, 11) -> [11,12] -> arr 12
-    # dev0: F21 max(8, 12) -> [12,13] -> arr 13
-    # dev1: F31 max(12, 13) -> [13,14]; BW30 [14,15] -> arr 15
-    # dev0: BW20 max(13, 15) -> [15,16] -> arr 16
-    # dev1: BW10 max(15, 16) -> [16,17] -> arr 17; BW31 [17,18] -> arr 18
-    # dev0: BW21 max(16, 18) -> [18,19] -> arr 19; BW00 max(19, 17) -> [19,20]
-    # dev1: BW11 max(18, 19) -> [19,20] -> arr 20
-    # dev0: BW01 max(20, 20) -> [20,21]
+    # dev0: F21 max(9, 12) -> [12,13] -> arr 13
+    # dev1: F31 max(12, 13) -> [13,14]; F12 max(14, 16) -> [16,17] -> arr 17
+    # dev0: F22 max(13, 17) -> [17,18] -> arr 18
+    # dev1: F32 max(17, 18) -> [18,19]; BW30 [19,20] -> arr 20
+    # dev0: BW20 max(18, 20) -> [20,21] -> arr 21
+    # dev1: BW10 max(20, 21) -> [21,22] -> arr 22; BW31 [22,23] -> arr 23
+    # dev0: BW21 max(21, 23) -> [23,24] -> arr 24
+    # dev1: BW11 max(23, 24) -> [24,25] -> arr 25; BW32 [25,26] -> arr 26
+    # dev0: BW22 max(24, 26) -> [26,27] -> arr 27
+    # dev1: BW12 max(26, 27) -> [27,28] -> arr 28
+    # dev0: BW00 max(27, 22) -> [27,28]; BW01 max(28, 25) -> [28,29];
+    #       BW02 max(29, 28) -> [29,30]. Makespan 30.
     def link(src, dst, stage):
         return (5.0, 0.0) if (src, dst, stage) == (0, 1, 0) else (0.0, 0.0)
 
     progs = [
-        [("F", 0, 0), ("F", 0, 1), ("F", 2, 0), ("F", 2, 1), ("BW", 2, 0), ("BW", 2, 1), ("BW", 0, 0), ("BW", 0, 1)],
-        [("F", 1, 0), ("F", 3, 0), ("F", 1, 1), ("F", 3, 1), ("BW", 3, 0), ("BW", 1, 0), ("BW", 3, 1), ("BW", 1, 1)],
+        [("F", 0, 0), ("F", 0, 1), ("F", 2, 0), ("F", 0, 2), ("F", 2, 1), ("F", 2, 2),
+         ("BW", 2, 0), ("BW", 2, 1), ("BW", 2, 2), ("BW", 0, 0), ("BW", 0, 1), ("BW", 0, 2)],
+        [("F", 1, 0), ("F", 3, 0), ("F", 1, 1), ("F", 3, 1), ("F", 1, 2), ("F", 3, 2),
+         ("BW", 3, 0), ("BW", 1, 0), ("BW", 3, 1), ("BW", 1, 1), ("BW", 3, 2), ("BW", 1, 2)],
     ]
     r = run(progs, [1.0] * 4, [1.0] * 4, [0.0] * 4, link=link)
     assert r["status"] == "ok"
     assert r["start"] == [
-        [0.0, 1.0, 7.0, 12.0, 15.0, 18.0, 19.0, 20.0],
-        [6.0, 8.0, 11.0, 13.0, 14.0, 16.0, 17.0, 19.0],
+        [0.0, 1.0, 7.0, 8.0, 12.0, 17.0, 20.0, 23.0, 26.0, 27.0, 28.0, 29.0],
+        [6.0, 8.0, 11.0, 13.0, 16.0, 18.0, 19.0, 21.0, 22.0, 24.0, 25.0, 27.0],
     ]
-    assert r["makespan"] == 21.0
-    t_c = [t for t in r["transfers"] if (t["src_device"], t["src_slot"]) == (0, 2)]
-    assert [tr_tuple(t) for t in t_c] == [(0, 2, 1, 1, 8.0, 8.0, 8.0, 8.0)]
-    t_b = [t for t in r["transfers"] if (t["src_device"], t["src_slot"]) == (0, 1)]
-    assert [tr_tuple(t) for t in t_b] == [(0, 1, 1, 2, 2.0, 6.0, 11.0, 11.0)]
+    assert r["makespan"] == 30.0
+    forward_01 = [tr_tuple(t) for t in r["transfers"] if t["src_device"] == 0 and t["src_slot"] < 6]
+    assert forward_01 == [
+        (0, 0, 1, 0, 1.0, 1.0, 6.0, 6.0),  # T_a
+        (0, 1, 1, 2, 2.0, 6.0, 11.0, 11.0),  # T_b, queued behind T_a
+        (0, 2, 1, 1, 8.0, 8.0, 8.0, 8.0),  # T_c, ser 0: not queued
+        (0, 3, 1, 4, 9.0, 11.0, 16.0, 16.0),  # T_d, queued behind T_b
+        (0, 4, 1, 3, 13.0, 13.0, 13.0, 13.0),
+        (0, 5, 1, 5, 18.0, 18.0, 18.0, 18.0),
+    ]
 
 
 def test_link_function_arguments():
@@ -589,6 +601,14 @@ def test_random_instances_satisfy_contract(allow_deadlock):
             assert r["status"] == "ok"
     if allow_deadlock:
         assert statuses == {"ok", "deadlock"}
+
+
+def test_negative_values_rejected():
+    progs = [[("F", 0, 0), ("BW", 0, 0)]]
+    with pytest.raises(ValueError):
+        simulate_reference(progs, [-1.0], [1.0], [1.0], [1.0], [0.0], no_link)
+    with pytest.raises(ValueError):
+        simulate_reference(gpipe(2, 1), [1.0] * 2, [1.0] * 2, [0.0] * 2, [1.0] * 2, [0.0] * 2, const_link(-1.0, 0.0))
 
 
 def test_invalid_schedule_rejected():

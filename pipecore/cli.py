@@ -1,0 +1,203 @@
+"""Command line: ``pipecore compare``, ``simulate``, ``table`` and ``list``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+from .costs import Costs, Network
+from .schedules import build, family, schedules
+from .simulate import simulate
+from .table import ideal_table
+
+__all__ = ["main"]
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
+    return value
+
+
+def _shape_args(p, chunks_default):
+    p.add_argument("--devices", "-p", type=_positive_int, required=True, help="pipeline devices")
+    p.add_argument("--microbatches", "-m", type=_positive_int, required=True, help="microbatches")
+    p.add_argument("--chunks", "-v", type=_positive_int, default=chunks_default,
+                   help="stages per device for interleaved families")
+
+
+def _cost_args(p):
+    g = p.add_argument_group("costs (per microbatch, per device share of the model)")
+    g.add_argument("--f", type=float, default=1.0, help="forward time (default 1)")
+    g.add_argument("--b", type=float, default=2.0, help="backward-for-inputs time (default 2)")
+    g.add_argument("--w", type=float, default=0.0, help="backward-for-weights time (default 0)")
+    g.add_argument("--comm", type=float, default=0.0, help="latency per transfer (default 0)")
+    n = p.add_argument_group("network (optional: bandwidth-limited links with contention)")
+    n.add_argument("--bytes", type=float, default=None, help="bytes per transfer")
+    n.add_argument("--bandwidth", type=float, default=None, help="bytes per time unit")
+    n.add_argument("--latency", type=float, default=0.0, help="link latency (default 0)")
+
+
+def _costs(args):
+    return Costs(f=args.f, b=args.b, w=args.w, comm=args.comm)
+
+
+def _network(args):
+    if args.bytes is None and args.bandwidth is None:
+        return None
+    if args.bytes is None or args.bandwidth is None:
+        raise ValueError("a network needs both --bytes and --bandwidth")
+    return Network.uniform(args.bytes, args.bandwidth, args.latency)
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="pipecore", description=(
+        "Build, validate and simulate pipeline-parallel training schedules."))
+    parser.add_argument("--version", action="version", version=f"pipecore {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compare", help="every schedule three ways: formula, ideal table, simulation")
+    _shape_args(c, 2)
+    _cost_args(c)
+    c.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
+    c.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
+    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    s = sub.add_parser("simulate", help="simulate one schedule")
+    s.add_argument("name", help="schedule name (see 'pipecore list')")
+    _shape_args(s, None)
+    _cost_args(s)
+    s.add_argument("--json", action="store_true", help="print metrics as JSON")
+    s.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
+    s.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
+    s.add_argument("--gantt", metavar="PATH", help="write a Gantt chart PNG")
+
+    t = sub.add_parser("table", help="print the idealised devices x time-slots table")
+    t.add_argument("name")
+    _shape_args(t, None)
+    t.add_argument("--max-slots", type=_positive_int, default=None, help="show only the first N slots")
+
+    sub.add_parser("list", help="list schedule names")
+    return parser
+
+
+def _cmd_compare(args, out):
+    from .compare import compare, format_compare
+
+    rows = compare(args.devices, args.microbatches, chunks=args.chunks, costs=_costs(args),
+                   network=_network(args))
+    written = []
+    gantt_note = None
+    if not args.no_gantt:
+        from .output import MissingDependencyError, write_gantt
+
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            for r in rows:
+                if r["result"] is not None:
+                    path = folder / f"{r['name']}-p{args.devices}-m{args.microbatches}.png"
+                    written.append(str(write_gantt(r["result"], path)))
+        except MissingDependencyError as exc:
+            gantt_note = f"Gantt charts not written: {exc}"
+    if args.json:
+        clean = [{k: v for k, v in r.items() if k != "result"} for r in rows]
+        json.dump({"rows": clean, "gantt": written}, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(f"p={args.devices} m={args.microbatches} costs f={args.f:g} b={args.b:g} "
+                  f"w={args.w:g} comm={args.comm:g}\n")
+        out.write(format_compare(rows) + "\n")
+        if written:
+            out.write(f"Gantt charts: {len(written)} PNG files in {args.out}/\n")
+    if gantt_note:
+        print(gantt_note, file=sys.stderr)
+    return 0
+
+
+def _cmd_simulate(args, out):
+    fam = family(args.name)
+    sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
+    res = simulate(sched, _costs(args), _network(args))
+    from . import output
+
+    files = {}
+    if args.parquet:
+        files["parquet"] = str(output.write_parquet(res, args.parquet))
+    if args.trace:
+        files["trace"] = str(output.write_chrome_trace(res, args.trace))
+    if args.gantt:
+        files["gantt"] = str(output.write_gantt(res, args.gantt))
+    metrics = res.metrics()
+    if args.json:
+        json.dump({**metrics, "files": files}, out, indent=2)
+        out.write("\n")
+    else:
+        for key in ("name", "devices", "microbatches", "stages", "ops", "transfers", "makespan",
+                    "bubble_ratio", "bubble_rate", "peak_activation_max", "peak_activation_min"):
+            value = metrics[key]
+            out.write(f"{key:<20} {value:.6g}\n" if isinstance(value, float)
+                      else f"{key:<20} {value}\n")
+        out.write(f"{'peak_activation':<20} {' '.join(f'{x:g}' for x in metrics['peak_activation'])}\n")
+        for kind, path in files.items():
+            out.write(f"wrote {kind}: {path}\n")
+    return 0
+
+
+def _cmd_table(args, out):
+    fam = family(args.name)
+    sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
+    table = ideal_table(sched)
+    out.write(f"{fam.name}: {table.length} slots (F=1, B=1, W=1, BW=2)\n")
+    out.write(table.render(args.max_slots) + "\n")
+    return 0
+
+
+def main(argv=None, out=None) -> int:
+    """Run the command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (defaults to ``sys.argv[1:]``).
+    out : file-like, optional
+        Where results go (defaults to stdout).
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 2 on bad input.
+
+    Raises
+    ------
+    SystemExit
+        From argparse on malformed arguments (status 2).
+    """
+    out = sys.stdout if out is None else out
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "compare":
+            return _cmd_compare(args, out)
+        if args.command == "simulate":
+            return _cmd_simulate(args, out)
+        if args.command == "table":
+            return _cmd_table(args, out)
+        if args.command == "list":
+            for name in schedules():
+                out.write(f"{name:<18} {family(name).summary}\n")
+            return 0
+    except ValueError as exc:  # ScheduleError is a ValueError
+        print(f"pipecore: error: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Hypothesis strategies for property-testing schedules, simulators and tuners.
+
+Import requires ``hypothesis`` (``pip install 'pipecore[test]'``)::
+
+    from hypothesis import given
+    from pipecore.testing import schedules, costs
+
+    @given(schedules(), costs())
+    def test_my_tuner(sched, c): ...
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from hypothesis import strategies as st
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("pipecore.testing needs hypothesis: pip install 'pipecore[test]'") from exc
+
+from ._schedule import Schedule
+from .costs import Costs, Network
+from .schedules import build, family
+from .schedules import schedules as _family_names
+
+__all__ = ["random_programs", "schedules", "family_schedules", "costs", "networks", "times"]
+
+# Small dyadic values make ties (equal ready times) common, which is where
+# ordering bugs hide; arbitrary floats cover the rest.
+_TIE_VALUES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
+
+
+def times(allow_zero: bool = True, max_value: float = 10.0):
+    """Non-negative finite durations, often small dyadic values that tie.
+
+    Parameters
+    ----------
+    allow_zero : bool
+        Whether 0 may be drawn.
+    max_value : float
+        Largest value.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of float
+    """
+    values = [v for v in _TIE_VALUES if (allow_zero or v > 0) and v <= max_value]
+    # Keep drawn floats well above 0: a tiny serialisation time added to a
+    # large clock rounds away, and the link order then hinges on rounding.
+    return st.one_of(st.sampled_from(values),
+                     st.floats(1e-3, max_value, allow_nan=False, allow_infinity=False))
+
+
+def random_programs(rng, devices: int, stages: int, microbatches: int,
+                    placement=None, split=0.5):
+    """Random deadlock-free per-device programs.
+
+    Draws a random topological order of all ops (every (stage,
+    microbatch) gets F and either BW or B+W) and projects it onto the
+    devices, which can never deadlock.
+
+    Parameters
+    ----------
+    rng : random.Random or numpy.random.Generator
+        Source of randomness (anything with ``random()``).
+    devices, stages, microbatches : int
+        Shape (each >= 1).
+    placement : sequence of int, optional
+        Device of each stage; random when None.
+    split : float
+        Probability that a (stage, microbatch) uses B+W instead of BW.
+
+    Returns
+    -------
+    list of list of tuple
+        ``programs[d]`` of ``(kind, stage, microbatch)``.
+
+    Raises
+    ------
+    ValueError
+        If a shape is < 1 or the placement does not fit.
+    """
+    for name, value in (("devices", devices), ("stages", stages), ("microbatches", microbatches)):
+        if value < 1:
+            raise ValueError(f"'{name}' must be >= 1 (got {value})")
+    rand = rng.random
+    if placement is None:
+        placement = [int(rand() * devices) for _ in range(stages)]
+    if len(placement) != stages or any(not 0 <= d < devices for d in placement):
+        raise ValueError(f"'placement' must give a device in 0..{devices - 1} for each of "
+                         f"{stages} stages (got {list(placement)})")
+    S, m = stages, microbatches
+    split_of = [[rand() < split for _ in range(m)] for _ in range(S)]
+    # Consumers and pending-producer counts of every op.
+    waiting = {}
+    consumers = {}
+
+    def back(s, j):
+        return ("B" if split_of[s][j] else "BW", s, j)
+
+    for s in range(S):
+        for j in range(m):
+            fop = ("F", s, j)
+            bop = back(s, j)
+            waiting[fop] = 1 if s > 0 else 0
+            waiting[bop] = 1 + (1 if s < S - 1 else 0)
+            consumers.setdefault(fop, []).append(bop)
+            if s < S - 1:
+                consumers[fop].append(("F", s + 1, j))
+            if s > 0:
+                consumers.setdefault(bop, []).append(back(s - 1, j))
+            if split_of[s][j]:
+                wop = ("W", s, j)
+                waiting[wop] = 1
+                consumers.setdefault(bop, []).append(wop)
+    ready = [op for op, k in waiting.items() if k == 0]
+    programs = [[] for _ in range(devices)]
+    while ready:
+        i = int(rand() * len(ready))
+        ready[i], ready[-1] = ready[-1], ready[i]
+        op = ready.pop()
+        programs[placement[op[1]]].append(op)
+        for c in consumers.get(op, ()):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
+    return programs
+
+
+@st.composite
+def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches: int = 6,
+              split: bool | None = None):
+    """Random valid schedules with arbitrary placement and op order.
+
+    Parameters
+    ----------
+    max_devices, max_stages, max_microbatches : int
+        Upper bounds of the shape.
+    split : bool, optional
+        True: always B+W; False: always BW; None: mixed.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of Schedule
+    """
+    p = draw(st.integers(1, max_devices))
+    S = draw(st.integers(1, max_stages))
+    m = draw(st.integers(1, max_microbatches))
+    rng = draw(st.randoms(use_true_random=False))
+    if draw(st.booleans()):
+        placement = [s % p for s in range(S)]  # looped placement, like interleaving
+    else:
+        placement = [draw(st.integers(0, p - 1)) for _ in range(S)]
+    prob = {True: 1.0, False: 0.0, None: draw(st.sampled_from([0.0, 0.5, 1.0]))}[split]
+    programs = random_programs(rng, p, S, m, placement=placement, split=prob)
+    return Schedule.from_programs(programs, name="random", devices=p)
+
+
+@st.composite
+def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
+                     max_chunks: int = 3, names=None):
+    """Schedules of the registered families with random shapes.
+
+    Parameters
+    ----------
+    max_devices, max_microbatches, max_chunks : int
+        Upper bounds of the shape.
+    names : sequence of str, optional
+        Families to draw from; all registered ones by default.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of Schedule
+    """
+    name = draw(st.sampled_from(sorted(names or _family_names())))
+    fam = family(name)
+    p = draw(st.integers(1, max_devices))
+    v = draw(st.integers(1, max_chunks)) if fam.chunks else 1
+    if name == "interleaved-1f1b":
+        m = p * draw(st.integers(1, max(1, max_microbatches // p)))
+    else:
+        m = draw(st.integers(1, max_microbatches))
+    return build(name, p, m, chunks=v)
+
+
+@st.composite
+def costs(draw, stages: int | None = None, comm: bool = True):
+    """Random :class:`~pipecore.Costs`; per-stage vectors when ``stages`` is given.
+
+    Parameters
+    ----------
+    stages : int, optional
+        When given, each time may be drawn as a vector of that length.
+    comm : bool
+        Whether to draw a non-zero communication latency.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of Costs
+    """
+    def value(allow_zero=True):
+        if stages is not None and draw(st.booleans()):
+            return np.array(draw(st.lists(times(allow_zero), min_size=stages, max_size=stages)))
+        return draw(times(allow_zero))
+
+    act = draw(times(allow_zero=False, max_value=4.0))
+    return Costs(f=value(), b=value(), w=value(), comm=value() if comm else 0.0,
+                 activation=act, activation_w=draw(st.floats(0.0, 1.0)) * act)
+
+
+@st.composite
+def networks(draw, devices: int = 8, allow_none: bool = True):
+    """Random uniform or two-level :class:`~pipecore.Network` (or None).
+
+    Parameters
+    ----------
+    devices : int
+        Largest device count the network will serve (for node sizes).
+    allow_none : bool
+        Whether None (no network) may be drawn.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of Network or None
+    """
+    kinds = ["uniform", "two-level"] + (["none"] if allow_none else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "none":
+        return None
+    nbytes = draw(times(allow_zero=True, max_value=8.0))
+    bandwidth = draw(st.sampled_from([0.5, 1.0, 2.0, 4.0, float("inf")]))
+    latency = draw(times(max_value=2.0))
+    if kind == "uniform":
+        return Network.uniform(nbytes, bandwidth, latency)
+    return Network.two_level(nbytes, draw(st.integers(1, max(1, devices))), bandwidth,
+                             draw(st.sampled_from([0.25, 0.5, 1.0])), latency,
+                             draw(times(max_value=2.0)))

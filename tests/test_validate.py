@@ -1,0 +1,231 @@
+"""Validation: every broken rule gets a ScheduleError (a ValueError) that names
+the device, slot, stage, microbatch and rule, with the bad op marked."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import pipecore as pc
+from pipecore import Action, ScheduleError, from_actions
+from pipecore.testing import family_schedules, schedules
+
+
+def linear(p, m):
+    """A valid GPipe-like program in action form, for mutation."""
+    return {d: [f"{d}F{j}" for j in range(m)] + [f"{d}BW{j}" for j in range(m)] for d in range(p)}
+
+
+def test_scheduleerror_is_valueerror():
+    assert issubclass(ScheduleError, ValueError)
+
+
+def test_missing_forward():
+    progs = linear(2, 2)
+    progs[1].remove("1F1")
+    with pytest.raises(ScheduleError) as info:
+        from_actions(progs)
+    e = info.value
+    assert e.rule == "missing-op" and (e.stage, e.microbatch) == (1, 1)
+    assert "stage 1 microbatch 1 has no F" in str(e)
+    assert ">>1BW1<<" in str(e)  # the op that is present is marked
+    assert e.device == 1
+
+
+def test_duplicate_op():
+    progs = linear(2, 2)
+    progs[0].insert(1, "0F0")
+    with pytest.raises(ScheduleError, match="more than one F for stage 0 microbatch 0") as info:
+        from_actions(progs)
+    assert info.value.rule == "duplicate-op"
+    assert (info.value.device, info.value.slot) == (0, 1)
+
+
+def test_split_and_fused_backward_conflict():
+    progs = linear(1, 1)
+    progs[0] += ["0B0", "0W0"]
+    with pytest.raises(ScheduleError, match="fused BW and a split") as info:
+        from_actions(progs)
+    assert info.value.rule == "duplicate-op"
+
+
+def test_b_without_w():
+    with pytest.raises(ScheduleError, match=r"has no W \(it has a B\)") as info:
+        from_actions({0: ["0F0", "0B0"]})
+    assert info.value.rule == "missing-op"
+
+
+def test_backward_on_other_device():
+    progs = {0: ["0F0", "1BW0"], 1: ["1F0", "0BW0"]}
+    with pytest.raises(ScheduleError, match="must share a device") as info:
+        from_actions(progs)
+    e = info.value
+    assert e.rule == "placement" and e.device == 1 and e.stage == 0
+
+
+def test_stage_on_two_devices():
+    progs = {0: ["0F0", "0BW0"], 1: ["0F1", "0BW1"]}
+    with pytest.raises(ScheduleError, match="stage 0 runs on device 1 for microbatch 1") as info:
+        from_actions(progs)
+    assert info.value.rule == "placement"
+
+
+def test_op_before_its_producer_on_same_device():
+    progs = {0: ["0BW0", "0F0"]}
+    with pytest.raises(ScheduleError) as info:
+        from_actions(progs)
+    e = info.value
+    assert e.rule == "order"
+    assert (e.device, e.slot, e.stage, e.microbatch, e.kind) == (0, 0, 0, 0, "BW")
+    assert "needs 0F0, which runs later on the same device (slot 1)" in str(e)
+    assert ">>0BW0<<" in str(e)
+
+
+def test_deadlock_names_every_blocked_head():
+    # Device 0 waits for 1BW0 before it sends 0F1; device 1 waits for 0F1 first.
+    progs = {0: ["0F0", "0BW0", "0F1", "0BW1"], 1: ["1F1", "1F0", "1BW0", "1BW1"]}
+    sched = from_actions(progs)  # structurally valid
+    with pytest.raises(ScheduleError) as info:
+        pc.simulate(sched)
+    e = info.value
+    assert e.rule == "deadlock"
+    assert e.blocked == [(0, 1), (1, 0)]
+    text = str(e)
+    assert "device 0 slot 1 waits at 0BW0" in text and "device 1 slot 0 waits at 1F1" in text
+    assert ">>0BW0<<" in text and ">>1F1<<" in text
+    with pytest.raises(ScheduleError, match="deadlock"):
+        pc.validate(sched)
+    with pytest.raises(ScheduleError, match="deadlock"):
+        pc.ideal_table(sched)
+
+
+def test_duplicate_slot_from_table():
+    with pytest.raises(ScheduleError, match="slot 0 is used twice on device 0") as info:
+        pc.Schedule.from_arrays([0, 0], [0, 0], ["F", "BW"], [0, 0], [0, 0])
+    assert info.value.rule == "slot-unique"
+
+
+def test_unknown_kind_and_bad_codes():
+    with pytest.raises(ScheduleError, match="kind 'X'"):
+        pc.Schedule.from_arrays([0, 0], [0, 1], ["F", "X"], [0, 0], [0, 0])
+    with pytest.raises(ScheduleError, match="kind code 7"):
+        pc.Schedule.from_arrays([0, 0], [0, 1], [0, 7], [0, 0], [0, 0])
+
+
+def test_negative_and_out_of_range_indices():
+    with pytest.raises(ScheduleError, match="'microbatch' must be >= 0"):
+        pc.Schedule.from_arrays([0, 0], [0, 1], ["F", "BW"], [0, 0], [-1, -1])
+    with pytest.raises(ScheduleError, match="devices=1"):
+        pc.Schedule.from_arrays([0, 1], [0, 0], ["F", "BW"], [0, 0], [0, 0], devices=1)
+    with pytest.raises(ScheduleError, match="device -1"):
+        pc.Schedule.from_arrays([-1, 0], [0, 0], ["F", "BW"], [0, 0], [0, 0])
+    with pytest.raises(ScheduleError, match="no ops"):
+        from_actions({0: []})
+
+
+def test_bad_build_arguments():
+    with pytest.raises(ValueError, match=r"'devices' must be >= 1 \(got 0\)"):
+        pc.build("1f1b", devices=0, microbatches=4)
+    with pytest.raises(ValueError, match=r"'microbatches' must be >= 1 \(got 0\)"):
+        pc.build("1f1b", devices=2, microbatches=0)
+    with pytest.raises(ValueError, match=r"'devices' must be an int \(got 2.5\)"):
+        pc.build("1f1b", devices=2.5, microbatches=4)
+    with pytest.raises(ValueError, match="multiple of devices"):
+        pc.build("interleaved-1f1b", devices=4, microbatches=6)
+    with pytest.raises(ValueError, match="'chunks' must be 1"):
+        pc.build("gpipe", devices=4, microbatches=4, chunks=2)
+    with pytest.raises(ValueError) as info:
+        pc.build("zb-h9", devices=4, microbatches=8)
+    assert "unknown schedule 'zb-h9'" in str(info.value)
+    for name in pc.schedules():
+        assert name in str(info.value)
+
+
+def test_registry_is_case_insensitive():
+    assert pc.build("1F1B", 2, 2) == pc.build("1f1b", 2, 2)
+    assert pc.build(" Interleaved-1F1B ", 2, 2, chunks=2).name == "interleaved-1f1b"
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("f", -1.0, r"Costs 'f' must be >= 0 \(got -1.0\)"),
+    ("b", math.nan, r"Costs 'b' must be finite \(got nan\)"),
+    ("w", math.inf, r"Costs 'w' must be finite"),
+    ("comm", "fast", "Costs 'comm' must be a number"),
+    ("f", [1.0, -2.0], r"Costs 'f'\[1\] must be finite and >= 0"),
+    ("activation_w", 2.0, "'activation_w' must be <= 'activation'"),
+])
+def test_bad_costs(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        pc.Costs(**{field: value})
+
+
+def test_cost_vector_length_must_match_stages():
+    sched = pc.build("1f1b", 4, 4)
+    with pytest.raises(ValueError, match="Costs 'f' has 3 entries but the schedule has 4 stages"):
+        pc.simulate(sched, pc.Costs(f=[1.0, 1.0, 1.0]))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(bytes=1.0, bandwidth=0.0), r"'bandwidth' must be > 0"),
+    (dict(bytes=-1.0, bandwidth=1.0), r"'bytes' must be >= 0"),
+    (dict(bytes=1.0, bandwidth=1.0, inter_bandwidth=2.0), "need 'devices_per_node'"),
+    (dict(bytes=1.0, bandwidth=1.0, devices_per_node=0, inter_bandwidth=1.0), "'devices_per_node' must be"),
+    (dict(bytes=1.0, bandwidth=1.0, devices_per_node=2), "'inter_bandwidth' is required"),
+])
+def test_bad_network(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pc.Network(**kwargs)
+
+
+def test_bad_simulate_arguments():
+    sched = pc.build("1f1b", 2, 2)
+    with pytest.raises(ValueError, match="'costs' must be a pipecore.Costs"):
+        pc.simulate(sched, {"f": 1.0})
+    with pytest.raises(ValueError, match="'schedule' must be a pipecore.Schedule"):
+        pc.simulate("1f1b")
+
+
+@pytest.mark.parametrize("text", ["", "F3", "0X3", "0F", "-1F0", "0f0", "0 F 0", None])
+def test_action_parse_errors(text):
+    with pytest.raises(ValueError, match="cannot parse action"):
+        Action.parse(text)
+
+
+def test_from_actions_error_names_device_and_entry():
+    with pytest.raises(ValueError, match=r"device 1, entry 2: cannot parse action 'oops'"):
+        from_actions({0: ["0F0", "0BW0"], 1: ["1F0", None, "oops"]})
+
+
+@given(st.integers(0, 10**6), st.sampled_from(pc.KINDS), st.integers(0, 10**6))
+def test_action_string_roundtrip(stage, kind, mb):
+    a = Action(stage, kind, mb)
+    text = str(a)
+    assert text == f"{stage}{kind}{mb}"
+    assert Action.parse(text) == a
+    assert str(Action.parse(text)) == text
+
+
+@settings(max_examples=40, deadline=None)
+@given(family_schedules())
+def test_actions_roundtrip_families(sched):
+    back = from_actions(sched.to_actions(), devices=sched.devices)
+    assert back == sched
+    assert back.to_actions() == sched.to_actions()
+
+
+@settings(max_examples=40, deadline=None)
+@given(schedules())
+def test_random_valid_schedules_validate(sched):
+    assert pc.validate(sched) is sched
+
+
+def test_none_entries_are_idle_steps():
+    sched = from_actions({0: ["0F0", None, "0BW0"]})
+    assert sched.to_actions() == {0: ["0F0", "0BW0"]}
+
+
+def test_render_marks_and_windows_long_programs():
+    sched = pc.build("gpipe", 2, 40)
+    text = sched.render(mark=[50])
+    assert ">>0BW10<<" in text and "..." in text
