@@ -41,7 +41,9 @@ def structure(schedule):
         producer row or -1), ``xfer`` (n x 2 int32, transfer id or -1 for a
         local dependency), ``x_src``/``x_dst`` (producer/consumer rows of each
         transfer, sorted by producer row then consumer row), ``out_ptr`` (CSR
-        of transfers by producer row).
+        of transfers by producer row), ``x_src_dev``/``x_dst_dev``, ``x_link``
+        (compact directed-link id per transfer), ``n_links``, ``op_kind``,
+        ``op_stage``.
 
     Raises
     ------
@@ -195,8 +197,18 @@ def structure(schedule):
     out_ptr = np.searchsorted(x_src, np.arange(n + 1))
     dev_ptr = np.searchsorted(dev, np.arange(p + 1))
 
+    # Directed links that carry traffic, numbered compactly.
+    src_dev = dev[x_src]
+    dst_dev = dev[x_dst]
+    _, x_link = np.unique(src_dev * p + dst_dev, return_inverse=True)
     return {
         "stages": S,
+        "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
+        "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
+        "x_src_dev": src_dev,
+        "x_dst_dev": dst_dev,
+        "x_link": np.ascontiguousarray(x_link.reshape(-1).astype(np.int32)),
+        "n_links": int(x_link.max()) + 1 if x_link.size else 0,
         "microbatches": m,
         "placement": placement,
         "dev_ptr": dev_ptr.astype(np.int64),

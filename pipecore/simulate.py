@@ -55,10 +55,12 @@ class Compiled:
         n = self.op_kind.shape[0]
         nx = self.x_dst.shape[0]
         p = self.dev_ptr.shape[0] - 1
-        start = np.full(n, np.nan)
-        finish = np.full(n, np.nan)
-        x_start = np.full(nx, np.nan)
-        x_arrival = np.full(nx, np.nan)
+        # np.empty: the kernel writes every entry of an op or transfer that
+        # runs; entries of ops stuck in a deadlock are never read.
+        start = np.empty(n)
+        finish = np.empty(n)
+        x_start = np.empty(nx)
+        x_arrival = np.empty(nx)
         head = np.empty(p, dtype=np.int64)
         status = _kernels.list_schedule(
             self.dev_ptr, self.op_kind, self.op_stage, self.dep, self.xfer, self.out_ptr,
@@ -112,38 +114,29 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[2] = arrays["w"]
     stage_cost[3] = arrays["b"] + arrays["w"]
 
-    dev = schedule._column("device")
-    op_stage = np.ascontiguousarray(schedule._column("stage"), dtype=np.int32)
     x_src = st["x_src"]
-    x_dst = st["x_dst"]
-    src_dev = dev[x_src].astype(np.int64)
-    dst_dev = dev[x_dst].astype(np.int64)
-    send_stage = op_stage[x_src]
-    # Directed links that carry traffic, numbered compactly.
-    pair = src_dev * p + dst_dev
-    _, x_link = np.unique(pair, return_inverse=True)
-    n_links = int(x_link.max()) + 1 if x_link.size else 0
+    send_stage = st["op_stage"][x_src]
     lat = arrays["comm"][send_stage]
     if network is None:
         ser = np.zeros(len(x_src))
     else:
         nbytes = per_stage_direct("Network", "bytes", network.bytes, S)[send_stage]
-        bw, net_lat = network.link_params(src_dev, dst_dev)
+        bw, net_lat = network.link_params(st["x_src_dev"], st["x_dst_dev"])
         ser = nbytes / bw
         lat = lat + net_lat
     return Compiled(
         dev_ptr=st["dev_ptr"],
-        op_kind=schedule.kind_codes,
-        op_stage=op_stage,
+        op_kind=st["op_kind"],
+        op_stage=st["op_stage"],
         dep=st["dep"],
         xfer=st["xfer"],
         out_ptr=st["out_ptr"],
-        x_dst=x_dst,
-        x_link=np.ascontiguousarray(x_link, dtype=np.int32),
+        x_dst=st["x_dst"],
+        x_link=st["x_link"],
         x_ser=np.ascontiguousarray(ser, dtype=np.float64),
         x_lat=np.ascontiguousarray(lat, dtype=np.float64),
         stage_cost=stage_cost,
-        n_links=n_links,
+        n_links=st["n_links"],
         act=arrays["activation"],
         act_w=arrays["activation_w"],
         stage_arrays=arrays,

@@ -1,0 +1,84 @@
+"""Speed of one simulation: kernel, end-to-end simulate(), and the reference.
+
+Run: pytest bench/ --benchmark-only
+Each group holds pipecore and the pure-Python reference on the same input in
+the same run, and the summary prints the ratio of medians.
+"""
+
+import pytest
+
+import pipecore as pc
+from reference import simulate_reference
+
+CASES = {
+    "p8-m32": ("1f1b", 8, 32, 1),
+    "p8-m32-interleaved": ("interleaved-1f1b", 8, 32, 2),
+    "p64-m256": ("1f1b", 64, 256, 1),
+}
+COSTS = pc.Costs(f=1.0, b=2.0, w=0.0, comm=0.0)
+NETWORK = pc.Network.uniform(bytes=1.0, bandwidth=2.0, latency=0.1)
+
+
+def _setup(case, network):
+    name, p, m, v = CASES[case]
+    sched = pc.build(name, p, m, chunks=v)
+    return sched, pc.compile_schedule(sched, COSTS, network)
+
+
+def _reference_inputs(sched, network):
+    arrays = COSTS.stage_arrays(sched.stages, sched.devices)
+    if network is None:
+        def link(src, dst, s):
+            return 0.0, 0.0
+    else:
+        def link(src, dst, s):
+            return network.bytes / network.bandwidth, network.latency
+    return (sched.programs(), arrays["f"].tolist(), arrays["b"].tolist(), arrays["w"].tolist(),
+            arrays["activation"].tolist(), arrays["activation_w"].tolist(), link)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("net", ["nocomm", "contention"])
+def test_kernel(benchmark, case, net):
+    network = NETWORK if net == "contention" else None
+    sched, compiled = _setup(case, network)
+    benchmark.group = f"{case}-{net}"
+    benchmark.name = "kernel (list_schedule on compiled arrays)"
+    compiled.run()  # compile / load from cache outside the timing
+    status, *_ = benchmark(compiled.run)
+    assert status == 0
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("net", ["nocomm", "contention"])
+def test_simulate_end_to_end(benchmark, case, net):
+    network = NETWORK if net == "contention" else None
+    sched, _ = _setup(case, network)
+    benchmark.group = f"{case}-{net}"
+    benchmark.name = "pc.simulate (compile + kernel + result)"
+
+    def run():
+        return pc.simulate(sched, COSTS, network).makespan
+
+    run()
+    benchmark(run)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("net", ["nocomm", "contention"])
+def test_reference(benchmark, case, net):
+    network = NETWORK if net == "contention" else None
+    sched, compiled = _setup(case, network)
+    benchmark.group = f"{case}-{net}"
+    benchmark.name = "reference (pure Python)"
+    args = _reference_inputs(sched, network)
+    out = benchmark(simulate_reference, *args)
+    # Same answer as the kernel, so the two timings are for the same work.
+    status, start, finish, *_ = compiled.run()
+    assert out["makespan"] == finish.max()
+
+
+def test_build_p64_m256(benchmark):
+    benchmark.group = "build"
+    benchmark.name = "pc.build 1f1b p=64 m=256 (32768 ops)"
+    benchmark(pc.build, "1f1b", 64, 256)
