@@ -12,7 +12,7 @@ STATUS_DEADLOCK = 1
 
 
 @njit(cache=True)
-def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
+def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
                   x_ser, x_lat, stage_cost, n_links,
                   start, finish, x_start, x_arrival, head):
     """Fill op and transfer times; return a status code.
@@ -30,60 +30,55 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
     """
     p = dev_ptr.shape[0] - 1
     n = op_kind.shape[0]
-    nx = x_dst.shape[0]
+    nx = x_dst_dev.shape[0]
     done = np.zeros(n, dtype=np.bool_)
     x_done = np.zeros(nx, dtype=np.bool_)
-    dev_free = np.zeros(p, dtype=np.float64)
     link_free = np.zeros(n_links, dtype=np.float64)
-    # Device of each op, for waking the consumer of an arrived transfer.
-    op_dev = np.empty(n, dtype=np.int32)
-    for d in range(p):
-        head[d] = dev_ptr[d]
-        for i in range(dev_ptr[d], dev_ptr[d + 1]):
-            op_dev[i] = d
+    # Devices to look at again: all at first, then the receivers of transfers.
     stack = np.empty(p, dtype=np.int64)
-    queued = np.zeros(p, dtype=np.bool_)
+    queued = np.ones(p, dtype=np.bool_)
     top = 0
     for d in range(p - 1, -1, -1):
+        head[d] = dev_ptr[d]
         stack[top] = d
         top += 1
-        queued[d] = True
+    dev_free = np.zeros(p, dtype=np.float64)
 
     while top > 0:
         top -= 1
         d = stack[top]
         queued[d] = False
+        h = head[d]
         end = dev_ptr[d + 1]
-        while head[d] < end:
-            i = head[d]
-            t = dev_free[d]
+        t_free = dev_free[d]
+        while h < end:
+            t = t_free
             ready = True
             for j in range(2):
-                q = dep[i, j]
+                q = dep[h, j]
                 if q < 0:
                     continue
-                x = xfer[i, j]
+                x = xfer[h, j]
                 if x >= 0:
                     if not x_done[x]:
                         ready = False
                         break
-                    if x_arrival[x] > t:
-                        t = x_arrival[x]
+                    a = x_arrival[x]
                 else:
                     if not done[q]:
                         ready = False
                         break
-                    if finish[q] > t:
-                        t = finish[q]
+                    a = finish[q]
+                if a > t:
+                    t = a
             if not ready:
                 break
-            start[i] = t
-            f = t + stage_cost[op_kind[i], op_stage[i]]
-            finish[i] = f
-            done[i] = True
-            dev_free[d] = f
-            head[d] = i + 1
-            for x in range(out_ptr[i], out_ptr[i + 1]):
+            f = t + stage_cost[op_kind[h], op_stage[h]]
+            start[h] = t
+            finish[h] = f
+            done[h] = True
+            t_free = f
+            for x in range(out_ptr[h], out_ptr[h + 1]):
                 ser = x_ser[x]
                 if ser == 0.0:
                     x_start[x] = f
@@ -98,11 +93,14 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
                     x_start[x] = s
                     x_arrival[x] = e + x_lat[x]
                 x_done[x] = True
-                c = op_dev[x_dst[x]]
+                c = x_dst_dev[x]
                 if not queued[c]:
                     queued[c] = True
                     stack[top] = c
                     top += 1
+            h += 1
+        head[d] = h
+        dev_free[d] = t_free
 
     for d in range(p):
         if head[d] < dev_ptr[d + 1]:

@@ -206,7 +206,7 @@ def structure(schedule):
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
         "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
         "x_src_dev": src_dev,
-        "x_dst_dev": dst_dev,
+        "x_dst_dev": np.ascontiguousarray(dst_dev.astype(np.int32)),
         "x_link": np.ascontiguousarray(x_link.reshape(-1).astype(np.int32)),
         "n_links": int(x_link.max()) + 1 if x_link.size else 0,
         "microbatches": m,

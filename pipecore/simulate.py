@@ -34,6 +34,7 @@ class Compiled:
     xfer: np.ndarray
     out_ptr: np.ndarray
     x_dst: np.ndarray
+    x_dst_dev: np.ndarray
     x_link: np.ndarray
     x_ser: np.ndarray
     x_lat: np.ndarray
@@ -64,7 +65,7 @@ class Compiled:
         head = np.empty(p, dtype=np.int64)
         status = _kernels.list_schedule(
             self.dev_ptr, self.op_kind, self.op_stage, self.dep, self.xfer, self.out_ptr,
-            self.x_dst, self.x_link, self.x_ser, self.x_lat, self.stage_cost, self.n_links,
+            self.x_dst_dev, self.x_link, self.x_ser, self.x_lat, self.stage_cost, self.n_links,
             start, finish, x_start, x_arrival, head)
         return status, start, finish, x_start, x_arrival, head
 
@@ -132,6 +133,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         xfer=st["xfer"],
         out_ptr=st["out_ptr"],
         x_dst=st["x_dst"],
+        x_dst_dev=st["x_dst_dev"],
         x_link=st["x_link"],
         x_ser=np.ascontiguousarray(ser, dtype=np.float64),
         x_lat=np.ascontiguousarray(lat, dtype=np.float64),
