@@ -23,5 +23,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         ref = [m for name, m in rows if "reference" in name]
         terminalreporter.write_line(f"[{group}]")
         for name, median in sorted(rows, key=lambda r: r[1]):
-            ratio = f"  {ref[0] / median:8.1f}x faster than reference" if ref and "reference" not in name else ""
+            ratio = ""
+            if ref and "reference" not in name:
+                ratio = f"  {ref[0] / median:8.1f}x faster than reference"
             terminalreporter.write_line(f"  {name:<45} median {median * 1e6:12.1f} us{ratio}")

@@ -6,9 +6,9 @@ the same run, and the summary prints the ratio of medians.
 """
 
 import pytest
+from reference import simulate_reference
 
 import pipecore as pc
-from reference import simulate_reference
 
 CASES = {
     "p8-m32": ("1f1b", 8, 32, 1),

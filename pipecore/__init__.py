@@ -7,12 +7,12 @@
 """
 
 from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
+from .compare import compare
 from .costs import Costs, Network
+from .formulas import formula
 from .schedules import Family, build, family, register, schedules
 from .simulate import Result, compile_schedule, simulate, validate
-from .formulas import formula
 from .table import IdealTable, ideal_table
-from .compare import compare
 
 __version__ = "0.1.0"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -101,7 +101,7 @@ class Action:
         return f"{self.stage}{self.kind}{self.microbatch}"
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         """Parse the compact form ``"<stage><kind><microbatch>"``.
 
         Parameters
@@ -192,7 +192,7 @@ class Schedule:
 
     # -- construction -------------------------------------------------
     @classmethod
-    def from_arrays(cls, device, slot, kind, stage, microbatch, **kwargs) -> "Schedule":
+    def from_arrays(cls, device, slot, kind, stage, microbatch, **kwargs) -> Schedule:
         """Build a schedule from column arrays.
 
         Parameters
@@ -238,7 +238,7 @@ class Schedule:
         return cls(table, **kwargs)
 
     @classmethod
-    def from_programs(cls, programs: Sequence[Sequence[tuple]], **kwargs) -> "Schedule":
+    def from_programs(cls, programs: Sequence[Sequence[tuple]], **kwargs) -> Schedule:
         """Build from per-device lists of ``(kind, stage, microbatch)`` tuples.
 
         Parameters
@@ -261,7 +261,8 @@ class Schedule:
         lengths = [len(p) for p in programs]
         total = sum(lengths)
         device = np.repeat(np.arange(len(programs), dtype=np.int32), lengths)
-        slot = np.concatenate([np.arange(k, dtype=np.int32) for k in lengths]) if total else np.zeros(0, np.int32)
+        slot = (np.concatenate([np.arange(k, dtype=np.int32) for k in lengths])
+                if total else np.zeros(0, np.int32))
         flat = [op for prog in programs for op in prog]
         if flat:
             kinds, stages, mbs = zip(*flat)

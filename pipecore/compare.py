@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
+from ._schedule import _check_int
 from .costs import Costs, Network
 from .formulas import formula
 from .schedules import build, family, schedules
@@ -54,6 +54,11 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         For bad devices, microbatches, chunks or costs, or an unknown name.
     """
     costs = Costs() if costs is None else costs
+    # Shape errors are the caller's; a family that cannot take a valid shape
+    # is reported in its row instead.
+    devices = _check_int("devices", devices, minimum=1)
+    microbatches = _check_int("microbatches", microbatches, minimum=1)
+    chunks = _check_int("chunks", chunks, minimum=1)
     if names is None:
         names = schedules()
     rows = []
@@ -64,8 +69,6 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         try:
             sched = build(fam.name, devices, microbatches, chunks=v)
         except ValueError as exc:
-            if "'devices'" in str(exc) or "'microbatches'" in str(exc) or "'chunks'" in str(exc):
-                raise
             row["error"] = str(exc)
             rows.append(row)
             continue

@@ -220,7 +220,7 @@ class Network:
         object.__setattr__(self, "inter_latency", _check_value("Network", "inter_latency", lat))
 
     @classmethod
-    def uniform(cls, bytes, bandwidth, latency=0.0) -> "Network":
+    def uniform(cls, bytes, bandwidth, latency=0.0) -> Network:
         """Every link has the same bandwidth and latency.
 
         Parameters
@@ -245,7 +245,7 @@ class Network:
 
     @classmethod
     def two_level(cls, bytes, devices_per_node, intra_bandwidth, inter_bandwidth,
-                  intra_latency=0.0, inter_latency=0.0) -> "Network":
+                  intra_latency=0.0, inter_latency=0.0) -> Network:
         """Fast links inside a node, slower ones between nodes.
 
         Parameters

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 import pyarrow as pa
@@ -141,7 +142,7 @@ def _assign_lanes(
     """
     lanes = np.zeros(keys.shape[0], dtype=np.int64)
     order = np.lexsort((end, start, keys))
-    lane_ends: Dict[int, List[float]] = {}
+    lane_ends: dict[int, list[float]] = {}
     for i in order.tolist():
         ends = lane_ends.setdefault(int(keys[i]), [])
         s = start[i]
@@ -156,7 +157,7 @@ def _assign_lanes(
     return lanes
 
 
-def _metadata(pid: int, tid: int, name: str, value: Any) -> Dict[str, Any]:
+def _metadata(pid: int, tid: int, name: str, value: Any) -> dict[str, Any]:
     """A Chrome trace metadata ("M") event."""
     arg = "sort_index" if name.endswith("sort_index") else "name"
     return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {arg: value}}
@@ -209,7 +210,7 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> 
         raise ValueError(f"time_scale must be a positive finite number, got {time_scale!r}")
 
     out = Path(path)
-    events: List[Dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
     events.extend(_compute_events(result, scale))
     events.extend(_memory_events(result.memory, scale))
     events.extend(_link_events(result.transfers, scale))
@@ -221,7 +222,7 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> 
     return out
 
 
-def _compute_events(result: Any, scale: float) -> List[Dict[str, Any]]:
+def _compute_events(result: Any, scale: float) -> list[dict[str, Any]]:
     """Metadata plus one "X" event per op, in pid 0."""
     ops = result.ops
     _require_columns(ops, _OPS_COLUMNS, "ops")
@@ -238,7 +239,7 @@ def _compute_events(result: Any, scale: float) -> List[Dict[str, Any]]:
     if device.size:
         n_dev = max(n_dev, int(device.max()) + 1)
 
-    events: List[Dict[str, Any]] = [
+    events: list[dict[str, Any]] = [
         _metadata(_PID_COMPUTE, 0, "process_name", "compute"),
         _metadata(_PID_COMPUTE, 0, "process_sort_index", _PID_COMPUTE),
     ]
@@ -284,7 +285,7 @@ def _compute_events(result: Any, scale: float) -> List[Dict[str, Any]]:
     return events
 
 
-def _memory_events(memory: pa.Table, scale: float) -> List[Dict[str, Any]]:
+def _memory_events(memory: pa.Table, scale: float) -> list[dict[str, Any]]:
     """One "C" counter event per memory sample, in pid 0."""
     if memory is None or memory.num_rows == 0:
         return []
@@ -308,7 +309,7 @@ def _memory_events(memory: pa.Table, scale: float) -> List[Dict[str, Any]]:
     ]
 
 
-def _link_events(transfers: pa.Table, scale: float) -> List[Dict[str, Any]]:
+def _link_events(transfers: pa.Table, scale: float) -> list[dict[str, Any]]:
     """Metadata plus one "X" event per transfer, in pid 1."""
     if transfers is None or transfers.num_rows == 0:
         return []
@@ -333,7 +334,7 @@ def _link_events(transfers: pa.Table, scale: float) -> List[Dict[str, Any]]:
     tracks, tid = np.unique(np.stack([link_id, lanes], axis=1), axis=0, return_inverse=True)
     tid = np.asarray(tid).reshape(-1)
 
-    events: List[Dict[str, Any]] = [
+    events: list[dict[str, Any]] = [
         _metadata(_PID_LINKS, 0, "process_name", "links"),
         _metadata(_PID_LINKS, 0, "process_sort_index", _PID_LINKS),
     ]
@@ -532,7 +533,7 @@ def write_gantt(
         ax.add_collection(coll)
 
     # --- transfers as thin diagonal lines sender -> receiver.
-    legend_handles: List[Any] = [
+    legend_handles: list[Any] = [
         Patch(facecolor=_KIND_COLOURS[k], label=k) for k in kinds_present
     ] + [Patch(facecolor=_UNKNOWN_COLOUR, label=k) for k in extra]
     transfers = getattr(result, "transfers", None)

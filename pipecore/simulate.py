@@ -359,6 +359,74 @@ class Result:
             "busy": self.busy.tolist(),
         }
 
+    def write_parquet(self, path):
+        """Write the op table (with start and finish) to Parquet.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Returns
+        -------
+        pathlib.Path
+
+        Raises
+        ------
+        OSError
+            If the file cannot be written.
+        """
+        from .output import write_parquet
+
+        return write_parquet(self, path)
+
+    def write_trace(self, path, time_scale: float = 1.0):
+        """Write a Chrome trace JSON (ops, transfers, memory) for Perfetto.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        time_scale : float, default 1.0
+            Trace microseconds per time unit.
+
+        Returns
+        -------
+        pathlib.Path
+
+        Raises
+        ------
+        ValueError
+            If ``time_scale`` is not a positive finite number.
+        OSError
+            If the file cannot be written.
+        """
+        from .output import write_chrome_trace
+
+        return write_chrome_trace(self, path, time_scale=time_scale)
+
+    def write_gantt(self, path, title=None, show_transfers: bool = False):
+        """Write a Gantt chart PNG (needs the ``plot`` extra).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        title : str, optional
+        show_transfers : bool, default False
+
+        Returns
+        -------
+        pathlib.Path
+
+        Raises
+        ------
+        pipecore.output.MissingDependencyError
+            If matplotlib is not installed.
+        OSError
+            If the file cannot be written.
+        """
+        from .output import write_gantt
+
+        return write_gantt(self, path, title=title, show_transfers=show_transfers)
+
     def __repr__(self) -> str:
         return (f"Result({self.name!r}, devices={self.devices}, makespan={self.makespan:g}, "
                 f"bubble_ratio={self.bubble_ratio:.4f})")

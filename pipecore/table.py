@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _kernels
 from ._schedule import KINDS, Schedule
 from .costs import Costs
 from .simulate import _deadlock_error, compile_schedule
-from . import _kernels
 
 __all__ = ["IdealTable", "ideal_table"]
 

@@ -30,18 +30,38 @@ _BACKWARD = ("B", "BW")
 
 
 def simulate_reference(programs, f, b, w, act, act_w, link):
-    """
-    programs: list over devices; programs[d] is a list of (kind, stage, microbatch) tuples, kind in {"F","B","W","BW"}, in program (slot) order. A device may have an empty program.
-    f, b, w, act, act_w: sequences indexed by stage (floats): durations per stage and memory per stage (see semantics.md).
-    link: callable link(src_device, dst_device, producer_stage) -> (ser, lat), both floats >= 0, giving a transfer's serialisation time and latency.
-    Returns a dict:
-      "status": "ok" or "deadlock"
-      "start", "finish": list over devices of lists of floats (same shape as programs); for ops never started under deadlock use None
-      "makespan": max finish (float; 0.0 if no ops; under deadlock the max over finished ops)
-      "transfers": list of dicts, one per cross-device dependency edge, sorted by (producer device, producer slot, consumer device, consumer slot), keys: src_device, src_slot, dst_device, dst_slot, ready, start, end (= start + ser, when the link is released), arrival. Under deadlock include only transfers whose times are known.
-      "peak": list over devices of peak memory (float), computed per semantics.md (program-order running total; independent of times, so defined even under deadlock)
-      "memory": list over devices of lists of (time, total_after_event) in program order: F contributes an event at its start time with +act, B at its finish with -(act-act_w), W at its finish with -act_w, BW at its finish with -act (only for ops that ran)
-      "blocked": list of (device, slot) of the head op of every device that could not finish its program (empty when ok)
+    """Simulate per-device programs exactly as docs/semantics.md says.
+
+    Parameters
+    ----------
+    programs : list of list of tuple
+        ``programs[d]`` holds ``(kind, stage, microbatch)`` tuples in program
+        (slot) order, kind in {"F", "B", "W", "BW"}; a program may be empty.
+    f, b, w, act, act_w : sequences of float
+        Per stage: durations, and the memory F allocates / W still needs.
+    link : callable
+        ``link(src_device, dst_device, producer_stage) -> (ser, lat)``, both
+        >= 0: a transfer's serialisation time and latency.
+
+    Returns
+    -------
+    dict
+        ``status`` ("ok" or "deadlock"); ``start`` and ``finish`` (shaped
+        like programs, None for ops that never ran); ``makespan`` (largest
+        finish, 0.0 without ops); ``transfers`` (one dict per cross-device
+        edge whose times are known, sorted by producer device and slot, then
+        consumer device and slot, with keys src_device, src_slot,
+        dst_device, dst_slot, ready, start, end = start + ser, arrival);
+        ``peak`` (per device, program-order running total, defined even
+        under deadlock); ``memory`` (per device, ``(time, total)`` after
+        each event of an op that ran: F at its start with +act, B at its
+        finish with -(act - act_w), W with -act_w, BW with -act); ``blocked``
+        (``(device, slot)`` of every device's stuck head op).
+
+    Raises
+    ------
+    ValueError
+        For negative or NaN durations, ser or lat, or a malformed schedule.
     """
     f = [float(x) for x in f]
     b = [float(x) for x in b]
@@ -212,7 +232,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
             ser = float(ser)
             lat = float(lat)
             if not (ser >= 0.0 and lat >= 0.0):
-                raise ValueError("link(%d, %d, %d) returned ser=%r lat=%r; both must be >= 0" % (src, dst, op_stage[pg], ser, lat))
+                raise ValueError("link(%d, %d, %d) returned ser=%r lat=%r; both must be >= 0"
+                                 % (src, dst, op_stage[pg], ser, lat))
             if ser == 0:
                 tr_start = ready
             else:

@@ -10,7 +10,8 @@ test from those formulas, never from pipecore.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pipecore as pc
 

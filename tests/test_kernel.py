@@ -9,11 +9,12 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import simulate_reference
 
 import pipecore as pc
 from pipecore.testing import costs, family_schedules, networks, random_programs, schedules
-from reference import simulate_reference
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

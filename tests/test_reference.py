@@ -63,7 +63,8 @@ def run(programs, f, b, w, link=no_link, act=None, act_w=None):
 
 
 def tr_tuple(t):
-    return (t["src_device"], t["src_slot"], t["dst_device"], t["dst_slot"], t["ready"], t["start"], t["end"], t["arrival"])
+    return (t["src_device"], t["src_slot"], t["dst_device"], t["dst_slot"],
+            t["ready"], t["start"], t["end"], t["arrival"])
 
 
 # ----------------------------------------------------------------------
@@ -594,7 +595,7 @@ def test_random_instances_satisfy_contract(allow_deadlock):
     statuses = set()
     for _ in range(300):
         progs, f, b, w, act, act_w, table, deps = _random_instance(rng, allow_deadlock)
-        r = simulate_reference(progs, f, b, w, act, act_w, lambda s, d, st: table[(s, d, st)])
+        r = simulate_reference(progs, f, b, w, act, act_w, lambda s, d, st, t=table: t[(s, d, st)])
         _check_contract(progs, f, b, w, act, act_w, table, deps, r)
         statuses.add(r["status"])
         if not allow_deadlock:
@@ -608,11 +609,13 @@ def test_negative_values_rejected():
     with pytest.raises(ValueError):
         simulate_reference(progs, [-1.0], [1.0], [1.0], [1.0], [0.0], no_link)
     with pytest.raises(ValueError):
-        simulate_reference(gpipe(2, 1), [1.0] * 2, [1.0] * 2, [0.0] * 2, [1.0] * 2, [0.0] * 2, const_link(-1.0, 0.0))
+        simulate_reference(gpipe(2, 1), [1.0] * 2, [1.0] * 2, [0.0] * 2, [1.0] * 2, [0.0] * 2,
+                           const_link(-1.0, 0.0))
 
 
 def test_invalid_schedule_rejected():
     with pytest.raises(ValueError):
-        simulate_reference([[("F", 1, 0)]], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], no_link)
+        simulate_reference([[("F", 1, 0)]], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                           no_link)
     with pytest.raises(ValueError):
         simulate_reference([[("X", 0, 0)]], [1.0], [1.0], [1.0], [1.0], [0.0], no_link)

@@ -3,9 +3,9 @@ the device, slot, stage, microbatch and rule, with the bad op marked."""
 
 import math
 
-import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pipecore as pc
 from pipecore import Action, ScheduleError, from_actions

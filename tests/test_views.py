@@ -137,3 +137,15 @@ def test_cli_rejects_nonpositive_shape(capsys):
         main(["simulate", "1f1b", "-p", "0", "-m", "2"])
     assert info.value.code == 2
     assert "must be >= 1 (got 0)" in capsys.readouterr().err
+
+
+def test_result_writers(tmp_path):
+    res = pc.simulate(pc.build("gpipe", 2, 2), pc.Costs())
+    assert pq.read_table(res.write_parquet(tmp_path / "o.parquet")).num_rows == 8
+    assert json.loads(res.write_trace(tmp_path / "t.json").read_text())["traceEvents"]
+    assert res.write_gantt(tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_rejects_bad_shape():
+    with pytest.raises(ValueError, match=r"'devices' must be >= 1 \(got 0\)"):
+        compare(0, 4)

@@ -7,8 +7,8 @@ formula for its makespan and peak activation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .._schedule import Schedule, _check_int
 
@@ -148,4 +148,4 @@ def _programs_to_schedule(name, programs, devices):
 
 
 # Importing the family modules registers them.
-from . import gpipe, onef1b, interleaved, bfs  # noqa: E402,F401
+from . import bfs, gpipe, interleaved, onef1b  # noqa: E402,F401
