@@ -44,6 +44,7 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         One row per family: ``name``, ``chunks``, ``makespan``,
         ``formula_makespan``, ``table_slots``, ``formula_slots``,
         ``bubble_ratio``, ``formula_bubble_ratio``, ``bubble_rate``,
+        ``formula_bubble_rate``, ``formula_exact``,
         ``peak_max``/``peak_min`` and their ``formula_`` twins,
         ``flags`` (list of disagreements), ``error`` (why the family could
         not be built, else None), and ``result`` (the simulation).
@@ -86,14 +87,24 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
             bubble_ratio=res.bubble_ratio,
             formula_bubble_ratio=fm["bubble_ratio"],
             bubble_rate=res.bubble_rate,
+            formula_bubble_rate=fm["bubble_rate"],
+            formula_exact=bool(fm["exact"]),
             peak_max=float(peak.max()),
             peak_min=float(peak.min()),
             formula_peak_max=float(fm["peak_activation"].max()),
             formula_peak_min=float(fm["peak_activation"].min()),
         )
         comm = network is not None or np.any(np.asarray(costs.comm) > 0)
+        why = []
+        if comm:
+            why.append("communication")
+        if not fm["exact"]:
+            why.append("formula approximate for these costs")
+        note = f" ({', '.join(why)})" if why else ""
         if not _close(res.makespan, fm["makespan"]):
-            row["flags"].append("sim vs formula: makespan" + (" (communication)" if comm else ""))
+            row["flags"].append("sim vs formula: makespan" + note)
+        if not _close(res.bubble_rate, fm["bubble_rate"]):
+            row["flags"].append("sim vs formula: bubble rate" + note)
         if not _close(table.length, unit["makespan"]):
             row["flags"].append("table vs formula: slots")
         if not np.allclose(peak, fm["peak_activation"], rtol=_TOL, atol=_TOL):
@@ -114,16 +125,17 @@ def format_compare(rows: list[dict]) -> str:
     str
     """
     head = ["schedule", "v", "makespan", "formula", "slots", "f.slots", "bubble",
-            "f.bubble", "zb-rate", "peak max", "f.max", "peak min", "f.min", "agree"]
+            "f.bubble", "zb-rate", "f.zb-rate", "peak max", "f.max", "peak min", "f.min", "agree"]
     out = []
     for r in rows:
         if r["error"]:
-            out.append([r["name"], str(r["chunks"])] + ["-"] * 11 + ["n/a: " + r["error"]])
+            out.append([r["name"], str(r["chunks"])] + ["-"] * 12 + ["n/a: " + r["error"]])
             continue
         out.append([
             r["name"], str(r["chunks"]), f"{r['makespan']:.6g}", f"{r['formula_makespan']:.6g}",
             str(r["table_slots"]), f"{r['formula_slots']:.6g}", f"{r['bubble_ratio']:.4f}",
             f"{r['formula_bubble_ratio']:.4f}", f"{r['bubble_rate']:.4f}",
+            f"{r['formula_bubble_rate']:.4f}",
             f"{r['peak_max']:.4g}", f"{r['formula_peak_max']:.4g}",
             f"{r['peak_min']:.4g}", f"{r['formula_peak_min']:.4g}",
             "yes" if not r["flags"] else "NO: " + "; ".join(r["flags"]),

@@ -29,7 +29,8 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
     -------
     dict
         ``makespan``, ``bubble_time`` (idle time of one device),
-        ``bubble_ratio`` (``1 - busy / makespan``), ``peak_activation``
+        ``bubble_ratio`` (``1 - busy / makespan``), ``bubble_rate`` (the
+        zero-bubble papers' ``bubble / (busy + bubble)``), ``peak_activation``
         (numpy array per device, in the units of ``costs.activation``),
         ``exact`` (False where the literature's formula is approximate).
 
@@ -44,15 +45,17 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
     if fam_name is None:
         raise ValueError(f"schedule {schedule.name!r} was not built by pipecore.build; "
                          f"closed forms exist only for the families")
-    for name in ("f", "b", "w", "activation"):
+    for name in ("f", "b", "w", "comm", "activation", "activation_w"):
         if np.ndim(getattr(costs, name)) != 0:
             raise ValueError(f"closed forms assume equal stages: Costs '{name}' must be a "
                              f"scalar (got a vector)")
     p = schedule.params["devices"]
     m = schedule.params["microbatches"]
     v = schedule.params["chunks"]
-    out = dict(family(fam_name).formula(p, m, v, costs.f, costs.b, costs.w))
+    out = dict(family(fam_name).formula(p, m, v, costs))
     busy = m * (costs.f + costs.b + costs.w)
     out["bubble_ratio"] = 1.0 - busy / out["makespan"] if out["makespan"] else 0.0
-    out["peak_activation"] = np.asarray(out["peak_activation"], dtype=float) * costs.activation
+    span = busy + out["bubble_time"]
+    out["bubble_rate"] = out["bubble_time"] / span if span else 0.0
+    out["peak_activation"] = np.asarray(out["peak_activation"], dtype=float)
     return out

@@ -26,15 +26,19 @@ class Family:
     builder : callable
         ``builder(devices, microbatches, chunks) -> Schedule``.
     formula : callable
-        ``formula(devices, microbatches, chunks, f, b, w) -> dict`` with
-        ``makespan``, ``bubble_time``, ``peak_activation`` (per device, in M)
-        and ``exact`` (whether the formula is exact or an approximation).
+        ``formula(devices, microbatches, chunks, costs) -> dict`` (scalar
+        costs) with ``makespan``, ``bubble_time`` (idle time within the
+        longest per-device span), ``peak_activation`` (per device, in the
+        units of ``costs.activation``) and ``exact`` (False where the
+        formula is only an approximation for these costs).
     chunks : bool
         Whether the family takes ``chunks`` (stages per device) > 1.
     default_chunks : int
         What ``chunks`` is when not given.
     summary : str
         One line for listings.
+    split : bool
+        Whether the family splits the backward into B and W.
     """
 
     name: str
@@ -43,6 +47,7 @@ class Family:
     chunks: bool = False
     default_chunks: int = 1
     summary: str = ""
+    split: bool = False
 
 
 _REGISTRY: dict[str, Family] = {}
@@ -148,4 +153,4 @@ def _programs_to_schedule(name, programs, devices):
 
 
 # Importing the family modules registers them.
-from . import bfs, gpipe, interleaved, onef1b  # noqa: E402,F401
+from . import bfs, gpipe, interleaved, onef1b, zerobubble  # noqa: E402,F401

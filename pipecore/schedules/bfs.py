@@ -21,16 +21,17 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     return _programs_to_schedule("looped-bfs", programs, p)
 
 
-def formula_looped_bfs(p, m, v, f, b, w):
+def formula_looped_bfs(p, m, v, c):
     """Each pass over a chunk takes max(m, p) op times, the last one m + p - 1.
 
     With m >= p this is the interleaved bubble (p-1)(F+B+W)/v; each device
     holds all m microbatches' activations at the turn.
     """
+    f, b, w = c.f, c.b, c.w
     t = f + b + w
     makespan = ((v - 1) * max(m, p) + m + p - 1) * t / v
     return {"makespan": makespan, "bubble_time": makespan - m * t,
-            "peak_activation": np.full(p, float(m)), "exact": True}
+            "peak_activation": np.full(p, float(m)) * c.activation, "exact": True}
 
 
 register(Family("looped-bfs", build_looped_bfs, formula_looped_bfs, chunks=True,

@@ -17,11 +17,12 @@ def build_gpipe(devices, microbatches, chunks=1):
     return _programs_to_schedule("gpipe", programs, devices)
 
 
-def formula_gpipe(p, m, v, f, b, w):
+def formula_gpipe(p, m, v, c):
     """Bubble (p-1)(F+B+W); every device holds all m activations at the flush."""
+    f, b, w = c.f, c.b, c.w
     t = f + b + w
     return {"makespan": (m + p - 1) * t, "bubble_time": (p - 1) * t,
-            "peak_activation": np.full(p, float(m)), "exact": True}
+            "peak_activation": np.full(p, float(m)) * c.activation, "exact": True}
 
 
 register(Family("gpipe", build_gpipe, formula_gpipe,

@@ -46,14 +46,15 @@ def build_interleaved(devices, microbatches, chunks=2):
     return _programs_to_schedule("interleaved-1f1b", programs, p)
 
 
-def formula_interleaved(p, m, v, f, b, w):
+def formula_interleaved(p, m, v, c):
     """Bubble (p-1)(F+B+W)/v; device d peaks at its warm-up count + 1 chunks."""
+    f, b, w = c.f, c.b, c.w
     t = f + b + w
     d = np.arange(p)
     warm = np.minimum(2 * (p - d - 1) + (v - 1) * p, m * v) if m != p else np.full(p, m * v)
     peak = np.minimum(warm + 1, m * v) / v
     return {"makespan": m * t + (p - 1) * t / v, "bubble_time": (p - 1) * t / v,
-            "peak_activation": peak.astype(float), "exact": True}
+            "peak_activation": peak * c.activation, "exact": True}
 
 
 register(Family("interleaved-1f1b", build_interleaved, formula_interleaved, chunks=True,

@@ -42,17 +42,18 @@ def build_eager_1f1b(devices, microbatches, chunks=1):
     return _programs_to_schedule("eager-1f1b", _one_f_one_b(devices, microbatches, warm), devices)
 
 
-def formula_1f1b(p, m, v, f, b, w):
+def formula_1f1b(p, m, v, c):
     """Bubble (p-1)(F+B+W); device d holds min(p-d, m) activations."""
+    f, b, w = c.f, c.b, c.w
     t = f + b + w
     return {"makespan": (m + p - 1) * t, "bubble_time": (p - 1) * t,
-            "peak_activation": np.minimum(p - np.arange(p), m).astype(float), "exact": True}
+            "peak_activation": np.minimum(p - np.arange(p), m) * c.activation, "exact": True}
 
 
-def formula_eager_1f1b(p, m, v, f, b, w):
+def formula_eager_1f1b(p, m, v, c):
     """As 1F1B without communication; device d holds min(2(p-d)-1, m)."""
-    out = formula_1f1b(p, m, v, f, b, w)
-    out["peak_activation"] = np.minimum(2 * (p - np.arange(p)) - 1, m).astype(float)
+    out = formula_1f1b(p, m, v, c)
+    out["peak_activation"] = np.minimum(2 * (p - np.arange(p)) - 1, m) * c.activation
     return out
 
 

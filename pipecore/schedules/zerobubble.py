@@ -1,0 +1,100 @@
+"""Handcrafted zero-bubble schedules ZB-H1 and ZB-H2 (Qi et al., "Zero Bubble
+Pipeline Parallelism", ICLR 2024): backward split into B (input gradient)
+and W (weight gradient), with W ops moved into what would be bubbles."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Family, _programs_to_schedule, register
+
+
+def split_1f1b(devices, microbatches, warmup, lag, name):
+    """1F1B-style programs with a split backward.
+
+    Device d runs ``warmup[d]`` forwards, then for each microbatch j: B(j),
+    the W that is ``lag[d]`` microbatches behind (W(j - lag[d])), and the
+    next forward; the lagging W ops run at the end. A lag of d's lets device
+    d fill its cool-down waits with weight gradients.
+    """
+    m = microbatches
+    programs = []
+    for d in range(devices):
+        k = min(warmup[d], m)
+        prog = [("F", d, j) for j in range(k)]
+        for j in range(m):
+            prog.append(("B", d, j))
+            if j - lag[d] >= 0:
+                prog.append(("W", d, j - lag[d]))
+            if j + k < m:
+                prog.append(("F", d, j + k))
+        prog += [("W", d, j) for j in range(max(0, m - lag[d]), m)]
+        programs.append(prog)
+    return _programs_to_schedule(name, programs, devices)
+
+
+def build_zb_h1(devices, microbatches, chunks=1):
+    """ZB-H1: 1F1B's warm-up (p - d forwards on device d); W lags B by d microbatches.
+
+    Peak activation stays at 1F1B's p*M_B on device 0 (device d holds
+    (p - d) M_B + d M_W); the bubble shrinks to (p-1)(T_F + T_B - T_W).
+    """
+    p = devices
+    return split_1f1b(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
+
+
+def build_zb_h2(devices, microbatches, chunks=1):
+    """ZB-H2: 2(p - d) - 1 warm-up forwards on device d; W lags B by 2d microbatches.
+
+    The extra forwards fill the warm-up bubble and the lagging W ops fill
+    the cool-down, for (2p-1) M_B of activation on device 0.
+    """
+    p = devices
+    return split_1f1b(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
+                      [2 * d for d in range(p)], "zb-h2")
+
+
+def _split_peak(p, m, warmup, lag, c):
+    """Peak of the split-1F1B programs: k M_B at the end of warm-up, then each
+    later forward adds M_B while up to ``lag`` finished B ops still hold M_W."""
+    k = np.minimum(warmup, m)
+    steady = np.maximum(m - k, 0)
+    held_w = np.minimum(steady, lag)
+    return k * c.activation + held_w * c.activation_w
+
+
+def formula_zb_h1(p, m, v, c):
+    """Bubble (p-1)(T_F + T_B - T_W) (ZB paper, section 3.1).
+
+    Exact here when T_W <= T_F (checked by property tests over p, m >= p
+    and a grid of times); otherwise the schedule idles more than that.
+    """
+    f, b, w = c.f, c.b, c.w
+    t = f + b + w
+    bubble = (p - 1) * (f + b - w)
+    d = np.arange(p)
+    return {"makespan": m * t + (p - 1) * max(f, f + b - w), "bubble_time": bubble,
+            "peak_activation": _split_peak(p, m, p - d, d, c),
+            "exact": w <= f and m >= p}
+
+
+def formula_zb_h2(p, m, v, c):
+    """Bubble max(0, (p-1)(T_F + T_B - 2 T_W)) (ZB paper, section 3.1).
+
+    Exact here when T_B <= T_F and m >= 2p (checked by property tests);
+    the makespan adds the (p-1) T_F it takes the first forward to reach
+    the last device, which the span-based bubble does not count.
+    """
+    f, b, w = c.f, c.b, c.w
+    t = f + b + w
+    bubble = max(0.0, (p - 1) * (f + b - 2 * w))
+    d = np.arange(p)
+    return {"makespan": m * t + max((p - 1) * f, bubble), "bubble_time": bubble,
+            "peak_activation": _split_peak(p, m, 2 * (p - d) - 1, 2 * d, c),
+            "exact": b <= f and m >= 2 * p}
+
+
+register(Family("zb-h1", build_zb_h1, formula_zb_h1, split=True,
+                summary="zero bubble H1: split backward, 1F1B memory"))
+register(Family("zb-h2", build_zb_h2, formula_zb_h2, split=True,
+                summary="zero bubble H2: split backward, (2p-1) M_B, no bubble"))
