@@ -115,7 +115,14 @@ def structure(schedule):
     has_back = (bw_idx >= 0) | (b_idx >= 0)
     missing = np.flatnonzero((f_idx < 0) | ~has_back | ((b_idx >= 0) != (w_idx >= 0)))
     if missing.size:
-        k = int(missing[0])
+        # Report a (stage, microbatch) that has some of its ops first: its
+        # present op marks where the program went wrong. A pair with no op at
+        # all usually only exists because another index ran past the range.
+        first_row = np.full(missing.size, n, dtype=np.int64)
+        for idx in (f_idx, b_idx, w_idx, bw_idx):
+            rows_k = idx[missing]
+            first_row = np.where((rows_k >= 0) & (rows_k < first_row), rows_k, first_row)
+        k = int(missing[int(np.argmin(first_row))])
         s_, mb_ = k // m, k % m
         if f_idx[k] < 0:
             need = "F"

@@ -65,7 +65,7 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
     rows = []
     for name in names:
         fam = family(name)
-        v = chunks if fam.chunks else 1
+        v = fam.chunks_for(chunks)
         row = {"name": fam.name, "chunks": v, "error": None, "flags": [], "result": None}
         try:
             sched = build(fam.name, devices, microbatches, chunks=v)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 try:
+    from hypothesis import reject
     from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pipecore.testing needs hypothesis: pip install 'pipecore[test]'") from exc
@@ -175,12 +176,17 @@ def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
     name = draw(st.sampled_from(sorted(names or _family_names())))
     fam = family(name)
     p = draw(st.integers(1, max_devices))
-    v = draw(st.integers(1, max_chunks)) if fam.chunks else 1
-    if name == "interleaved-1f1b":
+    v = fam.chunks_for(draw(st.integers(1, max_chunks)))
+    if draw(st.booleans()):
+        # Multiples of p suit every family; other counts test the rest.
         m = p * draw(st.integers(1, max(1, max_microbatches // p)))
     else:
         m = draw(st.integers(1, max_microbatches))
-    return build(name, p, m, chunks=v)
+    try:
+        return build(name, p, m, chunks=v)
+    except ValueError:
+        # This family does not take this shape (e.g. m not a multiple of p).
+        reject()
 
 
 @st.composite

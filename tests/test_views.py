@@ -50,12 +50,22 @@ def test_formula_requires_family_and_scalars():
 
 
 def test_compare_agrees_without_communication():
-    rows = compare(8, 32)
+    # Equal F, B, W: the regime in which every family's closed form is exact.
+    rows = compare(8, 32, costs=pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5))
     assert {r["name"] for r in rows} == set(pc.schedules())
     for r in rows:
-        assert r["error"] is None and r["flags"] == [], (r["name"], r["flags"])
+        assert r["error"] is None and r["formula_exact"], r["name"]
+        assert r["flags"] == [], (r["name"], r["flags"])
     by = {r["name"]: r for r in rows}
-    assert by["1f1b"]["makespan"] == 117.0 and by["gpipe"]["peak_max"] == 32.0
+    assert by["1f1b"]["makespan"] == (32 + 8 - 1) * 3 and by["gpipe"]["peak_max"] == 32.0
+
+
+def test_compare_marks_approximate_formulas():
+    # ZB-V's zero bubble needs T_F = T_B = T_W; with f=1, b=2, w=0 it is flagged as approximate.
+    rows = {r["name"]: r for r in compare(8, 32)}
+    assert not rows["zb-v"]["formula_exact"]
+    assert all("formula approximate" in f for f in rows["zb-v"]["flags"])
+    assert rows["1f1b"]["flags"] == [] and rows["1f1b"]["makespan"] == 117.0
 
 
 def test_compare_flags_communication_and_unbuildable():

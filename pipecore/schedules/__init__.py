@@ -39,6 +39,8 @@ class Family:
         One line for listings.
     split : bool
         Whether the family splits the backward into B and W.
+    fixed_chunks : int or None
+        The only ``chunks`` the family takes (2 for the V shapes).
     """
 
     name: str
@@ -48,6 +50,25 @@ class Family:
     default_chunks: int = 1
     summary: str = ""
     split: bool = False
+    fixed_chunks: int | None = None
+
+    def chunks_for(self, requested: int | None) -> int:
+        """The chunks this family uses when ``requested`` is asked for.
+
+        Parameters
+        ----------
+        requested : int or None
+            The caller's ``chunks`` (None for the family's default).
+
+        Returns
+        -------
+        int
+        """
+        if self.fixed_chunks is not None:
+            return self.fixed_chunks
+        if not self.chunks:
+            return 1
+        return self.default_chunks if requested is None else requested
 
 
 _REGISTRY: dict[str, Family] = {}
@@ -137,8 +158,11 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None)
     devices = _check_int("devices", devices, minimum=1)
     microbatches = _check_int("microbatches", microbatches, minimum=1)
     if chunks is None:
-        chunks = fam.default_chunks
+        chunks = fam.chunks_for(None)
     chunks = _check_int("chunks", chunks, minimum=1)
+    if fam.fixed_chunks is not None and chunks != fam.fixed_chunks:
+        raise ValueError(f"'{fam.name}' places {fam.fixed_chunks} stages per device: 'chunks' "
+                         f"must be {fam.fixed_chunks} (got {chunks})")
     if not fam.chunks and chunks != 1:
         raise ValueError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
                          f"(got {chunks}); interleaved families take chunks")
@@ -153,4 +177,4 @@ def _programs_to_schedule(name, programs, devices):
 
 
 # Importing the family modules registers them.
-from . import bfs, gpipe, interleaved, onef1b, zerobubble  # noqa: E402,F401
+from . import bfs, gpipe, interleaved, onef1b, vshape, zerobubble  # noqa: E402,F401

@@ -10,13 +10,16 @@ from . import Family, _programs_to_schedule, register
 def build_looped_bfs(devices, microbatches, chunks=2):
     """Every microbatch through chunk 0, then chunk 1, ...; backwards in reverse.
 
-    Chunk c of device d is stage c*p + d (the interleaved placement).
+    Chunk c of device d is stage c*p + d (the interleaved placement). The
+    backward pass takes chunks last to first and, within a chunk, the
+    microbatches last to first (the newest activation first), which is the
+    order PyTorch's ``ScheduleLoopedBFS`` uses.
     """
     p, m, v = devices, microbatches, chunks
     programs = []
     for d in range(p):
         prog = [("F", c * p + d, j) for c in range(v) for j in range(m)]
-        prog += [("BW", c * p + d, j) for c in reversed(range(v)) for j in range(m)]
+        prog += [("BW", c * p + d, j) for c in reversed(range(v)) for j in reversed(range(m))]
         programs.append(prog)
     return _programs_to_schedule("looped-bfs", programs, p)
 

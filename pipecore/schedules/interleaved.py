@@ -57,5 +57,80 @@ def formula_interleaved(p, m, v, c):
             "peak_activation": peak * c.activation, "exact": True}
 
 
+def build_interleaved_zb(devices, microbatches, chunks=2):
+    """Interleaved 1F1B with split backward, W lagging B by d ops on device d.
+
+    The order follows PyTorch's ``ScheduleInterleavedZeroBubble`` (torch
+    2.13), restated: microbatches go in R = max(1, m // p) rounds of
+    r = m / R; the k-th forward is chunk ``(k // r) % v`` and the k-th
+    backward chunk ``v - 1 - (k // r) % v``, each stage taking its
+    microbatches in order. Device d runs ``min((v-1) r + p-1-d, m v)``
+    warm-up forwards, then pairs (forward, B), then the remaining B; from
+    its (d+1)-th B on, each B is followed by the oldest pending W.
+
+    Raises
+    ------
+    ValueError
+        If m is not a multiple of the number of rounds.
+    """
+    p, m, v = devices, microbatches, chunks
+    rounds = max(1, m // p)
+    if m % rounds != 0:
+        raise ValueError(f"'interleaved-zb' needs microbatches to be a multiple of "
+                         f"max(1, microbatches // devices) = {rounds} (got microbatches={m})")
+    r = m // rounds
+    total = m * v
+    programs = []
+    for d in range(p):
+        warm = min((v - 1) * r + p - 1 - d, total)
+        seen = {}
+        pending = []
+        prog = []
+
+        def op(kind, chunk):
+            stage = chunk * p + d
+            j = seen.get((kind, stage), 0)
+            seen[(kind, stage)] = j + 1
+            prog.append((kind, stage, j))
+            return stage
+
+        for k in range(warm):
+            op("F", (k // r) % v)
+        for k in range(total):
+            if warm + k < total:
+                op("F", ((warm + k) // r) % v)
+            pending.append(op("B", v - 1 - (k // r) % v))
+            if k >= d:
+                stage = pending.pop(0)
+                op("W", stage // p)
+        for stage in pending:
+            op("W", stage // p)
+        programs.append(prog)
+    return _programs_to_schedule("interleaved-zb", programs, p)
+
+
+def formula_interleaved_zb(p, m, v, c):
+    """ZB-H1's bubble shrunk by interleaving: (p-1)(T_F + T_B - T_W)/v.
+
+    Exact here when m >= 2p, T_B <= T_F and T_W <= T_F (property-tested).
+    Device d holds its warm-up chunks plus one, min(w_d + 1, m v) M_B / v,
+    plus M_W / v for each of the up to d backward ops whose W lags.
+    """
+    f, b, w = c.f, c.b, c.w
+    t = f + b + w
+    rounds = max(1, m // p)
+    r = m // rounds
+    d = np.arange(p)
+    held = np.minimum((v - 1) * r + p - d, m * v)
+    lagging = np.minimum(d, m * v - held)
+    peak = (held * c.activation + lagging * c.activation_w) / v
+    bubble = (p - 1) * (f + b - w) / v
+    return {"makespan": m * t + bubble, "bubble_time": bubble, "peak_activation": peak,
+            "exact": bool(m >= 2 * p and b <= f and w <= f)}
+
+
 register(Family("interleaved-1f1b", build_interleaved, formula_interleaved, chunks=True,
                 default_chunks=2, summary="Megatron interleaving, v chunks per device"))
+register(Family("interleaved-zb", build_interleaved_zb, formula_interleaved_zb, chunks=True,
+                default_chunks=2, split=True,
+                summary="interleaved 1F1B with split backward (torch InterleavedZeroBubble)"))

@@ -1,0 +1,103 @@
+"""V-shape placement: device d holds stages d and 2p-1-d, so the turn at the
+bottom of the V (stages p-1 and p) stays on device p-1 and the first and
+last stages share device 0.
+
+ZB-V is the V-shaped zero-bubble schedule of Qi et al. ("Zero Bubble
+Pipeline Parallelism", ICLR 2024, section 6). Its per-device order follows
+the rules PyTorch's ``ScheduleZBVZeroBubble`` uses (torch 2.13), restated
+here and checked against a fixture generated from torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Family, _programs_to_schedule, register
+
+
+def v_placement(devices):
+    """Stage -> device for the V: stages d and 2p-1-d on device d."""
+    p = devices
+    return np.concatenate([np.arange(p), np.arange(p)[::-1]]).astype(np.int32)
+
+
+def build_zb_v(devices, microbatches, chunks=2):
+    """ZB-V on device d (chunk 0 = stage d, chunk 1 = stage 2p-1-d).
+
+    The pattern assumes n = max(m, 2p-1) microbatches so the warm-up is
+    full; ops of microbatches >= m are then dropped, which keeps the order of
+    the rest. On device d:
+
+    1. warm-up: 2(p-d)-1 forwards of chunk 0;
+    2. d pairs F(chunk 1), F(chunk 0);
+    3. p-d triples F, B, W of chunk 1;
+    4. steady: while chunk 1 trails chunk 0 or chunk 0 has forwards left:
+       F(chunk 0) if any left, B and W of chunk 0, then F, B, W of chunk 1;
+    5. cool-down: d pairs B(chunk 0), B(chunk 1); p-d pairs B(chunk 0) and
+       the oldest pending W(chunk 0); then the pending W of chunk 1, then
+       those of chunk 0.
+    """
+    p, m = devices, microbatches
+    n = max(m, 2 * p - 1)
+    programs = []
+    for d in range(p):
+        c0, c1 = d, 2 * p - 1 - d
+        nxt = {("F", c0): 0, ("F", c1): 0, ("B", c0): 0, ("B", c1): 0, ("W", c0): 0, ("W", c1): 0}
+        prog = []
+
+        def emit(kind, stage):
+            j = nxt[(kind, stage)]
+            nxt[(kind, stage)] = j + 1
+            prog.append((kind, stage, j))
+
+        for _ in range(2 * (p - d) - 1):
+            emit("F", c0)
+        for _ in range(d):
+            emit("F", c1)
+            emit("F", c0)
+        for _ in range(p - d):
+            emit("F", c1)
+            emit("B", c1)
+            emit("W", c1)
+        while nxt[("F", c1)] < nxt[("F", c0)] or nxt[("F", c0)] < n:
+            if nxt[("F", c0)] < n:
+                emit("F", c0)
+            emit("B", c0)
+            emit("W", c0)
+            emit("F", c1)
+            emit("B", c1)
+            emit("W", c1)
+        for _ in range(d):
+            emit("B", c0)
+            emit("B", c1)
+        for _ in range(p - d):
+            emit("B", c0)
+            emit("W", c0)
+        while nxt[("W", c1)] < nxt[("B", c1)]:
+            emit("W", c1)
+        while nxt[("W", c0)] < nxt[("B", c0)]:
+            emit("W", c0)
+        programs.append([op for op in prog if op[2] < m])
+    return _programs_to_schedule("zb-v", programs, p)
+
+
+def formula_zb_v(p, m, v, c):
+    """ZB-V: zero bubble at T_F = T_B = T_W (ZB paper, section 6), peak p*M_B.
+
+    The peak of device d is min(p, m, (m + 1 + d) / 2) M_B: chunks hold
+    M_B / 2 each and the warm-up runs up to 2p-1 chunk-0 forwards before
+    the first chunk-1 forward (derived from the order; property-tested).
+    The bubble is zero only for equal times and m >= 2p-1.
+    """
+    f, b, w = c.f, c.b, c.w
+    t = f + b + w
+    d = np.arange(p)
+    peak = np.minimum(np.minimum(p, m), (m + 1 + d) / 2) * c.activation
+    # The first forward reaches the bottom of the V after p-1 chunk forwards.
+    return {"makespan": m * t + (p - 1) * f / 2, "bubble_time": 0.0,
+            "peak_activation": peak, "exact": bool(f == b == w and m >= 2 * p - 1)}
+
+
+register(Family("zb-v", build_zb_v, formula_zb_v, chunks=True, default_chunks=2, split=True,
+                fixed_chunks=2,
+                summary="V-shaped zero bubble, peak p*M_B"))
