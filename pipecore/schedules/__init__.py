@@ -172,6 +172,30 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None)
     return sched
 
 
+class ProgramBuilder:
+    """One device's program, numbering each stage's microbatches in order.
+
+    ``emit(kind, stage)`` appends ``(kind, stage, j)`` where j counts the
+    earlier ops of that kind and stage, which is how schedules that visit
+    microbatches in order (most of them) are written most plainly.
+    """
+
+    def __init__(self):
+        self.ops = []
+        self.count = {}
+
+    def emit(self, kind, stage):
+        """Append the next op of ``kind`` on ``stage``; return the stage."""
+        j = self.count.get((kind, stage), 0)
+        self.count[(kind, stage)] = j + 1
+        self.ops.append((kind, stage, j))
+        return stage
+
+    def issued(self, kind, stage):
+        """How many ops of ``kind`` on ``stage`` were emitted."""
+        return self.count.get((kind, stage), 0)
+
+
 def _programs_to_schedule(name, programs, devices):
     return Schedule.from_programs(programs, name=name, devices=devices)
 

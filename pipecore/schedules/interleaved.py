@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Family, _programs_to_schedule, register
+from . import Family, ProgramBuilder, _programs_to_schedule, register
 
 
 def build_interleaved(devices, microbatches, chunks=2):
@@ -83,29 +83,19 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     programs = []
     for d in range(p):
         warm = min((v - 1) * r + p - 1 - d, total)
-        seen = {}
+        prog = ProgramBuilder()
         pending = []
-        prog = []
-
-        def op(kind, chunk):
-            stage = chunk * p + d
-            j = seen.get((kind, stage), 0)
-            seen[(kind, stage)] = j + 1
-            prog.append((kind, stage, j))
-            return stage
-
         for k in range(warm):
-            op("F", (k // r) % v)
+            prog.emit("F", ((k // r) % v) * p + d)
         for k in range(total):
             if warm + k < total:
-                op("F", ((warm + k) // r) % v)
-            pending.append(op("B", v - 1 - (k // r) % v))
+                prog.emit("F", (((warm + k) // r) % v) * p + d)
+            pending.append(prog.emit("B", (v - 1 - (k // r) % v) * p + d))
             if k >= d:
-                stage = pending.pop(0)
-                op("W", stage // p)
+                prog.emit("W", pending.pop(0))
         for stage in pending:
-            op("W", stage // p)
-        programs.append(prog)
+            prog.emit("W", stage)
+        programs.append(prog.ops)
     return _programs_to_schedule("interleaved-zb", programs, p)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Family, _programs_to_schedule, register
+from . import Family, ProgramBuilder, _programs_to_schedule, register
 
 
 def v_placement(devices):
@@ -42,14 +42,8 @@ def build_zb_v(devices, microbatches, chunks=2):
     programs = []
     for d in range(p):
         c0, c1 = d, 2 * p - 1 - d
-        nxt = {("F", c0): 0, ("F", c1): 0, ("B", c0): 0, ("B", c1): 0, ("W", c0): 0, ("W", c1): 0}
-        prog = []
-
-        def emit(kind, stage):
-            j = nxt[(kind, stage)]
-            nxt[(kind, stage)] = j + 1
-            prog.append((kind, stage, j))
-
+        prog = ProgramBuilder()
+        emit = prog.emit
         for _ in range(2 * (p - d) - 1):
             emit("F", c0)
         for _ in range(d):
@@ -59,8 +53,8 @@ def build_zb_v(devices, microbatches, chunks=2):
             emit("F", c1)
             emit("B", c1)
             emit("W", c1)
-        while nxt[("F", c1)] < nxt[("F", c0)] or nxt[("F", c0)] < n:
-            if nxt[("F", c0)] < n:
+        while prog.issued("F", c1) < prog.issued("F", c0) or prog.issued("F", c0) < n:
+            if prog.issued("F", c0) < n:
                 emit("F", c0)
             emit("B", c0)
             emit("W", c0)
@@ -73,11 +67,11 @@ def build_zb_v(devices, microbatches, chunks=2):
         for _ in range(p - d):
             emit("B", c0)
             emit("W", c0)
-        while nxt[("W", c1)] < nxt[("B", c1)]:
+        while prog.issued("W", c1) < prog.issued("B", c1):
             emit("W", c1)
-        while nxt[("W", c0)] < nxt[("B", c0)]:
+        while prog.issued("W", c0) < prog.issued("B", c0):
             emit("W", c0)
-        programs.append([op for op in prog if op[2] < m])
+        programs.append([op for op in prog.ops if op[2] < m])
     return _programs_to_schedule("zb-v", programs, p)
 
 
