@@ -106,9 +106,9 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         if not _close(res.bubble_rate, fm["bubble_rate"]):
             row["flags"].append("sim vs formula: bubble rate" + note)
         if not _close(table.length, unit["makespan"]):
-            row["flags"].append("table vs formula: slots")
+            row["flags"].append("table vs formula: slots" + ("" if fm["exact"] else " (formula approximate)"))
         if not np.allclose(peak, fm["peak_activation"], rtol=_TOL, atol=_TOL):
-            row["flags"].append("sim vs formula: peak activation")
+            row["flags"].append("sim vs formula: peak activation" + note)
         rows.append(row)
     return rows
 

@@ -50,12 +50,19 @@ def test_formula_requires_family_and_scalars():
 
 
 def test_compare_agrees_without_communication():
-    # Equal F, B, W: the regime in which every family's closed form is exact.
-    rows = compare(8, 32, costs=pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5))
+    # Equal F, B, W and W holding the whole activation: the regime in which
+    # every closed form is exact, except V-Min's and V-Half's bubbles, which
+    # the Controllable Memory paper only states approximately.
+    rows = compare(8, 32, costs=pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=1.0))
     assert {r["name"] for r in rows} == set(pc.schedules())
     for r in rows:
-        assert r["error"] is None and r["formula_exact"], r["name"]
-        assert r["flags"] == [], (r["name"], r["flags"])
+        assert r["error"] is None, r["name"]
+        if r["name"] in ("v-min", "v-half"):
+            assert not r["formula_exact"]
+            assert r["flags"] and all("approximate" in f for f in r["flags"])
+        else:
+            assert r["formula_exact"], r["name"]
+            assert r["flags"] == [], (r["name"], r["flags"])
     by = {r["name"]: r for r in rows}
     assert by["1f1b"]["makespan"] == (32 + 8 - 1) * 3 and by["gpipe"]["peak_max"] == 32.0
 

@@ -95,3 +95,65 @@ def formula_zb_v(p, m, v, c):
 register(Family("zb-v", build_zb_v, formula_zb_v, chunks=True, default_chunks=2, split=True,
                 fixed_chunks=2,
                 summary="V-shaped zero bubble, peak p*M_B"))
+
+
+def _block_builder(name, make):
+    def build(devices, microbatches, chunks=2):
+        from ..blocks import repeat
+
+        return repeat(make(devices), microbatches).squeeze(name=name)
+
+    build.__doc__ = (f"{name}: the paper's building block repeated for m microbatches, "
+                     f"warm-up and cool-down reordered, then squeezed (see pipecore.blocks).")
+    return build
+
+
+def _v_formula(share, target):
+    """Closed forms of the Controllable Memory paper for a V block.
+
+    ``share`` is the bubble as a fraction of 1F1B's (p-1)(T_F+T_B+T_W) (2/3
+    for V-Min, 1/2 for V-Half, 0 for V-ZB: approximations the paper states
+    for T_F = T_B = T_W); ``target(p)`` the peak in microbatches, exact
+    when W releases the whole activation (activation_w == activation) and an
+    upper bound otherwise.
+    """
+
+    def formula(p, m, v, c):
+        f, b, w = c.f, c.b, c.w
+        t = f + b + w
+        bubble = share * (p - 1) * t
+        peak = np.full(p, float(min(target(p), m))) * c.activation
+        exact = share == 0 and f == b == w and m >= 2 * p and c.activation_w == c.activation
+        return {"makespan": m * t + bubble + (p - 1) * f / 2, "bubble_time": bubble,
+                "peak_activation": peak, "exact": bool(exact)}
+
+    return formula
+
+
+def _v_min(p):
+    from ..blocks import v_min
+
+    return v_min(p)
+
+
+def _v_half(p):
+    from ..blocks import v_half
+
+    return v_half(p)
+
+
+def _v_zb(p):
+    from ..blocks import v_zb
+
+    return v_zb(p)
+
+
+register(Family("v-min", _block_builder("v-min", _v_min), _v_formula(2 / 3, lambda p: (p + 4) // 3),
+                chunks=True, default_chunks=2, split=True, fixed_chunks=2,
+                summary="V block, offsets 1: about 1/3 of 1F1B's activation"))
+register(Family("v-half", _block_builder("v-half", _v_half), _v_formula(1 / 2, lambda p: (p + 2) // 2),
+                chunks=True, default_chunks=2, split=True, fixed_chunks=2,
+                summary="V block, offsets 2/1: about half of 1F1B's activation"))
+register(Family("v-zb", _block_builder("v-zb", _v_zb), _v_formula(0.0, lambda p: p),
+                chunks=True, default_chunks=2, split=True, fixed_chunks=2,
+                summary="V block, offsets 4/2: 1F1B's activation, no bubble"))
