@@ -20,6 +20,7 @@ holding stages d and 2p-1-d, unit op times and an interval of 6.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -299,38 +300,50 @@ def _producers(kind, stage, j, stages, offsets):
 
 
 def _reorder(block, ops):
-    """Move warm-up and cool-down ops into earlier free slots (see Repeated.squeeze)."""
-    start = {(k, s, j): t for t, _d, k, s, j in ops}
+    """Move warm-up and cool-down ops into earlier free slots (see Repeated.squeeze).
+
+    Works on the block's integer time grid: a device's busy slots are kept
+    in a set and its activation curve (alive from F's start to the end of
+    the stage's last backward op) in an array, so each tentative move costs
+    the length of the move, not a pass over the device's ops.
+    """
     dur = block.durations
+    if any(t != int(t) for t in block.offsets.values()) or any(d != int(d) for d in dur.values()):
+        return ops  # reordering needs the integer grid; squeezing alone still applies
+    dur = {k: int(v) for k, v in dur.items()}
+    start = {(k, s, j): int(t) for t, _d, k, s, j in ops}
     placement = block.placement
     S = block.stages
     act = block.devices / S
-    on_device = {}
-    for _t, d, k, s, j in ops:
-        on_device.setdefault(d, []).append((k, s, j))
+    last = {s: ("BW" if ("BW", s) in block.offsets else "W") for s in range(S)}
+    horizon = max(start[op] + dur[op[0]] for op in start) + 1
+    occupied = [dict() for _ in range(block.devices)]
+    memory = [np.zeros(horizon) for _ in range(block.devices)]
+    for op, t in start.items():
+        k, s, j = op
+        d = placement[s]
+        for u in range(t, t + dur[k]):
+            occupied[d][u] = op
+        if k == "F":
+            memory[d][t:start[(last[s], s, j)] + dur[last[s]]] += act
+    limits = [float(mem.max()) for mem in memory]
 
-    def peak(d):
-        # Activation alive from F's start to the end of the stage's last backward op.
-        events = []
-        for k, s, j in on_device[d]:
-            if k == "F":
-                events.append((start[(k, s, j)], 1, act))
-            elif k in ("W", "BW"):
-                events.append((start[(k, s, j)] + dur[k], 0, -act))
-        total = best = 0.0
-        for _t, _order, delta in sorted(events):
-            total += delta
-            best = max(best, total)
-        return best
+    def free(d, lo, length, op):
+        return all(occupied[d].get(u, op) == op for u in range(lo, lo + length))
 
-    def busy(d, lo, hi, skip):
-        for op in on_device[d]:
-            if op == skip:
-                continue
-            a = start[op]
-            if a < hi - 1e-9 and lo < a + dur[op[0]] - 1e-9:
-                return True
-        return False
+    def move(op, new):
+        k, s, j = op
+        d = placement[s]
+        old = start[op]
+        for u in range(old, old + dur[k]):
+            del occupied[d][u]
+        for u in range(new, new + dur[k]):
+            occupied[d][u] = op
+        start[op] = new
+        if k == "F":
+            memory[d][new:old] += act
+        elif k == last[s]:
+            memory[d][new + dur[k]:old + dur[k]] -= act
 
     # Phases (per the paper): warm-up until device 0's first backward of
     # stage 0, cool-down after device 0's last forward of stage 0.
@@ -338,33 +351,27 @@ def _reorder(block, ops):
     back0 = "BW" if ("BW", 0) in block.offsets else "B"
     warm_end = start[(back0, 0, 0)]
     cool_start = start[("F", 0, m - 1)]
-    limits = {d: peak(d) for d in on_device}
-
-    def compact(candidates):
-        # Move each candidate (in time order) into the earliest free slot
-        # after its inputs, if the device's peak does not rise.
-        for _round in range(3):
-            moved = False
-            for op in sorted(candidates, key=lambda o: start[o]):
-                t = start[op]
-                k, s, j = op
-                d = placement[s]
-                ready = max((start[q] + dur[q[0]] for q in _producers(k, s, j, S, block.offsets)),
-                            default=0.0)
-                slot = math.ceil(ready - 1e-9)
-                while slot < t:
-                    if not busy(d, slot, slot + dur[k], op):
-                        start[op] = float(slot)
-                        if peak(d) <= limits[d] + 1e-9:
-                            moved = True
-                            break
-                        start[op] = t
-                    slot += 1
-            if not moved:
-                return
-
-    compact([op for op in start if not warm_end <= start[op] <= cool_start])
-    out = [(start[(k, s, j)], d, k, s, j) for _t, d, k, s, j in ops]
+    candidates = [op for op in start if not warm_end <= start[op] <= cool_start]
+    for _round in range(3):
+        moved = False
+        for op in sorted(candidates, key=lambda o: start[o]):
+            k, s, j = op
+            d = placement[s]
+            t = start[op]
+            ready = max((start[q] + dur[q[0]] for q in _producers(k, s, j, S, block.offsets)),
+                        default=0)
+            for slot in range(ready, t):
+                if not free(d, slot, dur[k], op):
+                    continue
+                # An earlier F keeps its activation alive longer; others only free earlier.
+                if k == "F" and memory[d][slot:t].max(initial=0.0) + act > limits[d] + 1e-9:
+                    continue
+                move(op, slot)
+                moved = True
+                break
+        if not moved:
+            break
+    out = [(float(start[(k, s, j)]), d, k, s, j) for _t, d, k, s, j in ops]
     out.sort(key=lambda x: (x[1], x[0], _KIND_ORDER[x[2]], x[3], x[4]))
     return out
 
@@ -375,7 +382,9 @@ def _greedy_cooldown(block, programs):
 
     After its last F a device only frees memory, so any order of its
     remaining B and W keeps the peak; running the backward chain first and
-    filling waits with W is how the zero-bubble schedules end.
+    filling waits with W is how the zero-bubble schedules end. Devices are
+    advanced in order of the time they become free; a device that cannot
+    run anything waits until one of the ops it needs finishes.
     """
     dur = block.durations
     S = block.stages
@@ -386,52 +395,68 @@ def _greedy_cooldown(block, programs):
         fixed.append(prog[: last_f + 1])
         tail.append(prog[last_f + 1:])
     rank = {op: i for prog in tail for i, op in enumerate(prog)}
+    producers = {op: _producers(op[0], op[1], op[2], S, block.offsets)
+                 for prog in programs for op in prog}
     done = {}
     out = [[] for _ in range(p)]
-    free = [0.0] * p
+    free_at = [0.0] * p
     pos = [0] * p
     pending = [list(t) for t in tail]
+    waiters = {}
+    heap = [(0.0, d) for d in range(p)]
     total = sum(len(x) for x in programs)
 
     def ready_at(op):
         t = 0.0
-        for q in _producers(op[0], op[1], op[2], S, block.offsets):
+        for q in producers[op]:
             if q not in done:
                 return None
             t = max(t, done[q])
         return t
 
-    while len(done) < total:
-        progressed = False
-        for d in sorted(range(p), key=lambda x: free[x]):
-            if pos[d] < len(fixed[d]):
-                op = fixed[d][pos[d]]
-                t = ready_at(op)
+    def wait(d, ops):
+        for op in ops:
+            for q in producers[op]:
+                if q not in done:
+                    waiters.setdefault(q, set()).add(d)
+
+    while heap:
+        now, d = heapq.heappop(heap)
+        if now != free_at[d]:
+            continue  # stale entry
+        if pos[d] < len(fixed[d]):
+            op = fixed[d][pos[d]]
+            t = ready_at(op)
+            if t is None:
+                wait(d, [op])
+                continue
+            pos[d] += 1
+        else:
+            best = None
+            for cand in pending[d]:
+                t = ready_at(cand)
                 if t is None:
                     continue
-                pos[d] += 1
-            else:
-                now = free[d]
-                best = None
-                for op in pending[d]:
-                    t = ready_at(op)
-                    if t is None:
-                        continue
-                    key = (max(t, now), op[0] == "W", rank[op])
-                    if best is None or key < best[0]:
-                        best = (key, op, t)
-                if best is None:
-                    continue
-                _key, op, t = best
-                pending[d].remove(op)
-            start = max(free[d], t)
-            free[d] = start + dur[op[0]]
-            done[op] = free[d]
-            out[d].append(op)
-            progressed = True
-            break
-        if not progressed:  # pragma: no cover - the layout order is always feasible
-            raise RuntimeError("cool-down reordering stalled")
+                key = (max(t, now), cand[0] == "W", rank[cand])
+                if best is None or key < best[0]:
+                    best = (key, cand, t)
+            if best is None:
+                if pending[d]:
+                    wait(d, pending[d])
+                continue
+            _key, op, t = best
+            pending[d].remove(op)
+        begin = max(now, t)
+        free_at[d] = begin + dur[op[0]]
+        done[op] = free_at[d]
+        out[d].append(op)
+        if pos[d] < len(fixed[d]) or pending[d]:
+            heapq.heappush(heap, (free_at[d], d))
+        for e in waiters.pop(op, ()):
+            if e != d:
+                heapq.heappush(heap, (free_at[e], e))
+    if len(done) < total:  # pragma: no cover - the layout order is always feasible
+        raise RuntimeError("cool-down reordering stalled")
     return out
 
 
