@@ -8,6 +8,7 @@
 
 from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .compare import compare
+from . import blocks  # noqa: E402  (pc.blocks.BuildingBlock, pc.blocks.repeat)
 from .costs import Costs, Network
 from .formulas import formula
 from .schedules import Family, build, family, register, schedules
@@ -21,5 +22,5 @@ __all__ = [
     "Costs", "Network",
     "Family", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate",
-    "formula", "IdealTable", "ideal_table", "compare",
+    "formula", "IdealTable", "ideal_table", "compare", "blocks",
 ]
