@@ -6,9 +6,9 @@
 33.0
 """
 
+from . import blocks  # noqa: E402  (pc.blocks.BuildingBlock, pc.blocks.repeat)
 from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .compare import compare
-from . import blocks  # noqa: E402  (pc.blocks.BuildingBlock, pc.blocks.repeat)
 from .costs import Costs, Network
 from .formulas import formula
 from .schedules import Family, build, family, register, schedules
