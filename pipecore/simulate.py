@@ -56,12 +56,12 @@ class Compiled:
         n = self.op_kind.shape[0]
         nx = self.x_dst.shape[0]
         p = self.dev_ptr.shape[0] - 1
+        # One buffer for the four outputs (views keep the same Numba type);
         # np.empty: the kernel writes every entry of an op or transfer that
-        # runs; entries of ops stuck in a deadlock are never read.
-        start = np.empty(n)
-        finish = np.empty(n)
-        x_start = np.empty(nx)
-        x_arrival = np.empty(nx)
+        # runs, and entries of ops stuck in a deadlock are never read.
+        buf = np.empty(2 * n + 2 * nx)
+        start, finish = buf[:n], buf[n:2 * n]
+        x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
         head = np.empty(p, dtype=np.int64)
         status = _kernels.list_schedule(
             self.dev_ptr, self.op_kind, self.op_stage, self.dep, self.xfer, self.out_ptr,
