@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..blocks import repeat, v_half, v_min, v_zb
 from . import Family, ProgramBuilder, _programs_to_schedule, register
 
 
@@ -99,8 +100,6 @@ register(Family("zb-v", build_zb_v, formula_zb_v, chunks=True, default_chunks=2,
 
 def _block_builder(name, make):
     def build(devices, microbatches, chunks=2):
-        from ..blocks import repeat
-
         return repeat(make(devices), microbatches).squeeze(name=name)
 
     build.__doc__ = (f"{name}: the paper's building block repeated for m microbatches, "
@@ -130,30 +129,12 @@ def _v_formula(share, target):
     return formula
 
 
-def _v_min(p):
-    from ..blocks import v_min
-
-    return v_min(p)
-
-
-def _v_half(p):
-    from ..blocks import v_half
-
-    return v_half(p)
-
-
-def _v_zb(p):
-    from ..blocks import v_zb
-
-    return v_zb(p)
-
-
-register(Family("v-min", _block_builder("v-min", _v_min), _v_formula(2 / 3, lambda p: (p + 4) // 3),
+register(Family("v-min", _block_builder("v-min", v_min), _v_formula(2 / 3, lambda p: (p + 4) // 3),
                 chunks=True, default_chunks=2, split=True, fixed_chunks=2,
                 summary="V block, offsets 1: about 1/3 of 1F1B's activation"))
-register(Family("v-half", _block_builder("v-half", _v_half), _v_formula(1 / 2, lambda p: (p + 2) // 2),
+register(Family("v-half", _block_builder("v-half", v_half), _v_formula(1 / 2, lambda p: (p + 2) // 2),
                 chunks=True, default_chunks=2, split=True, fixed_chunks=2,
                 summary="V block, offsets 2/1: about half of 1F1B's activation"))
-register(Family("v-zb", _block_builder("v-zb", _v_zb), _v_formula(0.0, lambda p: p),
+register(Family("v-zb", _block_builder("v-zb", v_zb), _v_formula(0.0, lambda p: p),
                 chunks=True, default_chunks=2, split=True, fixed_chunks=2,
                 summary="V block, offsets 4/2: 1F1B's activation, no bubble"))
