@@ -6,7 +6,7 @@
 33.0
 """
 
-from . import blocks  # noqa: E402  (pc.blocks.BuildingBlock, pc.blocks.repeat)
+from . import blocks, generate  # noqa: E402  (pc.blocks.BuildingBlock, pc.blocks.repeat)
 from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .compare import compare
 from .costs import Costs, Network
@@ -22,5 +22,5 @@ __all__ = [
     "Costs", "Network",
     "Family", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate",
-    "formula", "IdealTable", "ideal_table", "compare", "blocks",
+    "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate",
 ]
