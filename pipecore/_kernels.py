@@ -13,7 +13,7 @@ STATUS_DEADLOCK = 1
 
 @njit(cache=True)
 def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
-                  x_ser, x_lat, stage_cost, n_links,
+                  x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
                   start, finish, x_start, x_arrival, head):
     """Fill op and transfer times; return a status code.
 
@@ -23,7 +23,9 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     finishes: every transfer on link (a, b) is sent by device a, whose ops
     finish in program order at non-decreasing times, so creation order is
     already the link's (ready time, producer row) order. Zero-serialisation
-    transfers never occupy a link.
+    transfers never occupy a link. A row with ``paired`` set is the B of an
+    overlapped F&B unit whose F is the previous row: the two start together
+    when both are ready and take ``(F + B) * fb_factor``.
 
     On return ``head[d]`` is the row of device d's first op that did not
     run (``dev_ptr[d+1]`` when the device finished).
@@ -52,53 +54,62 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
         end = dev_ptr[d + 1]
         t_free = dev_free[d]
         while h < end:
+            last = h + 1 if h + 1 < end and paired[h + 1] else h
             t = t_free
             ready = True
-            for j in range(2):
-                q = dep[h, j]
-                if q < 0:
-                    continue
-                x = xfer[h, j]
-                if x >= 0:
-                    if not x_done[x]:
-                        ready = False
-                        break
-                    a = x_arrival[x]
-                else:
-                    if not done[q]:
-                        ready = False
-                        break
-                    a = finish[q]
-                if a > t:
-                    t = a
+            for r in range(h, last + 1):
+                for j in range(2):
+                    q = dep[r, j]
+                    if q < 0:
+                        continue
+                    x = xfer[r, j]
+                    if x >= 0:
+                        if not x_done[x]:
+                            ready = False
+                            break
+                        a = x_arrival[x]
+                    else:
+                        if not done[q]:
+                            ready = False
+                            break
+                        a = finish[q]
+                    if a > t:
+                        t = a
+                if not ready:
+                    break
             if not ready:
                 break
-            f = t + stage_cost[op_kind[h], op_stage[h]]
-            start[h] = t
-            finish[h] = f
-            done[h] = True
+            if last == h:
+                f = t + stage_cost[op_kind[h], op_stage[h]]
+            else:
+                f = t + (stage_cost[op_kind[h], op_stage[h]]
+                         + stage_cost[op_kind[last], op_stage[last]]) * fb_factor
+            for r in range(h, last + 1):
+                start[r] = t
+                finish[r] = f
+                done[r] = True
+                for x in range(out_ptr[r], out_ptr[r + 1]):
+                    ser = x_ser[x]
+                    if ser == 0.0:
+                        x_start[x] = f
+                        x_arrival[x] = f + x_lat[x]
+                    else:
+                        link = x_link[x]
+                        s = f
+                        if link_free[link] > s:
+                            s = link_free[link]
+                        e = s + ser
+                        link_free[link] = e
+                        x_start[x] = s
+                        x_arrival[x] = e + x_lat[x]
+                    x_done[x] = True
+                    c = x_dst_dev[x]
+                    if not queued[c]:
+                        queued[c] = True
+                        stack[top] = c
+                        top += 1
             t_free = f
-            for x in range(out_ptr[h], out_ptr[h + 1]):
-                ser = x_ser[x]
-                if ser == 0.0:
-                    x_start[x] = f
-                    x_arrival[x] = f + x_lat[x]
-                else:
-                    link = x_link[x]
-                    s = f
-                    if link_free[link] > s:
-                        s = link_free[link]
-                    e = s + ser
-                    link_free[link] = e
-                    x_start[x] = s
-                    x_arrival[x] = e + x_lat[x]
-                x_done[x] = True
-                c = x_dst_dev[x]
-                if not queued[c]:
-                    queued[c] = True
-                    stack[top] = c
-                    top += 1
-            h += 1
+            h = last + 1
         head[d] = h
         dev_free[d] = t_free
 

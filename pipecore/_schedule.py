@@ -244,7 +244,9 @@ class Schedule:
         Parameters
         ----------
         programs : sequence of sequences
-            ``programs[d]`` is device d's program in execution order.
+            ``programs[d]`` is device d's program in execution order. An
+            entry may also be a pair ``(("F", s1, j1), ("B" or "BW", s2, j2))``:
+            an overlapped F&B unit that runs both ops together in one slot.
         **kwargs
             Passed to :class:`Schedule`.
 
@@ -258,12 +260,16 @@ class Schedule:
             As :class:`Schedule`.
         """
         kwargs.setdefault("devices", max(len(programs), 1))
-        lengths = [len(p) for p in programs]
-        total = sum(lengths)
-        device = np.repeat(np.arange(len(programs), dtype=np.int32), lengths)
-        slot = (np.concatenate([np.arange(k, dtype=np.int32) for k in lengths])
-                if total else np.zeros(0, np.int32))
-        flat = [op for prog in programs for op in prog]
+        device, slot, flat = [], [], []
+        for d, prog in enumerate(programs):
+            for j, entry in enumerate(prog):
+                ops = _unit_ops(entry, d, j)
+                for op in ops:
+                    device.append(d)
+                    slot.append(j)
+                    flat.append(op)
+        device = np.array(device, dtype=np.int32)
+        slot = np.array(slot, dtype=np.int32)
         if flat:
             kinds, stages, mbs = zip(*flat)
         else:
@@ -335,27 +341,31 @@ class Schedule:
         Returns
         -------
         dict of int to list of str
-            ``{device: ["0F0", "0F1", ...]}``, every device present.
+            ``{device: ["0F0", "0F1", ...]}``, every device present; an
+            overlapped F&B unit reads ``"0F7&7B3"``.
         """
-        out = {d: [] for d in range(self.devices)}
-        kinds = self.kind_codes
-        for d, k, s, mb in zip(self._column("device"), kinds, self._column("stage"),
-                               self._column("microbatch")):
-            out[int(d)].append(f"{s}{KINDS[k]}{mb}")
-        return out
+        return {d: ["&".join(f"{s}{k}{mb}" for k, s, mb in _as_ops(u)) for u in prog]
+                for d, prog in enumerate(self.programs())}
 
-    def programs(self) -> list[list[tuple[str, int, int]]]:
+    def programs(self) -> list[list[tuple]]:
         """The per-device programs as ``(kind, stage, microbatch)`` tuples.
 
         Returns
         -------
         list of list of tuple
+            An overlapped F&B unit is a pair of such tuples, F first.
         """
         out = [[] for _ in range(self.devices)]
         kinds = self.kind_codes
-        for d, k, s, mb in zip(self._column("device"), kinds, self._column("stage"),
-                               self._column("microbatch")):
-            out[int(d)].append((KINDS[k], int(s), int(mb)))
+        last = (-1, -1)
+        for d, sl, k, s, mb in zip(self._column("device"), self._column("slot"), kinds,
+                                   self._column("stage"), self._column("microbatch")):
+            op = (KINDS[k], int(s), int(mb))
+            if (d, sl) == last:
+                out[int(d)][-1] = (out[int(d)][-1], op)
+            else:
+                out[int(d)].append(op)
+            last = (d, sl)
         return out
 
     def render(self, mark: Iterable[int] = (), width: int = 24) -> str:
@@ -394,8 +404,9 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None) 
     ----------
     programs : mapping of int to list, or list of lists
         Per device, actions as strings (``"0F3"``) or :class:`Action`
-        values; ``None`` entries (idle steps, as in PyTorch's
-        ``pipeline_order``) are skipped.
+        values; ``"0F7&7B3"`` is an overlapped F&B unit (a forward and a
+        backward run together); ``None`` entries (idle steps, as in
+        PyTorch's ``pipeline_order``) are skipped.
     name : str
         Label of the schedule.
     devices : int, optional
@@ -427,18 +438,42 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None) 
         for j, a in enumerate(prog):
             if a is None:
                 continue
-            if not isinstance(a, Action):
-                try:
-                    a = Action.parse(a)
-                except ValueError as exc:
-                    raise ValueError(f"device {d}, entry {j}: {exc}") from None
-            row.append((a.kind, a.stage, a.microbatch))
+            try:
+                parts = [a] if isinstance(a, Action) else [Action.parse(t) for t in str(a).split("&")]
+            except ValueError as exc:
+                raise ValueError(f"device {d}, entry {j}: {exc}") from None
+            ops = [(x.kind, x.stage, x.microbatch) for x in parts]
+            row.append(ops[0] if len(ops) == 1 else tuple(ops))
         parsed.append(row)
     if devices is None:
         devices = max(len(parsed), 1)
     while len(parsed) < devices:
         parsed.append([])
     return Schedule.from_programs(parsed, name=name, devices=devices)
+
+
+def _as_ops(unit):
+    """The ops of one program entry: one tuple, or the two of an F&B pair."""
+    return unit if unit and isinstance(unit[0], (tuple, list)) else (unit,)
+
+
+def _unit_ops(entry, device, index):
+    """Validate one program entry's shape and return its op tuples."""
+    ops = _as_ops(entry)
+    if any(not isinstance(op, (tuple, list)) or len(op) != 3 for op in ops):
+        raise ValueError(f"device {device}, entry {index}: expected (kind, stage, microbatch) or a "
+                         f"pair of them (got {entry!r})")
+    if len(ops) == 2:
+        kinds = (ops[0][0], ops[1][0])
+        if kinds[0] != "F" or kinds[1] not in ("B", "BW"):
+            raise ScheduleError(
+                f"overlap: device {device} entry {index} pairs {kinds[0]} with {kinds[1]}; an "
+                f"overlapped unit is one F and one B or BW, F first", rule="overlap",
+                device=device, slot=index)
+    elif len(ops) != 1:
+        raise ValueError(f"device {device}, entry {index}: a unit holds one op or an F&B pair "
+                         f"(got {len(ops)} ops)")
+    return [tuple(op) for op in ops]
 
 
 def _check_int(name, value, minimum=None):
@@ -493,7 +528,8 @@ def _normalise_table(table: pa.Table) -> pa.Table:
     out = pa.table({n: cols[n] for n in SCHEMA.names}, schema=SCHEMA)
     dev = cols["device"].to_numpy()
     slot = cols["slot"].to_numpy()
-    order = np.lexsort((slot, dev))
+    # Within a slot (an overlapped F&B pair) the F row comes first.
+    order = np.lexsort((codes, slot, dev))
     if not np.array_equal(order, np.arange(len(order))):
         out = out.take(pa.array(order))
     return out
@@ -521,9 +557,14 @@ def _render(schedule: Schedule, mark: list[int], width: int) -> str:
         cells = []
         if start > 0:
             cells.append("...")
+        slot = schedule._column("slot")
         for j in range(a + start, a + end):
             text = f"{stage[j]}{KINDS[kinds[j]]}{mb[j]}"
-            cells.append(f">>{text}<<" if j in marked else text)
+            text = f">>{text}<<" if j in marked else text
+            if j > a + start and slot[j] == slot[j - 1]:
+                cells[-1] += "&" + text  # an overlapped F&B pair shares a slot
+            else:
+                cells.append(text)
         if end < n:
             cells.append("...")
         lines.append(f"  device {d:>3}: " + " ".join(cells) if cells else f"  device {d:>3}: (idle)")

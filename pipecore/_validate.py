@@ -43,7 +43,8 @@ def structure(schedule):
         transfer, sorted by producer row then consumer row), ``out_ptr`` (CSR
         of transfers by producer row), ``x_src_dev``/``x_dst_dev``, ``x_link``
         (compact directed-link id per transfer), ``n_links``, ``op_kind``,
-        ``op_stage``.
+        ``op_stage``, ``paired`` (row is the B of an overlapped pair whose F
+        is the previous row).
 
     Raises
     ------
@@ -66,12 +67,21 @@ def structure(schedule):
         if bad.size:
             raise _error(schedule, "range", int(bad[0]), f"'{name}' must be >= 0 (got {int(col[bad[0]])})")
 
-    # Rows are sorted by (device, slot): equal neighbours are duplicates.
-    dup = np.flatnonzero((dev[1:] == dev[:-1]) & (slot[1:] == slot[:-1]))
+    # Rows are sorted by (device, slot, kind): equal neighbours share a slot,
+    # which only an overlapped F&B pair may do (its F row first).
+    same = np.zeros(n, dtype=bool)  # row shares the previous row's slot
+    same[1:] = (dev[1:] == dev[:-1]) & (slot[1:] == slot[:-1])
+    dup = np.flatnonzero(same)
     if dup.size:
-        r = int(dup[0]) + 1
-        raise _error(schedule, "slot-unique", r,
-                     f"slot {int(slot[r])} is used twice on device {int(dev[r])}", mark=[r - 1, r])
+        first_bad = dup[(kind[dup - 1] != F) | ((kind[dup] != B) & (kind[dup] != BW))]
+        triple = dup[np.isin(dup - 1, dup)]
+        bad = np.union1d(first_bad, triple)
+        if bad.size:
+            r = int(bad[0])
+            raise _error(schedule, "slot-unique", r,
+                         f"slot {int(slot[r])} is used twice on device {int(dev[r])}; only an "
+                         f"overlapped pair of one F and one B or BW may share a slot",
+                         mark=[r - 1, r])
 
     S = int(stage.max()) + 1
     m = int(mb.max()) + 1
@@ -178,6 +188,14 @@ def structure(schedule):
     wr = rows[is_w]
     dep[wr, 0] = b_idx[key[wr]]
 
+    # The B of an overlapped pair cannot need the pair's own F.
+    own = np.flatnonzero(same & ((dep[:, 0] == rows - 1) | (dep[:, 1] == rows - 1)))
+    if own.size:
+        r = int(own[0])
+        raise _error(schedule, "overlap", r,
+                     "is paired with its own forward; an overlapped F&B pair runs two "
+                     "independent ops together", mark=[r - 1, r])
+
     # A producer on the same device must come earlier in its program.
     has = dep >= 0
     safe = np.where(has, dep, 0)
@@ -210,6 +228,7 @@ def structure(schedule):
     _, x_link = np.unique(src_dev * p + dst_dev, return_inverse=True)
     return {
         "stages": S,
+        "paired": same,
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
         "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
         "x_src_dev": src_dev,

@@ -102,6 +102,10 @@ class Costs:
     weights : float or array_like, default 1.0
         Static (weight) memory per device share, counted once per distinct
         stage a device holds.
+    fb_factor : float, default 1.0
+        An overlapped F&B unit (DualPipe's F&B, PyTorch's OVERLAP_F_B) takes
+        ``fb_factor * (time of its F + time of its B)``; below 1 models the
+        overlap of one microbatch's compute with the other's communication.
 
     Raises
     ------
@@ -116,10 +120,15 @@ class Costs:
     activation: float = 1.0
     activation_w: float = 0.0
     weights: float = 1.0
+    fb_factor: float = 1.0
 
     def __post_init__(self):
         for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights"):
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
+        factor = _check_value("Costs", "fb_factor", self.fb_factor, positive=True)
+        if np.ndim(factor):
+            raise ValueError("Costs 'fb_factor' must be a scalar")
+        object.__setattr__(self, "fb_factor", factor)
         a, aw = self.activation, self.activation_w
         if np.ndim(a) == 0 and np.ndim(aw) == 0 and aw > a:
             raise ValueError(f"Costs 'activation_w' must be <= 'activation' (got {aw} > {a})")

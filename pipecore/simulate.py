@@ -44,6 +44,8 @@ class Compiled:
     act_w: np.ndarray
     stage_arrays: dict
     x_src: np.ndarray
+    paired: np.ndarray
+    fb_factor: float
 
     def run(self):
         """Run the list scheduler.
@@ -66,7 +68,7 @@ class Compiled:
         status = _kernels.list_schedule(
             self.dev_ptr, self.op_kind, self.op_stage, self.dep, self.xfer, self.out_ptr,
             self.x_dst_dev, self.x_link, self.x_ser, self.x_lat, self.stage_cost, self.n_links,
-            start, finish, x_start, x_arrival, head)
+            self.paired, self.fb_factor, start, finish, x_start, x_arrival, head)
         return status, start, finish, x_start, x_arrival, head
 
 
@@ -143,6 +145,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         act_w=arrays["activation_w"],
         stage_arrays=arrays,
         x_src=x_src,
+        paired=st["paired"],
+        fb_factor=float(costs.fb_factor),
     )
 
 
@@ -259,8 +263,8 @@ class Result:
 
     @cached_property
     def busy(self) -> np.ndarray:
-        """numpy.ndarray: compute time of each device."""
-        dur = self.finish - self.start
+        """numpy.ndarray: compute time of each device (an F&B pair counts once)."""
+        dur = np.where(self._c.paired, 0.0, self.finish - self.start)
         return _per_device_sum(dur, self._c.dev_ptr)
 
     @cached_property

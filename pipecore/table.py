@@ -59,6 +59,9 @@ class IdealTable:
         mb = s._column("microbatch")
         labels = np.array([f"{stage[i]}{KINDS[kinds[i]]}{mb[i]}" for i in range(s.num_ops)],
                           dtype=object)
+        paired = s._info()["paired"]
+        for i in np.flatnonzero(paired):
+            labels[i - 1] = labels[i - 1] + "&" + labels[i]  # an overlapped F&B unit
         width = max((len(x) for x in labels), default=1)
         grid = self.grid if max_slots is None else self.grid[:, :max_slots]
         lines = []
@@ -112,7 +115,8 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> Ideal
     dev = schedule._column("device")
     st = np.rint(start).astype(np.int64)
     du = np.rint(finish - start).astype(np.int64)
+    first = ~c.paired  # an overlapped pair is drawn once, under its F row
     for k in range(int(du.max()) if du.size else 0):
-        on = du > k
+        on = (du > k) & first
         grid[dev[on], st[on] + k] = np.flatnonzero(on)
     return IdealTable(schedule, grid, {"F": f, "B": b, "W": w, "BW": b + w})

@@ -19,10 +19,11 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pipecore.testing needs hypothesis: pip install 'pipecore[test]'") from exc
 
-from ._schedule import Schedule
+from ._schedule import Schedule, ScheduleError
 from .costs import Costs, Network
 from .schedules import build, family
 from .schedules import schedules as _family_names
+from .simulate import validate
 
 __all__ = ["random_programs", "schedules", "family_schedules", "costs", "networks", "times"]
 
@@ -130,7 +131,7 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
 
 @st.composite
 def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches: int = 6,
-              split: bool | None = None):
+              split: bool | None = None, overlap: bool = True):
     """Random valid schedules with arbitrary placement and op order.
 
     Parameters
@@ -139,6 +140,9 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
         Upper bounds of the shape.
     split : bool, optional
         True: always B+W; False: always BW; None: mixed.
+    overlap : bool, default True
+        Sometimes run an F and the next B/BW of another microbatch as one
+        overlapped F&B unit (kept only where that cannot deadlock).
 
     Returns
     -------
@@ -154,7 +158,29 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
         placement = [draw(st.integers(0, p - 1)) for _ in range(S)]
     prob = {True: 1.0, False: 0.0, None: draw(st.sampled_from([0.0, 0.5, 1.0]))}[split]
     programs = random_programs(rng, p, S, m, placement=placement, split=prob)
+    if overlap and draw(st.booleans()):
+        fused = [_fuse_pairs(prog, rng) for prog in programs]
+        try:
+            return validate(Schedule.from_programs(fused, name="random", devices=p))
+        except ScheduleError:
+            pass  # this fusion deadlocks; keep the plain programs
     return Schedule.from_programs(programs, name="random", devices=p)
+
+
+def _fuse_pairs(program, rng):
+    """Merge some adjacent (F, B/BW) of different microbatches into F&B units."""
+    out = []
+    i = 0
+    while i < len(program):
+        op = program[i]
+        if (i + 1 < len(program) and op[0] == "F" and program[i + 1][0] in ("B", "BW")
+                and program[i + 1][2] != op[2] and rng.random() < 0.5):
+            out.append((op, program[i + 1]))
+            i += 2
+        else:
+            out.append(op)
+            i += 1
+    return out
 
 
 @st.composite
@@ -211,7 +237,8 @@ def costs(draw, stages: int | None = None, comm: bool = True):
 
     act = draw(times(allow_zero=False, max_value=4.0))
     return Costs(f=value(), b=value(), w=value(), comm=value() if comm else 0.0,
-                 activation=act, activation_w=draw(st.floats(0.0, 1.0)) * act)
+                 activation=act, activation_w=draw(st.floats(0.0, 1.0)) * act,
+                 fb_factor=draw(st.sampled_from([1.0, 0.75, 0.5]) | st.floats(0.1, 1.0)))
 
 
 @st.composite

@@ -12,13 +12,28 @@ reproducible by any other implementation doing the same operations:
 
 * op:        ``start = max(prev finish or 0.0, availabilities)``,
              ``finish = start + duration`` (``BW`` duration is ``b[s] + w[s]``)
+* F&B pair:  one unit of a device program running the forward of one
+             microbatch and the backward (``B`` or ``BW``) of another
+             together (DualPipe's overlapped "F&B"). Both ops get
+             ``start = max(prev finish or 0.0, availabilities of the
+             producers of both ops)`` and ``finish = start + duration`` with
+             ``duration = (dF + dB) * fb_factor``, ``dF = f[sF]``, ``dB =
+             b[sB]`` (``B``) or ``(b[sB] + w[sB])`` (``BW``), evaluated in
+             exactly that order. Single ops ignore ``fb_factor``.
 * transfer:  ``ready = producer finish``,
              ``start = max(ready, end of previous transfer on the link)``
              (the first transfer on a link starts at ``ready``),
              ``end = start + ser``, ``arrival = end + lat``;
              a transfer with ``ser == 0`` never touches the link:
              ``start = ready``, ``end = ready + ser``, ``arrival = end + lat``.
-* memory:    running total in program order (see ``docs/semantics.md``).
+* memory:    running total in program order (see ``docs/semantics.md``);
+             within a pair the F's event (at the pair's start) comes before
+             the B/BW's (at the pair's finish).
+
+Ops are indexed by their *row*: their position when the programs are
+flattened device by device, entry by entry, a pair contributing its F and
+then its B/BW. The row is the contract's producer index (ops sorted by
+(device, slot, kind) with F before B/BW inside a pair's slot).
 
 The only public entry point is :func:`simulate_reference`.
 """
@@ -29,39 +44,64 @@ _FORWARD = ("F",)
 _BACKWARD = ("B", "BW")
 
 
-def simulate_reference(programs, f, b, w, act, act_w, link):
+def _is_pair(entry):
+    """An entry whose first element is itself a tuple/list is a (would-be) pair."""
+    return isinstance(entry, (tuple, list)) and len(entry) > 0 and isinstance(entry[0], (tuple, list))
+
+
+def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     """Simulate per-device programs exactly as docs/semantics.md says.
 
     Parameters
     ----------
-    programs : list of list of tuple
-        ``programs[d]`` holds ``(kind, stage, microbatch)`` tuples in program
-        (slot) order, kind in {"F", "B", "W", "BW"}; a program may be empty.
+    programs : list of list
+        ``programs[d]`` holds the *entries* (units) of device ``d`` in
+        program (slot) order; a program may be empty. An entry is either an
+        op tuple ``(kind, stage, microbatch)``, kind in {"F", "B", "W",
+        "BW"}, or an *F&B pair*: a tuple/list of exactly two op tuples, the
+        first an ``F`` and the second a ``B`` or ``BW`` (normally of another
+        microbatch), which the device runs together as one unit occupying
+        one slot. A pair starts once the previous unit of its device has
+        finished and every producer of both of its ops is available; both
+        ops get that start and the same finish.
     f, b, w, act, act_w : sequences of float
         Per stage: durations, and the memory F allocates / W still needs.
     link : callable
         ``link(src_device, dst_device, producer_stage) -> (ser, lat)``, both
         >= 0: a transfer's serialisation time and latency.
+    fb_factor : float, optional
+        Finite and > 0 (default 1.0). A pair takes ``(dF + dB) * fb_factor``
+        with ``dF = f[sF]`` and ``dB = b[sB]`` (B) or ``(b[sB] + w[sB])``
+        (BW), in that order of operations. Single ops ignore it.
 
     Returns
     -------
     dict
-        ``status`` ("ok" or "deadlock"); ``start`` and ``finish`` (shaped
-        like programs, None for ops that never ran); ``makespan`` (largest
-        finish, 0.0 without ops); ``transfers`` (one dict per cross-device
-        edge whose times are known, sorted by producer device and slot, then
-        consumer device and slot, with keys src_device, src_slot,
-        dst_device, dst_slot, ready, start, end = start + ser, arrival);
-        ``peak`` (per device, program-order running total, defined even
-        under deadlock); ``memory`` (per device, ``(time, total)`` after
-        each event of an op that ran: F at its start with +act, B at its
-        finish with -(act - act_w), W with -act_w, BW with -act); ``blocked``
-        (``(device, slot)`` of every device's stuck head op).
+        Ops are indexed by *row*: programs flattened device by device,
+        entry by entry, a pair giving its F then its B/BW; the row is the
+        contract's producer index. ``status`` ("ok" or "deadlock");
+        ``start`` and ``finish`` (per device, one value per op in row order
+        -- a pair gives two consecutive, equal values -- None for ops that
+        never ran; without pairs, shaped like programs); ``makespan``
+        (largest finish, 0.0 without ops); ``transfers`` (one dict per
+        cross-device edge whose times are known, sorted by (src_row,
+        dst_row), with keys src_device, src_slot, src_row, dst_device,
+        dst_slot, dst_row, ready, start, end = start + ser, arrival; the
+        slots are entry indices, so both ops of a pair share one);
+        ``peak`` (per device, program-order running total over ops in row
+        order, defined even under deadlock); ``memory`` (per device,
+        ``(time, total)`` after each event of an op that ran, in row order:
+        F at its start with +act, B at its finish with -(act - act_w), W
+        with -act_w, BW with -act; within a pair the F's event, at the
+        pair's start, precedes the B/BW's, at the pair's finish);
+        ``blocked`` (``(device, slot)`` of every device's stuck head entry).
 
     Raises
     ------
     ValueError
-        For negative or NaN durations, ser or lat, or a malformed schedule.
+        For negative or NaN durations, ser or lat, a bad fb_factor, or a
+        malformed schedule (including a malformed pair, or a pair whose
+        backward directly depends on its own forward).
     """
     f = [float(x) for x in f]
     b = [float(x) for x in b]
@@ -76,33 +116,58 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
         for s, x in enumerate(vec):
             if not x >= 0.0:  # also rejects NaN
                 raise ValueError("%s[%d] = %r; durations must be >= 0" % (name, s, x))
+    fb_factor = float(fb_factor)
+    # rejects NaN, 0, negatives and inf (inf * 0.0 would make a NaN duration)
+    if not 0.0 < fb_factor < float("inf"):
+        raise ValueError("fb_factor = %r; must be a finite float > 0" % (fb_factor,))
 
     # ------------------------------------------------------------------
-    # 1. Flatten the ops. The global index ("gid") of an op is its position
-    #    in programs[0] + programs[1] + ..., i.e. in the ops sorted by
-    #    (device, slot). This is the "producer index" of the contract.
+    # 1. Flatten the ops. The global index ("row", "gid") of an op is its
+    #    position when programs[0], programs[1], ... are flattened entry by
+    #    entry, a pair contributing its F then its B/BW: the ops sorted by
+    #    (device, slot, kind) with F first inside a pair. This is the
+    #    "producer index" of the contract. Without pairs, row == position in
+    #    programs[0] + programs[1] + ...
     # ------------------------------------------------------------------
     op_device = []
-    op_slot = []
+    op_slot = []  # entry (unit) index of the op in its device program
     op_kind = []
     op_stage = []
     op_mb = []
-    first_gid = []  # gid of slot 0 of each device
+    first_gid = []  # row of the first op of each device
+    units = []  # units[d][slot] = tuple of the rows of that entry (1 or 2)
+
+    def add_op(op, d, slot):
+        kind, stage, mb = op
+        kind = str(kind)
+        stage = int(stage)
+        if kind not in ("F", "B", "W", "BW"):
+            raise ValueError("unknown op kind %r at device %d slot %d" % (kind, d, slot))
+        if not 0 <= stage < num_stages:
+            raise ValueError("stage %d out of range at device %d slot %d" % (stage, d, slot))
+        op_device.append(d)
+        op_slot.append(slot)
+        op_kind.append(kind)
+        op_stage.append(stage)
+        op_mb.append(mb)
+        return len(op_kind) - 1
+
     for d, prog in enumerate(programs):
         first_gid.append(len(op_kind))
-        for slot, op in enumerate(prog):
-            kind, stage, mb = op
-            kind = str(kind)
-            stage = int(stage)
-            if kind not in ("F", "B", "W", "BW"):
-                raise ValueError("unknown op kind %r at device %d slot %d" % (kind, d, slot))
-            if not 0 <= stage < num_stages:
-                raise ValueError("stage %d out of range at device %d slot %d" % (stage, d, slot))
-            op_device.append(d)
-            op_slot.append(slot)
-            op_kind.append(kind)
-            op_stage.append(stage)
-            op_mb.append(mb)
+        dev_units = []
+        for slot, entry in enumerate(prog):
+            if _is_pair(entry):
+                if len(entry) != 2 or not all(isinstance(op, (tuple, list)) and len(op) == 3 for op in entry):
+                    raise ValueError("pair at device %d entry %d must be exactly two (kind, stage, "
+                                     "microbatch) ops, got %r" % (d, slot, entry))
+                kf, kb = str(entry[0][0]), str(entry[1][0])
+                if kf != "F" or kb not in _BACKWARD:
+                    raise ValueError("pair at device %d entry %d must be (F, B) or (F, BW), got (%s, %s)"
+                                     % (d, slot, kf, kb))
+                dev_units.append((add_op(entry[0], d, slot), add_op(entry[1], d, slot)))
+            else:
+                dev_units.append((add_op(entry, d, slot),))
+        units.append(dev_units)
     n = len(op_kind)
 
     # (stage, microbatch) -> gid, for the three roles an op can have.
@@ -133,7 +198,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     # 2. Dependencies (docs/semantics.md, "Dependencies") and durations.
     # ------------------------------------------------------------------
     producers = [[] for _ in range(n)]
-    duration = [0.0] * n
+    duration = [0.0] * n  # of the op alone
     for g in range(n):
         s, mb, kind = op_stage[g], op_mb[g], op_kind[g]
         if kind == "F":
@@ -152,7 +217,26 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
                 raise ValueError("W(stage %d, mb %r) but the backward is a BW" % (s, mb))
             producers[g].append(pg)
 
+    # Duration of each unit. A pair (F row gf, backward row gb) takes
+    # (dF + dB) * fb_factor, where duration[gb] is already b or (b + w).
+    # Its backward can only directly depend on its forward through F(s) of
+    # the same (stage, microbatch): such a pair could never run.
+    unit_duration = []
+    for d in range(num_devices):
+        durs = []
+        for slot, rows in enumerate(units[d]):
+            if len(rows) == 1:
+                durs.append(duration[rows[0]])
+                continue
+            gf, gb = rows
+            if gf in producers[gb]:
+                raise ValueError("pair at device %d entry %d: %s(stage %d, mb %r) depends on the "
+                                 "pair's own F" % (d, slot, op_kind[gb], op_stage[gb], op_mb[gb]))
+            durs.append((duration[gf] + duration[gb]) * fb_factor)
+        unit_duration.append(durs)
+
     # Cross-device edges become transfers; one record per (producer, consumer).
+    # Consumers are appended in increasing consumer row.
     cross_consumers = [[] for _ in range(n)]
     for g in range(n):
         for pg in producers[g]:
@@ -163,20 +247,27 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     # ------------------------------------------------------------------
     # 3. Simulation (a worklist over devices; no global clock is needed).
     #
-    # An op is *determined* (its start and finish are fixed) as soon as the
-    # previous op of its device is determined and the availability of every
-    # producer is known: a same-device producer is available at its finish,
-    # a cross-device producer at its transfer's arrival. Ops are determined
-    # eagerly, device by device, in whatever order that becomes possible; they
-    # need not be determined in time order, because every quantity an op's
-    # times depend on is already final when it is determined. This is a
-    # worklist fixed point: `to_check` holds devices whose head op may have
-    # become determinable (initially all; then the destination device of
-    # every transfer whose arrival becomes known). Each op is examined O(1)
-    # times per input that becomes known, so the whole run is O(n).
+    # A unit (a single op, or an F&B pair) is *determined* (the start and
+    # finish of its ops are fixed) as soon as the previous unit of its
+    # device is determined and the availability of every producer of every
+    # op of the unit is known: a same-device producer is available at its
+    # finish, a cross-device producer at its transfer's arrival. (A pair's
+    # backward directly needing its own forward was rejected above, so a
+    # same-device producer always sits in an earlier unit, or a later one,
+    # which then never becomes available: a deadlock.) Units are determined
+    # eagerly, device by device, in whatever order that becomes possible;
+    # they need not be determined in time order, because every quantity a
+    # unit's times depend on is already final when it is determined. This
+    # is a worklist fixed point: `to_check` holds devices whose head unit
+    # may have become determinable (initially all; then the destination
+    # device of every transfer whose arrival becomes known). Each unit is
+    # examined O(1) times per input that becomes known, so the whole run is
+    # O(n).
     #
-    # Determining an op immediately creates its outgoing transfers (ready =
-    # the op's finish) and places them on their links at once:
+    # Determining a unit immediately creates the outgoing transfers of its
+    # ops (ready = the unit's finish) -- for a pair, the F's first, then the
+    # B/BW's, i.e. in increasing producer row -- and places them on their
+    # links at once:
     #
     #   * ser == 0: the transfer never occupies the link ("order is
     #     irrelevant"), so start = ready, end = ready + ser, arrival =
@@ -189,12 +280,14 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     # producer index) order, as the contract requires -- i.e. why, when a
     # transfer is placed, every transfer that precedes it on its link is
     # already placed: all transfers on link (src, dst) have their producer
-    # on device src. Ops of one device are determined strictly in program
-    # (slot) order, so the link's transfers are created in increasing
-    # producer-slot order, which is increasing producer index. Along one
-    # device's program finish times never decrease (start of slot k+1 >=
-    # finish of slot k, and durations are >= 0; float rounding is monotone),
-    # so producer-index order is also non-decreasing in ready time: for any
+    # on device src. Units of one device are determined strictly in program
+    # (slot) order and, within a pair, the F's transfers are created before
+    # the B/BW's, so the link's transfers are created in increasing
+    # producer-row order, which is increasing producer index. Along one
+    # device's rows finish times never decrease (the start of unit k+1 >=
+    # the finish of unit k, durations are >= 0 since fb_factor > 0, both
+    # ops of a pair share one finish; float rounding is monotone), so
+    # producer-index order is also non-decreasing in ready time: for any
     # two transfers on the link, creation order == (ready, producer index)
     # order. Hence a transfer created later can never need to be served
     # earlier, and no lookahead is needed. (This is the same order a
@@ -211,7 +304,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
     # ------------------------------------------------------------------
     start = [None] * n
     finish = [None] * n
-    head = [0] * num_devices  # slot of the first undetermined op per device
+    head = [0] * num_devices  # slot of the first undetermined unit per device
     link_end = {}  # (src, dst) -> end of the last ser > 0 transfer placed on it
     link_last_key = {}  # (src, dst) -> (ready, producer gid) of that transfer
     to_check = list(range(num_devices))  # devices whose head may have become runnable
@@ -252,8 +345,10 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
             transfer[(pg, g)] = {
                 "src_device": src,
                 "src_slot": op_slot[pg],
+                "src_row": pg,
                 "dst_device": dst,
                 "dst_slot": op_slot[g],
+                "dst_row": g,
                 "ready": ready,
                 "start": tr_start,
                 "end": tr_end,
@@ -261,54 +356,63 @@ def simulate_reference(programs, f, b, w, act, act_w, link):
             }
             to_check.append(dst)
 
-    while to_check:
-        d = to_check.pop()
-        while head[d] < len(programs[d]):
-            g = first_gid[d] + head[d]
-            times = [finish[g - 1] if head[d] > 0 else 0.0]
+    def unit_start(rows, d):
+        """Start time of the head unit (rows) of device d, or None if unknown."""
+        times = [finish[rows[0] - 1] if head[d] > 0 else 0.0]
+        for g in rows:
             for pg in producers[g]:
                 a = availability(pg, g)
                 if a is None:
-                    break
+                    return None
                 times.append(a)
-            else:
-                start[g] = max(times)
-                finish[g] = start[g] + duration[g]
-                head[d] += 1
+        return max(times)
+
+    while to_check:
+        d = to_check.pop()
+        while head[d] < len(units[d]):
+            rows = units[d][head[d]]
+            st = unit_start(rows, d)
+            if st is None:
+                break  # the head of device d waits on a transfer not yet known
+            fin = st + unit_duration[d][head[d]]
+            for g in rows:
+                start[g] = st
+                finish[g] = fin
+            head[d] += 1
+            for g in rows:  # the F's transfers before the B/BW's
                 create_and_place_transfers(g)
-                continue
-            break  # the head of device d waits on a transfer not yet known
 
     # ------------------------------------------------------------------
     # 4. Results.
     # ------------------------------------------------------------------
-    blocked = [(d, head[d]) for d in range(num_devices) if head[d] < len(programs[d])]
+    blocked = [(d, head[d]) for d in range(num_devices) if head[d] < len(units[d])]
     status = "deadlock" if blocked else "ok"
+
+    def device_rows(d):
+        return range(first_gid[d], first_gid[d + 1] if d + 1 < num_devices else n)
 
     start_out = []
     finish_out = []
     for d in range(num_devices):
-        lo = first_gid[d]
-        hi = lo + len(programs[d])
-        start_out.append(start[lo:hi])
-        finish_out.append(finish[lo:hi])
+        rows = device_rows(d)
+        start_out.append(start[rows.start:rows.stop])
+        finish_out.append(finish[rows.start:rows.stop])
 
     finished = [x for x in finish if x is not None]
     makespan = max(finished) if finished else 0.0
 
     # Every created transfer has known times (its producer ran).
-    transfers_out = list(transfer.values())
-    transfers_out.sort(key=lambda t: (t["src_device"], t["src_slot"], t["dst_device"], t["dst_slot"]))
+    transfers_out = [transfer[key] for key in sorted(transfer)]  # by (src_row, dst_row)
 
-    # Memory: running total in program order; events only for ops that ran.
+    # Memory: running total over ops in row order (a pair: F, then B/BW);
+    # events only for ops that ran.
     peak = []
     memory = []
     for d in range(num_devices):
         total = 0.0
         totals = []
         events = []
-        for slot in range(len(programs[d])):
-            g = first_gid[d] + slot
+        for g in device_rows(d):
             s = op_stage[g]
             kind = op_kind[g]
             if kind == "F":

@@ -43,7 +43,7 @@ def run_both(sched, c, network):
     arrays = c.stage_arrays(S, p)
     ref = simulate_reference(sched.programs(), arrays["f"], arrays["b"], arrays["w"],
                              arrays["activation"], arrays["activation_w"],
-                             link_function(network, c.comm, S))
+                             link_function(network, c.comm, S), fb_factor=c.fb_factor)
     return ref
 
 
@@ -91,11 +91,22 @@ def test_kernel_equals_reference_families(data, sched):
 
 
 def critical_path(sched, c, network):
-    """Longest dependency chain (ops + uncontended transfers), ignoring device order."""
+    """Longest dependency chain (ops + uncontended transfers), ignoring device order.
+
+    An overlapped F&B pair is one node: it waits for the producers of both
+    its ops and takes (F + B) * fb_factor.
+    """
     arrays = c.stage_arrays(sched.stages, sched.devices)
     link = link_function(network, c.comm, sched.stages)
-    ops = [(d, k, s, mb) for d, prog in enumerate(sched.programs()) for (k, s, mb) in prog]
+    units = [(d, unit if isinstance(unit[0], tuple) else (unit,))
+             for d, prog in enumerate(sched.programs()) for unit in prog]
+    ops = [(d, k, s, mb) for d, unit in units for (k, s, mb) in unit]
     where = {(k, s, mb): (d, k, s, mb) for (d, k, s, mb) in ops}
+    partner = {}
+    for d, unit in units:
+        if len(unit) == 2:
+            a, b = ((d,) + unit[0], (d,) + unit[1])
+            partner[a], partner[b] = b, a
     S = sched.stages
 
     def dur(k, s):
@@ -114,8 +125,16 @@ def critical_path(sched, c, network):
             out.append(where[("B", s, mb)])
         return out
 
+    def length(op):
+        if op in partner:
+            first, second = sorted((op, partner[op]), key=lambda o: o[1] != "F")
+            return (dur(first[1], first[2]) + dur(second[1], second[2])) * c.fb_factor
+        return dur(op[1], op[2])
+
     # Longest path by relaxation in a topological order (Kahn's algorithm).
     prods = {op: producers(*op[1:]) for op in ops}
+    for op, other in partner.items():
+        prods[op] = prods[op] + [q for q in producers(*other[1:]) if q != op]
     waiting = {op: len(prods[op]) for op in ops}
     users = {op: [] for op in ops}
     for op, qs in prods.items():
@@ -130,7 +149,7 @@ def critical_path(sched, c, network):
         for q in prods[op]:
             ser, lat = link(q[0], d, q[2]) if q[0] != d else (0.0, 0.0)
             t = max(t, done[q] + ser + lat)
-        done[op] = t + dur(k, s)
+        done[op] = t + length(op)
         for u in users[op]:
             waiting[u] -= 1
             if waiting[u] == 0:
@@ -157,12 +176,14 @@ def test_invariants(data, sched):
     ends = [mem[np.asarray(res.memory.column("device")) == d][-1]
             for d in range(sched.devices) if (np.asarray(res.memory.column("device")) == d).any()]
     assert np.allclose(ends, 0.0, atol=1e-9 * scale)
-    # Devices never run two ops at once.
-    ptr = np.searchsorted(np.asarray(res.ops.column("device")), np.arange(sched.devices + 1))
-    for d in range(sched.devices):
-        a, b = ptr[d], ptr[d + 1]
-        if b - a >= 2:
-            assert np.all(res.start[a + 1:b] >= res.finish[a:b - 1])
+    # Devices never run two units at once (the two ops of an F&B pair share one).
+    dev = np.asarray(res.ops.column("device"))
+    slot = np.asarray(res.ops.column("slot"))
+    nxt = (dev[1:] == dev[:-1]) & (slot[1:] != slot[:-1])
+    assert np.all(res.start[1:][nxt] >= res.finish[:-1][nxt])
+    pair = (dev[1:] == dev[:-1]) & (slot[1:] == slot[:-1])
+    assert np.all(res.start[1:][pair] == res.start[:-1][pair])
+    assert np.all(res.finish[1:][pair] == res.finish[:-1][pair])
     assert 0.0 <= res.bubble_ratio <= 1.0 + 1e-12
 
 

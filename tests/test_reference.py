@@ -619,3 +619,348 @@ def test_invalid_schedule_rejected():
                            no_link)
     with pytest.raises(ValueError):
         simulate_reference([[("X", 0, 0)]], [1.0], [1.0], [1.0], [1.0], [0.0], no_link)
+
+
+# ----------------------------------------------------------------------
+# overlapped F&B pairs and fb_factor
+# ----------------------------------------------------------------------
+def pair_progs():
+    # stage d on device d, m=2; device 1 overlaps F(1,1) with BW(1,0).
+    return [
+        [("F", 0, 0), ("F", 0, 1), ("BW", 0, 0), ("BW", 0, 1)],
+        [("F", 1, 0), (("F", 1, 1), ("BW", 1, 0)), ("BW", 1, 1)],
+    ]
+
+
+def test_pair_by_hand_fb_factor_1():
+    # f=1, b=2, w=1 (a BW alone takes 3), free communication.
+    # rows: dev0 0 F00, 1 F01, 2 BW00, 3 BW01; dev1 4 F10, 5 F11, 6 BW10, 7 BW11
+    # dev0: F00 [0,1], F01 [1,2]
+    # dev1: F10 needs F00=1 -> [1,2]
+    #       pair: prev 2; F11 needs F01=2; BW10 needs F10=2 (same device);
+    #       start 2, duration (1 + (2 + 1)) * 1.0 = 4 -> [2,6] for both ops
+    #       BW11: prev 6, F11 6 -> [6,9]
+    # dev0: BW00 max(2, BW10=6) -> [6,9]; BW01 max(9, BW11=9) -> [9,12]
+    r = run(pair_progs(), [1.0, 1.0], [2.0, 2.0], [1.0, 1.0])
+    assert r["status"] == "ok" and r["blocked"] == []
+    assert r["start"] == [[0.0, 1.0, 6.0, 9.0], [1.0, 2.0, 2.0, 6.0]]
+    assert r["finish"] == [[1.0, 2.0, 9.0, 12.0], [2.0, 6.0, 6.0, 9.0]]
+    assert r["makespan"] == 12.0
+    # (src_row, dst_row, src_slot, dst_slot); slots are entry indices, so
+    # F11 (row 5) and BW10 (row 6) both have slot 1 on device 1.
+    assert [(t["src_row"], t["dst_row"], t["src_slot"], t["dst_slot"], t["ready"], t["arrival"])
+            for t in r["transfers"]] == [
+        (0, 4, 0, 0, 1.0, 1.0),
+        (1, 5, 1, 1, 2.0, 2.0),
+        (6, 2, 1, 2, 6.0, 6.0),
+        (7, 3, 2, 3, 9.0, 9.0),
+    ]
+
+
+def test_pair_by_hand_fb_factor_075():
+    # As above with fb_factor 0.75: pair duration (1 + 3) * 0.75 = 3 -> [2,5]
+    # dev1: BW11 [5,8];  dev0: BW00 max(2, 5) -> [5,8]; BW01 max(8, 8) -> [8,11]
+    progs = pair_progs()
+    r = simulate_reference(progs, [1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                           no_link, fb_factor=0.75)
+    assert r["status"] == "ok"
+    assert r["start"] == [[0.0, 1.0, 5.0, 8.0], [1.0, 2.0, 2.0, 5.0]]
+    assert r["finish"] == [[1.0, 2.0, 8.0, 11.0], [2.0, 5.0, 5.0, 8.0]]
+    assert r["makespan"] == 11.0
+    # a pair given as a list behaves the same
+    progs[1][1] = [("F", 1, 1), ("BW", 1, 0)]
+    r2 = simulate_reference(progs, [1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                            no_link, fb_factor=0.75)
+    assert r2 == r
+
+
+def test_pair_duration_operation_order():
+    # One device, S=1: F00, (F01, BW00), BW01; f=0.1 b=0.2 w=0.3, fb 0.75.
+    # F00 [0, 0.1]; pair starts at 0.1 and lasts (0.1 + (0.2 + 0.3)) * 0.75
+    # (0.2 + 0.3 = 0.5 exactly; 0.1 + 0.5 = 0.6), which differs from
+    # ((0.1 + 0.2) + 0.3) * 0.75 in the last bit.
+    progs = [[("F", 0, 0), (("F", 0, 1), ("BW", 0, 0)), ("BW", 0, 1)]]
+    r = simulate_reference(progs, [0.1], [0.2], [0.3], [1.0], [0.0], no_link, fb_factor=0.75)
+    fin = 0.1 + (0.1 + (0.2 + 0.3)) * 0.75
+    assert fin != 0.1 + ((0.1 + 0.2) + 0.3) * 0.75
+    assert r["start"] == [[0.0, 0.1, 0.1, fin]]
+    assert r["finish"] == [[0.1, fin, fin, fin + (0.2 + 0.3)]]  # the single BW ignores fb_factor
+
+
+def test_pair_with_b_duration():
+    # Pair (F, B): duration (f + b) * fb, w not included. S=1 on one device:
+    # F00, (F01, B00), W00, B01, W01 with f=1 b=2 w=4, fb 0.5.
+    # F00 [0,1]; pair [1, 1 + 3*0.5 = 2.5]; W00 [2.5,6.5]; B01 [6.5,8.5]; W01 [8.5,12.5]
+    progs = [[("F", 0, 0), (("F", 0, 1), ("B", 0, 0)), ("W", 0, 0), ("B", 0, 1), ("W", 0, 1)]]
+    r = simulate_reference(progs, [1.0], [2.0], [4.0], [1.0], [0.0], no_link, fb_factor=0.5)
+    assert r["start"] == [[0.0, 1.0, 1.0, 2.5, 6.5, 8.5]]
+    assert r["finish"] == [[1.0, 2.5, 2.5, 6.5, 8.5, 12.5]]
+
+
+def test_fb_factor_ignored_without_pairs():
+    for progs in (gpipe(3, 4), one_f_one_b(3, 4, split=True)):
+        args = (progs, [1.0, 0.5, 2.0], [2.0, 1.0, 0.25], [0.5, 0.5, 1.0], [1.0] * 3, [0.5] * 3,
+                const_link(0.5, 0.25))
+        r1 = simulate_reference(*args)
+        r2 = simulate_reference(*args, fb_factor=0.3)
+        assert r1 == r2
+        # without pairs, rows are positions in programs[0] + programs[1] + ...
+        offset = [0, len(progs[0]), len(progs[0]) + len(progs[1])]
+        for t in r1["transfers"]:
+            assert t["src_row"] == offset[t["src_device"]] + t["src_slot"]
+            assert t["dst_row"] == offset[t["dst_device"]] + t["dst_slot"]
+
+
+def test_pair_transfers_on_same_link_f_first():
+    # Stages 0, 2 on dev0 and stage 1 on dev1 (a V), m=2, f=b=1, w=0,
+    # ser=2 lat=0 on every link. dev1 overlaps F(1,1) with BW(1,0): both
+    # results go over link (1,0) with the same ready time; F's goes first.
+    # rows: dev0 0 F00, 1 F01, 2 F20, 3 BW20, 4 F21, 5 BW21, 6 BW00, 7 BW01
+    #       dev1 8 F10, 9 F11, 10 BW10 (9 and 10 form entry 1), 11 BW11
+    # dev0: F00 [0,1] -> (0,1): 1..3 arr 3; F01 [1,2] -> (0,1): max(2,3)=3..5 arr 5
+    # dev1: F10 [3,4] -> (1,0): 4..6 arr 6
+    # dev0: F20 [6,7]; BW20 [7,8] -> (0,1): 8..10 arr 10; F21 waits for F11
+    # dev1: pair max(4, F01 arr 5, F10 4, BW20 arr 10) = 10, lasts (1+1)*1 -> [10,12]
+    #       F11 -> F21 on (1,0): ready 12, 12..14 arr 14        (F first)
+    #       BW10 -> BW00 on (1,0): ready 12, max(12,14)=14..16 arr 16
+    #       BW11 waits for BW21
+    # dev0: F21 [14,15]; BW21 [15,16] -> (0,1): 16..18 arr 18; BW00 max(16,16) -> [16,17]
+    # dev1: BW11 max(12, 18) -> [18,19] -> (1,0): 19..21 arr 21
+    # dev0: BW01 max(17, 21) -> [21,22]
+    progs = [
+        [("F", 0, 0), ("F", 0, 1), ("F", 2, 0), ("BW", 2, 0), ("F", 2, 1), ("BW", 2, 1),
+         ("BW", 0, 0), ("BW", 0, 1)],
+        [("F", 1, 0), (("F", 1, 1), ("BW", 1, 0)), ("BW", 1, 1)],
+    ]
+    r = run(progs, [1.0] * 3, [1.0] * 3, [0.0] * 3, link=const_link(2.0, 0.0))
+    assert r["status"] == "ok"
+    assert r["start"] == [[0.0, 1.0, 6.0, 7.0, 14.0, 15.0, 16.0, 21.0], [3.0, 10.0, 10.0, 18.0]]
+    assert r["finish"] == [[1.0, 2.0, 7.0, 8.0, 15.0, 16.0, 17.0, 22.0], [4.0, 12.0, 12.0, 19.0]]
+    assert r["makespan"] == 22.0
+    # sorted by (src_row, dst_row):
+    # (src_row, dst_row, src_dev, src_slot, dst_dev, dst_slot, ready, start, end, arrival)
+    assert [(t["src_row"], t["dst_row"]) + tr_tuple(t) for t in r["transfers"]] == [
+        (0, 8, 0, 0, 1, 0, 1.0, 1.0, 3.0, 3.0),
+        (1, 9, 0, 1, 1, 1, 2.0, 3.0, 5.0, 5.0),
+        (3, 10, 0, 3, 1, 1, 8.0, 8.0, 10.0, 10.0),
+        (5, 11, 0, 5, 1, 2, 16.0, 16.0, 18.0, 18.0),
+        (8, 2, 1, 0, 0, 2, 4.0, 4.0, 6.0, 6.0),
+        (9, 4, 1, 1, 0, 4, 12.0, 12.0, 14.0, 14.0),  # pair's F: served first
+        (10, 6, 1, 1, 0, 6, 12.0, 14.0, 16.0, 16.0),  # pair's BW: queued behind it
+        (11, 7, 1, 2, 0, 7, 19.0, 19.0, 21.0, 21.0),
+    ]
+
+
+def test_pair_memory_events_order():
+    # One device, S=1: F00, (F01, B00), W00, B01, W01; f=1 b=2 w=1, fb 0.5,
+    # act=4, act_w=1.
+    # times: F00 [0,1]; pair [1, 1+(1+2)*0.5=2.5]; W00 [2.5,3.5]; B01 [3.5,5.5]; W01 [5.5,6.5]
+    # memory (rows in order): F00 +4 at 0 -> 4; F01 +4 at the pair's start 1
+    # -> 8; B00 -(4-1) at the pair's finish 2.5 -> 5; W00 -1 at 3.5 -> 4;
+    # B01 -3 at 5.5 -> 1; W01 -1 at 6.5 -> 0. Peak 8 (the F of the pair
+    # counts before its B: the other order would peak at 5).
+    progs = [[("F", 0, 0), (("F", 0, 1), ("B", 0, 0)), ("W", 0, 0), ("B", 0, 1), ("W", 0, 1)]]
+    r = simulate_reference(progs, [1.0], [2.0], [1.0], [4.0], [1.0], no_link, fb_factor=0.5)
+    assert r["start"] == [[0.0, 1.0, 1.0, 2.5, 3.5, 5.5]]
+    assert r["finish"] == [[1.0, 2.5, 2.5, 3.5, 5.5, 6.5]]
+    assert r["memory"] == [[(0.0, 4.0), (1.0, 8.0), (2.5, 5.0), (3.5, 4.0), (5.5, 1.0), (6.5, 0.0)]]
+    assert r["peak"] == [8.0]
+    # with a (F, BW) pair the BW frees all of act at the pair's finish
+    progs = [[("F", 0, 0), (("F", 0, 1), ("BW", 0, 0)), ("BW", 0, 1)]]
+    r = simulate_reference(progs, [1.0], [2.0], [1.0], [4.0], [1.0], no_link)
+    # F00 [0,1]; pair [1, 1+(1+(2+1))=5]; BW01 [5,8]
+    assert r["memory"] == [[(0.0, 4.0), (1.0, 8.0), (5.0, 4.0), (8.0, 0.0)]]
+
+
+def test_pair_deadlock_reports_entry_index():
+    # dev0: F00, (F01, BW00), BW01      dev1: F11, F10, BW10, BW11
+    # dev0 runs F00 [0,1]; its pair waits for BW10 (dev1 entry 2) while
+    # dev1's head F11 waits for F01, which is inside dev0's pair: deadlock.
+    # Blocked: (0, 1) (the pair's entry index) and (1, 0). Rows: dev0 0 F00,
+    # 1 F01, 2 BW00, 3 BW01; dev1 4 F11, 5 F10, ... The one known transfer
+    # is F00 -> F10 (row 0 -> row 5, slot 0 -> slot 1): ready 1, arrival 1.
+    progs = [
+        [("F", 0, 0), (("F", 0, 1), ("BW", 0, 0)), ("BW", 0, 1)],
+        [("F", 1, 1), ("F", 1, 0), ("BW", 1, 0), ("BW", 1, 1)],
+    ]
+    r = run(progs, [1.0, 1.0], [2.0, 2.0], [0.0, 0.0])
+    assert r["status"] == "deadlock"
+    assert r["blocked"] == [(0, 1), (1, 0)]
+    assert r["start"] == [[0.0, None, None, None], [None, None, None, None]]
+    assert r["finish"] == [[1.0, None, None, None], [None, None, None, None]]
+    assert r["makespan"] == 1.0
+    assert [(t["src_row"], t["dst_row"]) + tr_tuple(t) for t in r["transfers"]] == [
+        (0, 5, 0, 0, 1, 1, 1.0, 1.0, 1.0, 1.0)]
+    # peaks over the whole program in row order: dev0 1,2,1,0 -> 2; dev1 1,2,1,0 -> 2
+    assert r["memory"] == [[(0.0, 1.0)], []]
+    assert r["peak"] == [2.0, 2.0]
+
+
+def test_pair_deadlock_one_device():
+    # S=2 on one device: F00, F10, (F01, BW00), BW10 ... BW00 needs BW10,
+    # which comes later on the same device: stuck at entry 2.
+    progs = [[("F", 0, 0), ("F", 1, 0), (("F", 0, 1), ("BW", 0, 0)), ("BW", 1, 0),
+              ("F", 1, 1), ("BW", 1, 1), ("BW", 0, 1)]]
+    r = run(progs, [1.0, 1.0], [1.0, 1.0], [0.0, 0.0])
+    assert r["status"] == "deadlock"
+    assert r["blocked"] == [(0, 2)]
+    assert r["start"] == [[0.0, 1.0] + [None] * 6]
+
+
+def test_pair_backward_depending_on_own_forward_rejected():
+    for kind in ("B", "BW"):
+        progs = [[("F", 0, 0), (("F", 0, 1), (kind, 0, 1)), (kind, 0, 0)]]
+        with pytest.raises(ValueError, match="device 0 entry 1"):
+            simulate_reference(progs, [1.0], [1.0], [1.0], [1.0], [0.0], no_link)
+
+
+@pytest.mark.parametrize("entry", [
+    (("BW", 0, 1), ("F", 0, 0)),  # backward first
+    (("F", 0, 1), ("F", 0, 0)),  # two forwards
+    (("F", 0, 1), ("W", 0, 0)),  # W cannot be paired
+    (("F", 0, 1),),  # one op
+    (("F", 0, 1), ("BW", 0, 0), ("BW", 0, 1)),  # three ops
+    (("F", 0, 1), ("BW", 0)),  # malformed op
+])
+def test_malformed_pair_rejected(entry):
+    progs = [[("F", 0, 0), entry]]
+    with pytest.raises(ValueError, match="device 0 entry 1"):
+        simulate_reference(progs, [1.0], [1.0], [1.0], [1.0], [0.0], no_link)
+
+
+@pytest.mark.parametrize("fb", [0.0, -0.5, float("nan"), float("inf")])
+def test_bad_fb_factor_rejected(fb):
+    with pytest.raises(ValueError, match="fb_factor"):
+        simulate_reference(gpipe(2, 1), [1.0] * 2, [1.0] * 2, [0.0] * 2, [1.0] * 2, [0.0] * 2,
+                           no_link, fb_factor=fb)
+
+
+def _pair_up(rng, progs):
+    """Merge random adjacent (F, B/BW) entries into pairs (never of one (stage, mb))."""
+    out = []
+    for prog in progs:
+        new = []
+        k = 0
+        while k < len(prog):
+            if (k + 1 < len(prog) and prog[k][0] == "F" and prog[k + 1][0] in ("B", "BW")
+                    and prog[k][1:] != prog[k + 1][1:] and rng.random() < 0.7):
+                new.append((prog[k], prog[k + 1]))
+                k += 2
+            else:
+                new.append(prog[k])
+                k += 1
+        out.append(new)
+    return out
+
+
+def _check_contract_with_pairs(progs, f, b, w, act, act_w, table, deps, fb, r):
+    # rows: flatten entry by entry, a pair giving F then B/BW
+    row_of, unit_of, units = {}, {}, []  # op -> row; op -> (device, entry index)
+    for d, prog in enumerate(progs):
+        dev_units = []
+        for slot, entry in enumerate(prog):
+            ops = list(entry) if isinstance(entry[0], tuple) else [entry]
+            for op in ops:
+                row_of[op] = len(row_of)
+                unit_of[op] = (d, slot)
+            dev_units.append(ops)
+        units.append(dev_units)
+    dev_ops = [[op for ops in du for op in ops] for du in units]
+    pos = {op: (d, k) for d, ops in enumerate(dev_ops) for k, op in enumerate(ops)}
+
+    def dur(op):
+        kind, s, _ = op
+        return {"F": f[s], "B": b[s], "W": w[s], "BW": b[s] + w[s]}[kind]
+
+    def t_of(key, op):
+        d, k = pos[op]
+        return r[key][d][k]
+
+    assert [len(x) for x in r["start"]] == [len(x) for x in dev_ops]
+    trs = {(t["src_row"], t["dst_row"]): t for t in r["transfers"]}
+    assert list(trs) == sorted(trs)
+    heads = []
+    for d, du in enumerate(units):
+        prev = 0.0
+        stuck = None
+        for slot, ops in enumerate(du):
+            st = t_of("start", ops[0])
+            if st is None:
+                stuck = slot if stuck is None else stuck
+                assert all(t_of("start", op) is None and t_of("finish", op) is None for op in ops)
+                continue
+            assert stuck is None
+            avail = [prev]
+            for op in ops:
+                for prod in deps(op):
+                    if pos[prod][0] == d:
+                        avail.append(t_of("finish", prod))
+                    else:
+                        avail.append(trs[(row_of[prod], row_of[op])]["arrival"])
+            assert st == max(avail)
+            d_unit = dur(ops[0]) if len(ops) == 1 else (dur(ops[0]) + dur(ops[1])) * fb
+            for op in ops:
+                assert t_of("start", op) == st
+                assert t_of("finish", op) == st + d_unit
+            prev = st + d_unit
+        if stuck is not None:
+            heads.append((d, stuck))
+    assert r["blocked"] == heads
+    assert r["status"] == ("deadlock" if heads else "ok")
+    # transfers: exactly the cross-device edges whose producer ran
+    expected = set()
+    for op, (d, _) in pos.items():
+        for prod in deps(op):
+            if pos[prod][0] != d and t_of("finish", prod) is not None:
+                expected.add((row_of[prod], row_of[op]))
+    assert set(trs) == expected
+    op_at_row = {v: k for k, v in row_of.items()}
+    by_link = {}
+    for (sr, dr), t in trs.items():
+        prod, cons = op_at_row[sr], op_at_row[dr]
+        assert (t["src_device"], t["src_slot"]) == unit_of[prod]
+        assert (t["dst_device"], t["dst_slot"]) == unit_of[cons]
+        ser, lat = table[(t["src_device"], t["dst_device"], prod[1])]
+        assert t["ready"] == t_of("finish", prod)
+        if ser == 0:
+            assert t["start"] == t["ready"]
+        else:
+            by_link.setdefault((t["src_device"], t["dst_device"]), []).append((t["ready"], sr, t, ser))
+        assert t["end"] == t["start"] + ser
+        assert t["arrival"] == t["end"] + lat
+    for items in by_link.values():
+        items.sort(key=lambda x: (x[0], x[1]))
+        prev_end = None
+        for ready, _, t, ser in items:
+            assert t["start"] == (ready if prev_end is None else max(ready, prev_end))
+            prev_end = t["start"] + ser
+    # memory over ops in row order
+    for d, ops in enumerate(dev_ops):
+        total, totals, events = 0.0, [], []
+        for op in ops:
+            kind, s, _ = op
+            delta = {"F": act[s], "B": act[s] - act_w[s], "W": act_w[s], "BW": act[s]}[kind]
+            total = total + delta if kind == "F" else total - delta
+            totals.append(total)
+            if t_of("finish", op) is not None:
+                events.append((t_of("start" if kind == "F" else "finish", op), total))
+        assert r["peak"][d] == (max(totals) if totals else 0.0)
+        assert r["memory"][d] == events
+
+
+@pytest.mark.parametrize("allow_deadlock", [False, True])
+def test_random_instances_with_pairs_satisfy_contract(allow_deadlock):
+    rng = random.Random(4321 + allow_deadlock)
+    statuses = set()
+    n_pairs = 0
+    for _ in range(300):
+        progs, f, b, w, act, act_w, table, deps = _random_instance(rng, allow_deadlock)
+        progs = _pair_up(rng, progs)
+        n_pairs += sum(isinstance(e[0], tuple) for prog in progs for e in prog)
+        fb = rng.choice([1.0, 0.75, 0.5, 1.25, rng.uniform(0.1, 2.0)])
+        r = simulate_reference(progs, f, b, w, act, act_w, lambda s, d, st, t=table: t[(s, d, st)],
+                               fb_factor=fb)
+        _check_contract_with_pairs(progs, f, b, w, act, act_w, table, deps, fb, r)
+        statuses.add(r["status"])
+    assert n_pairs > 100
+    assert statuses == {"ok", "deadlock"}

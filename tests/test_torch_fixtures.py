@@ -18,6 +18,7 @@ import pipecore as pc
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 TORCH_KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}
 COMPUTE = re.compile(r"^(\d+)([FIWB])(\d+)$")
+OVERLAP = re.compile(r"^\((\d+)F(\d+);(\d+)B(\d+)\)OVERLAP_F_B$")
 
 
 def load(name):
@@ -31,6 +32,11 @@ def torch_programs(fx):
         progs = []
         for a in actions:
             if a is None:
+                continue
+            pair = OVERLAP.match(a)
+            if pair:  # torch's OVERLAP_F_B of a forward and a full backward
+                fs, fm, bs, bm = pair.groups()
+                progs.append(f"{fs}F{fm}&{bs}BW{bm}")
                 continue
             mt = COMPUTE.match(a)
             if mt is None:
@@ -47,7 +53,7 @@ def torch_programs(fx):
     ("interleaved_zb_p4_m8", "interleaved-zb"), ("interleaved_zb_p2_m4", "interleaved-zb"),
     ("interleaved_zb_p4_m16", "interleaved-zb"), ("interleaved_zb_p4_m4", "interleaved-zb"),
     ("interleaved_1f1b_p4_m8", "interleaved-1f1b"), ("looped_bfs_p4_m8", "looped-bfs"),
-    ("gpipe_p4_m8", "gpipe"),
+    ("gpipe_p4_m8", "gpipe"), ("dualpipev_p4_m8", "dualpipev"),
 ])
 def test_same_order_as_torch(fixture, family):
     fx = load(fixture)

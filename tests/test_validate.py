@@ -102,8 +102,16 @@ def test_deadlock_names_every_blocked_head():
 
 def test_duplicate_slot_from_table():
     with pytest.raises(ScheduleError, match="slot 0 is used twice on device 0") as info:
-        pc.Schedule.from_arrays([0, 0], [0, 0], ["F", "BW"], [0, 0], [0, 0])
+        pc.Schedule.from_arrays([0, 0, 0, 0], [0, 0, 1, 2], ["F", "F", "BW", "BW"],
+                                [0, 0, 0, 0], [0, 1, 0, 1])
     assert info.value.rule == "slot-unique"
+    # An F and a B/BW may share a slot (an overlapped pair), but not F with its own backward.
+    with pytest.raises(ScheduleError, match="paired with its own forward") as info:
+        pc.Schedule.from_arrays([0, 0], [0, 0], ["F", "BW"], [0, 0], [0, 0])
+    assert info.value.rule == "overlap"
+    with pytest.raises(ScheduleError, match="pairs BW with F") as info:
+        pc.from_actions({0: ["0F0", "0BW0&0F1", "0BW1"]})
+    assert info.value.rule == "overlap"
 
 
 def test_unknown_kind_and_bad_codes():
@@ -229,3 +237,21 @@ def test_render_marks_and_windows_long_programs():
     sched = pc.build("gpipe", 2, 40)
     text = sched.render(mark=[50])
     assert ">>0BW10<<" in text and "..." in text
+
+
+def test_overlapped_pairs_roundtrip_and_timing():
+    # Device 1 runs F of microbatch 1 together with BW of microbatch 0.
+    sched = from_actions({0: ["0F0", "0F1", "0BW0", "0BW1"], 1: ["1F0", "1F1&1BW0", "1BW1"]})
+    assert sched.to_actions()[1] == ["1F0", "1F1&1BW0", "1BW1"]
+    assert from_actions(sched.to_actions()) == sched
+    assert "1F1&1BW0" in sched.render()
+    # f=1, b=2: 1F0 [1, 2]; the pair starts at 2 and takes (1 + 2) * 0.75 = 2.25.
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, fb_factor=0.75))
+    ops = res.ops.to_pydict()
+    pair = [k for k in range(len(ops["slot"])) if ops["device"][k] == 1 and ops["slot"][k] == 1]
+    assert [ops["start"][k] for k in pair] == [2.0, 2.0]
+    assert [ops["finish"][k] for k in pair] == [4.25, 4.25]
+    # Busy time counts the pair once: 1 + 2.25 + 2.
+    assert res.busy[1] == 5.25
+    with pytest.raises(ValueError, match="'fb_factor' must be > 0"):
+        pc.Costs(fb_factor=0.0)
