@@ -150,6 +150,11 @@ class Schedule:
         Build parameters to keep with the schedule (family, chunks, ...).
     validate : bool, default True
         Check every rule now (see :func:`pipecore.validate`).
+    replicated : bool, default False
+        Allow a stage to run on several devices (each replica serving its
+        own microbatches), as Chimera and DualPipe do; weights then count
+        once per replica. Without it a stage split across devices is an
+        error.
 
     Raises
     ------
@@ -161,7 +166,7 @@ class Schedule:
 
     def __init__(self, table: pa.Table, *, name: str = "custom",
                  devices: int | None = None, params: Mapping | None = None,
-                 validate: bool = True):
+                 validate: bool = True, replicated: bool = False):
         table = _normalise_table(table)
         n = table.num_rows
         device = table.column("device").to_numpy()
@@ -184,6 +189,7 @@ class Schedule:
         self.name = str(name)
         self.devices = devices
         self.params = dict(params or {})
+        self.replicated = bool(replicated)
         self._structure = None
         if validate:
             from ._validate import structure
@@ -325,8 +331,17 @@ class Schedule:
 
     @property
     def placement(self) -> np.ndarray:
-        """numpy.ndarray: the device of each stage, derived from the table."""
+        """numpy.ndarray: the device of each stage, derived from the table.
+
+        For a replicated stage, the device that runs its microbatch 0; see
+        :attr:`stage_devices` for all replicas.
+        """
         return self._info()["placement"]
+
+    @property
+    def stage_devices(self) -> list[tuple[int, ...]]:
+        """list of tuple: the devices each stage runs on (two for a replica pair)."""
+        return self._info()["stage_devices"]
 
     def _info(self):
         if self._structure is None:
@@ -392,12 +407,14 @@ class Schedule:
     def __eq__(self, other) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented
-        return self.devices == other.devices and self._table.equals(other._table)
+        return (self.devices == other.devices and self.replicated == other.replicated
+                and self._table.equals(other._table))
 
     __hash__ = None
 
 
-def from_actions(programs, *, name: str = "custom", devices: int | None = None) -> Schedule:
+def from_actions(programs, *, name: str = "custom", devices: int | None = None,
+                 replicated: bool = False) -> Schedule:
     """Build a schedule from hand-written per-device action lists.
 
     Parameters
@@ -411,6 +428,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None) 
         Label of the schedule.
     devices : int, optional
         Number of devices; defaults to the number of programs given.
+    replicated : bool, default False
+        Allow stages on several devices (see :class:`Schedule`).
 
     Returns
     -------
@@ -449,7 +468,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None) 
         devices = max(len(parsed), 1)
     while len(parsed) < devices:
         parsed.append([])
-    return Schedule.from_programs(parsed, name=name, devices=devices)
+    return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated)
 
 
 def _as_ops(unit):

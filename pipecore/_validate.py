@@ -36,7 +36,9 @@ def structure(schedule):
     Returns
     -------
     dict
-        ``stages``, ``microbatches``, ``placement`` (device per stage),
+        ``stages``, ``microbatches``, ``placement`` (device per stage, of
+        microbatch 0 for a replicated stage), ``stage_devices`` (the devices
+        each stage runs on),
         ``dev_ptr`` (CSR offsets of device programs), ``dep`` (n x 2 int32,
         producer row or -1), ``xfer`` (n x 2 int32, transfer id or -1 for a
         local dependency), ``x_src``/``x_dst`` (producer/consumer rows of each
@@ -163,18 +165,20 @@ def structure(schedule):
                          f"runs on device {int(dev[r])} but F of stage {k // m} microbatch "
                          f"{k % m} runs on device {int(dev[f_idx[k]])}; all ops of a "
                          f"(stage, microbatch) must share a device", mark=[int(f_idx[k]), r])
-    # One device per stage (replicated stages arrive with the bidirectional families).
+    # One device per stage, unless the schedule replicates stages (Chimera,
+    # DualPipe): then each replica serves its own microbatches.
     stage_dev = dev[f_idx.reshape(S, m)]
     split = np.flatnonzero((stage_dev != stage_dev[:, :1]).any(axis=1))
-    if split.size:
+    if split.size and not schedule.replicated:
         s_ = int(split[0])
         j = int(np.flatnonzero(stage_dev[s_] != stage_dev[s_, 0])[0])
         r0, r1 = int(f_idx[s_ * m]), int(f_idx[s_ * m + j])
         raise _error(schedule, "placement", r1,
                      f"stage {s_} runs on device {int(dev[r1])} for microbatch {j} but on "
-                     f"device {int(dev[r0])} for microbatch 0; a stage lives on one device",
-                     mark=[r0, r1])
+                     f"device {int(dev[r0])} for microbatch 0; a stage lives on one device "
+                     f"unless the schedule is built with replicated=True", mark=[r0, r1])
     placement = stage_dev[:, 0].astype(np.int32)
+    stage_devices = [tuple(sorted(set(int(x) for x in row))) for row in stage_dev]
 
     # Producers of each op (same microbatch).
     dep = np.full((n, 2), -1, dtype=np.int64)
@@ -237,6 +241,7 @@ def structure(schedule):
         "n_links": int(x_link.max()) + 1 if x_link.size else 0,
         "microbatches": m,
         "placement": placement,
+        "stage_devices": stage_devices,
         "dev_ptr": dev_ptr.astype(np.int64),
         "dep": np.ascontiguousarray(dep.astype(np.int32)),
         "xfer": np.ascontiguousarray(xfer.astype(np.int32)),

@@ -307,10 +307,14 @@ class Result:
 
     @cached_property
     def static_memory(self) -> np.ndarray:
-        """numpy.ndarray: weight memory of each device (distinct stages it holds)."""
-        placement = self.schedule.placement
+        """numpy.ndarray: weight memory of each device (distinct stages it holds,
+        a replicated stage counted on each of its devices)."""
         weights = self._c.stage_arrays["weights"]
-        return np.bincount(placement, weights=weights, minlength=self.devices).astype(np.float64)
+        out = np.zeros(self.devices)
+        for stage, devices in enumerate(self.schedule.stage_devices):
+            for d in devices:  # each replica holds its own copy of the weights
+                out[d] += weights[stage]
+        return out
 
     @cached_property
     def memory(self) -> pa.Table:

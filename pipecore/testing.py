@@ -67,8 +67,9 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
         Source of randomness (anything with ``random()``).
     devices, stages, microbatches : int
         Shape (each >= 1).
-    placement : sequence of int, optional
-        Device of each stage; random when None.
+    placement : sequence, optional
+        Device of each stage, or per stage a sequence giving the device of
+        each microbatch (a replicated stage); random when None.
     split : float
         Probability that a (stage, microbatch) uses B+W instead of BW.
 
@@ -88,10 +89,12 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
     rand = rng.random
     if placement is None:
         placement = [int(rand() * devices) for _ in range(stages)]
-    if len(placement) != stages or any(not 0 <= d < devices for d in placement):
-        raise ValueError(f"'placement' must give a device in 0..{devices - 1} for each of "
-                         f"{stages} stages (got {list(placement)})")
     S, m = stages, microbatches
+    where = [list(x) if np.ndim(x) else [x] * m for x in placement]
+    if len(where) != stages or any(len(row) != m or not all(0 <= d < devices for d in row)
+                                   for row in where):
+        raise ValueError(f"'placement' must give a device in 0..{devices - 1} for each of "
+                         f"{stages} stages (or each stage and microbatch); got {list(placement)}")
     split_of = [[rand() < split for _ in range(m)] for _ in range(S)]
     # Consumers and pending-producer counts of every op.
     waiting = {}
@@ -121,7 +124,7 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
         i = int(rand() * len(ready))
         ready[i], ready[-1] = ready[-1], ready[i]
         op = ready.pop()
-        programs[placement[op[1]]].append(op)
+        programs[where[op[1]][op[2]]].append(op)
         for c in consumers.get(op, ()):
             waiting[c] -= 1
             if waiting[c] == 0:
@@ -152,19 +155,26 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     S = draw(st.integers(1, max_stages))
     m = draw(st.integers(1, max_microbatches))
     rng = draw(st.randoms(use_true_random=False))
-    if draw(st.booleans()):
-        placement = [s % p for s in range(S)]  # looped placement, like interleaving
-    else:
+    layout = draw(st.sampled_from(["looped", "random", "replicated"]))
+    if layout == "looped":
+        placement = [s % p for s in range(S)]  # like interleaving
+    elif layout == "random":
         placement = [draw(st.integers(0, p - 1)) for _ in range(S)]
+    else:
+        # Each stage on two devices, alternating microbatches (Chimera-like).
+        pairs = [(draw(st.integers(0, p - 1)), draw(st.integers(0, p - 1))) for _ in range(S)]
+        placement = [[pair[j % 2] for j in range(m)] for pair in pairs]
     prob = {True: 1.0, False: 0.0, None: draw(st.sampled_from([0.0, 0.5, 1.0]))}[split]
     programs = random_programs(rng, p, S, m, placement=placement, split=prob)
+    replicated = layout == "replicated"
     if overlap and draw(st.booleans()):
         fused = [_fuse_pairs(prog, rng) for prog in programs]
         try:
-            return validate(Schedule.from_programs(fused, name="random", devices=p))
+            return validate(Schedule.from_programs(fused, name="random", devices=p,
+                                                   replicated=replicated))
         except ScheduleError:
             pass  # this fusion deadlocks; keep the plain programs
-    return Schedule.from_programs(programs, name="random", devices=p)
+    return Schedule.from_programs(programs, name="random", devices=p, replicated=replicated)
 
 
 def _fuse_pairs(program, rng):

@@ -196,7 +196,8 @@ def test_deadlock_agrees_with_reference(sched, seed):
     d = rng.randrange(sched.devices)
     rng.shuffle(progs[d])
     try:
-        shuffled = pc.Schedule.from_programs(progs, devices=sched.devices)
+        shuffled = pc.Schedule.from_programs(progs, devices=sched.devices,
+                                             replicated=sched.replicated)
     except pc.ScheduleError as exc:
         assert exc.rule == "order"  # a same-device producer moved after its consumer
         return

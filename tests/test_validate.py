@@ -3,6 +3,7 @@ the device, slot, stage, microbatch and rule, with the bad op marked."""
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -255,3 +256,19 @@ def test_overlapped_pairs_roundtrip_and_timing():
     assert res.busy[1] == 5.25
     with pytest.raises(ValueError, match="'fb_factor' must be > 0"):
         pc.Costs(fb_factor=0.0)
+
+
+def test_replicated_stages_need_opting_in():
+    # Stage 0 serves microbatch 0 on device 0 and microbatch 1 on device 1 (Chimera-like).
+    progs = {0: ["0F0", "1F1", "1BW1", "0BW0"], 1: ["0F1", "1F0", "1BW0", "0BW1"]}
+    with pytest.raises(ScheduleError, match="unless the schedule is built with replicated=True"):
+        from_actions(progs)
+    sched = from_actions(progs, replicated=True)
+    assert sched.stage_devices == [(0, 1), (0, 1)]
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, weights=3.0))
+    # Two stages on two devices: 3.0 of weights per stage, and every device holds
+    # both stages, twice what a device of a plain 2-stage pipeline holds.
+    np.testing.assert_array_equal(res.static_memory, [6.0, 6.0])
+    # Device 0: 0F0 [0,1]; 1F1 waits for 0F1 (device 1, ends 1) [1,2]; 1BW1 [2,4];
+    # 0BW0 waits for 1BW0 (device 1, ends 4) [4,6]. Device 1 mirrors it.
+    assert res.makespan == 6.0
