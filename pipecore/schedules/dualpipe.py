@@ -116,20 +116,32 @@ def build_dualpipev(devices, microbatches, chunks=2):
 
 
 def formula_dualpipev(p, m, v, c):
-    """Reference values from the DualPipe repository's table, with PP = 2p.
+    """The DualPipe repository's bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p.
 
-    Bubble (PP/2 - 1)(F&B + B - 3W) with F, B (full backward), W and F&B
-    per chunk; activation PP + 1 chunks, i.e. (2p + 1) / 2 microbatches when
-    W holds the whole activation. The simulated bubble of this order does
-    not follow the README's expression (see the issue notes), so the
-    formula is never reported as exact.
+    F, W and B (the *full* backward) are per chunk, F&B is
+    ``fb_factor * (F + B)``. The README's bubble is the idle time of the
+    worst device over the whole step (makespan minus its busy time); the
+    least busy device is one with the most F&B units (2m - 2p - 1), so the
+    makespan is its busy time plus the bubble. Activation: PP + 1 chunks, (2p+1)/2
+    microbatches, when W holds the whole activation. The makespan and the
+    worst device's idle time match the simulation when a chunk's F, input
+    backward and W take equal times, F&B >= F + input backward, p >= 2 and
+    m >= 2p (tested; the repository states the formula without
+    conditions). It is reported as exact only with fb_factor 1, where the
+    span-based bubble rate agrees too.
     """
-    f, b, w = c.f / 2, c.b / 2, c.w / 2  # per chunk; the README's B is the full backward
-    fb = (f + b + w) * c.fb_factor
-    bubble = max(0.0, (p - 1) * (fb + (b + w) - 3 * w))
+    f, b_in, w = c.f / 2, c.b / 2, c.w / 2  # per chunk
+    full = b_in + w
+    fb = (f + full) * c.fb_factor
+    bubble = (p - 1) * (fb + full - 3 * w)
+    pairs = max(0, 2 * m - 2 * p - 1) if p > 1 else 2 * m - 1
+    least_busy = 2 * m * (f + full) - pairs * (f + full - fb)
     peak = np.full(p, min(2 * p + 1, 2 * m) / 2) * c.activation
-    return {"makespan": m * 2 * (f + b + w) + bubble, "bubble_time": bubble,
-            "peak_activation": peak, "exact": False}
+    equal = f == b_in == w
+    return {"makespan": least_busy + bubble, "bubble_time": bubble,
+            "peak_activation": peak,
+            "exact": bool(equal and c.fb_factor == 1.0 and m >= 2 * p
+                          and c.activation_w == c.activation)}
 
 
 register(Family("dualpipev", build_dualpipev, formula_dualpipev, chunks=True, default_chunks=2,
