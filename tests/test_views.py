@@ -52,13 +52,12 @@ def test_formula_requires_family_and_scalars():
 def test_compare_agrees_without_communication():
     # Equal F, B, W and W holding the whole activation: the regime in which
     # every closed form is exact, except V-Min's and V-Half's bubbles, which
-    # the Controllable Memory paper only states approximately, and DualPipeV's
-    # README values, which this order does not follow (see dualpipe.py).
+    # the Controllable Memory paper only states approximately.
     rows = compare(8, 32, costs=pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=1.0))
     assert {r["name"] for r in rows} == set(pc.schedules())
     for r in rows:
         assert r["error"] is None, r["name"]
-        if r["name"] in ("v-min", "v-half", "dualpipev"):
+        if r["name"] in ("v-min", "v-half"):
             assert not r["formula_exact"]
             assert all("approximate" in f for f in r["flags"])
         else:
