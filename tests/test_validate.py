@@ -218,7 +218,7 @@ def test_action_string_roundtrip(stage, kind, mb):
 @settings(max_examples=40, deadline=None)
 @given(family_schedules())
 def test_actions_roundtrip_families(sched):
-    back = from_actions(sched.to_actions(), devices=sched.devices)
+    back = from_actions(sched.to_actions(), devices=sched.devices, replicated=sched.replicated)
     assert back == sched
     assert back.to_actions() == sched.to_actions()
 

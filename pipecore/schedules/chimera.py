@@ -1,0 +1,96 @@
+"""Chimera (Li and Hoefler, SC'21): two pipelines in opposite directions.
+
+The down pipeline runs stage i on device i, the up pipeline runs it on
+device p-1-i, so every device holds two stage replicas (twice the weights).
+Each unit of p microbatches sends its first p/2 down and the rest up; each
+pipeline runs its share 1F1B-style. The per-device order is the authors'
+(the runtime of github.com/Shigangli/Chimera, branch ChimeraBk, and the slot
+generator on its main branch agree), restated in docs/research/bidirectional.md.
+More microbatches are handled by direct concatenation of units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._schedule import Schedule
+from . import Family, register
+
+
+def build_chimera(devices, microbatches, chunks=1):
+    """Chimera with direct concatenation of basic units.
+
+    With h = p/2, device d runs "own" and "other" pipelines: for d < h own is
+    down (stage d) and other is up (stage p-1-d), with a = h-d, b = d; for
+    d >= h own is up (stage p-1-d), other is down (stage d), a = d-h+1,
+    b = h-a. A unit is a x [own F], b x [other F, own F], a x [other F,
+    other BW], b x [own BW, other BW], a x [own BW]; in every unit after the
+    first, its a x [own F] becomes a x [own BW of the previous unit, own F]
+    and the last a x [own BW] runs once at the end.
+
+    Raises
+    ------
+    ValueError
+        If p is odd or m is not a multiple of p.
+    """
+    p, m = devices, microbatches
+    if p % 2:
+        raise ValueError(f"'chimera' needs an even number of devices (got devices={p})")
+    if m % p:
+        raise ValueError(f"'chimera' needs microbatches to be a multiple of devices "
+                         f"(got microbatches={m}, devices={p})")
+    h = p // 2
+    units = m // p
+    down = [k * p + j for k in range(units) for j in range(h)]
+    up = [k * p + h + j for k in range(units) for j in range(h)]
+    programs = []
+    for d in range(p):
+        if d < h:
+            own, other = ("down", d), ("up", p - 1 - d)
+            a, b = h - d, d
+        else:
+            own, other = ("up", p - 1 - d), ("down", d)
+            a, b = d - h + 1, h - (d - h + 1)
+        queues = {"down": down, "up": up}
+        nxt = {}
+
+        def op(kind, pipe, nxt=nxt, queues=queues):
+            name, stage = pipe
+            key = (kind, name)
+            k = nxt.get(key, 0)
+            nxt[key] = k + 1
+            return ("F" if kind == "F" else "BW", stage, queues[name][k])
+
+        prog = []
+        for unit in range(units):
+            for _ in range(a):
+                if unit > 0:
+                    prog.append(op("B", own))
+                prog.append(op("F", own))
+            for _ in range(b):
+                prog += [op("F", other), op("F", own)]
+            for _ in range(a):
+                prog += [op("F", other), op("B", other)]
+            for _ in range(b):
+                prog += [op("B", own), op("B", other)]
+        prog += [op("B", own) for _ in range(a)]
+        programs.append(prog)
+    return Schedule.from_programs(programs, name="chimera", devices=p, replicated=True)
+
+
+def formula_chimera(p, m, v, c):
+    """Bubble ratio (p-2)/(2m+p-2): p-2 idle slots per device beside 2m busy
+    ones, counted with F and B in equal slots (the paper's unit-slot
+    figures); exact when T_F = T_B + T_W. Peak p/2 + 1 + min(d, p-1-d)
+    microbatches on device d."""
+    f, bw = c.f, c.b + c.w
+    t = f + bw
+    d = np.arange(p)
+    peak = (p // 2 + 1 + np.minimum(d, p - 1 - d)).astype(float)
+    peak = np.minimum(peak, m) * c.activation
+    return {"makespan": m * t + (p - 2) * t / 2, "bubble_time": (p - 2) * t / 2,
+            "peak_activation": peak, "exact": bool(f == bw and m % p == 0)}
+
+
+register(Family("chimera", build_chimera, formula_chimera,
+                summary="bidirectional pipelines, stages replicated (2x weights)"))
