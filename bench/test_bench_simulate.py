@@ -82,3 +82,11 @@ def test_build_p64_m256(benchmark):
     benchmark.group = "build"
     benchmark.name = "pc.build 1f1b p=64 m=256 (32768 ops)"
     benchmark(pc.build, "1f1b", 64, 256)
+
+
+@pytest.mark.parametrize("name,p,m", [("v-zb", 16, 64), ("v-half", 16, 64), ("zb-v", 16, 64)])
+def test_build_generated(benchmark, name, p, m):
+    # Block-built schedules do their reordering in Python at build time.
+    benchmark.group = "build"
+    benchmark.name = f"pc.build {name} p={p} m={m}"
+    benchmark(pc.build, name, p, m)
