@@ -137,6 +137,7 @@ def peak_memory(dev_ptr, op_kind, op_stage, act, act_w, peak):
                 total = total - (act[s] - act_w[s])
             elif k == 2:
                 total = total - act_w[s]
-            else:
+            elif k == 3:
                 total = total - act[s]
+            # k == 4 (all-reduce) holds no activation
         peak[d] = best

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions"]
+__all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_label"]
 
 #: Op kinds, in the order of their integer codes (the kernel sees the codes).
-KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
+KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
-F, B, W, BW = range(4)
+F, B, W, BW, AR = range(5)
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 _KIND_DICTIONARY = pa.array(KINDS, type=pa.string())
@@ -31,6 +31,25 @@ SCHEMA = pa.schema(
 
 # Longest-first so "BW" is not read as "B" followed by junk.
 _ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W)(\d+)\s*$")
+_AR_RE = re.compile(r"^\s*(\d+)AR\s*$")
+
+
+def op_label(kind, stage, microbatch) -> str:
+    """Compact label of one op: ``"0F3"``, or ``"2AR"`` for an all-reduce.
+
+    Parameters
+    ----------
+    kind : str or int
+        Kind name or code.
+    stage, microbatch : int
+        Indices (the microbatch of an all-reduce is ignored).
+
+    Returns
+    -------
+    str
+    """
+    name = KINDS[kind] if not isinstance(kind, str) else kind
+    return f"{stage}AR" if name == "AR" else f"{stage}{name}{microbatch}"
 
 
 class ScheduleError(ValueError):
@@ -60,19 +79,20 @@ class ScheduleError(ValueError):
 
 @dataclass(frozen=True, order=True)
 class Action:
-    """One compute op in compact form: ``"0F3"`` is stage 0, forward, microbatch 3.
+    """One op in compact form: ``"0F3"`` is stage 0, forward, microbatch 3.
 
     ``str(Action.parse(s)) == s`` for every canonical string ``s`` and
-    ``Action.parse(str(a)) == a`` for every action ``a``.
+    ``Action.parse(str(a)) == a`` for every action ``a``. ``"2AR"`` is the
+    gradient all-reduce of replicated stage 2 (it has no microbatch).
 
     Parameters
     ----------
     stage : int
         Model stage, 0-based in model order.
     kind : str
-        One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``.
-    microbatch : int
-        Microbatch index, 0-based.
+        One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``, ``"AR"``.
+    microbatch : int or None
+        Microbatch index, 0-based; None for ``"AR"``.
 
     Raises
     ------
@@ -89,7 +109,10 @@ class Action:
             raise ValueError(
                 f"'kind' must be one of {', '.join(KINDS)} (got {self.kind!r})"
             )
-        for field in ("stage", "microbatch"):
+        fields = ("stage",) if self.kind == "AR" else ("stage", "microbatch")
+        if self.kind == "AR" and self.microbatch is not None:
+            raise ValueError(f"an all-reduce has no microbatch (got {self.microbatch!r})")
+        for field in fields:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"'{field}' must be an int (got {value!r})")
@@ -98,7 +121,7 @@ class Action:
             object.__setattr__(self, field, int(value))
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind}{self.microbatch}"
+        return op_label(self.kind, self.stage, self.microbatch)
 
     @classmethod
     def parse(cls, text: str) -> Action:
@@ -118,11 +141,14 @@ class Action:
         ValueError
             If the text is not of that form.
         """
+        ar = _AR_RE.match(text) if isinstance(text, str) else None
+        if ar is not None:
+            return cls(int(ar.group(1)), "AR", None)
         match = _ACTION_RE.match(text) if isinstance(text, str) else None
         if match is None:
             raise ValueError(
                 f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
-                f"with kind one of {', '.join(KINDS)}, e.g. '0F3'"
+                f"with kind one of F, B, W, BW, e.g. '0F3', or <stage>AR"
             )
         return cls(int(match.group(1)), match.group(2), int(match.group(3)))
 
@@ -278,6 +304,8 @@ class Schedule:
         slot = np.array(slot, dtype=np.int32)
         if flat:
             kinds, stages, mbs = zip(*flat)
+            # An all-reduce has no microbatch; the table stores -1.
+            mbs = tuple(-1 if k == "AR" and mb is None else mb for k, mb in zip(kinds, mbs))
         else:
             kinds, stages, mbs = (), (), ()
         codes = np.array([KIND_CODE.get(k, -1) if isinstance(k, str) else k for k in kinds],
@@ -359,7 +387,7 @@ class Schedule:
             ``{device: ["0F0", "0F1", ...]}``, every device present; an
             overlapped F&B unit reads ``"0F7&7B3"``.
         """
-        return {d: ["&".join(f"{s}{k}{mb}" for k, s, mb in _as_ops(u)) for u in prog]
+        return {d: ["&".join(op_label(k, s, mb) for k, s, mb in _as_ops(u)) for u in prog]
                 for d, prog in enumerate(self.programs())}
 
     def programs(self) -> list[list[tuple]]:
@@ -375,7 +403,7 @@ class Schedule:
         last = (-1, -1)
         for d, sl, k, s, mb in zip(self._column("device"), self._column("slot"), kinds,
                                    self._column("stage"), self._column("microbatch")):
-            op = (KINDS[k], int(s), int(mb))
+            op = (KINDS[k], int(s), None if KINDS[k] == "AR" else int(mb))
             if (d, sl) == last:
                 out[int(d)][-1] = (out[int(d)][-1], op)
             else:
@@ -578,7 +606,7 @@ def _render(schedule: Schedule, mark: list[int], width: int) -> str:
             cells.append("...")
         slot = schedule._column("slot")
         for j in range(a + start, a + end):
-            text = f"{stage[j]}{KINDS[kinds[j]]}{mb[j]}"
+            text = op_label(kinds[j], stage[j], mb[j])
             text = f">>{text}<<" if j in marked else text
             if j > a + start and slot[j] == slot[j - 1]:
                 cells[-1] += "&" + text  # an overlapped F&B pair shares a slot

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import BW, KINDS, B, F, ScheduleError, W
+from ._schedule import AR, BW, KINDS, B, F, ScheduleError, W, op_label
 
 
 def _error(schedule, rule, row, detail, mark=None):
@@ -17,8 +17,11 @@ def _error(schedule, rule, row, detail, mark=None):
     slot = int(schedule._column("slot")[row])
     stage = int(schedule._column("stage")[row])
     mb = int(schedule._column("microbatch")[row])
-    kind = KINDS[schedule.kind_codes[row]]
-    where = f"device {dev} slot {slot} ({stage}{kind}{mb}: stage {stage}, microbatch {mb})"
+    code = schedule.kind_codes[row]
+    kind = KINDS[code]
+    label = op_label(code, stage, mb)
+    where = (f"device {dev} slot {slot} ({label}: stage {stage})" if code == AR else
+             f"device {dev} slot {slot} ({label}: stage {stage}, microbatch {mb})")
     text = (f"{rule}: {where}: {detail}\n"
             f"per-device programs (offending op marked >>..<<):\n"
             f"{schedule.render(mark if mark is not None else [row])}")
@@ -46,7 +49,7 @@ def structure(schedule):
         of transfers by producer row), ``x_src_dev``/``x_dst_dev``, ``x_link``
         (compact directed-link id per transfer), ``n_links``, ``op_kind``,
         ``op_stage``, ``paired`` (row is the B of an overlapped pair whose F
-        is the previous row).
+        is the previous row), ``x_is_ar`` (transfer feeds an all-reduce).
 
     Raises
     ------
@@ -64,7 +67,8 @@ def structure(schedule):
     if n == 0:
         raise ScheduleError("missing-op: the schedule has no ops", rule="missing-op")
 
-    for name, col in (("slot", slot), ("stage", stage), ("microbatch", mb)):
+    is_ar = kind == AR
+    for name, col in (("slot", slot), ("stage", stage), ("microbatch", np.where(is_ar, 0, mb))):
         bad = np.flatnonzero(col < 0)
         if bad.size:
             raise _error(schedule, "range", int(bad[0]), f"'{name}' must be >= 0 (got {int(col[bad[0]])})")
@@ -86,7 +90,10 @@ def structure(schedule):
                          mark=[r - 1, r])
 
     S = int(stage.max()) + 1
-    m = int(mb.max()) + 1
+    if is_ar.all():
+        raise ScheduleError("missing-op: the schedule has only all-reduce ops", rule="missing-op")
+    m = int(mb[~is_ar].max()) + 1
+    mb = np.where(is_ar, 0, mb)  # all-reduce rows take no part in (stage, microbatch) keys
     if S * m > 50_000_000:
         raise ScheduleError(f"range: stages x microbatches = {S} x {m} is too large", rule="range")
     key = stage * m + mb
@@ -192,6 +199,43 @@ def structure(schedule):
     wr = rows[is_w]
     dep[wr, 0] = b_idx[key[wr]]
 
+    # An all-reduce joins the two replicas of a replicated stage: one on each,
+    # after every backward op of that stage there, waiting for the other
+    # replica's last backward op (whose transfer carries the gradient).
+    ar_rows = np.flatnonzero(is_ar)
+    if ar_rows.size:
+        is_back = is_b | is_w | is_bw
+        seen = {}
+        for r in ar_rows:
+            r = int(r)
+            s_, d = int(stage[r]), int(dev[r])
+            devices = stage_devices[s_]
+            if len(devices) != 2 or d not in devices:
+                raise _error(schedule, "all-reduce", r,
+                             f"stage {s_} runs on device(s) {list(devices)}; an all-reduce joins "
+                             f"the two replicas of a stage that runs on exactly two devices")
+            if (s_, d) in seen:
+                raise _error(schedule, "all-reduce", r,
+                             f"a second all-reduce of stage {s_} on device {d}",
+                             mark=[seen[(s_, d)], r])
+            seen[(s_, d)] = r
+            local = np.flatnonzero(is_back & (stage == s_) & (dev == d))
+            if local.size and local.max() > r:
+                q = int(local.max())
+                raise _error(schedule, "order", r,
+                             f"runs before {op_label(kind[q], s_, mb[q])} (slot {int(slot[q])}); "
+                             f"an all-reduce comes after every backward op of its stage",
+                             mark=[r, q])
+            other = devices[1] if devices[0] == d else devices[0]
+            remote = np.flatnonzero(is_back & (stage == s_) & (dev == other))
+            dep[r, 0] = int(remote.max())
+        for (s_, d), r in seen.items():
+            other = [x for x in stage_devices[s_] if x != d][0]
+            if (s_, other) not in seen:
+                raise _error(schedule, "all-reduce", r,
+                             f"stage {s_} has an all-reduce on device {d} but none on its "
+                             f"other replica, device {other}")
+
     # The B of an overlapped pair cannot need the pair's own F.
     own = np.flatnonzero(same & ((dep[:, 0] == rows - 1) | (dep[:, 1] == rows - 1)))
     if own.size:
@@ -211,7 +255,7 @@ def structure(schedule):
         j = 0 if late[r, 0] else 1
         q = int(dep[r, j])
         raise _error(schedule, "order", r,
-                     f"needs {int(stage[q])}{KINDS[kind[q]]}{int(mb[q])}, which runs later "
+                     f"needs {op_label(kind[q], int(stage[q]), int(mb[q]))}, which runs later "
                      f"on the same device (slot {int(slot[q])})", mark=[r, q])
 
     # Transfers: one per cross-device dependency, ordered by (producer, consumer).
@@ -233,6 +277,7 @@ def structure(schedule):
     return {
         "stages": S,
         "paired": same,
+        "x_is_ar": is_ar[x_dst],
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
         "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
         "x_src_dev": src_dev,

@@ -192,6 +192,10 @@ class Network:
         Bandwidth between nodes (required with ``devices_per_node``).
     inter_latency : float, optional
         Latency between nodes (defaults to ``latency``).
+    grad_bytes : float or array_like, default 0.0
+        Size of a stage's gradient, which each replica of a replicated
+        stage sends to the other in its all-reduce (AR op); a vector is
+        indexed by stage.
 
     Raises
     ------
@@ -206,9 +210,11 @@ class Network:
     devices_per_node: int | None = None
     inter_bandwidth: float | None = None
     inter_latency: float | None = None
+    grad_bytes: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", _check_value("Network", "bytes", self.bytes))
+        object.__setattr__(self, "grad_bytes", _check_value("Network", "grad_bytes", self.grad_bytes))
         object.__setattr__(self, "bandwidth", _check_value("Network", "bandwidth", self.bandwidth,
                                                            allow_inf=True, positive=True))
         object.__setattr__(self, "latency", _check_value("Network", "latency", self.latency))

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import _kernels
-from ._schedule import KINDS, Schedule, ScheduleError
+from ._schedule import KINDS, Schedule, ScheduleError, op_label
 from .costs import Costs, Network, per_stage_direct
 
 __all__ = ["simulate", "validate", "compile_schedule", "Result", "Compiled"]
@@ -116,6 +116,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[1] = arrays["b"]
     stage_cost[2] = arrays["w"]
     stage_cost[3] = arrays["b"] + arrays["w"]
+    stage_cost[4] = 0.0  # an all-reduce's cost is its gradient transfer
 
     x_src = st["x_src"]
     send_stage = st["op_stage"][x_src]
@@ -124,6 +125,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         ser = np.zeros(len(x_src))
     else:
         nbytes = per_stage_direct("Network", "bytes", network.bytes, S)[send_stage]
+        grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, S)[send_stage]
+        nbytes = np.where(st["x_is_ar"], grads, nbytes)
         bw, net_lat = network.link_params(st["x_src_dev"], st["x_dst_dev"])
         ser = nbytes / bw
         lat = lat + net_lat
@@ -159,7 +162,7 @@ def _deadlock_error(schedule, head):
     dev = schedule._column("device")
     slot = schedule._column("slot")
     parts = [f"device {int(dev[r])} slot {int(slot[r])} waits at "
-             f"{int(stage[r])}{KINDS[kinds[r]]}{int(mb[r])}" for r in blocked]
+             f"{op_label(kinds[r], int(stage[r]), int(mb[r]))}" for r in blocked]
     r0 = blocked[0]
     msg = ("deadlock: every blocked device waits on an op that can never run; "
            + "; ".join(parts)
@@ -328,7 +331,7 @@ class Result:
         s = c.op_stage
         delta = np.select(
             [kind == 0, kind == 1, kind == 2, kind == 3],
-            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s]])
+            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s]], default=0.0)
         time = np.where(kind == 0, self.start, self.finish)
         dev = self.schedule._column("device")
         total = np.empty_like(delta)
@@ -336,8 +339,9 @@ class Result:
         for d in range(len(c.dev_ptr) - 1):
             a, b = c.dev_ptr[d], c.dev_ptr[d + 1]
             total[a:b] = np.cumsum(delta[a:b])
-        return pa.table({"device": pa.array(dev.astype(np.int32)),
-                         "time": pa.array(time), "bytes": pa.array(total)})
+        keep = kind != 4  # an all-reduce holds no activation and has no event
+        return pa.table({"device": pa.array(dev[keep].astype(np.int32)),
+                         "time": pa.array(time[keep]), "bytes": pa.array(total[keep])})
 
     def metrics(self) -> dict:
         """The headline numbers as plain Python values.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kernels
-from ._schedule import KINDS, Schedule
+from ._schedule import Schedule, op_label
 from .costs import Costs
 from .simulate import _deadlock_error, compile_schedule
 
@@ -57,7 +57,7 @@ class IdealTable:
         kinds = s.kind_codes
         stage = s._column("stage")
         mb = s._column("microbatch")
-        labels = np.array([f"{stage[i]}{KINDS[kinds[i]]}{mb[i]}" for i in range(s.num_ops)],
+        labels = np.array([op_label(kinds[i], stage[i], mb[i]) for i in range(s.num_ops)],
                           dtype=object)
         paired = s._info()["paired"]
         for i in np.flatnonzero(paired):

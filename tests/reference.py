@@ -29,6 +29,14 @@ reproducible by any other implementation doing the same operations:
 * memory:    running total in program order (see ``docs/semantics.md``);
              within a pair the F's event (at the pair's start) comes before
              the B/BW's (at the pair's finish).
+* AR:        ``("AR", s, None)``, the gradient all-reduce of a stage ``s``
+             replicated on exactly two devices, one AR op per replica device
+             (a single-op entry, never in a pair). Duration 0.0; on device
+             ``d`` it needs (program order) every backward op (B, W, BW) of
+             ``s`` on ``d`` to come earlier in ``d``'s program, and (one
+             ordinary transfer, priced by ``ar_link``) the last backward op
+             of ``s`` in the program of the other replica device. No memory
+             change, no memory event.
 
 Ops are indexed by their *row*: their position when the programs are
 flattened device by device, entry by entry, a pair contributing its F and
@@ -42,6 +50,7 @@ __all__ = ["simulate_reference"]
 
 _FORWARD = ("F",)
 _BACKWARD = ("B", "BW")
+_ANY_BACKWARD = ("B", "W", "BW")  # the ops an AR of the same stage waits for
 
 
 def _is_pair(entry):
@@ -49,7 +58,7 @@ def _is_pair(entry):
     return isinstance(entry, (tuple, list)) and len(entry) > 0 and isinstance(entry[0], (tuple, list))
 
 
-def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
+def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_link=None):
     """Simulate per-device programs exactly as docs/semantics.md says.
 
     Parameters
@@ -58,12 +67,30 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
         ``programs[d]`` holds the *entries* (units) of device ``d`` in
         program (slot) order; a program may be empty. An entry is either an
         op tuple ``(kind, stage, microbatch)``, kind in {"F", "B", "W",
-        "BW"}, or an *F&B pair*: a tuple/list of exactly two op tuples, the
-        first an ``F`` and the second a ``B`` or ``BW`` (normally of another
-        microbatch), which the device runs together as one unit occupying
-        one slot. A pair starts once the previous unit of its device has
-        finished and every producer of both of its ops is available; both
-        ops get that start and the same finish.
+        "BW", "AR"}, or an *F&B pair*: a tuple/list of exactly two op
+        tuples, the first an ``F`` and the second a ``B`` or ``BW``
+        (normally of another microbatch), which the device runs together as
+        one unit occupying one slot. A pair starts once the previous unit of
+        its device has finished and every producer of both of its ops is
+        available; both ops get that start and the same finish.
+
+        Ops are looked up by (stage, microbatch) only, so a stage may be
+        *replicated*: its ops for different microbatches may sit on
+        different devices. An ``("AR", stage, None)`` op (microbatch must
+        be None; never part of a pair) is the gradient all-reduce of such a
+        stage. AR ops may appear only for a stage whose non-AR ops sit on
+        exactly two devices, and then there must be exactly one AR op of
+        that stage on each of those two devices. The AR of stage ``s`` on
+        device ``d`` must come after every B, W and BW of ``s`` on ``d`` in
+        ``d``'s program (checked, no explicit edge: program order suffices),
+        and its one producer is the *last* (in program order) B, W or BW
+        op of ``s`` in the program of the other replica device ``r``: a
+        transfer from ``r`` to ``d`` like any other (created when that
+        producer finishes, in increasing consumer row among that producer's
+        transfers, queued on link (r, d) together with ordinary transfers),
+        priced by ``ar_link``. An AR takes 0.0: ``start = max(previous
+        finish, arrival)``, ``finish = start + 0.0``. It is one row, has no
+        memory effect and produces no memory event.
     f, b, w, act, act_w : sequences of float
         Per stage: durations, and the memory F allocates / W still needs.
     link : callable
@@ -73,6 +100,12 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
         Finite and > 0 (default 1.0). A pair takes ``(dF + dB) * fb_factor``
         with ``dF = f[sF]`` and ``dB = b[sB]`` (B) or ``(b[sB] + w[sB])``
         (BW), in that order of operations. Single ops ignore it.
+    ar_link : callable or None, optional
+        ``ar_link(src_device, dst_device, stage) -> (ser, lat)`` for the
+        transfers consumed by AR ops (the gradient exchange of ``stage``,
+        from the remote replica ``src_device`` to the AR's device
+        ``dst_device``). None (default) uses ``link`` with the same
+        arguments. ``link`` stays in charge of every other transfer.
 
     Returns
     -------
@@ -92,16 +125,21 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
         order, defined even under deadlock); ``memory`` (per device,
         ``(time, total)`` after each event of an op that ran, in row order:
         F at its start with +act, B at its finish with -(act - act_w), W
-        with -act_w, BW with -act; within a pair the F's event, at the
-        pair's start, precedes the B/BW's, at the pair's finish);
+        with -act_w, BW with -act, AR none (it is skipped entirely); within
+        a pair the F's event, at the pair's start, precedes the B/BW's, at
+        the pair's finish);
         ``blocked`` (``(device, slot)`` of every device's stuck head entry).
 
     Raises
     ------
     ValueError
         For negative or NaN durations, ser or lat, a bad fb_factor, or a
-        malformed schedule (including a malformed pair, or a pair whose
-        backward directly depends on its own forward).
+        malformed schedule (including a malformed pair, a pair whose
+        backward directly depends on its own forward, an AR op with a
+        microbatch other than None, AR ops for a stage not on exactly two
+        devices or not exactly one per replica device, an AR before a
+        backward op of its stage on its device, or a replica device with no
+        backward op of the AR's stage).
     """
     f = [float(x) for x in f]
     b = [float(x) for x in b]
@@ -141,10 +179,13 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
         kind, stage, mb = op
         kind = str(kind)
         stage = int(stage)
-        if kind not in ("F", "B", "W", "BW"):
+        if kind not in ("F", "B", "W", "BW", "AR"):
             raise ValueError("unknown op kind %r at device %d slot %d" % (kind, d, slot))
         if not 0 <= stage < num_stages:
             raise ValueError("stage %d out of range at device %d slot %d" % (stage, d, slot))
+        if kind == "AR" and mb is not None:
+            raise ValueError("AR(stage %d) at device %d slot %d has microbatch %r; must be None"
+                             % (stage, d, slot, mb))
         op_device.append(d)
         op_slot.append(slot)
         op_kind.append(kind)
@@ -170,11 +211,14 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
         units.append(dev_units)
     n = len(op_kind)
 
-    # (stage, microbatch) -> gid, for the three roles an op can have.
+    # (stage, microbatch) -> gid, for the three roles an op can have
+    # (AR ops are handled separately below).
     forward_of = {}
     backward_of = {}  # the B or the BW
     weight_of = {}
     for g in range(n):
+        if op_kind[g] == "AR":
+            continue
         key = (op_stage[g], op_mb[g])
         if op_kind[g] in _FORWARD:
             table = forward_of
@@ -210,12 +254,51 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
             producers[g].append(lookup(forward_of, (s, mb), "F(s)", g))
             if s < num_stages - 1:
                 producers[g].append(lookup(backward_of, (s + 1, mb), "backward(s+1)", g))
-        else:  # W
+        elif kind == "W":
             duration[g] = w[s]
             pg = lookup(backward_of, (s, mb), "B(s)", g)
             if op_kind[pg] != "B":
                 raise ValueError("W(stage %d, mb %r) but the backward is a BW" % (s, mb))
             producers[g].append(pg)
+        # AR: duration 0.0, producer set below
+
+    # AR ops. The devices of a stage are those holding its non-AR ops; a
+    # stage with AR ops must have exactly two, each holding exactly one AR
+    # of the stage. The AR on device d must follow (in d's program, i.e. in
+    # row order) every B/W/BW of its stage on d; its single producer is the
+    # last (largest row) B/W/BW of its stage on the other device.
+    stage_devices = {}  # stage -> set of devices holding its non-AR ops
+    ar_rows = {}  # stage -> AR rows, in row order
+    last_backward = {}  # (stage, device) -> largest row of a B/W/BW
+    for g in range(n):
+        if op_kind[g] == "AR":
+            ar_rows.setdefault(op_stage[g], []).append(g)
+            continue
+        stage_devices.setdefault(op_stage[g], set()).add(op_device[g])
+        if op_kind[g] in _ANY_BACKWARD:
+            last_backward[(op_stage[g], op_device[g])] = g  # rows increase along a device
+    for s, rows in sorted(ar_rows.items()):
+        devs = sorted(stage_devices.get(s, ()))
+        ar_devs = [op_device[g] for g in rows]
+        if len(devs) != 2:
+            raise ValueError("AR op(s) for stage %d on device(s) %s, but stage %d runs on device(s) %s; "
+                             "AR needs a stage replicated on exactly two devices" % (s, ar_devs, s, devs))
+        if ar_devs != devs:
+            raise ValueError("stage %d runs on devices %d and %d and needs exactly one AR op on each, "
+                             "got AR ops on device(s) %s" % (s, devs[0], devs[1], ar_devs))
+        for g in rows:
+            d = op_device[g]
+            r = devs[1] if d == devs[0] else devs[0]
+            h = last_backward.get((s, d))
+            if h is not None and h > g:
+                raise ValueError("AR(stage %d) at device %d slot %d comes before %s(stage %d, mb %r) "
+                                 "at slot %d of the same device"
+                                 % (s, d, op_slot[g], op_kind[h], s, op_mb[h], op_slot[h]))
+            h = last_backward.get((s, r))
+            if h is None:
+                raise ValueError("AR(stage %d) at device %d slot %d: replica device %d has no backward "
+                                 "op (B, W or BW) of stage %d" % (s, d, op_slot[g], r, s))
+            producers[g].append(h)
 
     # Duration of each unit. A pair (F row gf, backward row gb) takes
     # (dF + dB) * fb_factor, where duration[gb] is already b or (b + w).
@@ -264,9 +347,15 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     # examined O(1) times per input that becomes known, so the whole run is
     # O(n).
     #
+    # An AR op is a single-op unit of duration 0.0 like any other; its one
+    # cross-device producer (the remote replica's last backward of its
+    # stage) is just another transfer, priced by ar_link instead of link,
+    # and sharing the directed link (and its queue) with ordinary transfers.
+    #
     # Determining a unit immediately creates the outgoing transfers of its
     # ops (ready = the unit's finish) -- for a pair, the F's first, then the
-    # B/BW's, i.e. in increasing producer row -- and places them on their
+    # B/BW's, i.e. in increasing producer row; for one op, in increasing
+    # consumer row (AR consumers included) -- and places them on their
     # links at once:
     #
     #   * ser == 0: the transfer never occupies the link ("order is
@@ -277,7 +366,9 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     #     ser, arrival = end + lat.
     #
     # Why placing at creation serves each link in increasing (ready,
-    # producer index) order, as the contract requires -- i.e. why, when a
+    # producer index, consumer row) order, as the contract requires (the
+    # consumer row only matters for a producer with two transfers on one
+    # link: its gradient and an AR of the same replica pair) -- i.e. why, when a
     # transfer is placed, every transfer that precedes it on its link is
     # already placed: all transfers on link (src, dst) have their producer
     # on device src. Units of one device are determined strictly in program
@@ -288,8 +379,9 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     # the finish of unit k, durations are >= 0 since fb_factor > 0, both
     # ops of a pair share one finish; float rounding is monotone), so
     # producer-index order is also non-decreasing in ready time: for any
-    # two transfers on the link, creation order == (ready, producer index)
-    # order. Hence a transfer created later can never need to be served
+    # two transfers on the link, creation order == (ready, producer index,
+    # consumer row) order (one producer's transfers are created in
+    # increasing consumer row). Hence a transfer created later can never need to be served
     # earlier, and no lookahead is needed. (This is the same order a
     # global-clock simulation would produce; it just does not need the clock.)
     # As a guard, each link still checks that the keys it serves strictly
@@ -306,7 +398,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     finish = [None] * n
     head = [0] * num_devices  # slot of the first undetermined unit per device
     link_end = {}  # (src, dst) -> end of the last ser > 0 transfer placed on it
-    link_last_key = {}  # (src, dst) -> (ready, producer gid) of that transfer
+    link_last_key = {}  # (src, dst) -> (ready, producer gid, consumer gid) of that transfer
     to_check = list(range(num_devices))  # devices whose head may have become runnable
 
     def availability(pg, g):
@@ -319,22 +411,27 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     def create_and_place_transfers(pg):
         src = op_device[pg]
         ready = finish[pg]
-        for g in cross_consumers[pg]:
+        for g in cross_consumers[pg]:  # increasing consumer row
             dst = op_device[g]
-            ser, lat = link(src, dst, op_stage[pg])
+            if op_kind[g] == "AR" and ar_link is not None:
+                fn, fn_name = ar_link, "ar_link"
+            else:
+                fn, fn_name = link, "link"
+            # for an AR consumer op_stage[pg] == op_stage[g], the AR's stage
+            ser, lat = fn(src, dst, op_stage[pg])
             ser = float(ser)
             lat = float(lat)
             if not (ser >= 0.0 and lat >= 0.0):
-                raise ValueError("link(%d, %d, %d) returned ser=%r lat=%r; both must be >= 0"
-                                 % (src, dst, op_stage[pg], ser, lat))
+                raise ValueError("%s(%d, %d, %d) returned ser=%r lat=%r; both must be >= 0"
+                                 % (fn_name, src, dst, op_stage[pg], ser, lat))
             if ser == 0:
                 tr_start = ready
             else:
                 lk = (src, dst)
-                key = (ready, pg)
+                key = (ready, pg, g)
                 if lk in link_last_key:
                     if not link_last_key[lk] < key:  # guard, see comment above
-                        raise RuntimeError("link %r served out of (ready, producer index) order" % (lk,))
+                        raise RuntimeError("link %r served out of (ready, producer index, consumer row) order" % (lk,))
                     tr_start = max(ready, link_end[lk])
                 else:
                     tr_start = ready
@@ -405,7 +502,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
     transfers_out = [transfer[key] for key in sorted(transfer)]  # by (src_row, dst_row)
 
     # Memory: running total over ops in row order (a pair: F, then B/BW);
-    # events only for ops that ran.
+    # events only for ops that ran. AR ops are skipped: no change, no event.
     peak = []
     memory = []
     for d in range(num_devices):
@@ -415,6 +512,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0):
         for g in device_rows(d):
             s = op_stage[g]
             kind = op_kind[g]
+            if kind == "AR":
+                continue
             if kind == "F":
                 total = total + act[s]
                 when = start[g]

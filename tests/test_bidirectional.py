@@ -18,13 +18,32 @@ import pipecore as pc
 
 
 def test_basic_unit_order_p4():
-    # docs/research/bidirectional.md 1.4: down microbatches 0, 1; up 2, 3.
+    # docs/research/bidirectional.md 1.4: down microbatches 0, 1; up 2, 3. The
+    # all-reduces (AR) follow the authors' eager sync (1.8): the other pipeline's
+    # stage before the last backwards, except on the two middle devices.
     assert pc.build("chimera", 4, 4).to_actions() == {
-        0: ["0F0", "0F1", "3F2", "3BW2", "3F3", "3BW3", "0BW0", "0BW1"],
-        1: ["1F0", "2F2", "1F1", "2F3", "2BW2", "1BW0", "2BW3", "1BW1"],
-        2: ["1F2", "2F0", "1F3", "2F1", "2BW0", "1BW2", "2BW1", "1BW3"],
-        3: ["0F2", "0F3", "3F0", "3BW0", "3F1", "3BW1", "0BW2", "0BW3"],
+        0: ["0F0", "0F1", "3F2", "3BW2", "3F3", "3BW3", "3AR", "0BW0", "0BW1", "0AR"],
+        1: ["1F0", "2F2", "1F1", "2F3", "2BW2", "1BW0", "2BW3", "1BW1", "2AR", "1AR"],
+        2: ["1F2", "2F0", "1F3", "2F1", "2BW0", "1BW2", "2BW1", "1BW3", "2AR", "1AR"],
+        3: ["0F2", "0F3", "3F0", "3BW0", "3F1", "3BW1", "3AR", "0BW2", "0BW3", "0AR"],
     }
+
+
+def test_allreduce_costs_time_on_the_network():
+    sched = pc.build("chimera", 4, 4)
+    c = pc.Costs(f=1.0, b=1.0)
+    plain = pc.simulate(sched, c).makespan
+    # Each replica sends its 2-unit gradient to the other over bandwidth 1.
+    net = pc.Network(bytes=0.0, bandwidth=1.0, grad_bytes=2.0)
+    res = pc.simulate(sched, c, net)
+    assert res.makespan > plain
+    # The last all-reduce (stage 0 on devices 0 and 3) cannot start before its
+    # replicas' last backwards, which end no earlier than without the network
+    # (10), and its gradient takes 2 to arrive.
+    assert res.makespan >= plain + 2.0
+    ops = res.ops.to_pydict()
+    last = [ops["finish"][k] for k in range(len(ops["kind"])) if ops["kind"][k] == "AR"]
+    assert max(last) == res.makespan
 
 
 @pytest.mark.parametrize("p", [2, 4, 6, 8, 16])

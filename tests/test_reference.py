@@ -964,3 +964,520 @@ def test_random_instances_with_pairs_satisfy_contract(allow_deadlock):
         statuses.add(r["status"])
     assert n_pairs > 100
     assert statuses == {"ok", "deadlock"}
+
+
+# ----------------------------------------------------------------------
+# AR: gradient all-reduce of a stage replicated on two devices
+# ----------------------------------------------------------------------
+def ar_const_link(ser, lat):
+    calls = []
+
+    def ar_link(src, dst, stage):
+        calls.append((src, dst, stage))
+        return (ser, lat)
+
+    ar_link.calls = calls
+    return ar_link
+
+
+def chimera_progs(ar_first=False):
+    # Two pipelines over 2 devices: down (mb 0) has stage 0 on dev0 and stage
+    # 1 on dev1; up (mb 1) has stage 0 on dev1 and stage 1 on dev0. Both
+    # stages are replicated on devices 0 and 1.
+    if not ar_first:
+        return [
+            [("F", 0, 0), ("F", 1, 1), ("BW", 1, 1), ("BW", 0, 0), ("AR", 1, None), ("AR", 0, None)],
+            [("F", 0, 1), ("F", 1, 0), ("BW", 1, 0), ("BW", 0, 1), ("AR", 1, None), ("AR", 0, None)],
+        ]
+    # AR(1) as soon as the stage-1 backwards are done (before the BW of stage 0)
+    return [
+        [("F", 0, 0), ("F", 1, 1), ("BW", 1, 1), ("AR", 1, None), ("BW", 0, 0), ("AR", 0, None)],
+        [("F", 0, 1), ("F", 1, 0), ("BW", 1, 0), ("AR", 1, None), ("BW", 0, 1), ("AR", 0, None)],
+    ]
+
+
+def test_ar_chimera_by_hand():
+    # f=[1,1], b=[2,2], w=0; activations/gradients: ser 0 lat 0;
+    # ar_link: ser 1, lat 0.5. act=1, act_w=0.
+    # rows: dev0 0 F00, 1 F11, 2 BW11, 3 BW00, 4 AR1, 5 AR0
+    #       dev1 6 F01, 7 F10, 8 BW10, 9 BW01, 10 AR1, 11 AR0
+    # dev0: F00 [0,1]; F11 needs F01 (dev1 [0,1], arr 1) -> [1,2]; BW11 [2,4]
+    # dev1: F01 [0,1]; F10 needs F00 arr 1 -> [1,2]; BW10 [2,4]
+    #       BW01 needs BW11 (arr 4) -> [4,6]
+    # dev0: BW00 needs BW10 (arr 4) -> max(4, 4) -> [4,6]
+    # AR producers = last stage-s backward on the other device:
+    #   AR1@dev0 <- BW10 (row 8, fin 4): link (1,0) first ser>0: 4..5 arr 5.5
+    #   AR1@dev1 <- BW11 (row 2, fin 4): link (0,1) first ser>0: 4..5 arr 5.5
+    #     (BW11's consumers in row order: BW01 row 9 (ser 0), then AR1 row 10)
+    #   AR0@dev0 <- BW01 (row 9, fin 6): (1,0) max(6, 5)=6..7 arr 7.5
+    #   AR0@dev1 <- BW00 (row 3, fin 6): (0,1) max(6, 5)=6..7 arr 7.5
+    # dev0: AR1 max(6, 5.5) = 6 -> [6,6]; AR0 max(6, 7.5) -> [7.5,7.5]
+    # dev1: same: AR1 [6,6]; AR0 [7.5,7.5]. Makespan 7.5.
+    ar_link = ar_const_link(1.0, 0.5)
+    r = simulate_reference(chimera_progs(), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0],
+                           no_link, ar_link=ar_link)
+    assert r["status"] == "ok" and r["blocked"] == []
+    assert r["start"] == [[0.0, 1.0, 2.0, 4.0, 6.0, 7.5], [0.0, 1.0, 2.0, 4.0, 6.0, 7.5]]
+    assert r["finish"] == [[1.0, 2.0, 4.0, 6.0, 6.0, 7.5], [1.0, 2.0, 4.0, 6.0, 6.0, 7.5]]
+    assert r["makespan"] == 7.5
+    # (src_row, dst_row, src_dev, src_slot, dst_dev, dst_slot, ready, start, end, arrival)
+    assert [(t["src_row"], t["dst_row"]) + tr_tuple(t) for t in r["transfers"]] == [
+        (0, 7, 0, 0, 1, 1, 1.0, 1.0, 1.0, 1.0),  # F00 -> F10
+        (2, 9, 0, 2, 1, 3, 4.0, 4.0, 4.0, 4.0),  # BW11 -> BW01
+        (2, 10, 0, 2, 1, 4, 4.0, 4.0, 5.0, 5.5),  # BW11 -> AR1@dev1
+        (3, 11, 0, 3, 1, 5, 6.0, 6.0, 7.0, 7.5),  # BW00 -> AR0@dev1
+        (6, 1, 1, 0, 0, 1, 1.0, 1.0, 1.0, 1.0),  # F01 -> F11
+        (8, 3, 1, 2, 0, 3, 4.0, 4.0, 4.0, 4.0),  # BW10 -> BW00
+        (8, 4, 1, 2, 0, 4, 4.0, 4.0, 5.0, 5.5),  # BW10 -> AR1@dev0
+        (9, 5, 1, 3, 0, 5, 6.0, 6.0, 7.0, 7.5),  # BW01 -> AR0@dev0
+    ]
+    # ar_link is called once per AR transfer with (src, dst, stage)
+    assert sorted(ar_link.calls) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
+    # AR changes no memory and gives no event: F +1, F +1, BW -1, BW -1
+    assert r["memory"] == [[(0.0, 1.0), (1.0, 2.0), (4.0, 1.0), (6.0, 0.0)]] * 2
+    assert r["peak"] == [2.0, 2.0]
+
+
+def test_ar_transfers_queue_with_activations_in_consumer_row_order():
+    # As above but activations/gradients also cost ser 1, lat 0 (link), and
+    # ar_link is ser 1, lat 0.5: AR transfers share the directed link queue.
+    # dev0: F00 [0,1] -> F10 on (0,1): 1..2 arr 2
+    # dev1: F01 [0,1] -> F11 on (1,0): 1..2 arr 2
+    # dev0: F11 [2,3]; BW11 [3,5]; consumers in row order: BW01 (row 9) then
+    #       AR1@dev1 (row 10): (0,1) 5..6 arr 6, then max(5, 6)=6..7 arr 7.5
+    # dev1: F10 [2,3]; BW10 [3,5]: BW00 (row 3) 5..6 arr 6, AR1@dev0 (row 4)
+    #       on (1,0) 6..7 arr 7.5
+    # dev0: BW00 max(5, 6) -> [6,8] -> AR0@dev1: (0,1) max(8, 7)=8..9 arr 9.5
+    #       AR1 max(8, 7.5) -> [8,8]
+    # dev1: BW01 max(5, 6) -> [6,8] -> AR0@dev0: (1,0) 8..9 arr 9.5
+    #       AR1 max(8, 7.5) -> [8,8]
+    # both: AR0 max(8, 9.5) -> [9.5, 9.5]
+    r = simulate_reference(chimera_progs(), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0],
+                           const_link(1.0, 0.0), ar_link=const_link(1.0, 0.5))
+    assert r["status"] == "ok"
+    assert r["start"] == [[0.0, 2.0, 3.0, 6.0, 8.0, 9.5]] * 2
+    assert r["finish"] == [[1.0, 3.0, 5.0, 8.0, 8.0, 9.5]] * 2
+    assert r["makespan"] == 9.5
+    assert [(t["src_row"], t["dst_row"], t["ready"], t["start"], t["end"], t["arrival"])
+            for t in r["transfers"]] == [
+        (0, 7, 1.0, 1.0, 2.0, 2.0),
+        (2, 9, 5.0, 5.0, 6.0, 6.0),
+        (2, 10, 5.0, 6.0, 7.0, 7.5),  # AR transfer queued behind BW11 -> BW01
+        (3, 11, 8.0, 8.0, 9.0, 9.5),
+        (6, 1, 1.0, 1.0, 2.0, 2.0),
+        (8, 3, 5.0, 5.0, 6.0, 6.0),
+        (8, 4, 5.0, 6.0, 7.0, 7.5),
+        (9, 5, 8.0, 8.0, 9.0, 9.5),
+    ]
+
+    # AR(1) before BW(0, .) on each device: now the AR consumer has the
+    # smaller row, so its transfer goes first on the shared link.
+    # rows: dev0 0 F00, 1 F11, 2 BW11, 3 AR1, 4 BW00, 5 AR0
+    #       dev1 6 F01, 7 F10, 8 BW10, 9 AR1, 10 BW01, 11 AR0
+    # dev0: F00 [0,1], F11 [2,3], BW11 [3,5]: AR1@dev1 (row 9) (0,1) 5..6
+    #       arr 6.5, then BW01 (row 10) 6..7 arr 7
+    # dev1 symmetric: BW10 [3,5]: AR1@dev0 5..6 arr 6.5, BW00 6..7 arr 7
+    # both: AR1 max(5, 6.5) -> [6.5,6.5]; BW0x max(6.5, 7) -> [7,9] -> AR0
+    #       transfer 9..10 arr 10.5; AR0 max(9, 10.5) -> [10.5,10.5]
+    r = simulate_reference(chimera_progs(ar_first=True), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0],
+                           [1.0, 1.0], [0.0, 0.0], const_link(1.0, 0.0), ar_link=const_link(1.0, 0.5))
+    assert r["status"] == "ok"
+    assert r["start"] == [[0.0, 2.0, 3.0, 6.5, 7.0, 10.5]] * 2
+    assert r["finish"] == [[1.0, 3.0, 5.0, 6.5, 9.0, 10.5]] * 2
+    assert [(t["src_row"], t["dst_row"], t["ready"], t["start"], t["end"], t["arrival"])
+            for t in r["transfers"]] == [
+        (0, 7, 1.0, 1.0, 2.0, 2.0),
+        (2, 9, 5.0, 5.0, 6.0, 6.5),  # AR transfer first (smaller consumer row)
+        (2, 10, 5.0, 6.0, 7.0, 7.0),  # gradient queued behind it
+        (4, 11, 9.0, 9.0, 10.0, 10.5),
+        (6, 1, 1.0, 1.0, 2.0, 2.0),
+        (8, 3, 5.0, 5.0, 6.0, 6.5),
+        (8, 4, 5.0, 6.0, 7.0, 7.0),
+        (10, 5, 9.0, 9.0, 10.0, 10.5),
+    ]
+
+
+def test_ar_waits_on_remote_last_backward_in_program_order():
+    # Data parallel, S=1, stage 0 on both devices; f=1, b=2, w=1, act=2,
+    # act_w=1; ar_link ser 1 lat 0.5 (there is no other cross-device edge).
+    # rows: dev0 0 F00, 1 BW00, 2 AR
+    #       dev1 3 F01, 4 F02, 5 B01, 6 B02, 7 W02, 8 W01, 9 AR
+    # dev0: F00 [0,1], BW00 [1,4] (b + w = 3)
+    # dev1: F01 [0,1], F02 [1,2], B01 [2,4], B02 [4,6], W02 [6,7], W01 [7,8]
+    # AR@dev0 <- last backward in dev1's program: W01 (row 8, not W02 row 7)
+    #   ready 8, (1,0) 8..9 arr 9.5 -> AR@dev0 max(4, 9.5) -> [9.5, 9.5]
+    #   (waits on the remote, which finishes its backwards later)
+    # AR@dev1 <- BW00 (row 1), ready 4, (0,1) 4..5 arr 5.5
+    #   -> AR@dev1 max(8, 5.5) -> [8, 8]
+    # memory: dev0 F00 +2 at 0 -> 2, BW00 -2 at 4 -> 0;
+    #         dev1 +2 at 0 -> 2, +2 at 1 -> 4, B -1 at 4 -> 3, B -1 at 6 -> 2,
+    #         W -1 at 7 -> 1, W -1 at 8 -> 0. Peaks 2 and 4.
+    progs = [
+        [("F", 0, 0), ("BW", 0, 0), ("AR", 0, None)],
+        [("F", 0, 1), ("F", 0, 2), ("B", 0, 1), ("B", 0, 2), ("W", 0, 2), ("W", 0, 1), ("AR", 0, None)],
+    ]
+    calls = []
+
+    def link(src, dst, stage):
+        calls.append((src, dst, stage))
+        return (1.0, 0.5)
+
+    # ar_link=None: the AR transfers use link
+    r = simulate_reference(progs, [1.0], [2.0], [1.0], [2.0], [1.0], link)
+    assert sorted(calls) == [(0, 1, 0), (1, 0, 0)]
+    assert r["status"] == "ok"
+    assert r["start"] == [[0.0, 1.0, 9.5], [0.0, 1.0, 2.0, 4.0, 6.0, 7.0, 8.0]]
+    assert r["finish"] == [[1.0, 4.0, 9.5], [1.0, 2.0, 4.0, 6.0, 7.0, 8.0, 8.0]]
+    assert r["makespan"] == 9.5
+    assert [(t["src_row"], t["dst_row"]) + tr_tuple(t) for t in r["transfers"]] == [
+        (1, 9, 0, 1, 1, 6, 4.0, 4.0, 5.0, 5.5),
+        (8, 2, 1, 5, 0, 2, 8.0, 8.0, 9.0, 9.5),
+    ]
+    assert r["memory"] == [[(0.0, 2.0), (4.0, 0.0)],
+                           [(0.0, 2.0), (1.0, 4.0), (4.0, 3.0), (6.0, 2.0), (7.0, 1.0), (8.0, 0.0)]]
+    assert r["peak"] == [2.0, 4.0]
+    # same with an explicit ar_link; link is then never called (no other edge)
+    calls.clear()
+    r2 = simulate_reference(progs, [1.0], [2.0], [1.0], [2.0], [1.0], link, ar_link=const_link(1.0, 0.5))
+    assert calls == [] and r2 == r
+
+
+def test_ar_link_is_used_only_for_ar_transfers():
+    # Chimera example with link = (0, 0) and ar_link = (0, 0) gives the
+    # same times as with everything free: AR@d = max(own BW0 fin 6, remote
+    # fin 6) = 6 for AR1 and AR0. link must not be called for AR edges.
+    link_calls = []
+
+    def link(src, dst, stage):
+        link_calls.append((src, dst, stage))
+        return (0.0, 0.0)
+
+    ar_link = ar_const_link(0.0, 0.0)
+    r = simulate_reference(chimera_progs(), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0],
+                           link, ar_link=ar_link)
+    assert r["start"] == [[0.0, 1.0, 2.0, 4.0, 6.0, 6.0]] * 2
+    # link: F00->F10 (0,1,0), F01->F11 (1,0,0), BW11->BW01 (0,1,1), BW10->BW00 (1,0,1)
+    assert sorted(link_calls) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
+    assert sorted(ar_link.calls) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
+    # a bad ar_link value is rejected, naming ar_link
+    with pytest.raises(ValueError, match="ar_link"):
+        simulate_reference(chimera_progs(), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0],
+                           link, ar_link=const_link(-1.0, 0.0))
+
+
+def test_ar_deadlock():
+    # f=b=1, w=0, free communication. 3 microbatches: stage 0 runs mb 0,2 on
+    # dev0 and mb 1 on dev1; stage 1 runs mb 1 on dev0 and mb 0,2 on dev1.
+    # rows: dev0 0 F00, 1 F11, 2 BW11, 3 AR1, 4 F02, 5 BW00, 6 BW02, 7 AR0
+    #       dev1 8 F01, 9 F10, 10 BW10, 11 BW01, 12 F12, 13 BW12, 14 AR1, 15 AR0
+    # dev0: F00 [0,1]; F11 needs F01 (arr 1) -> [1,2]; BW11 [2,3];
+    #       AR1 needs dev1's *last* stage-1 backward BW12 (not BW10, which
+    #       ran), which needs F12 <- F02, behind AR1 on dev0: deadlock.
+    # dev1: F01 [0,1]; F10 (F00 arr 1) [1,2]; BW10 [2,3]; BW01 (BW11 arr 3)
+    #       [3,4]; F12 waits for F02.
+    # blocked: (0, 3) (the AR) and (1, 4).
+    # Known transfers (producer ran): F00->F10, BW11->BW01, BW11->AR1@dev1
+    # (ar_link 1, 0.5: 3..4 arr 4.5), F01->F11, BW10->BW00, BW01->AR0@dev0
+    # (BW01 is dev1's only stage-0 backward; 4..5 arr 5.5).
+    progs = [
+        [("F", 0, 0), ("F", 1, 1), ("BW", 1, 1), ("AR", 1, None), ("F", 0, 2), ("BW", 0, 0),
+         ("BW", 0, 2), ("AR", 0, None)],
+        [("F", 0, 1), ("F", 1, 0), ("BW", 1, 0), ("BW", 0, 1), ("F", 1, 2), ("BW", 1, 2),
+         ("AR", 1, None), ("AR", 0, None)],
+    ]
+    r = simulate_reference(progs, [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0],
+                           no_link, ar_link=const_link(1.0, 0.5))
+    assert r["status"] == "deadlock"
+    assert r["blocked"] == [(0, 3), (1, 4)]
+    assert r["start"] == [[0.0, 1.0, 2.0] + [None] * 5, [0.0, 1.0, 2.0, 3.0] + [None] * 4]
+    assert r["finish"] == [[1.0, 2.0, 3.0] + [None] * 5, [1.0, 2.0, 3.0, 4.0] + [None] * 4]
+    assert r["makespan"] == 4.0
+    assert [(t["src_row"], t["dst_row"], t["ready"], t["start"], t["end"], t["arrival"])
+            for t in r["transfers"]] == [
+        (0, 9, 1.0, 1.0, 1.0, 1.0),
+        (2, 11, 3.0, 3.0, 3.0, 3.0),
+        (2, 14, 3.0, 3.0, 4.0, 4.5),
+        (8, 1, 1.0, 1.0, 1.0, 1.0),
+        (10, 5, 3.0, 3.0, 3.0, 3.0),
+        (11, 7, 4.0, 4.0, 5.0, 5.5),
+    ]
+    # peaks over the whole program (AR skipped): dev0 1,2,1,2,1,0 -> 2;
+    # dev1 1,2,1,0,1,0 -> 2
+    assert r["memory"] == [[(0.0, 1.0), (1.0, 2.0), (3.0, 1.0)],
+                           [(0.0, 1.0), (1.0, 2.0), (3.0, 1.0), (4.0, 0.0)]]
+    assert r["peak"] == [2.0, 2.0]
+
+
+def _ar_run(progs, S=2):
+    return simulate_reference(progs, [1.0] * S, [1.0] * S, [0.0] * S, [1.0] * S, [0.0] * S, no_link)
+
+
+def test_ar_for_non_replicated_stage_rejected():
+    # stage 0 runs only on device 0
+    progs = gpipe(2, 1)
+    progs[0].append(("AR", 0, None))
+    with pytest.raises(ValueError, match="stage 0 runs on device\\(s\\) \\[0\\]"):
+        _ar_run(progs)
+    # a stage on three devices cannot have AR ops either
+    progs = [[("F", 0, i), ("BW", 0, i), ("AR", 0, None)] for i in range(3)]
+    with pytest.raises(ValueError, match="stage 0 runs on device\\(s\\) \\[0, 1, 2\\]"):
+        _ar_run(progs, S=1)
+
+
+def test_ar_count_per_replica_rejected():
+    # only one AR for the replicated stage 0
+    progs = chimera_progs()
+    del progs[1][5]
+    with pytest.raises(ValueError, match="stage 0 runs on devices 0 and 1.*device\\(s\\) \\[0\\]"):
+        _ar_run(progs)
+    # two ARs of stage 0 on device 0, none on device 1
+    progs = chimera_progs()
+    progs[1][5] = ("AR", 1, None)
+    progs[1][4] = ("AR", 0, None)  # dev1: AR0, AR1 -- fine; make dev0 hold two AR0
+    progs[0].append(("AR", 0, None))
+    with pytest.raises(ValueError, match="stage 0 runs on devices 0 and 1.*\\[0, 0, 1\\]"):
+        _ar_run(progs)
+    # an AR of stage 0 on a device that does not run stage 0
+    progs = chimera_progs() + [[("AR", 0, None)]]
+    with pytest.raises(ValueError, match="stage 0 runs on devices 0 and 1.*\\[0, 1, 2\\]"):
+        _ar_run(progs)
+
+
+def test_ar_before_local_backward_rejected():
+    progs = chimera_progs()
+    # dev0: F00, F11, BW11, AR0, BW00, AR1 -- AR0 precedes BW(0, 0)
+    progs[0] = [("F", 0, 0), ("F", 1, 1), ("BW", 1, 1), ("AR", 0, None), ("BW", 0, 0), ("AR", 1, None)]
+    with pytest.raises(ValueError, match="AR\\(stage 0\\) at device 0 slot 3 comes before BW\\(stage 0, mb 0\\)"):
+        _ar_run(progs)
+    # also a W counts as a backward op
+    progs = [
+        [("F", 0, 0), ("B", 0, 0), ("AR", 0, None), ("W", 0, 0)],
+        [("F", 0, 1), ("BW", 0, 1), ("AR", 0, None)],
+    ]
+    with pytest.raises(ValueError, match="AR\\(stage 0\\) at device 0 slot 2 comes before W"):
+        _ar_run(progs, S=1)
+
+
+def test_ar_malformed_rejected():
+    # microbatch must be None
+    progs = chimera_progs()
+    progs[0][5] = ("AR", 0, 0)
+    with pytest.raises(ValueError, match="must be None"):
+        _ar_run(progs)
+    # an AR cannot be part of a pair
+    progs = chimera_progs()
+    progs[0][4:6] = [("AR", 1, None), (("F", 0, 2), ("AR", 0, None))]
+    with pytest.raises(ValueError, match="device 0 entry 5"):
+        _ar_run(progs)
+    # the replica device has no backward of the stage (its F's backward sits elsewhere)
+    progs = [[("F", 0, 0), ("BW", 0, 0), ("BW", 0, 1), ("AR", 0, None)], [("F", 0, 1), ("AR", 0, None)]]
+    with pytest.raises(ValueError, match="replica device 1 has no backward"):
+        _ar_run(progs, S=1)
+
+
+# ----------------------------------------------------------------------
+# randomized: replicated stages, AR ops and pairs satisfy the contract
+# ----------------------------------------------------------------------
+def _random_replicated_instance(rng, allow_deadlock):
+    S = rng.randint(1, 4)
+    p = rng.randint(2, 4)
+    m = rng.randint(1, 5)
+    replicas = [rng.sample(range(p), 2) if rng.random() < 0.6 else [rng.randrange(p)] for _ in range(S)]
+    home = {}  # (stage, mb) -> device
+    items = []  # (device, op)
+    for s in range(S):
+        for i in range(m):
+            d = rng.choice(replicas[s])
+            home[(s, i)] = d
+            items.append((d, ("F", s, i)))
+            if rng.random() < 0.5:
+                items.append((d, ("BW", s, i)))
+            else:
+                items.append((d, ("B", s, i)))
+                items.append((d, ("W", s, i)))
+    kind_of = {(op[1], op[2], op[0] in ("B", "BW")): op[0] for _, op in items if op[0] != "W"}
+    backward_items = {}  # stage -> items of its B/W/BW
+    for it in items:
+        if it[1][0] in ("B", "W", "BW"):
+            backward_items.setdefault(it[1][1], []).append(it)
+    for s in range(S):
+        devs = sorted({home[(s, i)] for i in range(m)})
+        if len(devs) == 2 and rng.random() < 0.8:
+            items.extend((d, ("AR", s, None)) for d in devs)
+
+    def deps(it):
+        # generation-only dependencies (the checker derives the real ones)
+        d, (kind, s, i) = it
+        if kind == "F":
+            return [(home[(s - 1, i)], ("F", s - 1, i))] if s > 0 else []
+        if kind in ("B", "BW"):
+            out = [(d, ("F", s, i))]
+            if s < S - 1:
+                out.append((home[(s + 1, i)], (kind_of[(s + 1, i, True)], s + 1, i)))
+            return out
+        if kind == "W":
+            return [(d, ("B", s, i))]
+        return list(backward_items[s])  # AR: after every backward of its stage
+
+    progs = [[] for _ in range(p)]
+    if not allow_deadlock:
+        done = set()
+        remaining = list(items)
+        while remaining:
+            ready = [it for it in remaining if all(x in done for x in deps(it))]
+            it = rng.choice(ready)
+            remaining.remove(it)
+            done.add(it)
+            progs[it[0]].append(it[1])
+    else:
+        for d in range(p):
+            mine = [it for it in items if it[0] == d]
+            done = set()
+            while mine:
+                ready = [it for it in mine if all(x in done or x[0] != d for x in deps(it))]
+                it = rng.choice(ready)
+                mine.remove(it)
+                done.add(it)
+                progs[d].append(it[1])
+
+    def val():
+        return rng.choice([0.0, 0.5, 1.0, 2.0, round(rng.uniform(0.1, 3.0), 3), rng.uniform(0.0, 3.0)])
+
+    f = [val() for _ in range(S)]
+    b = [val() for _ in range(S)]
+    w = [val() for _ in range(S)]
+    act = [rng.uniform(0.0, 4.0) for _ in range(S)]
+    act_w = [a * rng.random() for a in act]
+    table = {(x, y, s): (val(), rng.choice([0.0, 0.25, rng.uniform(0.0, 1.0)]))
+             for x in range(p) for y in range(p) for s in range(S)}
+    ar_table = None if rng.random() < 0.3 else {
+        (x, y, s): (val(), rng.choice([0.0, 0.5, rng.uniform(0.0, 1.0)]))
+        for x in range(p) for y in range(p) for s in range(S)}
+    return progs, f, b, w, act, act_w, table, ar_table
+
+
+def _check_contract_rows(progs, f, b, w, act, act_w, table, ar_table, fb, r):
+    """Check r against the contract, every op identified by its row."""
+    rows = []  # row -> (device, slot, op)
+    units = []  # units[d] = list of lists of rows
+    for d, prog in enumerate(progs):
+        du = []
+        for slot, entry in enumerate(prog):
+            ops = list(entry) if isinstance(entry[0], tuple) else [entry]
+            du.append(list(range(len(rows), len(rows) + len(ops))))
+            rows.extend((d, slot, op) for op in ops)
+        units.append(du)
+    row_of = {op: g for g, (_, _, op) in enumerate(rows) if op[0] != "AR"}
+
+    def producers(g):
+        d, _, (kind, s, i) = rows[g]
+        if kind == "F":
+            return [row_of[("F", s - 1, i)]] if s > 0 else []
+        if kind in ("B", "BW"):
+            out = [row_of[("F", s, i)]]
+            if s < len(f) - 1:
+                out.append(row_of.get(("B", s + 1, i), row_of.get(("BW", s + 1, i))))
+            return out
+        if kind == "W":
+            return [row_of[("B", s, i)]]
+        other = [h for h, (d2, _, op) in enumerate(rows)
+                 if d2 != d and op[1] == s and op[0] in ("B", "W", "BW")]
+        assert len({rows[h][0] for h in other}) == 1
+        return [max(other)]
+
+    def dur(op):
+        kind, s, _ = op
+        return {"F": f[s], "B": b[s], "W": w[s], "BW": b[s] + w[s], "AR": 0.0}[kind]
+
+    flat_start = [x for dev in r["start"] for x in dev]
+    flat_finish = [x for dev in r["finish"] for x in dev]
+    assert len(flat_start) == len(rows)
+    trs = {(t["src_row"], t["dst_row"]): t for t in r["transfers"]}
+    assert list(trs) == sorted(trs) and len(trs) == len(r["transfers"])
+    heads = []
+    for d, du in enumerate(units):
+        prev = 0.0
+        stuck = None
+        for slot, grp in enumerate(du):
+            if flat_start[grp[0]] is None:
+                stuck = slot if stuck is None else stuck
+                assert all(flat_start[g] is None and flat_finish[g] is None for g in grp)
+                continue
+            assert stuck is None
+            avail = [prev]
+            for g in grp:
+                for h in producers(g):
+                    avail.append(flat_finish[h] if rows[h][0] == d else trs[(h, g)]["arrival"])
+            st = max(avail)
+            ops = [rows[g][2] for g in grp]
+            du_ = dur(ops[0]) if len(ops) == 1 else (dur(ops[0]) + dur(ops[1])) * fb
+            for g in grp:
+                assert flat_start[g] == st
+                assert flat_finish[g] == st + du_
+            prev = st + du_
+        if stuck is not None:
+            heads.append((d, stuck))
+    assert r["blocked"] == heads
+    assert r["status"] == ("deadlock" if heads else "ok")
+    fins = [x for x in flat_finish if x is not None]
+    assert r["makespan"] == (max(fins) if fins else 0.0)
+    expected = {(h, g) for g in range(len(rows)) for h in producers(g)
+                if rows[h][0] != rows[g][0] and flat_finish[h] is not None}
+    assert set(trs) == expected
+    by_link = {}
+    for (h, g), t in trs.items():
+        assert (t["src_device"], t["src_slot"]) == rows[h][:2]
+        assert (t["dst_device"], t["dst_slot"]) == rows[g][:2]
+        key = (rows[h][0], rows[g][0], rows[h][2][1])
+        is_ar = rows[g][2][0] == "AR"
+        ser, lat = (ar_table if is_ar and ar_table is not None else table)[key]
+        assert t["ready"] == flat_finish[h]
+        if ser == 0:
+            assert t["start"] == t["ready"]
+        else:
+            by_link.setdefault(key[:2], []).append((t["ready"], h, g, t, ser))
+        assert t["end"] == t["start"] + ser
+        assert t["arrival"] == t["end"] + lat
+    for lst in by_link.values():
+        lst.sort(key=lambda x: (x[0], x[1], x[2]))
+        prev_end = None
+        for ready, _, _, t, ser in lst:
+            assert t["start"] == (ready if prev_end is None else max(ready, prev_end))
+            prev_end = t["start"] + ser
+    for d, du in enumerate(units):
+        total, totals, events = 0.0, [], []
+        for g in (g for grp in du for g in grp):
+            kind, s, _ = rows[g][2]
+            if kind == "AR":
+                continue
+            delta = {"F": act[s], "B": act[s] - act_w[s], "W": act_w[s], "BW": act[s]}[kind]
+            total = total + delta if kind == "F" else total - delta
+            totals.append(total)
+            if flat_finish[g] is not None:
+                events.append((flat_start[g] if kind == "F" else flat_finish[g], total))
+        assert r["peak"][d] == (max(totals) if totals else 0.0)
+        assert r["memory"][d] == events
+
+
+@pytest.mark.parametrize("allow_deadlock", [False, True])
+def test_random_replicated_instances_with_ar_satisfy_contract(allow_deadlock):
+    rng = random.Random(9876 + allow_deadlock)
+    statuses = set()
+    n_ar = 0
+    for _ in range(300):
+        progs, f, b, w, act, act_w, table, ar_table = _random_replicated_instance(rng, allow_deadlock)
+        paired = rng.random() < 0.5
+        if paired:
+            progs = _pair_up(rng, progs)
+        n_ar += sum(e[0] == "AR" for prog in progs for e in prog)
+        fb = rng.choice([1.0, 0.75, rng.uniform(0.1, 2.0)])
+        kw = {} if ar_table is None else {"ar_link": lambda s, d, st, t=ar_table: t[(s, d, st)]}
+        r = simulate_reference(progs, f, b, w, act, act_w, lambda s, d, st, t=table: t[(s, d, st)],
+                               fb_factor=fb, **kw)
+        _check_contract_rows(progs, f, b, w, act, act_w, table, ar_table, fb, r)
+        statuses.add(r["status"])
+        if not allow_deadlock and not paired:  # pairing a topological order may deadlock
+            assert r["status"] == "ok"
+    assert n_ar > 200
+    if allow_deadlock:
+        assert statuses == {"ok", "deadlock"}

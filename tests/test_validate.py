@@ -206,13 +206,15 @@ def test_from_actions_error_names_device_and_entry():
         from_actions({0: ["0F0", "0BW0"], 1: ["1F0", None, "oops"]})
 
 
-@given(st.integers(0, 10**6), st.sampled_from(pc.KINDS), st.integers(0, 10**6))
+@given(st.integers(0, 10**6), st.sampled_from(["F", "B", "W", "BW"]), st.integers(0, 10**6))
 def test_action_string_roundtrip(stage, kind, mb):
     a = Action(stage, kind, mb)
     text = str(a)
     assert text == f"{stage}{kind}{mb}"
     assert Action.parse(text) == a
     assert str(Action.parse(text)) == text
+    ar = Action(stage, "AR", None)
+    assert str(ar) == f"{stage}AR" and Action.parse(str(ar)) == ar
 
 
 @settings(max_examples=40, deadline=None)
@@ -272,3 +274,33 @@ def test_replicated_stages_need_opting_in():
     # Device 0: 0F0 [0,1]; 1F1 waits for 0F1 (device 1, ends 1) [1,2]; 1BW1 [2,4];
     # 0BW0 waits for 1BW0 (device 1, ends 4) [4,6]. Device 1 mirrors it.
     assert res.makespan == 6.0
+
+
+def test_allreduce_rules():
+    base = {0: ["0F0", "1F1", "1BW1", "0BW0"], 1: ["0F1", "1F0", "1BW0", "0BW1"]}
+    ok = {d: prog + ["1AR", "0AR"] for d, prog in base.items()}
+    sched = from_actions(ok, replicated=True)
+    assert sched.to_actions() == ok
+    # f=1, b=2, no network: each AR waits for the other replica's last backward
+    # of its stage, which ends at the same time (4 for stage 1, 6 for stage 0).
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=2.0))
+    assert res.makespan == 6.0
+    # Activations: 0 bytes, latency 0.5; gradients: 1 unit over bandwidth 1.
+    # Device 0: 0F0 [0,1]; 1F1 waits for 0F1 + 0.5 -> [1.5,2.5]; 1BW1 [2.5,4.5];
+    # 0BW0 waits for 1BW0 (device 1, ends 4.5) + 0.5 -> [5,7]. Device 1 mirrors.
+    # 0AR on device 0 waits for device 1's 0BW1 (ends 7): 7 + 1 + 0.5 = 8.5.
+    net = pc.Network(bytes=0.0, bandwidth=1.0, latency=0.5, grad_bytes=1.0)
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=2.0), net)
+    assert res.makespan == 8.5
+    ar = res.transfers.to_pydict()
+    grads = [k for k in range(len(ar["ready"])) if ar["finish"][k] - ar["start"][k] == 1.0]
+    assert len(grads) == 4  # two exchanges (stages 0 and 1), each both ways
+    with pytest.raises(ScheduleError, match="none on its other replica") as info:
+        from_actions({0: base[0] + ["0AR"], 1: base[1]}, replicated=True)
+    assert info.value.rule == "all-reduce"
+    with pytest.raises(ScheduleError, match="an all-reduce comes after every backward op") as info:
+        from_actions({0: ["0F0", "1F1", "1BW1", "0AR", "0BW0"], 1: base[1] + ["0AR"]},
+                     replicated=True)
+    assert info.value.rule == "order"
+    with pytest.raises(ScheduleError, match="runs on exactly two devices"):
+        from_actions({0: ["0F0", "0BW0", "0AR"]})

@@ -26,7 +26,11 @@ def build_chimera(devices, microbatches, chunks=1):
     b = h-a. A unit is a x [own F], b x [other F, own F], a x [other F,
     other BW], b x [own BW, other BW], a x [own BW]; in every unit after the
     first, its a x [own F] becomes a x [own BW of the previous unit, own F]
-    and the last a x [own BW] runs once at the end.
+    and the last a x [own BW] runs once at the end. Each stage's two
+    replicas (devices d and p-1-d) end with a gradient all-reduce (AR): the
+    other pipeline's just before the final a x [own BW] (after it on the two
+    middle devices), the own pipeline's last. With a network, the exchange
+    costs ``grad_bytes / bandwidth + latency``.
 
     Raises
     ------
@@ -62,6 +66,7 @@ def build_chimera(devices, microbatches, chunks=1):
             return ("F" if kind == "F" else "BW", stage, queues[name][k])
 
         prog = []
+        middle = d in (h - 1, h)
         for unit in range(units):
             for _ in range(a):
                 if unit > 0:
@@ -73,7 +78,15 @@ def build_chimera(devices, microbatches, chunks=1):
                 prog += [op("F", other), op("B", other)]
             for _ in range(b):
                 prog += [op("B", own), op("B", other)]
+        # Gradient all-reduce with the replica on device p-1-d: the other
+        # pipeline's stage is done before the tail and syncs eagerly (the
+        # authors' runtime), except on the two middle devices.
+        if not middle:
+            prog.append(("AR", other[1], None))
         prog += [op("B", own) for _ in range(a)]
+        if middle:
+            prog.append(("AR", other[1], None))
+        prog.append(("AR", own[1], None))
         programs.append(prog)
     return Schedule.from_programs(programs, name="chimera", devices=p, replicated=True)
 
