@@ -50,12 +50,13 @@ _TRANSFER_COLUMNS = (
 _MEMORY_COLUMNS = ("device", "time", "bytes")
 
 # Fixed kind order so legends and colours are stable from run to run.
-_KIND_ORDER = ("F", "B", "W", "BW")
+_KIND_ORDER = ("F", "B", "W", "BW", "AR")
 _KIND_COLOURS = {
     "F": "#4C72B0",  # blue
     "B": "#DD8452",  # orange
     "W": "#55A868",  # green
     "BW": "#8172B3",  # purple
+    "AR": "#C44E52",  # red: gradient all-reduce of a replicated stage
 }
 _UNKNOWN_COLOUR = "#8C8C8C"
 

@@ -273,8 +273,10 @@ def networks(draw, devices: int = 8, allow_none: bool = True):
     nbytes = draw(times(allow_zero=True, max_value=8.0))
     bandwidth = draw(st.sampled_from([0.5, 1.0, 2.0, 4.0, float("inf")]))
     latency = draw(times(max_value=2.0))
+    grads = draw(times(allow_zero=True, max_value=8.0))
     if kind == "uniform":
-        return Network.uniform(nbytes, bandwidth, latency)
-    return Network.two_level(nbytes, draw(st.integers(1, max(1, devices))), bandwidth,
-                             draw(st.sampled_from([0.25, 0.5, 1.0])), latency,
-                             draw(times(max_value=2.0)))
+        return Network(bytes=nbytes, bandwidth=bandwidth, latency=latency, grad_bytes=grads)
+    return Network(bytes=nbytes, bandwidth=bandwidth, latency=latency,
+                   devices_per_node=draw(st.integers(1, max(1, devices))),
+                   inter_bandwidth=draw(st.sampled_from([0.25, 0.5, 1.0])),
+                   inter_latency=draw(times(max_value=2.0)), grad_bytes=grads)

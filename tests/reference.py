@@ -431,7 +431,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
                 key = (ready, pg, g)
                 if lk in link_last_key:
                     if not link_last_key[lk] < key:  # guard, see comment above
-                        raise RuntimeError("link %r served out of (ready, producer index, consumer row) order" % (lk,))
+                        raise RuntimeError("link %r served out of (ready, producer index, consumer row) "
+                                           "order" % (lk,))
                     tr_start = max(ready, link_end[lk])
                 else:
                     tr_start = ready

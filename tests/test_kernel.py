@@ -20,12 +20,15 @@ SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def link_function(network, comm, stages):
-    """(src, dst, stage) -> (ser, lat), written from Network's documented rules."""
+def link_function(network, comm, stages, gradients=False):
+    """(src, dst, stage) -> (ser, lat), written from Network's documented rules.
+
+    With ``gradients``, the size is the stage's gradient (all-reduce transfers).
+    """
     comm = [float(comm)] * stages if np.ndim(comm) == 0 else [float(x) for x in comm]
     if network is None:
         return lambda src, dst, s: (0.0, comm[s])
-    nbytes = network.bytes
+    nbytes = network.grad_bytes if gradients else network.bytes
     nbytes = [float(nbytes)] * stages if np.ndim(nbytes) == 0 else [float(x) for x in nbytes]
 
     def link(src, dst, s):
@@ -43,7 +46,8 @@ def run_both(sched, c, network):
     arrays = c.stage_arrays(S, p)
     ref = simulate_reference(sched.programs(), arrays["f"], arrays["b"], arrays["w"],
                              arrays["activation"], arrays["activation_w"],
-                             link_function(network, c.comm, S), fb_factor=c.fb_factor)
+                             link_function(network, c.comm, S), fb_factor=c.fb_factor,
+                             ar_link=link_function(network, c.comm, S, gradients=True))
     return ref
 
 

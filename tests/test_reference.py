@@ -1247,7 +1247,8 @@ def test_ar_before_local_backward_rejected():
     progs = chimera_progs()
     # dev0: F00, F11, BW11, AR0, BW00, AR1 -- AR0 precedes BW(0, 0)
     progs[0] = [("F", 0, 0), ("F", 1, 1), ("BW", 1, 1), ("AR", 0, None), ("BW", 0, 0), ("AR", 1, None)]
-    with pytest.raises(ValueError, match="AR\\(stage 0\\) at device 0 slot 3 comes before BW\\(stage 0, mb 0\\)"):
+    msg = "AR\\(stage 0\\) at device 0 slot 3 comes before BW\\(stage 0, mb 0\\)"
+    with pytest.raises(ValueError, match=msg):
         _ar_run(progs)
     # also a W counts as a backward op
     progs = [
