@@ -167,6 +167,12 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     prob = {True: 1.0, False: 0.0, None: draw(st.sampled_from([0.0, 0.5, 1.0]))}[split]
     programs = random_programs(rng, p, S, m, placement=placement, split=prob)
     replicated = layout == "replicated"
+    if replicated and m > 1 and draw(st.booleans()):
+        # End each replica pair with its gradient all-reduce.
+        for stage, (a, b) in enumerate(pairs):
+            if a != b:
+                programs[a].append(("AR", stage, None))
+                programs[b].append(("AR", stage, None))
     if overlap and draw(st.booleans()):
         fused = [_fuse_pairs(prog, rng) for prog in programs]
         try:

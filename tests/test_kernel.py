@@ -102,10 +102,11 @@ def critical_path(sched, c, network):
     """
     arrays = c.stage_arrays(sched.stages, sched.devices)
     link = link_function(network, c.comm, sched.stages)
+    ar_link = link_function(network, c.comm, sched.stages, gradients=True)
     units = [(d, unit if isinstance(unit[0], tuple) else (unit,))
              for d, prog in enumerate(sched.programs()) for unit in prog]
     ops = [(d, k, s, mb) for d, unit in units for (k, s, mb) in unit]
-    where = {(k, s, mb): (d, k, s, mb) for (d, k, s, mb) in ops}
+    where = {(k, s, mb): (d, k, s, mb) for (d, k, s, mb) in ops if k != "AR"}
     partner = {}
     for d, unit in units:
         if len(unit) == 2:
@@ -115,7 +116,14 @@ def critical_path(sched, c, network):
 
     def dur(k, s):
         return {"F": arrays["f"][s], "B": arrays["b"][s], "W": arrays["w"][s],
-                "BW": arrays["b"][s] + arrays["w"][s]}[k]
+                "BW": arrays["b"][s] + arrays["w"][s], "AR": 0.0}[k]
+
+    # The last backward op of each (stage, device), in program order, feeds the
+    # all-reduce on the stage's other replica.
+    last_back = {}
+    for op in ops:
+        if op[1] in ("B", "W", "BW"):
+            last_back[(op[2], op[0])] = op
 
     def producers(k, s, mb):
         out = []
@@ -129,6 +137,12 @@ def critical_path(sched, c, network):
             out.append(where[("B", s, mb)])
         return out
 
+    def producers_of(op):
+        d, k, s, mb = op
+        if k == "AR":
+            return [v for (st_, dv), v in last_back.items() if st_ == s and dv != d]
+        return producers(k, s, mb)
+
     def length(op):
         if op in partner:
             first, second = sorted((op, partner[op]), key=lambda o: o[1] != "F")
@@ -136,9 +150,9 @@ def critical_path(sched, c, network):
         return dur(op[1], op[2])
 
     # Longest path by relaxation in a topological order (Kahn's algorithm).
-    prods = {op: producers(*op[1:]) for op in ops}
+    prods = {op: producers_of(op) for op in ops}
     for op, other in partner.items():
-        prods[op] = prods[op] + [q for q in producers(*other[1:]) if q != op]
+        prods[op] = prods[op] + [q for q in producers_of(other) if q != op]
     waiting = {op: len(prods[op]) for op in ops}
     users = {op: [] for op in ops}
     for op, qs in prods.items():
@@ -151,7 +165,8 @@ def critical_path(sched, c, network):
         d, k, s, mb = op
         t = 0.0
         for q in prods[op]:
-            ser, lat = link(q[0], d, q[2]) if q[0] != d else (0.0, 0.0)
+            via = ar_link if k == "AR" else link
+            ser, lat = via(q[0], d, q[2]) if q[0] != d else (0.0, 0.0)
             t = max(t, done[q] + ser + lat)
         done[op] = t + length(op)
         for u in users[op]:
