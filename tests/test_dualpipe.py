@@ -48,3 +48,44 @@ def test_weights_twice_a_1f1b_device():
 def test_needs_enough_microbatches():
     with pytest.raises(ValueError, match=r"microbatches >= 2 \* devices = 8 \(got 7\)"):
         pc.build("dualpipev", 4, 7)
+
+
+# DeepSeek's DualPipe (deepseek-ai/DualPipe, commit 3da1bbea, dualpipe/dualpipe.py)
+# run unmodified with recording stubs, p = 4 ranks, m = 8: the per-rank order
+# listed in docs/research/dualpipe.md 3.3. Blocks 0-3 are the stages;
+# microbatches 0-3 go down, 4-7 up. All-reduces (AR) are pipecore's addition.
+DEEPSEEK_DUALPIPE_P4_M8 = {
+    0: "0F0 0F1 0F2 3F4 3B4 3W4 3F5 0F3&3BW5 3F6&0BW0 3BW6 3F7&0BW1 3BW7 0B2 0W2 0B3 0W3",
+    1: "1F0 2F4 1F1 2F5 1F2 2BW4 2F6&1BW0 1F3&2BW5 2F7&1BW1 2BW6 1BW2 2B7 1B3 2W7 1W3",
+    2: "1F4 2F0 1F5 2F1 1F6 2BW0 2F2&1BW4 1F7&2BW1 2F3&1BW5 2BW2 1BW6 2B3 1B7 2W3 1W7",
+    3: "0F4 0F5 0F6 3F0 3B0 3W0 3F1 0F7&3BW1 3F2&0BW4 3BW2 3F3&0BW5 3BW3 0B6 0W6 0B7 0W7",
+}
+
+
+def test_dualpipe_order_matches_deepseek():
+    got = pc.build("dualpipe", 4, 8).to_actions()
+    for rank, text in DEEPSEEK_DUALPIPE_P4_M8.items():
+        assert [a for a in got[rank] if not a.endswith("AR")] == text.split()
+
+
+@pytest.mark.parametrize("p", [4, 8, 16])
+def test_dualpipe_bubble_memory_weights_match_readme(p):
+    sched = pc.build("dualpipe", p, 2 * p)
+    assert sched.replicated and all(len(d) == 2 for d in sched.stage_devices)
+    for fb_factor, FB in ((1.0, 3.0), (2.0 / 3.0, 2.0)):
+        # Per stage F = input backward = W = 1, so B (full) = 2.
+        res = pc.simulate(sched, pc.Costs(f=1.0, b=1.0, w=1.0, fb_factor=fb_factor,
+                                          activation=1.0, activation_w=1.0))
+        worst_idle = float((res.makespan - res.busy).max())
+        assert worst_idle == pytest.approx((p // 2 - 1) * (FB + 2.0 - 3.0), abs=1e-9)
+        assert res.peak_activation.max() == p + 1  # PP + 1
+    # Two stages (replicas) per device: 2x the weights of a 1F1B device.
+    flat = pc.simulate(pc.build("1f1b", p, 2 * p), pc.Costs())
+    np.testing.assert_array_equal(res.static_memory, 2 * flat.static_memory)
+
+
+@pytest.mark.parametrize("p,m,match", [(3, 8, "even devices"), (4, 9, "even devices"),
+                                       (4, 6, r"microbatches >= 2 \* devices = 8")])
+def test_dualpipe_constraints(p, m, match):
+    with pytest.raises(ValueError, match=match):
+        pc.build("dualpipe", p, m)

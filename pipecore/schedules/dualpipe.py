@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._schedule import Schedule
 from . import Family, _programs_to_schedule, register
 
 
 class _Device:
-    """One device's program with DualPipeV's counters.
+    """One device's program with DualPipe's counters.
 
-    F, and the backward of each stage (B or BW), number microbatches in
-    order; a B leaves its W pending, and W ops run oldest first.
+    Each phase is a (stage, first microbatch) pair: its forwards, and its
+    backwards (B or BW), take microbatches first, first+1, ... in order; a
+    B leaves its W pending, and W ops run oldest first.
     """
 
     def __init__(self):
@@ -26,23 +28,24 @@ class _Device:
         self.next = {}
         self.pending_w = []
 
-    def _take(self, key):
+    def _take(self, key, phase):
         j = self.next.get(key, 0)
         self.next[key] = j + 1
-        return j
+        return phase[1] + j
 
-    def op(self, kind, stage):
+    def op(self, kind, phase):
+        stage = phase[0]
         if kind == "F":
-            j = self._take(("F", stage))
+            j = self._take(("F", stage), phase)
         else:
-            j = self._take(("back", stage))
+            j = self._take(("back", stage), phase)
             if kind == "B":
                 self.pending_w.append((stage, j))
         self.ops.append((kind, stage, j))
 
-    def overlap(self, f_stage, b_stage):
-        f = ("F", f_stage, self._take(("F", f_stage)))
-        b = ("BW", b_stage, self._take(("back", b_stage)))
+    def overlap(self, f_phase, b_phase):
+        f = ("F", f_phase[0], self._take(("F", f_phase[0]), f_phase))
+        b = ("BW", b_phase[0], self._take(("back", b_phase[0]), b_phase))
         self.ops.append((f, b))
 
     def weight(self):
@@ -51,20 +54,63 @@ class _Device:
             self.ops.append(("W", stage, j))
 
 
-def build_dualpipev(devices, microbatches, chunks=2):
-    """DualPipeV on device d (chunk 0 = stage d, chunk 1 = stage 2p-1-d).
+def _eight_steps(P, h, M, ph0, ph1, split_first):
+    """DualPipe's eight steps for a device at position h of P per direction,
+    with M microbatches per phase; ``split_first`` runs the first main-step
+    unit as F then BW instead of overlapped."""
+    dev = _Device()
+    for _ in range(2 * (P - h - 1)):
+        dev.op("F", ph0)
+    for _ in range(h + 1):
+        dev.op("F", ph0)
+        dev.op("F", ph1)
+    for _ in range(P - h - 1):
+        dev.op("B", ph1)
+        dev.weight()
+        dev.op("F", ph1)
+    for i in range(M - 2 * P + h + 1):
+        if i == 0 and split_first:
+            dev.op("F", ph0)
+            dev.op("BW", ph1)
+        else:
+            dev.overlap(ph0, ph1)
+        dev.overlap(ph1, ph0)
+    for _ in range(P - h - 1):
+        dev.op("BW", ph1)
+        dev.overlap(ph1, ph0)
+    split = False
+    half = (h + 1) // 2
+    for i in range(h + 1):
+        if i == half and h % 2 == 1:
+            split = True
+        dev.op("B" if split else "BW", ph1)
+        if i == half and h % 2 == 0:
+            split = True
+        dev.op("B" if split else "BW", ph0)
+    for _ in range(P - h - 1):
+        dev.weight()
+        dev.op("B" if split else "BW", ph0)
+    for _ in range(h + 1):
+        dev.weight()
+    return dev.ops
 
-    1. 2(p-d-1) forwards of chunk 0;
-    2. d+1 pairs F(chunk 0), F(chunk 1);
-    3. p-d-1 times: B(chunk 1), its pending W, F(chunk 1);
-    4. m-2p+d+1 times: F(chunk 0)&BW(chunk 1) (on the last device the first
-       one runs as F then BW, unoverlapped), then F(chunk 1)&BW(chunk 0);
-    5. p-d-1 times: BW(chunk 1), then F(chunk 1)&BW(chunk 0);
-    6. d+1 times a backward of chunk 1 then of chunk 0, fused BW in the
+
+def build_dualpipev(devices, microbatches, chunks=2):
+    """DualPipeV on device d (phase 0 = stage d, phase 1 = stage 2p-1-d).
+
+    With P = p and h = d, the eight steps are:
+
+    1. 2(P-h-1) forwards of phase 0;
+    2. h+1 pairs F(phase 0), F(phase 1);
+    3. P-h-1 times: B(phase 1), its pending W, F(phase 1);
+    4. M-2P+h+1 times: F(phase 0)&BW(phase 1) (on the last device the first
+       one runs as F then BW, unoverlapped), then F(phase 1)&BW(phase 0);
+    5. P-h-1 times: BW(phase 1), then F(phase 1)&BW(phase 0);
+    6. h+1 times a backward of phase 1 then of phase 0, fused BW in the
        first half and split B (W deferred) from the middle on (the switch
-       falls between the two chunks on even devices and before them on odd);
-    7. p-d-1 times: a pending W, then a backward of chunk 0;
-    8. the d+1 remaining W.
+       falls between the two phases when h is even, before them when odd);
+    7. P-h-1 times: a pending W, then a backward of phase 0;
+    8. the h+1 remaining W.
 
     Raises
     ------
@@ -74,45 +120,44 @@ def build_dualpipev(devices, microbatches, chunks=2):
     p, m = devices, microbatches
     if m < 2 * p:
         raise ValueError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+    programs = [_eight_steps(p, d, m, (d, 0), (2 * p - 1 - d, 0), split_first=(d == p - 1))
+                for d in range(p)]
+    return _programs_to_schedule("dualpipev", programs, p)
+
+
+def build_dualpipe(devices, microbatches, chunks=1):
+    """DualPipe: two opposite pipelines over replicated stages, overlapped F&B.
+
+    Microbatches 0..m/2-1 go down (stage s on device s), m/2..m-1 go up
+    (stage s on device p-1-s). Device d at position h = min(d, p-1-d) runs
+    the eight steps of :func:`build_dualpipev` with P = p/2 and m/2
+    microbatches per phase; on the first half of the devices phase 0 is the
+    down pipeline, on the second half the up one, and the two middle
+    devices run their first main-step unit unoverlapped. Each device ends
+    with the gradient all-reduce (AR) of both its stages with their
+    replicas on device p-1-d.
+
+    Raises
+    ------
+    ValueError
+        If p or m is odd, or m < 2p.
+    """
+    p, m = devices, microbatches
+    if p % 2 or m % 2:
+        raise ValueError(f"'dualpipe' needs even devices and microbatches (got devices={p}, "
+                         f"microbatches={m})")
+    if m < 2 * p:
+        raise ValueError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+    P, M = p // 2, m // 2
     programs = []
     for d in range(p):
-        c0, c1 = d, 2 * p - 1 - d
-        dev = _Device()
-        for _ in range(2 * (p - d - 1)):
-            dev.op("F", c0)
-        for _ in range(d + 1):
-            dev.op("F", c0)
-            dev.op("F", c1)
-        for _ in range(p - d - 1):
-            dev.op("B", c1)
-            dev.weight()
-            dev.op("F", c1)
-        for i in range(m - 2 * p + d + 1):
-            if i == 0 and d == p - 1:
-                dev.op("F", c0)
-                dev.op("BW", c1)
-            else:
-                dev.overlap(c0, c1)
-            dev.overlap(c1, c0)
-        for _ in range(p - d - 1):
-            dev.op("BW", c1)
-            dev.overlap(c1, c0)
-        split = False
-        half = (d + 1) // 2
-        for i in range(d + 1):
-            if i == half and d % 2 == 1:
-                split = True
-            dev.op("B" if split else "BW", c1)
-            if i == half and d % 2 == 0:
-                split = True
-            dev.op("B" if split else "BW", c0)
-        for _ in range(p - d - 1):
-            dev.weight()
-            dev.op("B" if split else "BW", c0)
-        for _ in range(d + 1):
-            dev.weight()
-        programs.append(dev.ops)
-    return _programs_to_schedule("dualpipev", programs, p)
+        h = min(d, p - 1 - d)
+        down, up = (d, 0), (p - 1 - d, M)
+        ph0, ph1 = (down, up) if d < P else (up, down)
+        prog = _eight_steps(P, h, M, ph0, ph1, split_first=(h == P - 1))
+        prog += [("AR", ph1[0], None), ("AR", ph0[0], None)]
+        programs.append(prog)
+    return Schedule.from_programs(programs, name="dualpipe", devices=p, replicated=True)
 
 
 def formula_dualpipev(p, m, v, c):
@@ -144,6 +189,25 @@ def formula_dualpipev(p, m, v, c):
                           and c.activation_w == c.activation)}
 
 
+def formula_dualpipe(p, m, v, c):
+    """The DualPipe README's bubble (PP/2 - 1)(F&B + B - 3W) with PP = p and
+    its activation PP + 1 stage activations; see :func:`formula_dualpipev`
+    for the conditions. The makespan m (F + B) + bubble holds with
+    fb_factor 1, where every device is equally busy.
+    """
+    f, b_in, w = c.f, c.b, c.w  # per stage: a device share is one stage
+    full = b_in + w
+    fb = (f + full) * c.fb_factor
+    bubble = (p // 2 - 1) * (fb + full - 3 * w)
+    peak = np.full(p, float(min(p + 1, m))) * c.activation
+    equal = f == b_in == w
+    return {"makespan": m * (f + full) + bubble, "bubble_time": bubble, "peak_activation": peak,
+            "exact": bool(equal and c.fb_factor == 1.0 and m >= 2 * p
+                          and c.activation_w == c.activation)}
+
+
+register(Family("dualpipe", build_dualpipe, formula_dualpipe,
+                split=True, summary="DualPipe: two opposite pipelines, F&B overlap, 2x weights"))
 register(Family("dualpipev", build_dualpipev, formula_dualpipev, chunks=True, default_chunks=2,
                 split=True, fixed_chunks=2,
                 summary="DualPipeV: V placement, overlapped F&B units"))
