@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
 from ._schedule import Schedule, op_label
-from .costs import Costs
-from .simulate import _deadlock_error, compile_schedule
+from .simulate import _deadlock_error
 
 __all__ = ["IdealTable", "ideal_table"]
 
@@ -76,12 +74,34 @@ class IdealTable:
         return self.render()
 
 
+def _producers_of(unit_ops, where, stages):
+    """What a unit waits for: the (kind, stage, microbatch) keys it needs."""
+    need = []
+    for kind, stage, mb in unit_ops:
+        if kind == "F":
+            if stage > 0:
+                need.append(("F", stage - 1, mb))
+        elif kind in ("B", "BW"):
+            need.append(("F", stage, mb))
+            if stage < stages - 1:
+                nxt = ("B", stage + 1, mb)
+                need.append(nxt if nxt in where else ("BW", stage + 1, mb))
+        elif kind == "W":
+            need.append(("B", stage, mb))
+    own = {(k, s, mb) for k, s, mb in unit_ops}
+    return [key for key in need if key not in own]
+
+
 def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> IdealTable:
     """Place every op in integer time slots, with no communication.
 
     Every op of kind F takes ``f`` slots whatever its chunk, B ``b``, W
-    ``w`` and a fused BW ``b + w``. This is the tabular abstraction of a
-    schedule: the list schedule at unit times.
+    ``w``, a fused BW ``b + w``, an overlapped F&B unit the sum of its two
+    ops, an all-reduce none. Time advances one slot at a time: in each slot
+    every idle device starts its next unit if everything it needs finished
+    by then. This is the tabular abstraction of a schedule, worked out slot
+    by slot on its own (not with the simulation kernel), so comparing its
+    length with the simulated makespan at unit costs is a real cross-check.
 
     Parameters
     ----------
@@ -98,25 +118,78 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> Ideal
     ValueError
         If a slot count is not a non-negative int (f and b must be >= 1).
     ScheduleError
-        If the schedule deadlocks.
+        If the schedule deadlocks (no device can ever start its next unit).
     """
     for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
-    S = schedule.stages
-    costs = Costs(f=np.full(S, float(f)), b=np.full(S, float(b)), w=np.full(S, float(w)),
-                  comm=0.0, activation=np.ones(S), activation_w=np.zeros(S), weights=np.ones(S))
-    c = compile_schedule(schedule, costs)
-    status, start, finish, *_rest, head = c.run()
-    if status == _kernels.STATUS_DEADLOCK:
-        raise _deadlock_error(schedule, head)
-    length = int(round(finish.max())) if finish.size else 0
+    slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0}
+    programs = schedule.programs()
+    units = [[u if isinstance(u[0], tuple) else (u,) for u in prog] for prog in programs]
+    where = {}
+    last_back = {}
+    for d, prog in enumerate(units):
+        for unit in prog:
+            for op in unit:
+                if op[0] != "AR":
+                    where[op] = d
+                if op[0] in ("B", "W", "BW"):
+                    last_back[(op[1], d)] = op
+    # An all-reduce waits for the last backward of its stage on the *other* device.
+    needs = []
+    for d, prog in enumerate(units):
+        row = []
+        for unit in prog:
+            if unit[0][0] == "AR":
+                stage = unit[0][1]
+                row.append([key for (st, dv), key in last_back.items() if st == stage and dv != d])
+            else:
+                row.append(_producers_of(unit, where, schedule.stages))
+        needs.append(row)
+    done_at = {}
+    start_slot = [[0] * len(prog) for prog in units]
+    head = [0] * len(units)
+    free_at = [0] * len(units)
+    remaining = sum(len(prog) for prog in units)
+    t = 0
+    while remaining:
+        progressed = True
+        while progressed:  # zero-slot units (all-reduces) may unlock others in the same slot
+            progressed = False
+            for d, prog in enumerate(units):
+                while head[d] < len(prog) and free_at[d] <= t:
+                    i = head[d]
+                    if any(done_at.get(key, t + 1) > t for key in needs[d][i]):
+                        break
+                    length = sum(slots[op[0]] for op in prog[i])
+                    start_slot[d][i] = t
+                    free_at[d] = t + length
+                    for op in prog[i]:
+                        done_at[op] = t + length
+                    head[d] += 1
+                    remaining -= 1
+                    progressed = True
+        if not remaining:
+            break
+        upcoming = [x for x in free_at if x > t]
+        waiting = [done for done in done_at.values() if done > t]
+        if not upcoming and not waiting:
+            dev_ptr = schedule._info()["dev_ptr"]
+            raise _deadlock_error(schedule, np.array(
+                [dev_ptr[d] + _rows_before(units[d], head[d]) for d in range(len(units))]))
+        t = min(upcoming + waiting)
+    length = max(free_at) if units else 0
     grid = np.full((schedule.devices, length), -1, dtype=np.int64)
-    dev = schedule._column("device")
-    st = np.rint(start).astype(np.int64)
-    du = np.rint(finish - start).astype(np.int64)
-    first = ~c.paired  # an overlapped pair is drawn once, under its F row
-    for k in range(int(du.max()) if du.size else 0):
-        on = (du > k) & first
-        grid[dev[on], st[on] + k] = np.flatnonzero(on)
+    dev_ptr = schedule._info()["dev_ptr"]
+    for d, prog in enumerate(units):
+        row = int(dev_ptr[d])
+        for i, unit in enumerate(prog):
+            span = sum(slots[op[0]] for op in unit)
+            grid[d, start_slot[d][i]:start_slot[d][i] + span] = row  # a pair is drawn under its F row
+            row += len(unit)
     return IdealTable(schedule, grid, {"F": f, "B": b, "W": w, "BW": b + w})
+
+
+def _rows_before(prog, units_done):
+    """Rows of the ops in the first ``units_done`` units of a program."""
+    return sum(len(u) for u in prog[:units_done])

@@ -167,3 +167,45 @@ def test_result_writers(tmp_path):
 def test_compare_rejects_bad_shape():
     with pytest.raises(ValueError, match=r"'devices' must be >= 1 \(got 0\)"):
         compare(0, 4)
+
+
+def unit_costs(sched):
+    """Per-op unit times whatever the chunk: F = B = W = 1 (BW = 2), free F&B overlap off."""
+    ones = np.ones(sched.stages)
+    return pc.Costs(f=ones, b=ones, w=ones, comm=0.0, fb_factor=1.0)
+
+
+def _buildable():
+    # Every family at every shape it accepts (each family states its own rule).
+    out = []
+    for name in pc.schedules():
+        for p, m in [(2, 4), (4, 8), (4, 16), (6, 12), (8, 16)]:
+            try:
+                pc.build(name, p, m)
+            except ValueError:
+                continue
+            out.append((name, p, m))
+    return out
+
+
+@pytest.mark.parametrize("name,p,m", _buildable())
+def test_table_length_equals_simulation_at_unit_costs(name, p, m):
+    # Issue 4's bar: the idealised table (worked out slot by slot, independently
+    # of the kernel) and the simulation agree when communication is free.
+    sched = pc.build(name, p, m)
+    assert pc.ideal_table(sched).length == pc.simulate(sched, unit_costs(sched)).makespan
+
+
+def test_every_family_is_cross_checked():
+    assert {name for name, _p, _m in _buildable()} == set(pc.schedules())
+
+
+from hypothesis import given, settings  # noqa: E402
+
+from pipecore.testing import schedules  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(schedules())
+def test_table_length_equals_simulation_random(sched):
+    assert pc.ideal_table(sched).length == pc.simulate(sched, unit_costs(sched)).makespan
