@@ -90,3 +90,13 @@ def test_build_generated(benchmark, name, p, m):
     benchmark.group = "build"
     benchmark.name = f"pc.build {name} p={p} m={m}"
     benchmark(pc.build, name, p, m)
+
+
+def test_study_default_grid(benchmark):
+    # Issue 4's bar: the default `pipecore study` grid in under a minute.
+    from pipecore.study import study
+
+    benchmark.group = "study"
+    benchmark.name = "study() default grid (15 families x p 4,8 x m 8..256 x 3x3)"
+    table = benchmark.pedantic(study, rounds=1, iterations=1)
+    assert table.num_rows > 0

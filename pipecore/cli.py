@@ -84,6 +84,13 @@ def _parser():
     _shape_args(t, None)
     t.add_argument("--max-slots", type=_positive_int, default=None, help="show only the first N slots")
 
+    y = sub.add_parser("study", help="every family three ways over a compute x network grid")
+    y.add_argument("--devices", default="4,8", help="comma-separated device counts (default 4,8)")
+    y.add_argument("--microbatches", default="8,16,32,64,128,256",
+                   help="comma-separated microbatch counts (default 8,16,32,64,128,256)")
+    y.add_argument("--out", default="pipecore_out", help="folder for study.parquet and plots")
+    y.add_argument("--no-plot", action="store_true", help="do not draw the plots")
+
     sub.add_parser("list", help="list schedule names")
     return parser
 
@@ -160,6 +167,38 @@ def _cmd_table(args, out):
     return 0
 
 
+def _int_list(name, text):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{name} must be comma-separated integers (got {text!r})") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"--{name} needs integers >= 1 (got {text!r})")
+    return values
+
+
+def _cmd_study(args, out):
+    import pyarrow.parquet as pq
+
+    from .study import plot_study, study, summarize
+
+    table = study(_int_list("devices", args.devices), _int_list("microbatches", args.microbatches))
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, folder / "study.parquet")
+    out.write(summarize(table) + "\n")
+    out.write(f"wrote {folder / 'study.parquet'} ({table.num_rows} rows)\n")
+    if not args.no_plot:
+        from .output import MissingDependencyError
+
+        try:
+            for path in plot_study(table, folder / "study.png"):
+                out.write(f"wrote {path}\n")
+        except MissingDependencyError as exc:
+            print(f"plots not written: {exc}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None, out=None) -> int:
     """Run the command line.
 
@@ -189,6 +228,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_simulate(args, out)
         if args.command == "table":
             return _cmd_table(args, out)
+        if args.command == "study":
+            return _cmd_study(args, out)
         if args.command == "list":
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")
