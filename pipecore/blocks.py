@@ -126,6 +126,11 @@ class BuildingBlock:
         Returns
         -------
         float
+
+        Raises
+        ------
+        KeyError
+            If the block has no such op.
         """
         return self.offsets[(kind, stage)] + self.durations[kind]
 
@@ -142,6 +147,11 @@ class BuildingBlock:
         Returns
         -------
         float
+
+        Raises
+        ------
+        KeyError
+            If the stage is not in the block.
         """
         return self.end(self._last_backward(stage), stage) - self.offsets[("F", stage)]
 
@@ -158,6 +168,11 @@ class BuildingBlock:
         -------
         numpy.ndarray
             ``sum(ceil(lifespan / interval) * activation)`` per device.
+
+        Raises
+        ------
+        IndexError
+            If ``activation`` has fewer entries than stages.
         """
         S = self.stages
         act = np.full(S, self.devices / S) if activation is None else np.asarray(activation, float)
@@ -244,6 +259,11 @@ class Repeated:
         list of tuple
             ``(start, device, kind, stage, microbatch)`` sorted by device,
             then start time.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         b = self.block
         out = []
@@ -274,6 +294,11 @@ class Repeated:
         Returns
         -------
         Schedule
+
+        Raises
+        ------
+        ScheduleError
+            Never for a valid block; the schedule is validated on construction.
         """
         b = self.block
         ops = self.times()
@@ -569,6 +594,11 @@ def v_min(devices: int) -> BuildingBlock:
     Returns
     -------
     BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If ``devices`` is not an int >= 1.
     """
     p = devices
     return v_block(p, down=1, up=1, turn_bottom=1, turn_top=1, shift=2 if p % 3 == 0 else 0,
@@ -589,6 +619,11 @@ def v_half(devices: int) -> BuildingBlock:
     Returns
     -------
     BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If ``devices`` is not an int >= 1.
     """
     p = devices
     return v_block(p, down=2, up=1, turn_bottom=1, turn_top=1, shift=3 if p % 2 == 0 else 0,
@@ -608,5 +643,10 @@ def v_zb(devices: int) -> BuildingBlock:
     Returns
     -------
     BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If ``devices`` is not an int >= 1.
     """
     return v_block(devices, down=4, up=2, turn_bottom=3, turn_top=1, shift=0, name="v-zb")

@@ -123,6 +123,11 @@ def format_compare(rows: list[dict]) -> str:
     Returns
     -------
     str
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     head = ["schedule", "v", "makespan", "formula", "slots", "f.slots", "bubble",
             "f.bubble", "zb-rate", "f.zb-rate", "peak max", "f.max", "peak min", "f.min", "agree"]

@@ -299,6 +299,11 @@ class Network:
         -------
         tuple of numpy.ndarray
             ``(bandwidth, latency)``, one entry per pair.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         src = np.asarray(src)
         dst = np.asarray(dst)

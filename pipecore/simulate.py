@@ -54,6 +54,11 @@ class Compiled:
         -------
         tuple
             ``(status, start, finish, x_start, x_arrival, head)``.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         n = self.op_kind.shape[0]
         nx = self.x_dst.shape[0]
@@ -352,6 +357,11 @@ class Result:
             name, devices, microbatches, stages, makespan, bubble_ratio,
             bubble_rate, peak_activation (list), peak_activation_max/min,
             static_memory (list), busy (list).
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         peak = self.peak_activation
         return {

@@ -107,6 +107,11 @@ class Hardware:
         Returns
         -------
         Hardware
+
+        Raises
+        ------
+        ValueError
+            If a scaled value is not positive.
         """
         return replace(self, flops=self.flops * compute,
                        memory_bandwidth=self.memory_bandwidth * compute,
@@ -161,6 +166,11 @@ class TransformerModel:
         Returns
         -------
         tuple of float
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         s, b, h = self.seq, self.microbatch, self.hidden
         flops = (s * b * h * (24 * h + 4 * s), s * b * h * (24 * h + 8 * s), 24 * s * b * h * h)
@@ -178,6 +188,11 @@ class TransformerModel:
         Returns
         -------
         Costs
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         f, b, w = self.layer_times(hw)
         per_device = self.layers / devices
@@ -193,6 +208,11 @@ class TransformerModel:
         Returns
         -------
         Network
+
+        Raises
+        ------
+        ValueError
+            If the link parameters are invalid.
         """
         nbytes = self.seq * self.microbatch * self.hidden * self.bytes_per_value
         return Network.uniform(nbytes, hw.link_bandwidth, hw.link_latency)
@@ -294,6 +314,11 @@ def summarize(table: pa.Table) -> str:
     Returns
     -------
     str
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     rows = [r for r in table.to_pylist() if r["error"] is None]
     groups = {}

@@ -45,6 +45,11 @@ def times(allow_zero: bool = True, max_value: float = 10.0):
     Returns
     -------
     hypothesis.strategies.SearchStrategy of float
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     values = [v for v in _TIE_VALUES if (allow_zero or v > 0) and v <= max_value]
     # Keep drawn floats well above 0: a tiny serialisation time added to a
@@ -150,6 +155,11 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Schedule
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     p = draw(st.integers(1, max_devices))
     S = draw(st.integers(1, max_stages))
@@ -214,6 +224,11 @@ def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Schedule
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     name = draw(st.sampled_from(sorted(names or _family_names())))
     fam = family(name)
@@ -245,6 +260,11 @@ def costs(draw, stages: int | None = None, comm: bool = True):
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Costs
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     def value(allow_zero=True):
         if stages is not None and draw(st.booleans()):
@@ -271,6 +291,11 @@ def networks(draw, devices: int = 8, allow_none: bool = True):
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Network or None
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     kinds = ["uniform", "two-level"] + (["none"] if allow_none else [])
     kind = draw(st.sampled_from(kinds))

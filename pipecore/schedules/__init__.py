@@ -63,6 +63,11 @@ class Family:
         Returns
         -------
         int
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
         """
         if self.fixed_chunks is not None:
             return self.fixed_chunks
@@ -103,6 +108,11 @@ def schedules() -> list[str]:
     Returns
     -------
     list of str
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     return sorted(_REGISTRY)
 

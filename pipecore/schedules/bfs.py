@@ -14,6 +14,23 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     backward pass takes chunks last to first and, within a chunk, the
     microbatches last to first (the newest activation first), which is the
     order PyTorch's ``ScheduleLoopedBFS`` uses.
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
     """
     p, m, v = devices, microbatches, chunks
     programs = []
@@ -29,6 +46,22 @@ def formula_looped_bfs(p, m, v, c):
 
     With m >= p this is the interleaved bubble (p-1)(F+B+W)/v; each device
     holds all m microbatches' activations at the turn.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

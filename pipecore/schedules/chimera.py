@@ -32,6 +32,19 @@ def build_chimera(devices, microbatches, chunks=1):
     middle devices), the own pipeline's last. With a network, the exchange
     costs ``grad_bytes / bandwidth + latency``.
 
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
     Raises
     ------
     ValueError
@@ -95,7 +108,25 @@ def formula_chimera(p, m, v, c):
     """Bubble ratio (p-2)/(2m+p-2): p-2 idle slots per device beside 2m busy
     ones, counted with F and B in equal slots (the paper's unit-slot
     figures); exact when T_F = T_B + T_W. Peak p/2 + 1 + min(d, p-1-d)
-    microbatches on device d."""
+    microbatches on device d.
+
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    """
     f, bw = c.f, c.b + c.w
     t = f + bw
     d = np.arange(p)

@@ -112,6 +112,19 @@ def build_dualpipev(devices, microbatches, chunks=2):
     7. P-h-1 times: a pending W, then a backward of phase 0;
     8. the h+1 remaining W.
 
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
     Raises
     ------
     ValueError
@@ -136,6 +149,19 @@ def build_dualpipe(devices, microbatches, chunks=1):
     devices run their first main-step unit unoverlapped. Each device ends
     with the gradient all-reduce (AR) of both its stages with their
     replicas on device p-1-d.
+
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
 
     Raises
     ------
@@ -174,6 +200,22 @@ def formula_dualpipev(p, m, v, c):
     m >= 2p (tested; the repository states the formula without
     conditions). It is reported as exact only with fb_factor 1, where the
     span-based bubble rate agrees too.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b_in, w = c.f / 2, c.b / 2, c.w / 2  # per chunk
     full = b_in + w
@@ -194,6 +236,22 @@ def formula_dualpipe(p, m, v, c):
     its activation PP + 1 stage activations; see :func:`formula_dualpipev`
     for the conditions. The makespan m (F + B) + bubble holds with
     fb_factor 1, where every device is equally busy.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b_in, w = c.f, c.b, c.w  # per stage: a device share is one stage
     full = b_in + w

@@ -8,7 +8,26 @@ from . import Family, _programs_to_schedule, register
 
 
 def build_gpipe(devices, microbatches, chunks=1):
-    """Device d runs F(d, 0..m-1) then BW(d, 0..m-1)."""
+    """Device d runs F(d, 0..m-1) then BW(d, 0..m-1).
+
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
+    """
     programs = []
     for d in range(devices):
         prog = [("F", d, j) for j in range(microbatches)]
@@ -18,7 +37,25 @@ def build_gpipe(devices, microbatches, chunks=1):
 
 
 def formula_gpipe(p, m, v, c):
-    """Bubble (p-1)(F+B+W); every device holds all m activations at the flush."""
+    """Bubble (p-1)(F+B+W); every device holds all m activations at the flush.
+
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
     return {"makespan": (m + p - 1) * t, "bubble_time": (p - 1) * t,

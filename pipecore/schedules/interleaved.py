@@ -17,6 +17,19 @@ def build_interleaved(devices, microbatches, chunks=2):
     (all of them when m == p, as Megatron does), then alternates one
     forward and one backward.
 
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
     Raises
     ------
     ValueError
@@ -47,7 +60,25 @@ def build_interleaved(devices, microbatches, chunks=2):
 
 
 def formula_interleaved(p, m, v, c):
-    """Bubble (p-1)(F+B+W)/v; device d peaks at its warm-up count + 1 chunks."""
+    """Bubble (p-1)(F+B+W)/v; device d peaks at its warm-up count + 1 chunks.
+
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
     d = np.arange(p)
@@ -67,6 +98,19 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     microbatches in order. Device d runs ``min((v-1) r + p-1-d, m v)``
     warm-up forwards, then pairs (forward, B), then the remaining B; from
     its (d+1)-th B on, each B is followed by the oldest pending W.
+
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
 
     Raises
     ------
@@ -105,6 +149,22 @@ def formula_interleaved_zb(p, m, v, c):
     Exact here when m >= 2p, T_B <= T_F and T_W <= T_F (property-tested).
     Device d holds its warm-up chunks plus one, min(w_d + 1, m v) M_B / v,
     plus M_W / v for each of the up to d backward ops whose W lags.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

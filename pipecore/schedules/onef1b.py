@@ -26,7 +26,26 @@ def _one_f_one_b(devices, microbatches, warmup):
 
 
 def build_1f1b(devices, microbatches, chunks=1):
-    """Device d runs min(p - d, m) forwards before its first backward."""
+    """Device d runs min(p - d, m) forwards before its first backward.
+
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
+    """
     warm = [min(devices - d, microbatches) for d in range(devices)]
     return _programs_to_schedule("1f1b", _one_f_one_b(devices, microbatches, warm), devices)
 
@@ -37,13 +56,48 @@ def build_eager_1f1b(devices, microbatches, chunks=1):
     The extra warm-up forwards (as in the "eager 1F1B" of the Controllable
     Memory paper's building-block illustration) give each send a forward's
     time to travel; the price is more activation memory.
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
     """
     warm = [min(2 * (devices - d) - 1, microbatches) for d in range(devices)]
     return _programs_to_schedule("eager-1f1b", _one_f_one_b(devices, microbatches, warm), devices)
 
 
 def formula_1f1b(p, m, v, c):
-    """Bubble (p-1)(F+B+W); device d holds min(p-d, m) activations."""
+    """Bubble (p-1)(F+B+W); device d holds min(p-d, m) activations.
+
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
     return {"makespan": (m + p - 1) * t, "bubble_time": (p - 1) * t,
@@ -51,7 +105,25 @@ def formula_1f1b(p, m, v, c):
 
 
 def formula_eager_1f1b(p, m, v, c):
-    """As 1F1B without communication; device d holds min(2(p-d)-1, m)."""
+    """As 1F1B without communication; device d holds min(2(p-d)-1, m).
+
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    """
     out = formula_1f1b(p, m, v, c)
     out["peak_activation"] = np.minimum(2 * (p - np.arange(p)) - 1, m) * c.activation
     return out

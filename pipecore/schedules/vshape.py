@@ -17,7 +17,13 @@ from . import Family, ProgramBuilder, _programs_to_schedule, register
 
 
 def v_placement(devices):
-    """Stage -> device for the V: stages d and 2p-1-d on device d."""
+    """Stage -> device for the V: stages d and 2p-1-d on device d.
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
+    """
     p = devices
     return np.concatenate([np.arange(p), np.arange(p)[::-1]]).astype(np.int32)
 
@@ -37,6 +43,23 @@ def build_zb_v(devices, microbatches, chunks=2):
     5. cool-down: d pairs B(chunk 0), B(chunk 1); p-d pairs B(chunk 0) and
        the oldest pending W(chunk 0); then the pending W of chunk 1, then
        those of chunk 0.
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
     """
     p, m = devices, microbatches
     n = max(m, 2 * p - 1)
@@ -83,6 +106,22 @@ def formula_zb_v(p, m, v, c):
     M_B / 2 each and the warm-up runs up to 2p-1 chunk-0 forwards before
     the first chunk-1 forward (derived from the order; property-tested).
     The bubble is zero only for equal times and m >= 2p-1.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -16,6 +16,11 @@ def split_1f1b(devices, microbatches, warmup, lag, name):
     the W that is ``lag[d]`` microbatches behind (W(j - lag[d])), and the
     next forward; the lagging W ops run at the end. A lag of d's lets device
     d fill its cool-down waits with weight gradients.
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
     """
     m = microbatches
     programs = []
@@ -38,6 +43,23 @@ def build_zb_h1(devices, microbatches, chunks=1):
 
     Peak activation stays at 1F1B's p*M_B on device 0 (device d holds
     (p - d) M_B + d M_W); the bubble shrinks to (p-1)(T_F + T_B - T_W).
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
     """
     p = devices
     return split_1f1b(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
@@ -48,6 +70,23 @@ def build_zb_h2(devices, microbatches, chunks=1):
 
     The extra forwards fill the warm-up bubble and the lagging W ops fill
     the cool-down, for (2p-1) M_B of activation on device 0.
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p.
+    microbatches : int
+        Microbatches m.
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    None
+        Every shape that :func:`pipecore.build` accepts works.
     """
     p = devices
     return split_1f1b(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
@@ -68,6 +107,22 @@ def formula_zb_h1(p, m, v, c):
 
     Exact here when T_W <= T_F (checked by property tests over p, m >= p
     and a grid of times); otherwise the schedule idles more than that.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -84,6 +139,22 @@ def formula_zb_h2(p, m, v, c):
     Exact here when T_B <= T_F and m >= 2p (checked by property tests);
     the makespan adds the (p-1) T_F it takes the first forward to reach
     the last device, which the span-based bubble does not count.
+    Parameters
+    ----------
+    p, m, v : int
+        Devices, microbatches, chunks.
+    c : Costs
+        Scalar costs.
+
+    Returns
+    -------
+    dict
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+
+    Raises
+    ------
+    None
+        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
