@@ -497,6 +497,16 @@ def write_gantt(
     bar_h = 0.8
     y0 = device - bar_h / 2
     y1 = device + bar_h / 2
+    # An overlapped F&B unit is two rows with the same device and slot: draw
+    # its F in the top half of the bar and its backward in the bottom half.
+    if "slot" in ops.column_names and device.size > 1:
+        slot = _ints(ops, "slot")
+        second = np.zeros(device.size, dtype=bool)
+        second[1:] = (device[1:] == device[:-1]) & (slot[1:] == slot[:-1])
+        first = np.zeros(device.size, dtype=bool)
+        first[:-1] = second[1:]
+        y1 = np.where(first, device, y1)
+        y0 = np.where(second, device, y0)
     width = np.maximum(finish - start, 0.0)
     verts = np.empty((device.size, 4, 2), dtype=np.float64)
     verts[:, 0, 0] = start
@@ -576,7 +586,10 @@ def write_gantt(
         fontsize = float(np.clip(row_px * 0.35, 4.0, 8.0))
         char_px = fontsize * dpi / 72.0 * 0.65
         digits = np.floor(np.log10(np.maximum(mb, 1))).astype(np.int64) + 1 + (mb < 0)
-        fits = width * px_per_unit >= digits * char_px + 4.0
+        # Half-height bars (F&B units) need room for the text, and an
+        # all-reduce (no microbatch) gets no number.
+        tall = (y1 - y0) * row_px >= fontsize * dpi / 72.0
+        fits = (width * px_per_unit >= digits * char_px + 4.0) & tall & (kind != "AR")
         idx = np.nonzero(fits)[0]
         # Dark text on light bars, white on dark ones.
         lum = colours @ np.array([0.299, 0.587, 0.114])
@@ -584,7 +597,7 @@ def write_gantt(
         for i in idx.tolist():
             ax.text(
                 centres[i],
-                device[i],
+                (y0[i] + y1[i]) / 2,
                 str(mb[i]),
                 ha="center",
                 va="center",
