@@ -71,3 +71,47 @@ def test_backward_twice_forward_leaves_more_bubble():
 def test_bad_shapes(p, m, match):
     with pytest.raises(ValueError, match=match):
         pc.build("chimera", p, m)
+
+
+# BitPipe: the authors' code (wuhouming/BitPipe, bitpipe_schedule.py at
+# 6fb0e22f) emulated op for op; this listing matches the paper's p = 4 figure
+# (docs/research/bidirectional.md 4.4). All-reduces (AR) are pipecore's
+# rendering of the code's two sync markers.
+BITPIPE_P4_M4 = {
+    0: "0F0 0F1 3F2 4F2 3F3 4F3 7F0 7BW0 7F1 7BW1 4BW2 3BW2 4BW3 3BW3 0BW0 0BW1",
+    1: "1F0 2F2 1F1 2F3 5F2 6F0 5F3 6F1 6BW0 5BW2 6BW1 5BW3 2BW2 1BW0 2BW3 1BW1",
+    2: "1F2 2F0 1F3 2F1 5F0 6F2 5F1 6F3 6BW2 5BW0 6BW3 5BW1 2BW0 1BW2 2BW1 1BW3",
+    3: "0F2 0F3 3F0 4F0 3F1 4F1 7F2 7BW2 7F3 7BW3 4BW0 3BW0 4BW1 3BW1 0BW2 0BW3",
+}
+
+
+def test_bitpipe_order_matches_authors_code():
+    got = pc.build("bitpipe", 4, 4).to_actions()
+    for d, text in BITPIPE_P4_M4.items():
+        assert [a for a in got[d] if not a.endswith("AR")] == text.split()
+    # Eager sync: second-leg stages before the last backward on the end
+    # devices, after it on the middle ones; first-leg stages last.
+    # (4.4b step 7: own2 then oth2, and own1 then oth1.)
+    assert got[0][-6:] == ["0BW0", "7AR", "4AR", "0BW1", "0AR", "3AR"]
+    assert got[1][-6:] == ["2BW3", "1BW1", "6AR", "5AR", "1AR", "2AR"]
+
+
+@pytest.mark.parametrize("p", [2, 4, 6, 8])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_bitpipe_bubble_and_memory(p, k):
+    # Equal forward and fused-backward times, zero communication: the order's
+    # p - 2 idle chunk slots beside 4m busy ones (derived, see bitpipe.py).
+    m = k * p
+    res = pc.simulate(pc.build("bitpipe", p, m), pc.Costs(f=1.0, b=1.0, w=0.0))
+    assert res.bubble_ratio == pytest.approx((p - 2) / (4 * m + p - 2), abs=1e-12)
+    d = np.arange(p)
+    np.testing.assert_allclose(res.peak_activation, (3 * p + 2) / 4 + np.minimum(d, p - 1 - d) / 2)
+    # Four stage replicas of 2p stages: twice a 1F1B device's weights.
+    flat = pc.simulate(pc.build("1f1b", p, m), pc.Costs())
+    np.testing.assert_allclose(res.static_memory, 2 * flat.static_memory)
+
+
+@pytest.mark.parametrize("p,m,match", [(3, 6, "even number of devices"), (4, 6, "multiple of devices")])
+def test_bitpipe_bad_shapes(p, m, match):
+    with pytest.raises(ValueError, match=match):
+        pc.build("bitpipe", p, m)

@@ -211,4 +211,4 @@ def _programs_to_schedule(name, programs, devices):
 
 
 # Importing the family modules registers them.
-from . import bfs, chimera, dualpipe, gpipe, interleaved, onef1b, vshape, zerobubble  # noqa: E402,F401
+from . import bfs, bitpipe, chimera, dualpipe, gpipe, interleaved, onef1b, vshape, zerobubble  # noqa: E402,F401
