@@ -107,7 +107,9 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
             row["flags"].append("sim vs formula: bubble rate" + note)
         if not _close(table.length, unit["makespan"]):
             row["flags"].append("table vs formula: slots" + ("" if fm["exact"] else " (formula approximate)"))
-        if not np.allclose(peak, fm["peak_activation"], rtol=_TOL, atol=_TOL):
+        # NaN: the family has no closed form for its peak.
+        if (not np.isnan(fm["peak_activation"]).any()
+                and not np.allclose(peak, fm["peak_activation"], rtol=_TOL, atol=_TOL)):
             row["flags"].append("sim vs formula: peak activation" + note)
         rows.append(row)
     return rows

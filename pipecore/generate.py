@@ -19,7 +19,7 @@ from ._schedule import Schedule, ScheduleError, _check_int
 from .costs import Costs
 from .simulate import validate
 
-__all__ = ["zbv_greedy"]
+__all__ = ["zbv_greedy", "greedy"]
 
 _F, _B, _W = 0, 1, 2
 
@@ -285,3 +285,78 @@ def _exact_integers(values):
     ratios = [float(v).as_integer_ratio() for v in values]
     scale = max(den for _num, den in ratios)  # every denominator is a power of two
     return [num * (scale // den) for num, den in ratios]
+
+
+def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
+    """Earliest-start list scheduling of fused F/BW ops on any placement.
+
+    Every F and BW takes one time unit and communication is free. Ops are
+    committed one at a time: the (device, op) that can start earliest,
+    ties going to a backward first, then the lower microbatch, then the
+    deeper stage. No cap is put on forwards in flight, so memory is not
+    bounded; the order is what a device would run if it never waited by
+    choice.
+
+    Parameters
+    ----------
+    placement : sequence of int
+        Device of each stage, stages in model order.
+    microbatches : int
+        m >= 1.
+    name : str
+        Label of the schedule.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        If the placement is empty or has a negative device, or m < 1.
+    """
+    import heapq
+
+    placement = [int(d) for d in placement]
+    if not placement or min(placement) < 0:
+        raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+    m = _check_int("microbatches", microbatches, minimum=1)
+    S = len(placement)
+    p = max(placement) + 1
+    done = {}
+    free = [0] * p
+    programs = [[] for _ in range(p)]
+
+    def producers(kind, s, j):
+        if kind == "F":
+            return [("F", s - 1, j)] if s > 0 else []
+        return [("F", s, j)] + ([("BW", s + 1, j)] if s < S - 1 else [])
+
+    def consumers(kind, s, j):
+        if kind == "F":
+            return [("F", s + 1, j)] if s < S - 1 else [("BW", s, j)]
+        return [("BW", s - 1, j)] if s > 0 else []
+
+    def key(op, t):
+        kind, s, j = op
+        return (t, 0 if kind == "BW" else 1, j, -s)
+
+    heap = [key(("F", 0, j), 0) + (("F", 0, j),) for j in range(m)]
+    heapq.heapify(heap)
+    while heap:
+        *k, op = heapq.heappop(heap)
+        kind, s, j = op
+        d = placement[s]
+        t = max([free[d]] + [done[q] for q in producers(kind, s, j)])
+        if t > k[0]:
+            heapq.heappush(heap, key(op, t) + (op,))  # the device got busy meanwhile
+            continue
+        done[op] = t + 1
+        free[d] = t + 1
+        programs[d].append(op)
+        for c in consumers(kind, s, j):
+            need = producers(*c)
+            if all(q in done for q in need):
+                ready = max(done[q] for q in need)
+                heapq.heappush(heap, key(c, max(ready, free[placement[c[1]]])) + (c,))
+    return Schedule.from_programs(programs, name=name, devices=p)

@@ -115,3 +115,47 @@ def test_bitpipe_bubble_and_memory(p, k):
 def test_bitpipe_bad_shapes(p, m, match):
     with pytest.raises(ValueError, match=match):
         pc.build("bitpipe", p, m)
+
+
+# Hanayo: the paper's order was not available, so pipecore's is a documented
+# choice (pipecore.generate.greedy on the zig-zag placement). These listings
+# come from an independent implementation of that same choice written during
+# the research (docs/research/bidirectional.md 3.3), so they check the
+# implementation, not the paper.
+HANAYO_P4_W2_M4 = {
+    0: "0F0 0F1 0F2 0F3 7F0 8F0 7F1 8F1 7F2 8F2 7F3 8F3 15F0 15BW0 15F1 15BW1 15F2 15BW2 15F3 15BW3 "
+       "8BW0 7BW0 8BW1 7BW1 8BW2 7BW2 8BW3 7BW3 0BW0 0BW1 0BW2 0BW3",
+    3: "3F0 4F0 3F1 4F1 3F2 4F2 3F3 4F3 11F0 12F0 11F1 12F1 11F2 12F2 11F3 12F3 12BW0 11BW0 "
+       "12BW1 11BW1 12BW2 11BW2 12BW3 11BW3 4BW0 3BW0 4BW1 3BW1 4BW2 3BW2 4BW3 3BW3",
+}
+
+
+def test_hanayo_order_and_placement():
+    sched = pc.build("hanayo", devices=4, microbatches=4, waves=2)
+    got = sched.to_actions()
+    for d, text in HANAYO_P4_W2_M4.items():
+        assert got[d] == text.split()
+    # Zig-zag: device 0 holds stages 0, 7, 8, 15; no stage is replicated.
+    np.testing.assert_array_equal(sched.placement, [0, 1, 2, 3, 3, 2, 1, 0] * 2)
+    assert not sched.replicated and sched.chunks == 4
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("waves", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 2])
+def test_hanayo_bubble_is_the_interleaved_one(p, waves, k):
+    # With equal forward and fused-backward times this order has the
+    # interleaved bubble with v = 2W chunks: (p-1)/(2Wm + p-1).
+    m = k * p
+    res = pc.simulate(pc.build("hanayo", p, m, waves=waves), pc.Costs(f=1.0, b=1.0, w=0.0))
+    assert res.bubble_ratio == pytest.approx((p - 1) / (2 * waves * m + p - 1), abs=1e-12)
+
+
+def test_hanayo_options():
+    assert pc.build("hanayo", 4, 8, chunks=4) == pc.build("hanayo", 4, 8, waves=2)
+    with pytest.raises(ValueError, match=r"waves=2 has chunks=2\*waves=4 \(got chunks=2\)"):
+        pc.build("hanayo", 4, 8, chunks=2, waves=2)
+    with pytest.raises(ValueError, match="'chunks' must be even"):
+        pc.build("hanayo", 4, 8, chunks=3)
+    with pytest.raises(ValueError, match=r"'1f1b' takes no option 'waves' \(its options: none\)"):
+        pc.build("1f1b", 4, 8, waves=2)

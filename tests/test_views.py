@@ -52,14 +52,14 @@ def test_formula_requires_family_and_scalars():
 def test_compare_agrees_without_communication():
     # Equal F, B, W and W holding the whole activation: the regime in which
     # every closed form is exact, except V-Min's and V-Half's bubbles, which
-    # the Controllable Memory paper only states approximately, and Chimera's
-    # and BitPipe's, which count a fused backward as long as a forward (here
-    # BW = 2F).
+    # the Controllable Memory paper only states approximately, and Chimera's,
+    # BitPipe's and Hanayo's, which count a fused backward as long as a
+    # forward (here BW = 2F).
     rows = compare(8, 32, costs=pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=1.0))
     assert {r["name"] for r in rows} == set(pc.schedules())
     for r in rows:
         assert r["error"] is None, r["name"]
-        if r["name"] in ("v-min", "v-half", "chimera", "bitpipe"):
+        if r["name"] in ("v-min", "v-half", "chimera", "bitpipe", "hanayo"):
             assert not r["formula_exact"]
             assert all("approximate" in f for f in r["flags"])
         else:

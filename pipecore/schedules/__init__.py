@@ -41,6 +41,11 @@ class Family:
         Whether the family splits the backward into B and W.
     fixed_chunks : int or None
         The only ``chunks`` the family takes (2 for the V shapes).
+    options : tuple of str
+        Extra keyword options :func:`build` accepts for this family.
+    resolve : callable, optional
+        ``resolve(chunks, options) -> chunks``: turns the options into the
+        chunks to build with (and checks them).
     """
 
     name: str
@@ -51,6 +56,8 @@ class Family:
     summary: str = ""
     split: bool = False
     fixed_chunks: int | None = None
+    options: tuple = ()
+    resolve: Callable | None = None
 
     def chunks_for(self, requested: int | None) -> int:
         """The chunks this family uses when ``requested`` is asked for.
@@ -139,7 +146,8 @@ def family(name: str) -> Family:
     return _REGISTRY[key]
 
 
-def build(name: str, devices: int, microbatches: int, chunks: int | None = None) -> Schedule:
+def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
+          **options) -> Schedule:
     """Build a schedule of a named family.
 
     Parameters
@@ -153,6 +161,9 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None)
     chunks : int, optional
         Stages per device v for the interleaved families (default 2);
         must be 1 or None for single-chunk families.
+    **options
+        Family-specific options, e.g. ``waves`` for ``hanayo`` (see
+        :attr:`Family.options`).
 
     Returns
     -------
@@ -167,6 +178,13 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None)
     fam = family(name)
     devices = _check_int("devices", devices, minimum=1)
     microbatches = _check_int("microbatches", microbatches, minimum=1)
+    unknown = sorted(set(options) - set(fam.options))
+    if unknown:
+        valid = ", ".join(fam.options) if fam.options else "none"
+        raise ValueError(f"'{fam.name}' takes no option {', '.join(map(repr, unknown))} "
+                         f"(its options: {valid})")
+    if fam.options:
+        chunks = fam.resolve(chunks, options)
     if chunks is None:
         chunks = fam.chunks_for(None)
     chunks = _check_int("chunks", chunks, minimum=1)
@@ -178,7 +196,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None)
                          f"(got {chunks}); interleaved families take chunks")
     sched = fam.builder(devices, microbatches, chunks)
     sched.params.update({"family": fam.name, "devices": devices,
-                         "microbatches": microbatches, "chunks": chunks})
+                         "microbatches": microbatches, "chunks": chunks, **options})
     return sched
 
 
@@ -211,4 +229,4 @@ def _programs_to_schedule(name, programs, devices):
 
 
 # Importing the family modules registers them.
-from . import bfs, bitpipe, chimera, dualpipe, gpipe, interleaved, onef1b, vshape, zerobubble  # noqa: E402,F401
+from . import bfs, bitpipe, chimera, dualpipe, gpipe, hanayo, interleaved, onef1b, vshape, zerobubble  # noqa: E402,F401,E501
