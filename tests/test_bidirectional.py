@@ -159,3 +159,35 @@ def test_hanayo_options():
         pc.build("hanayo", 4, 8, chunks=3)
     with pytest.raises(ValueError, match=r"'1f1b' takes no option 'waves' \(its options: none\)"):
         pc.build("1f1b", 4, 8, waves=2)
+
+
+def test_chimera_forward_doubling():
+    # docs/research/bidirectional.md 1.5: the authors' forward-doubling runtime
+    # (main_with_runtime_forward_doubling.py), p = 4, m = 8.
+    got = pc.build("chimera", 4, 8, variant="forward-doubling").to_actions()
+    assert [a for a in got[0] if not a.endswith("AR")] == (
+        "0F0 0F1 0F4 0F5 3F2 3F3 3BW2 3F6 3F7 3BW3 0BW0 3BW6 0BW1 3BW7 0BW4 0BW5").split()
+    assert [a for a in got[1] if not a.endswith("AR")] == (
+        "1F0 1F1 2F2 2F3 1F4 1F5 2F6 2F7 2BW2 1BW0 2BW3 1BW1 2BW6 1BW4 2BW7 1BW5").split()
+    with pytest.raises(ValueError, match="multiple of 2 \\* devices = 8"):
+        pc.build("chimera", 4, 4, variant="forward-doubling")
+    with pytest.raises(ValueError, match="variant must be 'direct' or 'forward-doubling'"):
+        pc.build("chimera", 4, 8, variant="halving")
+
+
+@pytest.mark.parametrize("p", [4, 8])
+@pytest.mark.parametrize("k", [2, 4])
+def test_forward_doubling_restores_the_bubble_when_backward_is_twice_forward(p, k):
+    # The paper's reason for forward doubling: with B = 2F direct concatenation
+    # loses slots at unit boundaries, doubling the forwards fills them, at
+    # about twice the activation memory.
+    m = k * p
+    c = pc.Costs(f=1.0, b=2.0)
+    doubled = pc.simulate(pc.build("chimera", p, m, variant="forward-doubling"), c)
+    direct = pc.simulate(pc.build("chimera", p, m), c)
+    assert doubled.bubble_ratio == pytest.approx((p - 2) / (2 * m + p - 2), abs=1e-12)
+    assert direct.bubble_ratio > doubled.bubble_ratio
+    assert doubled.peak_activation.max() == 2 * direct.peak_activation.max()
+    fm = pc.formula(pc.build("chimera", p, m, variant="forward-doubling"), c)
+    assert fm["exact"] and fm["makespan"] == doubled.makespan
+    np.testing.assert_array_equal(fm["peak_activation"], doubled.peak_activation)

@@ -194,7 +194,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     if not fam.chunks and chunks != 1:
         raise ValueError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
                          f"(got {chunks}); interleaved families take chunks")
-    sched = fam.builder(devices, microbatches, chunks)
+    sched = fam.builder(devices, microbatches, chunks, **options)
     sched.params.update({"family": fam.name, "devices": devices,
                          "microbatches": microbatches, "chunks": chunks, **options})
     return sched

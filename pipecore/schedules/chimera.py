@@ -17,7 +17,7 @@ from .._schedule import Schedule
 from . import Family, register
 
 
-def build_chimera(devices, microbatches, chunks=1):
+def build_chimera(devices, microbatches, chunks=1, variant="direct"):
     """Chimera with direct concatenation of basic units.
 
     With h = p/2, device d runs "own" and "other" pipelines: for d < h own is
@@ -45,12 +45,28 @@ def build_chimera(devices, microbatches, chunks=1):
     -------
     Schedule
 
+    With ``variant="forward-doubling"`` (the paper's answer to a backward
+    twice as long as a forward) each step covers two units and runs
+    forwards in pairs: a x [own F, own F] (a x [own BW, own F, own F] after
+    the first step), b x [other F, other F, own F, own F], a x [other F,
+    other F, other BW], (b + p/2) x [own BW, other BW], and after the last
+    step a x [own BW]. It needs m to be a multiple of 2p and holds about
+    twice the activations.
+
     Raises
     ------
     ValueError
-        If p is odd or m is not a multiple of p.
+        If p is odd, m is not a multiple of p (2p for forward doubling), or
+        the variant is unknown.
     """
     p, m = devices, microbatches
+    if variant not in ("direct", "forward-doubling"):
+        raise ValueError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
+                         f"(got {variant!r})")
+    if variant == "forward-doubling" and (m % (2 * p) or p % 2):
+        raise ValueError(f"'chimera' forward doubling needs an even number of devices and "
+                         f"microbatches a multiple of 2 * devices = {2 * p} (got devices={p}, "
+                         f"microbatches={m})")
     if p % 2:
         raise ValueError(f"'chimera' needs an even number of devices (got devices={p})")
     if m % p:
@@ -80,17 +96,30 @@ def build_chimera(devices, microbatches, chunks=1):
 
         prog = []
         middle = d in (h - 1, h)
-        for unit in range(units):
-            for _ in range(a):
-                if unit > 0:
-                    prog.append(op("B", own))
-                prog.append(op("F", own))
-            for _ in range(b):
-                prog += [op("F", other), op("F", own)]
-            for _ in range(a):
-                prog += [op("F", other), op("B", other)]
-            for _ in range(b):
-                prog += [op("B", own), op("B", other)]
+        if variant == "direct":
+            for unit in range(units):
+                for _ in range(a):
+                    if unit > 0:
+                        prog.append(op("B", own))
+                    prog.append(op("F", own))
+                for _ in range(b):
+                    prog += [op("F", other), op("F", own)]
+                for _ in range(a):
+                    prog += [op("F", other), op("B", other)]
+                for _ in range(b):
+                    prog += [op("B", own), op("B", other)]
+        else:
+            for step in range(units // 2):
+                for _ in range(a):
+                    if step > 0:
+                        prog.append(op("B", own))
+                    prog += [op("F", own), op("F", own)]
+                for _ in range(b):
+                    prog += [op("F", other), op("F", other), op("F", own), op("F", own)]
+                for _ in range(a):
+                    prog += [op("F", other), op("F", other), op("B", other)]
+                for _ in range(b + h):
+                    prog += [op("B", own), op("B", other)]
         # Gradient all-reduce with the replica on device p-1-d: the other
         # pipeline's stage is done before the tail and syncs eagerly (the
         # authors' runtime), except on the two middle devices.
@@ -104,11 +133,12 @@ def build_chimera(devices, microbatches, chunks=1):
     return Schedule.from_programs(programs, name="chimera", devices=p, replicated=True)
 
 
-def formula_chimera(p, m, v, c):
+def formula_chimera(p, m, v, c, variant="direct"):
     """Bubble ratio (p-2)/(2m+p-2): p-2 idle slots per device beside 2m busy
     ones, counted with F and B in equal slots (the paper's unit-slot
-    figures); exact when T_F = T_B + T_W. Peak p/2 + 1 + min(d, p-1-d)
-    microbatches on device d.
+    figures); exact when T_F = T_B + T_W, or with forward doubling when the
+    backward takes twice the forward. Peak p/2 + 1 + min(d, p-1-d)
+    microbatches on device d, plus p more with forward doubling.
 
     Parameters
     ----------
@@ -116,6 +146,8 @@ def formula_chimera(p, m, v, c):
         Devices, microbatches, chunks.
     c : Costs
         Scalar costs.
+    variant : str
+        ``"direct"`` or ``"forward-doubling"``.
 
     Returns
     -------
@@ -130,11 +162,22 @@ def formula_chimera(p, m, v, c):
     f, bw = c.f, c.b + c.w
     t = f + bw
     d = np.arange(p)
-    peak = (p // 2 + 1 + np.minimum(d, p - 1 - d)).astype(float)
+    doubling = variant == "forward-doubling"
+    peak = (p // 2 + 1 + np.minimum(d, p - 1 - d) + (p if doubling else 0)).astype(float)
     peak = np.minimum(peak, m) * c.activation
+    exact = (bw == 2 * f) if doubling else (f == bw)
     return {"makespan": m * t + (p - 2) * t / 2, "bubble_time": (p - 2) * t / 2,
-            "peak_activation": peak, "exact": bool(f == bw and m % p == 0)}
+            "peak_activation": peak, "exact": bool(exact and m % p == 0)}
 
 
-register(Family("chimera", build_chimera, formula_chimera,
+def _resolve(chunks, options):
+    variant = options.get("variant", "direct")
+    if variant not in ("direct", "forward-doubling"):
+        raise ValueError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
+                         f"(got {variant!r})")
+    return chunks
+
+
+register(Family("chimera", build_chimera, formula_chimera, options=("variant",),
+                resolve=_resolve,
                 summary="bidirectional pipelines, stages replicated (2x weights)"))

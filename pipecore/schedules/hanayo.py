@@ -44,7 +44,7 @@ def wave_placement(devices, waves):
     return np.where(r < devices, r, 2 * devices - 1 - r)
 
 
-def build_hanayo(devices, microbatches, chunks=2):
+def build_hanayo(devices, microbatches, chunks=2, waves=None):
     """Hanayo with W = chunks / 2 waves (see the module docstring).
 
     Parameters
@@ -55,6 +55,8 @@ def build_hanayo(devices, microbatches, chunks=2):
         Microbatches m.
     chunks : int
         Stages per device, 2W (even).
+    waves : int, optional
+        W; :func:`pipecore.build` already turned it into ``chunks``.
 
     Returns
     -------
@@ -84,7 +86,7 @@ def _resolve(chunks, options):
     return 2 * waves
 
 
-def formula_hanayo(p, m, v, c):
+def formula_hanayo(p, m, v, c, waves=None):
     """The interleaved bubble (p-1)(F+B+W)/v with v = 2W chunks.
 
     Exact for this order when the forward and the fused backward take equal
@@ -97,6 +99,8 @@ def formula_hanayo(p, m, v, c):
         Devices, microbatches, chunks (2W).
     c : Costs
         Scalar costs.
+    waves : int, optional
+        Ignored (v = 2W already).
 
     Returns
     -------
