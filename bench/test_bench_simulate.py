@@ -100,3 +100,18 @@ def test_study_default_grid(benchmark):
     benchmark.name = "study() default grid (15 families x p 4,8 x m 8..256 x 3x3)"
     table = benchmark.pedantic(study, rounds=1, iterations=1)
     assert table.num_rows > 0
+
+
+def test_simulate_many_p8_m32(benchmark):
+    # Issue 5 figure (not yet its bar): configurations per second with the full
+    # list scheduler run once per setting, in parallel inside one kernel call.
+    import numpy as np
+
+    sched = pc.build("zb-h1", 8, 32)
+    n = 20000
+    rng = np.random.default_rng(0)
+    table = {"f": rng.uniform(0.5, 2, n), "b": rng.uniform(0.5, 2, n), "w": rng.uniform(0, 1, n)}
+    pc.simulate_many(sched, table)
+    benchmark.group = "simulate_many"
+    benchmark.name = f"simulate_many zb-h1 p=8 m=32, {n} settings"
+    benchmark(pc.simulate_many, sched, table)

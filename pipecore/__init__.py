@@ -8,6 +8,7 @@
 
 from . import blocks, generate  # noqa: E402  (pc.blocks.BuildingBlock, pc.blocks.repeat)
 from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
+from .batch import simulate_many
 from .compare import compare
 from .costs import Costs, Network
 from .formulas import formula
@@ -21,6 +22,6 @@ __all__ = [
     "KINDS", "Action", "Schedule", "ScheduleError", "from_actions",
     "Costs", "Network",
     "Family", "build", "family", "register", "schedules",
-    "Result", "compile_schedule", "simulate", "validate",
+    "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate",
 ]
