@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from . import _kernels
 from ._schedule import Schedule
-from .costs import Costs, Network, per_stage_direct
-from .simulate import validate
+from .costs import Costs, Network
+from .simulate import network_arrays, validate
 
 __all__ = ["simulate_many"]
 
@@ -100,19 +100,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     S = st["stages"]
     p = schedule.devices
     send_stage = st["op_stage"][st["x_src"]]
-    nx = len(send_stage)
-    if network is None:
-        x_ser = np.zeros(nx)
-        x_net_lat = np.zeros(nx)
-    else:
-        if not isinstance(network, Network):
-            raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
-        nbytes = per_stage_direct("Network", "bytes", network.bytes, S)[send_stage]
-        grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, S)[send_stage]
-        nbytes = np.where(st["x_is_ar"], grads, nbytes)
-        bw, x_net_lat = network.link_params(st["x_src_dev"], st["x_dst_dev"])
-        x_ser = np.ascontiguousarray(nbytes / bw)
-        x_net_lat = np.ascontiguousarray(x_net_lat, dtype=np.float64)
+    x_ser, x_net_lat = network_arrays(st, network, S)
     chunks_div = S // p if S % p == 0 else 0
     makespan = np.empty(n)
     busy_sum = np.empty(n)

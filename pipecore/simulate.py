@@ -125,16 +125,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
 
     x_src = st["x_src"]
     send_stage = st["op_stage"][x_src]
-    lat = arrays["comm"][send_stage]
-    if network is None:
-        ser = np.zeros(len(x_src))
-    else:
-        nbytes = per_stage_direct("Network", "bytes", network.bytes, S)[send_stage]
-        grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, S)[send_stage]
-        nbytes = np.where(st["x_is_ar"], grads, nbytes)
-        bw, net_lat = network.link_params(st["x_src_dev"], st["x_dst_dev"])
-        ser = nbytes / bw
-        lat = lat + net_lat
+    ser, net_lat = network_arrays(st, network, S)
+    lat = arrays["comm"][send_stage] + net_lat
     return Compiled(
         dev_ptr=st["dev_ptr"],
         op_kind=st["op_kind"],
@@ -156,6 +148,44 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         paired=st["paired"],
         fb_factor=float(costs.fb_factor),
     )
+
+
+def network_arrays(st, network, stages):
+    """Serialisation time and network latency of every transfer of a structure.
+
+    Parameters
+    ----------
+    st : dict
+        A schedule's structure (``Schedule._info()``).
+    network : Network or None
+        None means free, instantaneous links (zeros).
+    stages : int
+        Number of stages.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(ser, latency)`` per transfer: activation or, for an all-reduce,
+        gradient bytes over the link's bandwidth, and the link's latency.
+
+    Raises
+    ------
+    ValueError
+        If ``network`` is not a Network or a per-stage size has the wrong
+        length.
+    """
+    nx = len(st["x_src"])
+    if network is None:
+        return np.zeros(nx), np.zeros(nx)
+    if not isinstance(network, Network):
+        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    send_stage = st["op_stage"][st["x_src"]]
+    nbytes = per_stage_direct("Network", "bytes", network.bytes, stages)[send_stage]
+    grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, stages)[send_stage]
+    nbytes = np.where(st["x_is_ar"], grads, nbytes)
+    bw, net_lat = network.link_params(st["x_src_dev"], st["x_dst_dev"])
+    return (np.ascontiguousarray(nbytes / bw, dtype=np.float64),
+            np.ascontiguousarray(net_lat, dtype=np.float64))
 
 
 def _deadlock_error(schedule, head):
