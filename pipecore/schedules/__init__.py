@@ -183,7 +183,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         valid = ", ".join(fam.options) if fam.options else "none"
         raise ValueError(f"'{fam.name}' takes no option {', '.join(map(repr, unknown))} "
                          f"(its options: {valid})")
-    if fam.options:
+    if fam.resolve is not None:
         chunks = fam.resolve(chunks, options)
     if chunks is None:
         chunks = fam.chunks_for(None)

@@ -170,14 +170,5 @@ def formula_chimera(p, m, v, c, variant="direct"):
             "peak_activation": peak, "exact": bool(exact and m % p == 0)}
 
 
-def _resolve(chunks, options):
-    variant = options.get("variant", "direct")
-    if variant not in ("direct", "forward-doubling"):
-        raise ValueError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
-                         f"(got {variant!r})")
-    return chunks
-
-
 register(Family("chimera", build_chimera, formula_chimera, options=("variant",),
-                resolve=_resolve,
                 summary="bidirectional pipelines, stages replicated (2x weights)"))
