@@ -33,18 +33,34 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     p = dev_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst_dev.shape[0]
-    done = np.zeros(n, dtype=np.bool_)
-    x_done = np.zeros(nx, dtype=np.bool_)
-    link_free = np.zeros(n_links, dtype=np.float64)
-    # Devices to look at again: all at first, then the receivers of transfers.
-    stack = np.empty(p, dtype=np.int64)
-    queued = np.ones(p, dtype=np.bool_)
+    return list_schedule_ws(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
+                            x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
+                            start, finish, x_start, x_arrival, head,
+                            np.empty(n, dtype=np.bool_), np.empty(nx, dtype=np.bool_),
+                            np.empty(n_links), np.empty(p, dtype=np.int64),
+                            np.empty(p, dtype=np.bool_), np.empty(p))
+
+
+@njit(cache=True)
+def list_schedule_ws(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
+                     x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
+                     start, finish, x_start, x_arrival, head,
+                     done, x_done, link_free, stack, queued, dev_free):
+    """``list_schedule`` with caller-provided work arrays (at least n, nx,
+    n_links, p, p and p long), so a batch reuses them across configurations."""
+    p = dev_ptr.shape[0] - 1
+    n = op_kind.shape[0]
+    nx = x_dst_dev.shape[0]
+    done[:n] = False
+    x_done[:nx] = False
+    link_free[:n_links] = 0.0
+    queued[:p] = True
     top = 0
     for d in range(p - 1, -1, -1):
         head[d] = dev_ptr[d]
         stack[top] = d
         top += 1
-    dev_free = np.zeros(p, dtype=np.float64)
+    dev_free[:p] = 0.0
 
     while top > 0:
         top -= 1

@@ -1,123 +1,225 @@
-"""Many cost settings of one schedule in one kernel call."""
+"""Many configurations of one schedule in one kernel call."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
+import numba
 import numpy as np
 import pyarrow as pa
 
-from . import _kernels
-from ._schedule import Schedule
+from . import _replay
+from ._pack import Pack, structure_of
+from ._schedule import Schedule, ScheduleError
 from .costs import Costs, Network
-from .simulate import network_arrays, validate
 
-__all__ = ["simulate_many"]
+__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "METRIC_COLUMNS"]
 
-_COLUMNS = ("f", "b", "w", "comm", "fb_factor", "activation", "activation_w")
+#: Per-configuration cost columns (scalars per device share, as in Costs).
+COST_COLUMNS = ("f", "b", "w", "comm", "fb_factor", "activation", "activation_w", "weights")
+#: Per-configuration network columns (as in Network; inter_* apply across nodes).
+NETWORK_COLUMNS = ("bytes", "grad_bytes", "bandwidth", "latency", "inter_bandwidth",
+                   "inter_latency")
+#: Metric columns every evaluation returns (``fits`` too when a limit is given).
+METRIC_COLUMNS = ("makespan", "bubble_ratio", "bubble_rate", "throughput",
+                  "peak_activation_max", "memory_max")
+
+_PARAM_ROW = {name: i for i, name in enumerate(COST_COLUMNS + NETWORK_COLUMNS)}
+_POSITIVE = {"fb_factor", "bandwidth", "inter_bandwidth"}
+_INFINITE_OK = {"bandwidth", "inter_bandwidth"}
 
 
-def _columns(costs_table, n_rows=None):
-    if isinstance(costs_table, pa.Table):
-        data = {name: costs_table.column(name).to_numpy() for name in costs_table.column_names}
-    elif isinstance(costs_table, Mapping):
-        data = {str(k): np.asarray(v) for k, v in costs_table.items()}
-    else:
-        raise ValueError(f"'costs_table' must be a pyarrow.Table or a mapping of columns "
-                         f"(got {type(costs_table).__name__})")
-    unknown = sorted(set(data) - set(_COLUMNS))
-    if unknown:
-        raise ValueError(f"unknown cost column(s) {', '.join(unknown)}; columns are "
-                         f"{', '.join(_COLUMNS)}")
-    lengths = {k: v.shape[0] if v.ndim == 1 else -1 for k, v in data.items()}
-    if any(x < 0 for x in lengths.values()):
-        bad = [k for k, x in lengths.items() if x < 0][0]
-        raise ValueError(f"cost column '{bad}' must be one-dimensional")
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"cost columns differ in length: {lengths}")
-    n = next(iter(lengths.values())) if lengths else 0
-    if n == 0:
-        raise ValueError("'costs_table' has no rows")
+def _network_defaults(network):
+    """Scalar network columns and devices_per_node from a Network (or none)."""
+    if network is None:
+        return ({"bytes": 0.0, "grad_bytes": 0.0, "bandwidth": math.inf, "latency": 0.0,
+                 "inter_bandwidth": math.inf, "inter_latency": 0.0}, None)
+    if not isinstance(network, Network):
+        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    for name in ("bytes", "grad_bytes"):
+        if np.ndim(getattr(network, name)):
+            raise ValueError(f"simulate_many takes scalar Network '{name}' (one size for every "
+                             f"stage); give per-stage sizes to simulate() instead")
+    two = network.devices_per_node is not None
+    return ({"bytes": float(network.bytes), "grad_bytes": float(network.grad_bytes),
+             "bandwidth": float(network.bandwidth), "latency": float(network.latency),
+             "inter_bandwidth": float(network.inter_bandwidth if two else network.bandwidth),
+             "inter_latency": float(network.inter_latency if two else network.latency)},
+            network.devices_per_node)
+
+
+def _as_columns(table, what="costs_table"):
+    if isinstance(table, pa.Table):
+        return {name: table.column(name).to_numpy() for name in table.column_names}
+    if isinstance(table, Mapping):
+        return {str(k): np.asarray(v) for k, v in table.items()}
+    raise ValueError(f"'{what}' must be a pyarrow.Table or a mapping of columns "
+                     f"(got {type(table).__name__})")
+
+
+def param_matrix(data, n, network_defaults):
+    """Check configuration columns and stack them into the kernels' matrix.
+
+    Parameters
+    ----------
+    data : dict of str to numpy.ndarray
+        Columns among COST_COLUMNS and NETWORK_COLUMNS, each of length n.
+    n : int
+        Number of configurations.
+    network_defaults : dict
+        Values for missing network columns.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (14, n), float64, rows in ``_replay.P_*`` order.
+
+    Raises
+    ------
+    ValueError
+        Naming the column and row of the first bad value.
+    """
     defaults = Costs()
-    out = {}
-    for name in _COLUMNS:
+    params = np.empty((_replay.N_PARAMS, n))
+    for name, row in _PARAM_ROW.items():
         col = data.get(name)
-        col = (np.full(n, float(getattr(defaults, name))) if col is None
-               else np.ascontiguousarray(col, dtype=np.float64))
-        positive = name == "fb_factor"
-        bad = np.flatnonzero(~np.isfinite(col) | (col < 0) | ((col == 0) & positive))
+        if col is None:
+            value = network_defaults[name] if name in network_defaults else float(getattr(defaults, name))
+            params[row] = value
+            continue
+        col = np.asarray(col, dtype=np.float64)
+        positive = name in _POSITIVE
+        finite = np.isfinite(col) | (np.isposinf(col) & (name in _INFINITE_OK))
+        bad = np.flatnonzero(~finite | (col < 0) | ((col == 0) & positive))
         if bad.size:
             i = int(bad[0])
             rule = "> 0" if positive else ">= 0"
-            raise ValueError(f"cost column '{name}' row {i}: must be finite and {rule} "
-                             f"(got {col[i]})")
-        out[name] = col
-    over = np.flatnonzero(out["activation_w"] > out["activation"])
+            rule = ("finite or inf and " if name in _INFINITE_OK else "finite and ") + rule
+            raise ValueError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
+        params[row] = col
+    over = np.flatnonzero(params[_replay.P_ACTW] > params[_replay.P_ACT])
     if over.size:
         i = int(over[0])
         raise ValueError(f"row {i}: 'activation_w' must be <= 'activation' "
-                         f"({out['activation_w'][i]} > {out['activation'][i]})")
-    return out, n
+                         f"({params[_replay.P_ACTW, i]} > {params[_replay.P_ACT, i]})")
+    return params
 
 
-def simulate_many(schedule: Schedule, costs_table, network: Network | None = None) -> pa.Table:
-    """Simulate one schedule under many cost settings in a single kernel call.
+def metrics_from(out, devices, microbatches):
+    """Metric columns from the kernels' output rows (see METRIC_COLUMNS)."""
+    makespan = out[_replay.O_MAKESPAN]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(makespan > 0, 1.0 - out[_replay.O_BUSY_SUM] / (devices * makespan), 0.0)
+        span = out[_replay.O_SPAN_MAX]
+        rate = np.where(span > 0, (span - out[_replay.O_BUSY_MAX]) / span, 0.0)
+        throughput = np.where(makespan > 0, microbatches / makespan, np.inf)
+    return {"makespan": makespan, "bubble_ratio": ratio, "bubble_rate": rate,
+            "throughput": throughput, "peak_activation_max": out[_replay.O_PEAK_ACT],
+            "memory_max": out[_replay.O_PEAK_TOTAL]}
 
-    The settings run in parallel inside the kernel (one per row); each gives
-    the same numbers as :func:`pipecore.simulate` with the matching scalar
-    :class:`~pipecore.Costs`.
+
+def threads():
+    """Numba threads the batched kernels use."""
+    return numba.get_num_threads()
+
+
+def simulate_many(schedule: Schedule, costs_table, network: Network | None = None,
+                  method: str = "replay") -> pa.Table:
+    """Simulate one schedule under many configurations in a single kernel call.
+
+    Each row gives the same numbers as :func:`pipecore.simulate` with the
+    matching scalar :class:`~pipecore.Costs` and :class:`~pipecore.Network`
+    (``makespan`` bit for bit). The schedule's execution order is computed
+    once and replayed for every row, eight rows side by side in SIMD lanes;
+    this is exact because every link has one sender and queues transfers in
+    that sender's program order (docs/semantics.md). ``method="list"`` runs
+    the full list scheduler per row instead (the cross-check).
 
     Parameters
     ----------
     schedule : Schedule
     costs_table : pyarrow.Table or mapping of str to array_like
-        One row per setting, columns among ``f``, ``b``, ``w``, ``comm``,
-        ``fb_factor``, ``activation``, ``activation_w`` (scalars per device
-        share, as in Costs); a missing column takes Costs' default.
+        One row per configuration. Cost columns ``f``, ``b``, ``w``,
+        ``comm``, ``fb_factor``, ``activation``, ``activation_w``,
+        ``weights`` (scalars per device share, as in Costs); network columns
+        ``bytes``, ``grad_bytes``, ``bandwidth``, ``latency``,
+        ``inter_bandwidth``, ``inter_latency`` (as in Network); and
+        ``memory_limit`` (per-device total memory, activation plus weights).
+        A missing cost column takes Costs' default, a missing network column
+        the ``network`` argument's value (no network: free links).
     network : Network, optional
-        The same links for every setting; without one, transfers take
-        ``comm`` and never contend.
+        Topology (``devices_per_node``) and default network values; its
+        byte sizes must be scalars.
+    method : {"replay", "list"}, default "replay"
 
     Returns
     -------
     pyarrow.Table
-        The input columns plus ``makespan``, ``bubble_ratio``,
-        ``bubble_rate`` and ``peak_activation_max``.
+        The cost columns (resolved), the network columns when a network or
+        any network column was given, ``memory_limit`` if given, then
+        ``makespan``, ``bubble_ratio`` (makespan based), ``bubble_rate``
+        (longest per-device span, the ZB paper's), ``throughput``
+        (microbatches per time unit), ``peak_activation_max`` and
+        ``memory_max`` (activation plus weights of the worst device), and
+        ``fits`` (``memory_max <= memory_limit``) when a limit is given.
 
     Raises
     ------
     ValueError
         For an unknown or malformed column, a negative or NaN value (naming
-        the row), or a network that does not fit the schedule.
+        the column and row), per-stage network sizes, or an unknown method.
     ScheduleError
-        If the schedule deadlocks.
+        If the schedule breaks a rule or deadlocks.
     """
     if not isinstance(schedule, Schedule):
         raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
-    cols, n = _columns(costs_table)
-    validate(schedule)
-    st = schedule._info()
-    S = st["stages"]
-    p = schedule.devices
-    send_stage = st["op_stage"][st["x_src"]]
-    x_ser, x_net_lat = network_arrays(st, network, S)
-    chunks_div = S // p if S % p == 0 else 0
-    makespan = np.empty(n)
-    busy_sum = np.empty(n)
-    busy_max = np.empty(n)
-    span_max = np.empty(n)
-    peak_max = np.empty(n)
-    status = np.empty(n, dtype=np.int64)
-    _kernels.simulate_batch(
-        st["dev_ptr"], st["op_kind"], st["op_stage"], st["dep"], st["xfer"], st["out_ptr"],
-        st["x_dst_dev"], st["x_link"], st["n_links"], st["paired"], send_stage.astype(np.int32),
-        x_ser, x_net_lat, S, chunks_div, p,
-        cols["f"], cols["b"], cols["w"], cols["comm"], cols["fb_factor"], cols["activation"],
-        cols["activation_w"], makespan, busy_sum, busy_max, span_max, peak_max, status)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(makespan > 0, 1.0 - busy_sum / (p * makespan), 0.0)
-        rate = np.where(span_max > 0, (span_max - busy_max) / span_max, 0.0)
-    out = {name: cols[name] for name in _COLUMNS}
-    out.update(makespan=makespan, bubble_ratio=ratio, bubble_rate=rate,
-               peak_activation_max=peak_max)
-    return pa.table(out)
+    if method not in ("replay", "list"):
+        raise ValueError(f"'method' must be 'replay' or 'list' (got {method!r})")
+    data = _as_columns(costs_table)
+    allowed = COST_COLUMNS + NETWORK_COLUMNS + ("memory_limit",)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are "
+                         f"{', '.join(allowed)}")
+    lengths = {k: (v.shape[0] if v.ndim == 1 else -1) for k, v in data.items()}
+    bad = [k for k, x in lengths.items() if x < 0]
+    if bad:
+        raise ValueError(f"column '{bad[0]}' must be one-dimensional")
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"columns differ in length: {lengths}")
+    n = next(iter(lengths.values())) if lengths else 0
+    if n == 0:
+        raise ValueError("'costs_table' has no rows")
+    net_defaults, dpn = _network_defaults(network)
+    params = param_matrix(data, n, net_defaults)
+    limit = None
+    if "memory_limit" in data:
+        limit = np.asarray(data["memory_limit"], dtype=np.float64)
+        wrong = np.flatnonzero(np.isnan(limit) | (limit < 0))
+        if wrong.size:
+            raise ValueError(f"column 'memory_limit' row {int(wrong[0])}: must be >= 0 "
+                             f"(got {limit[int(wrong[0])]})")
+    struct = structure_of(schedule)
+    pack = Pack([(struct, dpn)])
+    out = np.zeros((_replay.N_OUT, n))
+    c_struct = np.zeros(n, dtype=np.int64)
+    if method == "replay":
+        pack.replay(c_struct, params, out, threads())
+    else:
+        status = np.zeros(n, dtype=np.int64)
+        pack.list_schedule(c_struct, params, out, status, threads())
+        if (status != _replay.STATUS_OK).any():  # validation ran first; keep the promise anyway
+            raise ScheduleError("deadlock in the batched list scheduler", rule="deadlock")
+    cols = {name: params[_PARAM_ROW[name]] for name in COST_COLUMNS}
+    if network is not None or any(name in data for name in NETWORK_COLUMNS):
+        cols.update({name: params[_PARAM_ROW[name]] for name in NETWORK_COLUMNS})
+    if limit is not None:
+        cols["memory_limit"] = limit
+    metrics = metrics_from(out, struct.devices, struct.microbatches)
+    cols.update(metrics)
+    if limit is not None:
+        cols["fits"] = metrics["memory_max"] <= limit
+    return pa.table(cols)
+
+
