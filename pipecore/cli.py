@@ -1,4 +1,4 @@
-"""Command line: ``pipecore compare``, ``simulate``, ``table`` and ``list``."""
+"""Command line: ``pipecore compare``, ``simulate``, ``table``, ``study``, ``scan`` and ``list``."""
 
 from __future__ import annotations
 
@@ -90,6 +90,21 @@ def _parser():
                    help="comma-separated microbatch counts (default 8,16,32,64,128,256)")
     y.add_argument("--out", default="pipecore_out", help="folder for study.parquet and plots")
     y.add_argument("--no-plot", action="store_true", help="do not draw the plots")
+
+    g = sub.add_parser("scan", help="evaluate a grid of configurations into a Parquet dataset")
+    g.add_argument("grid", help="grid file (TOML; see README 'Scans')")
+    g.add_argument("--out", required=True, help="output folder (one Parquet file per part)")
+    g.add_argument("--resume", action="store_true", help="continue a scan of the same grid in --out")
+    g.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="evaluate parts here (default) or as Ray tasks (pipecore[ray])")
+    g.add_argument("--address", default=None,
+                   help="Ray cluster address ('auto' for a running one; default: start one)")
+    bar = g.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="always show the progress bar (default: only on a terminal)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="never show the progress bar")
+    g.add_argument("--no-plot", action="store_true", help="do not draw _pareto.png")
 
     sub.add_parser("list", help="list schedule names")
     return parser
@@ -199,6 +214,29 @@ def _cmd_study(args, out):
     return 0
 
 
+def _cmd_scan(args, out):
+    from .scans import write_scan
+
+    try:
+        summary = write_scan(args.grid, args.out, resume=args.resume, backend=args.backend,
+                             address=args.address, progress=args.progress,
+                             plot=not args.no_plot)
+    except KeyboardInterrupt:
+        print(f"\npipecore: scan interrupted; finished parts are kept in {args.out}: "
+              f"rerun with --resume to continue", file=sys.stderr)
+        return 130
+    out.write(f"{summary['rows']:,} rows in {summary['parts']} parts in {args.out} "
+              f"({summary['parts_written']} parts written now in {summary['seconds']:.1f} s")
+    if summary["configs_per_s"]:
+        out.write(f", {summary['configs_per_s']:,.0f} configs/s")
+    out.write(")\n")
+    for shape, why in summary["skipped"].items():
+        out.write(f"skipped {shape}: {why}\n")
+    if summary.get("plot"):
+        out.write(f"wrote {summary['plot']}\n")
+    return 0
+
+
 def main(argv=None, out=None) -> int:
     """Run the command line.
 
@@ -230,6 +268,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_table(args, out)
         if args.command == "study":
             return _cmd_study(args, out)
+        if args.command == "scan":
+            return _cmd_scan(args, out)
         if args.command == "list":
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")
