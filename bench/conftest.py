@@ -16,14 +16,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         data = getattr(getattr(bench, "stats", None), "data", None)
         if not data:
             continue
-        median = statistics.median(data)
-        groups.setdefault(bench.group, []).append((bench.name, median))
+        # A benchmark that evaluates many configurations per call says how many
+        # in extra_info["configs"]; its median is reported per configuration.
+        configs = (getattr(bench, "extra_info", None) or {}).get("configs", 1)
+        median = statistics.median(data) / configs
+        groups.setdefault(bench.group, []).append((bench.name, median, configs))
     terminalreporter.section("pipecore: medians and ratios vs the pure-Python reference")
     for group, rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        ref = [m for name, m in rows if "reference" in name]
+        ref = [m for name, m, _ in rows if "reference" in name]
         terminalreporter.write_line(f"[{group}]")
-        for name, median in sorted(rows, key=lambda r: r[1]):
+        for name, median, configs in sorted(rows, key=lambda r: r[1]):
             ratio = ""
             if ref and "reference" not in name:
                 ratio = f"  {ref[0] / median:8.1f}x faster than reference"
-            terminalreporter.write_line(f"  {name:<45} median {median * 1e6:12.1f} us{ratio}")
+            rate = f"  {1 / median:12,.0f} configs/s" if configs > 1 else ""
+            per = "/config" if configs > 1 else "       "
+            terminalreporter.write_line(
+                f"  {name:<52} median {median * 1e6:12.3f} us{per}{rate}{ratio}")

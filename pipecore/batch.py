@@ -131,7 +131,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     Each row gives the same numbers as :func:`pipecore.simulate` with the
     matching scalar :class:`~pipecore.Costs` and :class:`~pipecore.Network`
     (``makespan`` bit for bit). The schedule's execution order is computed
-    once and replayed for every row, eight rows side by side in SIMD lanes;
+    once and replayed for every row, 64 rows side by side in SIMD lanes;
     this is exact because every link has one sender and queues transfers in
     that sender's program order (docs/semantics.md). ``method="list"`` runs
     the full list scheduler per row instead (the cross-check).
