@@ -185,7 +185,7 @@ def structure(schedule):
                      f"device {int(dev[r0])} for microbatch 0; a stage lives on one device "
                      f"unless the schedule is built with replicated=True", mark=[r0, r1])
     placement = stage_dev[:, 0].astype(np.int32)
-    stage_devices = [tuple(sorted(set(int(x) for x in row))) for row in stage_dev]
+    stage_devices = [tuple(int(x) for x in np.unique(row)) for row in stage_dev]
 
     # Producers of each op (same microbatch).
     dep = np.full((n, 2), -1, dtype=np.int64)

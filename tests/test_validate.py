@@ -304,3 +304,19 @@ def test_allreduce_rules():
     assert info.value.rule == "order"
     with pytest.raises(ScheduleError, match="runs on exactly two devices"):
         from_actions({0: ["0F0", "0BW0", "0AR"]})
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-v", "interleaved-1f1b", "dualpipev", "chimera"])
+def test_fast_program_path_equals_entry_by_entry(name, monkeypatch):
+    # from_programs has a columnar fast path for plain tuples; it must build
+    # exactly the table the entry-by-entry path builds (pairs and all-reduces
+    # always take the latter).
+    from pipecore import _schedule
+
+    sched = pc.build(name, 4, 8)
+    programs = sched.programs()
+    fast = pc.Schedule.from_programs(programs, replicated=sched.replicated)
+    monkeypatch.setattr(_schedule, "_programs_fast", lambda programs: None)
+    slow = pc.Schedule.from_programs(programs, replicated=sched.replicated)
+    assert fast.table.equals(slow.table)
+    assert fast.table.equals(sched.table)
