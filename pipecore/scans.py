@@ -627,10 +627,10 @@ def pareto_front(x, y):
 
 
 class _Progress:
-    def __init__(self, total, enabled, stream=sys.stderr):
+    def __init__(self, total, enabled, stream=None):
         self.total = total
         self.enabled = enabled
-        self.stream = stream
+        self.stream = sys.stderr if stream is None else stream  # looked up now, not at import
         self.done = 0
         self.t0 = time.perf_counter()
         self.last = 0.0

@@ -222,3 +222,11 @@ def test_cli_scan_writes_dataset_and_plot(tmp_path):
     bad = subprocess.run(_cli("scan", str(tmp_path / "missing.toml"), "--out", str(out)),
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_progress_bar_when_asked(tmp_path, capsys):
+    pc.write_scan(GRID, tmp_path / "a", progress=True, plot=False)
+    err = capsys.readouterr().err
+    assert "100.0%" in err and "configs/s" in err and "ETA" in err
+    pc.write_scan(GRID, tmp_path / "b", progress=False, plot=False)
+    assert capsys.readouterr().err == ""
