@@ -705,6 +705,12 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
     grid = _as_grid(grid)
     if backend not in ("local", "ray"):
         raise ScanError(f"'backend' must be 'local' or 'ray' (got {backend!r})")
+    if backend == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:  # before anything is written to ``out``
+            raise ScanError('the Ray backend needs Ray: pip install "pipecore[ray]" '
+                            '(or use the local backend)')
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     manifest = folder / MANIFEST
