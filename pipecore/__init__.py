@@ -16,6 +16,7 @@ from .scans import Grid, ScanError, scan, write_scan
 from .schedules import Family, build, family, register, schedules
 from .simulate import Result, compile_schedule, simulate, validate
 from .table import IdealTable, ideal_table
+from .tune import Tuned, TuneError, tune
 
 __version__ = "0.1.0"
 
@@ -25,5 +26,5 @@ __all__ = [
     "Family", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate",
-    "Grid", "ScanError", "scan", "write_scan",
+    "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
 ]

@@ -12,7 +12,7 @@ import pyarrow as pa
 from . import _replay
 from ._pack import Pack, structure_of
 from ._schedule import Schedule, ScheduleError
-from .costs import Costs, Network
+from .costs import Costs, Network, fits
 
 __all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "METRIC_COLUMNS"]
 
@@ -162,7 +162,8 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         (longest per-device span, the ZB paper's), ``throughput``
         (microbatches per time unit), ``peak_activation_max`` and
         ``memory_max`` (activation plus weights of the worst device), and
-        ``fits`` (``memory_max <= memory_limit``) when a limit is given.
+        ``fits`` (``memory_max <= memory_limit`` up to a relative 1e-9 for
+        rounding, see :func:`pipecore.costs.fits`) when a limit is given.
 
     Raises
     ------
@@ -219,7 +220,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     metrics = metrics_from(out, struct.devices, struct.microbatches)
     cols.update(metrics)
     if limit is not None:
-        cols["fits"] = metrics["memory_max"] <= limit
+        cols["fits"] = fits(metrics["memory_max"], limit)
     return pa.table(cols)
 
 

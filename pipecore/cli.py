@@ -1,4 +1,5 @@
-"""Command line: ``pipecore compare``, ``simulate``, ``table``, ``study``, ``scan`` and ``list``."""
+"""Command line: ``pipecore compare``, ``simulate``, ``table``, ``study``, ``scan``, ``tune``
+and ``list``."""
 
 from __future__ import annotations
 
@@ -105,6 +106,23 @@ def _parser():
     bar.add_argument("--no-progress", dest="progress", action="store_false",
                      help="never show the progress bar")
     g.add_argument("--no-plot", action="store_true", help="do not draw _pareto.png")
+
+    u = sub.add_parser("tune", help="the fastest schedule that fits a per-device memory limit")
+    u.add_argument("--devices", "-p", type=_positive_int, required=True, help="pipeline devices")
+    u.add_argument("--microbatches", "-m", type=_positive_int, required=True, help="microbatches")
+    _cost_args(u)
+    mem = u.add_argument_group("memory (per microbatch, per device share; limit per device)")
+    mem.add_argument("--activation", type=float, default=1.0, help="activation of one F (default 1)")
+    mem.add_argument("--activation-w", type=float, default=0.0,
+                     help="part of it kept until W (default 0)")
+    mem.add_argument("--weights", type=float, default=0.0,
+                     help="weights of one device share (default 0: the limit is on activations)")
+    mem.add_argument("--memory-limit", type=float, default=None,
+                     help="per-device limit on activation + weights (default none)")
+    u.add_argument("--families", default=None, help="comma-separated families (default all)")
+    u.add_argument("--top", type=_positive_int, default=10, help="rows in the report (default 10)")
+    u.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
+    u.add_argument("--actions", action="store_true", help="also print the winner's programs")
 
     sub.add_parser("list", help="list schedule names")
     return parser
@@ -237,6 +255,34 @@ def _cmd_scan(args, out):
     return 0
 
 
+def _cmd_tune(args, out):
+    from .tune import TuneError, tune
+
+    costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
+                  activation_w=args.activation_w, weights=args.weights)
+    families = None if args.families is None else [x for x in args.families.split(",") if x]
+    try:
+        best = tune(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
+                    network=_network(args), families=families)
+    except TuneError as exc:
+        print(f"pipecore: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump({"winner": best.label, "makespan": best.result.makespan,
+                   "bubble_rate": best.result.bubble_rate,
+                   "memory": float((best.result.peak_activation
+                                    + best.result.static_memory).max()),
+                   "actions": best.schedule.to_actions(),
+                   "candidates": best.candidates.to_pylist()}, out, indent=1, default=str)
+        out.write("\n")
+        return 0
+    out.write(best.report(args.top) + "\n")
+    if args.actions:
+        for d, prog in best.schedule.to_actions().items():
+            out.write(f"device {d}: {' '.join(prog)}\n")
+    return 0
+
+
 def main(argv=None, out=None) -> int:
     """Run the command line.
 
@@ -270,6 +316,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_study(args, out)
         if args.command == "scan":
             return _cmd_scan(args, out)
+        if args.command == "tune":
+            return _cmd_tune(args, out)
         if args.command == "list":
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")

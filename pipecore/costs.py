@@ -314,3 +314,28 @@ class Network:
             bw[inter] = self.inter_bandwidth
             lat[inter] = self.inter_latency
         return bw, lat
+
+
+#: Relative slack when comparing memory with a limit: per-chunk shares such as
+#: 1/6 summed six times land a few ulps above the whole, which must still fit.
+FIT_RTOL = 1e-9
+
+
+def fits(memory, limit):
+    """Whether memory (scalar or array) fits a limit, up to rounding.
+
+    Parameters
+    ----------
+    memory, limit : float or numpy.ndarray
+
+    Returns
+    -------
+    bool or numpy.ndarray of bool
+        ``memory <= limit * (1 + FIT_RTOL)``.
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
+    """
+    return np.asarray(memory) <= np.asarray(limit) * (1.0 + FIT_RTOL)

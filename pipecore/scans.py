@@ -31,7 +31,7 @@ from . import _replay
 from ._pack import Pack, Structure
 from ._schedule import ScheduleError
 from .batch import COST_COLUMNS, NETWORK_COLUMNS, metrics_from, threads
-from .costs import Costs, Network
+from .costs import Costs, Network, fits
 from .schedules import build, family, schedules
 
 __all__ = ["Grid", "scan", "scan_part", "write_scan", "ScanError", "pareto_front"]
@@ -500,7 +500,7 @@ def _part_table(grid, idx, cache, n_threads):
     cols["memory_limit"] = pa.array(limit)
     for name, values in metrics.items():
         cols[name] = pa.array(values)
-    cols["fits"] = pa.array(metrics["memory_max"] <= limit)
+    cols["fits"] = pa.array(fits(metrics["memory_max"], limit))
     return pa.table(cols)
 
 

@@ -56,7 +56,7 @@ def test_rows_equal_simulate():
         assert row["peak_activation_max"] == res.peak_activation.max()
         total = (res.peak_activation + res.static_memory).max()
         assert row["memory_max"] == total
-        assert row["fits"] == (total <= row["memory_limit"])
+        assert row["fits"] == (total <= row["memory_limit"] * (1 + 1e-9))
         assert row["throughput"] == row["microbatches"] / res.makespan
 
 

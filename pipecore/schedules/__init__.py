@@ -8,7 +8,7 @@ formula for its makespan and peak activation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._schedule import Schedule, _check_int
 
@@ -46,6 +46,9 @@ class Family:
     resolve : callable, optional
         ``resolve(chunks, options) -> chunks``: turns the options into the
         chunks to build with (and checks them).
+    tune_options : dict, optional
+        Values of each option that :func:`pipecore.tune` tries (options not
+        listed keep their default there).
     """
 
     name: str
@@ -58,6 +61,7 @@ class Family:
     fixed_chunks: int | None = None
     options: tuple = ()
     resolve: Callable | None = None
+    tune_options: dict = field(default_factory=dict)
 
     def chunks_for(self, requested: int | None) -> int:
         """The chunks this family uses when ``requested`` is asked for.

@@ -171,4 +171,5 @@ def formula_chimera(p, m, v, c, variant="direct"):
 
 
 register(Family("chimera", build_chimera, formula_chimera, options=("variant",),
+                tune_options={"variant": ("direct", "forward-doubling")},
                 summary="bidirectional pipelines, stages replicated (2x weights)"))

@@ -1,0 +1,308 @@
+"""The best schedule for a shape and costs under a per-device memory limit.
+
+``tune`` builds every candidate it knows (each family at each chunks value and
+option it takes, plus schedules generated for the costs and the limit),
+simulates each with the given costs and network, and keeps the fastest whose
+worst device fits. Memory is what :class:`~pipecore.Result` reports: peak
+activation plus the weights of the stages a device holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ._schedule import Schedule, ScheduleError, _check_int
+from .costs import Costs, Network, fits
+from .schedules import build, family, schedules
+from .simulate import Result, simulate, validate
+
+__all__ = ["tune", "Tuned", "TuneError", "CHUNK_VALUES"]
+
+#: Chunks (stages per device) tried for families that take a choice.
+CHUNK_VALUES = (2, 3, 4, 6, 8)
+
+
+class TuneError(ValueError):
+    """Nothing fits the memory limit.
+
+    Attributes
+    ----------
+    smallest_limit : float
+        The least memory any candidate needs: the smallest limit for which
+        :func:`tune` returns a schedule with these costs.
+    candidates : pyarrow.Table
+        Every candidate with its metrics.
+    """
+
+    def __init__(self, message, smallest_limit, candidates):
+        super().__init__(message)
+        self.smallest_limit = smallest_limit
+        self.candidates = candidates
+
+
+@dataclass
+class _Candidate:
+    label: str
+    source: str
+    family: str
+    chunks: int | None
+    options: dict
+    schedule: Schedule | None = None
+    result: Result | None = None
+    error: str | None = None
+
+    @property
+    def memory(self):
+        r = self.result
+        return float((r.peak_activation + r.static_memory).max())
+
+
+def _family_candidates(p, m, names, chunk_values):
+    for name in names:
+        fam = family(name)
+        if fam.fixed_chunks is not None or not fam.chunks:
+            chunk_list = [None]
+        else:
+            chunk_list = list(chunk_values)
+        opt_names = sorted(fam.tune_options)
+        opt_values = [fam.tune_options[k] for k in opt_names]
+        for c in chunk_list:
+            for combo in itertools.product(*opt_values):
+                options = dict(zip(opt_names, combo))
+                parts = [name] + ([f"v={c}"] if c is not None else []) + [
+                    f"{k}={v}" for k, v in options.items()]
+                yield _Candidate(label=" ".join(parts), source="family", family=name,
+                                 chunks=c, options=options)
+
+
+def _generated(p, m, costs, limit):
+    """Schedules generated for these costs and this limit (name, builder)."""
+    from . import generate
+
+    scalar = all(np.ndim(getattr(costs, k)) == 0 for k in ("f", "b", "w", "comm", "activation",
+                                                           "activation_w"))
+    if scalar and m >= 2 * p:
+        act_limit = None
+        if limit is not None and math.isfinite(limit):
+            # zbv_greedy's limit is on activation; weights are 2 chunks' worth here.
+            act_limit = limit - float(np.max(costs.weights))
+        if act_limit is None or act_limit >= p * costs.activation:
+            yield "zb-v-greedy", lambda: generate.zbv_greedy(p, m, costs, act_limit)
+
+
+def tune(devices: int, microbatches: int, costs: Costs | None = None,
+         memory_limit: float | None = None, network: Network | None = None,
+         families=None, chunks=None, generated: bool = True) -> Tuned:
+    """The fastest schedule whose worst device fits the memory limit.
+
+    Parameters
+    ----------
+    devices, microbatches : int
+        Shape of the pipeline.
+    costs : Costs, optional
+        Times and memory (default ``Costs()``). ``memory_limit`` is compared
+        with peak activation plus weights, both in these units: with
+        ``weights=0`` it is an activation budget (e.g. 8.0 = eight
+        microbatches' activations of one device share).
+    memory_limit : float, optional
+        Per-device memory budget; None means no limit.
+    network : Network, optional
+        Links for the simulation (default: transfers take ``costs.comm``).
+    families : list of str, optional
+        Families to try (default: all registered).
+    chunks : sequence of int, optional
+        Chunks values tried for families that take a choice (default
+        :data:`CHUNK_VALUES`).
+    generated : bool
+        Also try schedules generated for these costs and the limit.
+
+    Returns
+    -------
+    Tuned
+        ``.schedule``, ``.result``, ``.candidates`` (an Arrow table of every
+        candidate) and ``.report()``.
+
+    Raises
+    ------
+    TuneError
+        When no candidate fits; it carries ``smallest_limit``, the least
+        memory any candidate needs.
+    ValueError
+        For bad arguments (naming them).
+    """
+    t0 = time.perf_counter()
+    p = _check_int("devices", devices, minimum=1)
+    m = _check_int("microbatches", microbatches, minimum=1)
+    costs = Costs() if costs is None else costs
+    if not isinstance(costs, Costs):
+        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+    if network is not None and not isinstance(network, Network):
+        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    limit = math.inf if memory_limit is None else memory_limit
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or math.isnan(limit) \
+            or limit <= 0:
+        raise ValueError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
+    limit = float(limit)
+    names = schedules() if families is None else [family(n).name for n in families]
+    chunk_values = CHUNK_VALUES if chunks is None else tuple(
+        _check_int("chunks", c, minimum=1) for c in chunks)
+
+    cands = list(_family_candidates(p, m, names, chunk_values))
+    for cand in cands:
+        try:
+            cand.schedule = build(cand.family, p, m, chunks=cand.chunks, **cand.options)
+        except (ValueError, ScheduleError) as exc:
+            cand.error = str(exc).splitlines()[0]
+    if generated:
+        for label, make in _generated(p, m, costs, limit):
+            cand = _Candidate(label=label, source="generated", family=label, chunks=None,
+                              options={})
+            try:
+                cand.schedule = make()
+            except (ValueError, ScheduleError) as exc:
+                cand.error = str(exc).splitlines()[0]
+            cands.append(cand)
+    # One structure per distinct op table: drop duplicates (v=1 interleaved is 1F1B, ...).
+    seen = {}
+    for cand in cands:
+        if cand.schedule is None:
+            continue
+        key = _fingerprint(cand.schedule)
+        if key in seen:
+            cand.error = f"same schedule as {seen[key]}"
+            cand.schedule = None
+            continue
+        seen[key] = cand.label
+        try:
+            cand.result = simulate(cand.schedule, costs, network)
+        except ValueError as exc:  # costs that do not fit this candidate's stages
+            cand.error = str(exc).splitlines()[0]
+            cand.schedule = None
+    ran = [c for c in cands if c.result is not None]
+    table = _table(cands, limit)
+    fitting = [c for c in ran if fits(c.memory, limit)]
+    if not fitting:
+        if not ran:
+            raise TuneError("no candidate could be built for these shapes: "
+                            + "; ".join(f"{c.label}: {c.error}" for c in cands[:5]),
+                            math.nan, table)
+        least = min(ran, key=lambda c: (c.memory, c.result.makespan))
+        raise TuneError(
+            f"nothing fits memory_limit={limit:g}: the least memory any candidate needs is "
+            f"{least.memory:g} ({least.label}, makespan {least.result.makespan:g}); a limit of "
+            f"at least {least.memory:g} gives a schedule", least.memory, table)
+    best = min(fitting, key=lambda c: (c.result.makespan, c.memory, c.label))
+    validate(best.schedule)
+    return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
+                 time.perf_counter() - t0)
+
+
+def _fingerprint(schedule):
+    import hashlib
+
+    h = hashlib.sha1()
+    for name in ("device", "slot", "stage", "microbatch"):
+        h.update(np.ascontiguousarray(schedule._column(name)).tobytes())
+    h.update(np.ascontiguousarray(schedule.kind_codes).tobytes())
+    return h.hexdigest()
+
+
+def _table(cands, limit):
+    rows = {"candidate": [], "source": [], "family": [], "chunks": [], "makespan": [],
+            "bubble_rate": [], "bubble_ratio": [], "peak_activation": [], "memory": [],
+            "fits": [], "note": []}
+    for c in cands:
+        r = c.result
+        rows["candidate"].append(c.label)
+        rows["source"].append(c.source)
+        rows["family"].append(c.family)
+        rows["chunks"].append(None if c.schedule is None else
+                              c.schedule.stages // c.schedule.devices)
+        rows["makespan"].append(None if r is None else float(r.makespan))
+        rows["bubble_rate"].append(None if r is None else float(r.bubble_rate))
+        rows["bubble_ratio"].append(None if r is None else float(r.bubble_ratio))
+        rows["peak_activation"].append(None if r is None else float(r.peak_activation.max()))
+        rows["memory"].append(None if r is None else c.memory)
+        rows["fits"].append(None if r is None else bool(fits(c.memory, limit)))
+        rows["note"].append(c.error or "")
+    return pa.table(rows)
+
+
+@dataclass
+class Tuned:
+    """What :func:`tune` returns.
+
+    Attributes
+    ----------
+    schedule : Schedule
+        The winner (validated).
+    result : Result
+        Its simulation with the tuned costs and network.
+    label : str
+        Which candidate it is (family and parameters).
+    candidates : pyarrow.Table
+        Every candidate: metrics, ``fits``, and a note for those skipped.
+    memory_limit : float
+    costs : Costs
+    network : Network or None
+    seconds : float
+        Time tune took.
+    """
+
+    schedule: Schedule
+    result: Result
+    label: str
+    candidates: pa.Table
+    memory_limit: float
+    costs: Costs
+    network: Network | None
+    seconds: float
+
+    def report(self, top: int = 10) -> str:
+        """Why the winner won: the ranking of candidates that fit, and the
+        fastest ones that did not.
+
+        Parameters
+        ----------
+        top : int
+            Rows of each list.
+
+        Returns
+        -------
+        str
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
+        fit = sorted((r for r in rows if r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
+        over = sorted((r for r in rows if not r["fits"]), key=lambda r: r["makespan"])
+        skipped = [r for r in self.candidates.to_pylist() if r["makespan"] is None]
+        lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit:g}"
+        best = fit[0]
+        lines = [f"winner: {self.label}  makespan {best['makespan']:.6g}  bubble rate "
+                 f"{best['bubble_rate']:.4f}  memory {best['memory']:.6g} (limit {lim})"]
+        if len(fit) > 1:
+            nxt = fit[1]
+            gap = (nxt["makespan"] / best["makespan"] - 1) * 100
+            lines.append(f"runner-up: {nxt['candidate']} is {gap:.2f}% slower")
+        if over:
+            lines.append(f"{len(over)} candidate(s) exceed the limit; the fastest of them, "
+                         f"{over[0]['candidate']}, would take {over[0]['makespan']:.6g} with "
+                         f"memory {over[0]['memory']:.6g}")
+        lines.append(f"{len(rows)} candidates simulated, {len(skipped)} not built for this "
+                     f"shape, in {self.seconds:.2f} s")
+        lines.append("")
+        lines.append(f"{'candidate':<34} {'makespan':>11} {'bubble':>7} {'memory':>9}  fits")
+        for r in fit[:top] + over[:top]:
+            lines.append(f"{r['candidate']:<34} {r['makespan']:>11.6g} {r['bubble_rate']:>7.4f} "
+                         f"{r['memory']:>9.5g}  {'yes' if r['fits'] else 'no'}")
+        return "\n".join(lines)
