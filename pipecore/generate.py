@@ -19,7 +19,7 @@ from ._schedule import Schedule, ScheduleError, _check_int
 from .costs import Costs
 from .simulate import validate
 
-__all__ = ["zbv_greedy", "greedy"]
+__all__ = ["zbv_greedy", "greedy", "memory_greedy"]
 
 _F, _B, _W = 0, 1, 2
 
@@ -359,4 +359,185 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
             if all(q in done for q in need):
                 ready = max(done[q] for q in need)
                 heapq.heappush(heap, key(c, max(ready, free[placement[c[1]]])) + (c,))
+    return Schedule.from_programs(programs, name=name, devices=p)
+
+
+def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
+                  memory_limit: float | None = None, warmup=None, w_fill: float = 1.0,
+                  name: str = "memory-greedy") -> Schedule:
+    """Memory-aware list scheduling with split backward, on any placement.
+
+    A device, when free, runs in this order of preference: a backward (B)
+    whose input has arrived; a forward (F) whose input has arrived, if its
+    activation fits under the memory limit and the device has fewer than
+    ``warmup[d]`` forwards waiting for their backward; a pending weight
+    gradient (W), which fills time the device would otherwise spend idle;
+    otherwise it waits for the earliest of those to become possible. Ops are
+    committed one at a time, always the one that starts earliest across
+    devices, so every choice sees the state of the pipeline at that time.
+    Transfers take ``costs.comm`` (links are not contended here; simulate the
+    result with a Network for that). This is the zero-bubble papers' rule of
+    thumb (B first, W into the gaps, F by memory headroom) as a list
+    scheduler; :func:`pipecore.tune` runs it over several warm-up depths.
+
+    Parameters
+    ----------
+    placement : sequence of int
+        Device of each stage, stages in model order (``range(p)`` for a
+        linear pipeline, ``[0..p-1, p-1..0]`` for a V).
+    microbatches : int
+        m >= 1.
+    costs : Costs, optional
+        Scalars per device share or per-stage vectors (default
+        ``Costs(f=1, b=1, w=1)``); memory from ``activation`` (held from F to
+        B), ``activation_w`` (held from B to W) and ``weights``.
+    memory_limit : float, optional
+        Per-device limit on activation plus weights; none by default.
+    warmup : int or sequence of int, optional
+        Forwards a device may run ahead of its backwards (per device; an int
+        applies to all); unlimited by default (the memory limit decides).
+    w_fill : float, default 1.0
+        How long a gap must be, in units of the W's duration, before a
+        pending W fills it (0: any gap).
+    name : str
+        Label of the schedule.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        For a bad placement, costs or warm-up, or a limit below what one
+        microbatch needs on some device (naming the device).
+    """
+    placement = [int(d) for d in placement]
+    if not placement or min(placement) < 0:
+        raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+    m = _check_int("microbatches", microbatches, minimum=1)
+    costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
+    if not isinstance(costs, Costs):
+        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+    S = len(placement)
+    p = max(placement) + 1
+    arr = costs.stage_arrays(S, p)
+    tf, tb, tw, comm = arr["f"], arr["b"], arr["w"], arr["comm"]
+    act, act_w = arr["activation"], arr["activation_w"]
+    stages_of = [[s for s in range(S) if placement[s] == d] for d in range(p)]
+    static = [sum(arr["weights"][s] for s in stages_of[d]) for d in range(p)]
+    limit = np.inf if memory_limit is None else float(memory_limit)
+    for d in range(p):
+        need = static[d] + sum(act[s] for s in stages_of[d])
+        if need > limit * (1 + 1e-9):
+            raise ValueError(f"memory_limit {limit:g} is below what device {d} needs for one "
+                             f"microbatch on each of its stages ({need:g}: weights {static[d]:g} + "
+                             f"activations)")
+    reserve = [max((act[t] for t in stages_of[placement[s]] if t > s), default=0.0)
+               for s in range(S)]
+    if warmup is None:
+        cap = [m * S] * p
+    elif np.ndim(warmup) == 0:
+        cap = [_check_int("warmup", warmup, minimum=1)] * p
+    else:
+        cap = [_check_int("warmup", x, minimum=1) for x in warmup]
+        if len(cap) != p:
+            raise ValueError(f"'warmup' has {len(cap)} entries for {p} devices")
+
+    f_done = np.full((S, m), np.nan)  # finish times
+    b_done = np.full((S, m), np.nan)
+    next_f = [0] * S
+    next_b = [0] * S
+    pending_w = [deque() for _ in range(p)]
+    free = [0.0] * p
+    mem = list(static)
+    ahead = [0] * p  # forwards on the device still waiting for their backward
+    programs = [[] for _ in range(p)]
+    total = 3 * S * m
+
+    def arrival(done, s_from, j, s_to):
+        t = done[s_from, j]
+        if np.isnan(t):
+            return None
+        return t if placement[s_from] == placement[s_to] else t + comm[s_from]
+
+    def propose(d):
+        """(start, kind, stage) of device d's next op, or None if it must wait for others."""
+        t0 = free[d]
+        best_b = None
+        for s in stages_of[d]:
+            j = next_b[s]
+            if j >= m or next_f[s] <= j:
+                continue
+            r = arrival(f_done, s, j, s) if s == S - 1 else arrival(b_done, s + 1, j, s)
+            if r is not None and (best_b is None or (max(r, t0), -s) < best_b[:2]):
+                best_b = (max(r, t0), -s, s)
+        best_f = None
+        if ahead[d] < cap[d]:
+            for s in stages_of[d]:
+                j = next_f[s]
+                # Keep room for one microbatch of each later stage here, so an
+                # early stage cannot fill the device and starve the way back.
+                if j >= m or mem[d] + act[s] + reserve[s] > limit * (1 + 1e-9):
+                    continue
+                r = 0.0 if s == 0 else arrival(f_done, s - 1, j, s)
+                if r is not None and (best_f is None or (max(r, t0), -s) < best_f[:2]):
+                    best_f = (max(r, t0), -s, s)
+        if best_b is not None and best_b[0] <= t0:
+            return (t0, _B, best_b[2])
+        if best_f is not None and best_f[0] <= t0:
+            return (t0, _F, best_f[2])
+        options = [x for x in (best_b and (best_b[0], _B, best_b[2]),
+                               best_f and (best_f[0], _F, best_f[2])) if x]
+        nxt = min(options) if options else None
+        if pending_w[d]:
+            s_w = pending_w[d][0][0]
+            # A W goes into a gap only if the gap is long enough (scaled by
+            # w_fill); otherwise it would push back the B or F about to arrive.
+            if nxt is None or nxt[0] - t0 >= w_fill * tw[s_w]:
+                return (t0, _W, s_w)
+        return nxt
+
+    proposals = [propose(d) for d in range(p)]
+    for _ in range(total):
+        live = [(pr[0], d) for d, pr in enumerate(proposals) if pr is not None]
+        if not live:
+            stuck = [d for d in range(p) if next_f[stages_of[d][0]] < m or pending_w[d]] \
+                if stages_of[0] else []
+            raise ValueError(f"memory_greedy cannot continue: devices {stuck or 'all'} wait on "
+                             f"each other under memory_limit {limit:g} and warmup {cap}")
+        t, d = min(live)
+        _, kind, s = proposals[d]
+        if kind == _F:
+            j = next_f[s]
+            next_f[s] += 1
+            fin = t + tf[s]
+            f_done[s, j] = fin
+            mem[d] += act[s]
+            ahead[d] += 1
+        elif kind == _B:
+            j = next_b[s]
+            next_b[s] += 1
+            fin = t + tb[s]
+            b_done[s, j] = fin
+            mem[d] -= act[s] - act_w[s]
+            ahead[d] -= 1
+            pending_w[d].append((s, j))
+        else:
+            s, j = pending_w[d].popleft()
+            fin = t + tw[s]
+            mem[d] -= act_w[s]
+        free[d] = fin
+        programs[d].append((("F", "B", "W")[kind], s, j))
+        touched = {d}
+        if kind == _F and s + 1 < S:
+            touched.add(placement[s + 1])
+        if kind == _B and s > 0:
+            touched.add(placement[s - 1])
+        if kind == _F and s == S - 1:
+            touched.add(d)
+        for e in touched:
+            proposals[e] = propose(e)
+        if kind != _W:
+            continue
     return Schedule.from_programs(programs, name=name, devices=p)

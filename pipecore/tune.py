@@ -81,9 +81,32 @@ def _family_candidates(p, m, names, chunk_values):
                                  chunks=c, options=options)
 
 
+def _spread(values, most):
+    """At most ``most`` of the values, evenly spread, ends included."""
+    values = list(values)
+    if len(values) <= most:
+        return values
+    idx = np.unique(np.round(np.linspace(0, len(values) - 1, most)).astype(int))
+    return [values[i] for i in idx]
+
+
 def _generated(p, m, costs, limit):
     """Schedules generated for these costs and this limit (name, builder)."""
     from . import generate
+
+    lim = None if math.isinf(limit) else limit
+    linear = list(range(p))
+    vee = linear + linear[::-1]
+    for w_fill in (0.0, 0.5, 1.0):
+        # Warm-up depth: 1F1B's p - d plus k extra forwards in flight.
+        for k in _spread(range(p + 1), 9):
+            warm = [p - d + k for d in range(p)]
+            yield (f"memory-greedy linear warmup=p-d+{k} w_fill={w_fill:g}",
+                   lambda warm=warm, w_fill=w_fill: generate.memory_greedy(
+                       linear, m, costs, lim, warm, w_fill, name="memory-greedy"))
+        yield (f"memory-greedy V w_fill={w_fill:g}",
+               lambda w_fill=w_fill: generate.memory_greedy(vee, m, costs, lim, None, w_fill,
+                                                            name="memory-greedy-v"))
 
     scalar = all(np.ndim(getattr(costs, k)) == 0 for k in ("f", "b", "w", "comm", "activation",
                                                            "activation_w"))
@@ -298,8 +321,9 @@ class Tuned:
             lines.append(f"{len(over)} candidate(s) exceed the limit; the fastest of them, "
                          f"{over[0]['candidate']}, would take {over[0]['makespan']:.6g} with "
                          f"memory {over[0]['memory']:.6g}")
-        lines.append(f"{len(rows)} candidates simulated, {len(skipped)} not built for this "
-                     f"shape, in {self.seconds:.2f} s")
+        dup = sum(1 for r in skipped if r["note"].startswith("same schedule as"))
+        lines.append(f"{len(rows)} candidates simulated, {dup} duplicates dropped, "
+                     f"{len(skipped) - dup} not buildable for this shape, in {self.seconds:.2f} s")
         lines.append("")
         lines.append(f"{'candidate':<34} {'makespan':>11} {'bubble':>7} {'memory':>9}  fits")
         for r in fit[:top] + over[:top]:
