@@ -9,6 +9,7 @@ from numba import njit, prange
 
 STATUS_OK = 0
 STATUS_DEADLOCK = 1
+NOT_WAITING = 0xFFFFFFFF  # list_units' wait entry of a device not blocked
 
 
 @njit(cache=True)
@@ -27,110 +28,176 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     overlapped F&B unit whose F is the previous row: the two start together
     when both are ready and take ``(F + B) * fb_factor``.
 
-    On return ``head[d]`` is the row of device d's first op that did not
-    run (``dev_ptr[d+1]`` when the device finished).
+    The arrays must describe a validated schedule with costs >= 0: ``dep``
+    is not read, since only remote producers (``xfer``) can block or delay
+    an op (see ``list_units``). On return ``head[d]`` is the row of device
+    d's first op that did not run (``dev_ptr[d+1]`` when the device
+    finished).
     """
     p = dev_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst_dev.shape[0]
-    return list_schedule_ws(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
-                            x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
-                            start, finish, x_start, x_arrival, head,
-                            np.empty(n, dtype=np.bool_), np.empty(nx, dtype=np.bool_),
-                            np.empty(n_links), np.empty(p, dtype=np.int64),
-                            np.empty(p, dtype=np.bool_), np.empty(p))
+    u_ptr = np.empty(p + 1, dtype=np.uint32)
+    u_row = np.empty(n + 1, dtype=np.int64)
+    u_out = np.empty(n + 1, dtype=np.uint32)
+    in_ptr = np.empty(n + 1, dtype=np.uint32)
+    in_x = np.empty(nx, dtype=np.uint32)
+    ident = np.arange(max(n, nx), dtype=np.uint32)  # codes: one table entry per unit, transfer
+    dur = np.empty(n)
+    u_start = np.empty(n)
+    u_finish = np.empty(n)
+    u_head = np.empty(p, dtype=np.uint32)
+    nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
+    for u in range(nu):
+        h = u_row[u]
+        cost = stage_cost[op_kind[h], op_stage[h]]
+        if u_row[u + 1] - h == 1:
+            dur[u] = cost
+        else:
+            dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]]) * fb_factor
+    status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
+                        x_link.astype(np.uint32), x_dst_dev.astype(np.uint32), n_links,
+                        u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
+                        np.empty(n_links), np.empty(p, dtype=np.uint32),
+                        np.empty(p, dtype=np.uint32))
+    for u in range(nu):
+        h = u_row[u]
+        start[h] = u_start[u]
+        finish[h] = u_finish[u]
+        if u_row[u + 1] - h == 2:
+            start[h + 1] = u_start[u]
+            finish[h + 1] = u_finish[u]
+    for d in range(p):
+        head[d] = u_row[u_head[d]]
+    return status
 
 
 @njit(cache=True)
-def list_schedule_ws(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
-                     x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
-                     start, finish, x_start, x_arrival, head,
-                     done, x_done, link_free, stack, queued, dev_free):
-    """``list_schedule`` with caller-provided work arrays (at least n, nx,
-    n_links, p, p and p long), so a batch reuses them across configurations."""
+def program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x):
+    """Split the device programs into units (an op, or an overlapped F&B
+    pair) for ``list_units``; return the number of units, nu.
+
+    Writes device d's units ``u_ptr[d]..u_ptr[d+1]-1`` (p + 1 entries);
+    unit u's rows ``u_row[u]..u_row[u+1]-1`` and the transfers it sends,
+    ``u_out[u]..u_out[u+1]-1`` (F row's first; nu + 1 entries each); the
+    transfers it waits for, ``in_x[in_ptr[u]..in_ptr[u+1]-1]`` (row, then
+    slot order; at most nx). Local producers are not listed.
+    """
     p = dev_ptr.shape[0] - 1
-    n = op_kind.shape[0]
-    nx = x_dst_dev.shape[0]
-    done[:n] = False
-    x_done[:nx] = False
+    u = 0
+    k = 0
+    for d in range(p):
+        u_ptr[d] = u
+        lo = dev_ptr[d]
+        for r in range(lo, dev_ptr[d + 1]):
+            # A paired row joins the previous row's unit (pairs never chain:
+            # rule "slot-unique").
+            if r == lo or not paired[r]:
+                u_row[u] = r
+                u_out[u] = out_ptr[r]
+                in_ptr[u] = k
+                u += 1
+            x = xfer[r, 0]
+            if x >= 0:
+                in_x[k] = x
+                k += 1
+            x = xfer[r, 1]
+            if x >= 0:
+                in_x[k] = x
+                k += 1
+    u_ptr[p] = u
+    u_row[u] = dev_ptr[p]
+    u_out[u] = out_ptr[dev_ptr[p]]
+    in_ptr[u] = k
+    return u
+
+
+@njit(cache=True)
+def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_link,
+               x_dst_dev, n_links, u_start, u_finish, x_start, x_arrival, head,
+               busy, dev_free, link_free, stack, wait):
+    """The list scheduler on ``program_units``' units; return a status code.
+
+    Unit u takes ``dur[u_code[u]]``; transfer x has serialisation
+    ``x_ser[x_cls[x]]`` and latency ``x_lat[x_cls[x]]`` (so a batch passes
+    small per-configuration tables). Writes each unit's start and finish,
+    each transfer's start and arrival, and per device the first unit not
+    run (``head``), the busy time summed in program order (``busy``) and
+    the last finish (``dev_free``). ``link_free``, ``stack`` and ``wait``
+    (n_links, p and p long) are work arrays. Index arrays are unsigned so
+    that Numba leaves out its negative-index fix-up.
+
+    Only remote inputs are checked: in a validated schedule a local
+    producer comes earlier in its device's program (rule "order") and,
+    durations being >= 0, finishes no later than the device is free, so it
+    can neither block a unit nor delay it; deadlocks come from remote waits
+    only. A transfer not yet sent has arrival -1 (real ones are >= 0). A
+    blocked device records the transfer it waits for and is revisited once
+    that one is sent; times do not depend on the order of visits.
+    """
+    p = u_ptr.shape[0] - 1
+    nx = x_link.shape[0]
+    x_arrival[:nx] = -1.0
     link_free[:n_links] = 0.0
-    queued[:p] = True
     top = 0
     for d in range(p - 1, -1, -1):
-        head[d] = dev_ptr[d]
+        head[d] = u_ptr[d]
+        busy[d] = 0.0
+        dev_free[d] = 0.0
+        wait[d] = NOT_WAITING
         stack[top] = d
         top += 1
-    dev_free[:p] = 0.0
 
     while top > 0:
         top -= 1
         d = stack[top]
-        queued[d] = False
-        h = head[d]
-        end = dev_ptr[d + 1]
+        u = head[d]
+        end = u_ptr[d + 1]
         t_free = dev_free[d]
-        while h < end:
-            last = h + 1 if h + 1 < end and paired[h + 1] else h
+        total = busy[d]
+        while u < end:
             t = t_free
-            ready = True
-            for r in range(h, last + 1):
-                for j in range(2):
-                    q = dep[r, j]
-                    if q < 0:
-                        continue
-                    x = xfer[r, j]
-                    if x >= 0:
-                        if not x_done[x]:
-                            ready = False
-                            break
-                        a = x_arrival[x]
-                    else:
-                        if not done[q]:
-                            ready = False
-                            break
-                        a = finish[q]
-                    if a > t:
-                        t = a
-                if not ready:
+            blocked = False
+            for j in range(in_ptr[u], in_ptr[u + 1]):
+                x = in_x[j]
+                a = x_arrival[x]
+                if a < 0.0:
+                    wait[d] = x
+                    blocked = True
                     break
-            if not ready:
+                t = max(t, a)  # select(a > t, a, t), as the semantics' max
+            if blocked:
                 break
-            if last == h:
-                f = t + stage_cost[op_kind[h], op_stage[h]]
-            else:
-                f = t + (stage_cost[op_kind[h], op_stage[h]]
-                         + stage_cost[op_kind[last], op_stage[last]]) * fb_factor
-            for r in range(h, last + 1):
-                start[r] = t
-                finish[r] = f
-                done[r] = True
-                for x in range(out_ptr[r], out_ptr[r + 1]):
-                    ser = x_ser[x]
-                    if ser == 0.0:
-                        x_start[x] = f
-                        x_arrival[x] = f + x_lat[x]
-                    else:
-                        link = x_link[x]
-                        s = f
-                        if link_free[link] > s:
-                            s = link_free[link]
-                        e = s + ser
-                        link_free[link] = e
-                        x_start[x] = s
-                        x_arrival[x] = e + x_lat[x]
-                    x_done[x] = True
-                    c = x_dst_dev[x]
-                    if not queued[c]:
-                        queued[c] = True
-                        stack[top] = c
-                        top += 1
+            f = t + dur[u_code[u]]
+            u_start[u] = t
+            u_finish[u] = f
+            total += f - t
+            for x in range(u_out[u], u_out[u + 1]):
+                cls = x_cls[x]
+                ser = x_ser[cls]
+                if ser == 0.0:
+                    s = f
+                    e = f
+                else:
+                    link = x_link[x]
+                    s = max(f, link_free[link])
+                    e = s + ser
+                    link_free[link] = e
+                x_start[x] = s
+                x_arrival[x] = e + x_lat[cls]
+                c = x_dst_dev[x]
+                if wait[c] == x:
+                    wait[c] = NOT_WAITING
+                    stack[top] = c
+                    top += 1
             t_free = f
-            h = last + 1
-        head[d] = h
+            u += 1
+        head[d] = u
         dev_free[d] = t_free
+        busy[d] = total
 
     for d in range(p):
-        if head[d] < dev_ptr[d + 1]:
+        if head[d] < u_ptr[d + 1]:
             return STATUS_DEADLOCK
     return STATUS_OK
 

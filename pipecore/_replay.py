@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._kernels import STATUS_DEADLOCK, STATUS_OK, list_schedule_ws
+from ._kernels import STATUS_DEADLOCK, STATUS_OK, list_units, program_units
 
 LANES = 64  # one AVX-512 register of float64; also fine on AVX2 (two)
 
@@ -283,125 +283,173 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
     its parameter column, exactly as ``replay_groups`` does.
     """
     N = c_struct.shape[0]
+    n_struct = s_p.shape[0]
+    # Each structure's units (_kernels.program_units), laid out like its
+    # rows: per-unit arrays at s_o0[s] (nu + 1 <= n + 1 entries), unit
+    # pointers at s_dp0[s], remote inputs (one per transfer) at s_x0[s].
+    u_ptr = np.empty(dev_ptr.shape[0], dtype=np.uint32)
+    u_row = np.empty(out_ptr.shape[0], dtype=np.int64)
+    u_out = np.empty(out_ptr.shape[0], dtype=np.uint32)
+    in_ptr = np.empty(out_ptr.shape[0], dtype=np.uint32)
+    in_x = np.empty(max(x_link.shape[0], 1), dtype=np.uint32)
+    u_code = np.empty(out_ptr.shape[0], dtype=np.uint8)
+    s_nu = np.empty(n_struct, dtype=np.int64)
+    for s in range(n_struct):
+        p = s_p[s]
+        dp0 = s_dp0[s]
+        r0 = s_r0[s]
+        o0 = s_o0[s]
+        x0 = s_x0[s]
+        n = dev_ptr[dp0 + p]
+        nx = out_ptr[o0 + n]
+        nu = program_units(dev_ptr[dp0:dp0 + p + 1], xfer[r0:r0 + n], out_ptr[o0:o0 + n + 1],
+                           paired[r0:r0 + n], u_ptr[dp0:dp0 + p + 1], u_row[o0:o0 + n + 1],
+                           u_out[o0:o0 + n + 1], in_ptr[o0:o0 + n + 1], in_x[x0:x0 + nx])
+        s_nu[s] = nu
+        # Index into _list_one's duration table: the kind, or 5 + 5 * F's + B's.
+        for u in range(nu):
+            h = u_row[o0 + u]
+            if u_row[o0 + u + 1] - h == 1:
+                u_code[o0 + u] = op_kind[r0 + h]
+            else:
+                u_code[o0 + u] = 5 + 5 * op_kind[r0 + h] + op_kind[r0 + h + 1]
+    # Unsigned views: Numba leaves out its negative-index fix-up.
+    dev_ptr_u = dev_ptr.view(np.uint64)
+    kinds_u = op_kind.view(np.uint8)
+    x_cls = x_code.view(np.uint8)
+    x_link_u = x_link.view(np.uint32)
+    x_dst_u = x_dst_dev.view(np.uint32)
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
-        w_start = np.empty(max_n)
-        w_finish = np.empty(max_n)
-        w_stage0 = np.zeros(max_n, dtype=np.int32)  # one cost column serves every stage
-        w_done = np.empty(max_n, dtype=np.bool_)
-        w_ser = np.empty(max_nx)
-        w_lat = np.empty(max_nx)
+        w_us = np.empty(max_n)
+        w_uf = np.empty(max_n)
         w_xs = np.empty(max_nx)
         w_xa = np.empty(max_nx)
-        w_xdone = np.empty(max_nx, dtype=np.bool_)
         w_link = np.empty(max_nl)
-        w_head = np.empty(max_p, dtype=np.int64)
-        w_stack = np.empty(max_p, dtype=np.int64)
-        w_queued = np.empty(max_p, dtype=np.bool_)
+        w_head = np.empty(max_p, dtype=np.uint32)
+        w_busy = np.empty(max_p)
         w_free = np.empty(max_p)
-        cost = np.empty((5, 1))
+        w_stack = np.empty(max_p, dtype=np.uint32)
+        w_wait = np.empty(max_p, dtype=np.uint32)
+        dur = np.empty(30)
+        ser = np.empty(4)
+        lat = np.empty(4)
+        delta = np.empty(5)
+        memo_s = np.full(1, -1, dtype=np.int64)  # structure whose peaks memo holds
+        memo = np.empty(5)  # act, act_w and weights shares; peak activation, peak total
         for k in range(c * N // n_chunks, (c + 1) * N // n_chunks):
-            _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, dev_ptr, op_kind,
-                      dep, xfer, out_ptr, x_dst_dev, x_link, x_code, paired, d_copies, c_struct,
-                      params, out, status, w_start, w_finish, w_stage0, w_done, w_ser, w_lat,
-                      w_xs, w_xa, w_xdone, w_link, w_head, w_stack, w_queued, w_free, cost)
+            _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, dev_ptr_u,
+                      kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
+                      d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
+                      w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
+                      memo)
 
 
 @njit(cache=True)
-def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, dev_ptr, op_kind,
-              dep, xfer, out_ptr, x_dst_dev, x_link, x_code, paired, d_copies, c_struct,
-              params, out, status, w_start, w_finish, w_stage0, w_done, w_ser, w_lat,
-              w_xs, w_xa, w_xdone, w_link, w_head, w_stack, w_queued, w_free, cost):
+def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, dev_ptr,
+              op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
+              d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
+              w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo):
     s = c_struct[k]
     p = s_p[s]
     S = s_S[s]
     cdiv = s_cdiv[s]
-    r0 = s_r0[s]
     x0 = s_x0[s]
-    dp = dev_ptr[s_dp0[s]:s_dp0[s] + p + 1]
-    n = dp[p]
     o0 = s_o0[s]
-    nx = out_ptr[o0 + n]
-    kinds = op_kind[r0:r0 + n]
+    dp0 = s_dp0[s]
+    dp = dev_ptr[dp0:dp0 + p + 1]
+    up = u_ptr[dp0:dp0 + p + 1]
+    nu = s_nu[s]
+    nx = u_out[o0 + nu]
     fs = _share(params[P_F, k], cdiv, p, S)
     bs = _share(params[P_B, k], cdiv, p, S)
     ws = _share(params[P_W, k], cdiv, p, S)
-    cost[0, 0] = fs
-    cost[1, 0] = bs
-    cost[2, 0] = ws
-    cost[3, 0] = bs + ws
-    cost[4, 0] = 0.0
-    ser = w_ser[:nx]
-    lat = w_lat[:nx]
-    for x in range(nx):
-        code = x_code[x0 + x]
+    dur[0] = fs
+    dur[1] = bs
+    dur[2] = ws
+    dur[3] = bs + ws
+    dur[4] = 0.0
+    fb = params[P_FB, k]
+    for k1 in range(5):
+        for k2 in range(5):
+            dur[5 + 5 * k1 + k2] = (dur[k1] + dur[k2]) * fb
+    # Per x_code (2 * all-reduce + crosses nodes): the same divisions and
+    # sums as per transfer, done once.
+    for code in range(4):
         nbytes = params[P_GRAD, k] if code >= 2 else params[P_BYTES, k]
         if code & 1:
-            ser[x] = nbytes / params[P_IBW, k]
-            lat[x] = params[P_COMM, k] + params[P_ILAT, k]
+            ser[code] = nbytes / params[P_IBW, k]
+            lat[code] = params[P_COMM, k] + params[P_ILAT, k]
         else:
-            ser[x] = nbytes / params[P_BW, k]
-            lat[x] = params[P_COMM, k] + params[P_LAT, k]
-    start = w_start[:n]
-    finish = w_finish[:n]
-    head = w_head[:p]
-    st = list_schedule_ws(dp, kinds, w_stage0[:n], dep[r0:r0 + n], xfer[r0:r0 + n],
-                          out_ptr[o0:o0 + n + 1], x_dst_dev[x0:x0 + nx], x_link[x0:x0 + nx],
-                          ser, lat, cost, s_nl[s], paired[r0:r0 + n], params[P_FB, k],
-                          start, finish, w_xs[:nx], w_xa[:nx], head,
-                          w_done, w_xdone, w_link, w_stack, w_queued, w_free)
+            ser[code] = nbytes / params[P_BW, k]
+            lat[code] = params[P_COMM, k] + params[P_LAT, k]
+    busy = w_busy[:p]
+    free = w_free[:p]
+    u_start = w_us[:nu]
+    st = list_units(up, u_out[o0:o0 + nu + 1], in_ptr[o0:o0 + nu + 1], in_x[x0:x0 + nx],
+                    u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat, x_link[x0:x0 + nx],
+                    x_dst_dev[x0:x0 + nx], s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
+                    w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait)
     status[k] = st
     if st != STATUS_OK:
         return
-    act = _share(params[P_ACT, k], cdiv, p, S)
-    actw = _share(params[P_ACTW, k], cdiv, p, S)
-    wsh = _share(params[P_WEIGHTS, k], cdiv, p, S)
+    # Per device, the scheduler summed the busy time in program order and
+    # kept the last finish, which is its largest (finishes never decrease).
     top = 0.0
     total = 0.0
     most = 0.0
     widest = 0.0
-    best = 0.0
-    whole = 0.0
     for d in range(p):
-        lo = dp[d]
-        hi = dp[d + 1]
-        busy = 0.0
-        mem = 0.0
-        pk = 0.0
-        for i in range(lo, hi):
-            if not paired[r0 + i]:
-                busy += finish[i] - start[i]
-            if finish[i] > top:
-                top = finish[i]
-            kk = kinds[i]
-            if kk == 0:
-                mem = mem + act
-                if mem > pk:
-                    pk = mem
-            elif kk == 1:
-                mem = mem - (act - actw)
-            elif kk == 2:
-                mem = mem - actw
-            elif kk == 3:
-                mem = mem - act
-        total += busy
-        if busy > most:
-            most = busy
-        if hi > lo and finish[hi - 1] - start[lo] > widest:
-            widest = finish[hi - 1] - start[lo]
-        static = 0.0
-        for _ in range(d_copies[s_d0[s] + d]):
-            static += wsh
-        if pk > best:
-            best = pk
-        if pk + static > whole:
-            whole = pk + static
+        fin = free[d]
+        if fin > top:
+            top = fin
+        total += busy[d]
+        if busy[d] > most:
+            most = busy[d]
+        if up[d + 1] > up[d] and fin - u_start[up[d]] > widest:
+            widest = fin - u_start[up[d]]
     out[O_MAKESPAN, k] = top
     out[O_BUSY_SUM, k] = total
     out[O_BUSY_MAX, k] = most
     out[O_SPAN_MAX, k] = widest
-    out[O_PEAK_ACT, k] = best
-    out[O_PEAK_TOTAL, k] = whole
+    act = _share(params[P_ACT, k], cdiv, p, S)
+    actw = _share(params[P_ACTW, k], cdiv, p, S)
+    wsh = _share(params[P_WEIGHTS, k], cdiv, p, S)
+    # The peaks depend on the structure and these three shares only: reuse
+    # the previous configuration's when they are equal (sweeps often keep them).
+    if not (memo_s[0] == s and memo[0] == act and memo[1] == actw and memo[2] == wsh):
+        # peak_memory's arithmetic: x - y is exactly x + (-y), and adding 0.0
+        # (kind 4) keeps the total, which starts at +0.0 and is never -0.0.
+        delta[0] = act
+        delta[1] = -(act - actw)
+        delta[2] = -actw
+        delta[3] = -act
+        delta[4] = 0.0
+        kinds = op_kind[s_r0[s]:s_r0[s] + int(dp[p])]
+        best = 0.0
+        whole = 0.0
+        for d in range(p):
+            mem = 0.0
+            pk = 0.0
+            for i in range(dp[d], dp[d + 1]):
+                kk = kinds[i]
+                mem = mem + delta[kk]
+                pk = mem if kk == 0 and mem > pk else pk
+            static = 0.0
+            for _ in range(d_copies[s_d0[s] + d]):
+                static += wsh
+            if pk > best:
+                best = pk
+            if pk + static > whole:
+                whole = pk + static
+        memo_s[0] = s
+        memo[0] = act
+        memo[1] = actw
+        memo[2] = wsh
+        memo[3] = best
+        memo[4] = whole
+    out[O_PEAK_ACT, k] = memo[3]
+    out[O_PEAK_TOTAL, k] = memo[4]
 
 
 __all__ = ["LANES", "execution_order", "replay_groups", "list_groups", "STATUS_OK",
