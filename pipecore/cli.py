@@ -120,6 +120,9 @@ def _parser():
     mem.add_argument("--memory-limit", type=float, default=None,
                      help="per-device limit on activation + weights (default none)")
     u.add_argument("--families", default=None, help="comma-separated families (default all)")
+    u.add_argument("--objective", choices=("makespan", "span"), default="makespan",
+                   help="minimise the makespan (default) or the longest per-device span "
+                        "(the zero-bubble papers' cost)")
     u.add_argument("--top", type=_positive_int, default=10, help="rows in the report (default 10)")
     u.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
     u.add_argument("--actions", action="store_true", help="also print the winner's programs")
@@ -263,7 +266,7 @@ def _cmd_tune(args, out):
     families = None if args.families is None else [x for x in args.families.split(",") if x]
     try:
         best = tune(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
-                    network=_network(args), families=families)
+                    network=_network(args), families=families, objective=args.objective)
     except TuneError as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 1

@@ -121,7 +121,8 @@ def _generated(p, m, costs, limit):
 
 def tune(devices: int, microbatches: int, costs: Costs | None = None,
          memory_limit: float | None = None, network: Network | None = None,
-         families=None, chunks=None, generated: bool = True) -> Tuned:
+         families=None, chunks=None, generated: bool = True,
+         objective: str = "makespan") -> Tuned:
     """The fastest schedule whose worst device fits the memory limit.
 
     Parameters
@@ -144,6 +145,12 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         :data:`CHUNK_VALUES`).
     generated : bool
         Also try schedules generated for these costs and the limit.
+    objective : {"makespan", "span"}
+        What to minimise: the iteration's makespan (first op to last, the
+        time of an iteration that ends in a global step), or the longest
+        per-device span (last op end minus first op start on one device: the
+        zero-bubble papers' cost, whose ``bubble_rate`` they report; right
+        when consecutive iterations may overlap on the pipeline).
 
     Returns
     -------
@@ -160,6 +167,8 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         For bad arguments (naming them).
     """
     t0 = time.perf_counter()
+    if objective not in ("makespan", "span"):
+        raise ValueError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
     p = _check_int("devices", devices, minimum=1)
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
@@ -220,10 +229,16 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
             f"nothing fits memory_limit={limit:g}: the least memory any candidate needs is "
             f"{least.memory:g} ({least.label}, makespan {least.result.makespan:g}); a limit of "
             f"at least {least.memory:g} gives a schedule", least.memory, table)
-    best = min(fitting, key=lambda c: (c.result.makespan, c.memory, c.label))
+    best = min(fitting, key=lambda c: (_score(c.result, objective), c.memory, c.label))
     validate(best.schedule)
     return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
-                 time.perf_counter() - t0)
+                 time.perf_counter() - t0, objective)
+
+
+def _score(result, objective):
+    if objective == "span":
+        return float(result.span.max()) if result.span.size else 0.0
+    return result.makespan
 
 
 def _fingerprint(schedule):
@@ -237,7 +252,7 @@ def _fingerprint(schedule):
 
 
 def _table(cands, limit):
-    rows = {"candidate": [], "source": [], "family": [], "chunks": [], "makespan": [],
+    rows = {"candidate": [], "source": [], "family": [], "chunks": [], "makespan": [], "span": [],
             "bubble_rate": [], "bubble_ratio": [], "peak_activation": [], "memory": [],
             "fits": [], "note": []}
     for c in cands:
@@ -248,6 +263,7 @@ def _table(cands, limit):
         rows["chunks"].append(None if c.schedule is None else
                               c.schedule.stages // c.schedule.devices)
         rows["makespan"].append(None if r is None else float(r.makespan))
+        rows["span"].append(None if r is None else _score(r, "span"))
         rows["bubble_rate"].append(None if r is None else float(r.bubble_rate))
         rows["bubble_ratio"].append(None if r is None else float(r.bubble_ratio))
         rows["peak_activation"].append(None if r is None else float(r.peak_activation.max()))
@@ -276,6 +292,8 @@ class Tuned:
     network : Network or None
     seconds : float
         Time tune took.
+    objective : str
+        What was minimised ("makespan" or "span").
     """
 
     schedule: Schedule
@@ -286,6 +304,7 @@ class Tuned:
     costs: Costs
     network: Network | None
     seconds: float
+    objective: str = "makespan"
 
     def report(self, top: int = 10) -> str:
         """Why the winner won: the ranking of candidates that fit, and the
@@ -306,20 +325,21 @@ class Tuned:
             Nothing beyond errors of the objects it is given.
         """
         rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
-        fit = sorted((r for r in rows if r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
-        over = sorted((r for r in rows if not r["fits"]), key=lambda r: r["makespan"])
+        key = self.objective
+        fit = sorted((r for r in rows if r["fits"]), key=lambda r: (r[key], r["memory"]))
+        over = sorted((r for r in rows if not r["fits"]), key=lambda r: r[key])
         skipped = [r for r in self.candidates.to_pylist() if r["makespan"] is None]
         lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit:g}"
         best = fit[0]
-        lines = [f"winner: {self.label}  makespan {best['makespan']:.6g}  bubble rate "
+        lines = [f"winner ({key}): {self.label}  makespan {best['makespan']:.6g}  bubble rate "
                  f"{best['bubble_rate']:.4f}  memory {best['memory']:.6g} (limit {lim})"]
         if len(fit) > 1:
             nxt = fit[1]
-            gap = (nxt["makespan"] / best["makespan"] - 1) * 100
-            lines.append(f"runner-up: {nxt['candidate']} is {gap:.2f}% slower")
+            gap = (nxt[key] / best[key] - 1) * 100
+            lines.append(f"runner-up: {nxt['candidate']} is {gap:.2f}% slower ({key})")
         if over:
             lines.append(f"{len(over)} candidate(s) exceed the limit; the fastest of them, "
-                         f"{over[0]['candidate']}, would take {over[0]['makespan']:.6g} with "
+                         f"{over[0]['candidate']}, would take {over[0][key]:.6g} ({key}) with "
                          f"memory {over[0]['memory']:.6g}")
         dup = sum(1 for r in skipped if r["note"].startswith("same schedule as"))
         lines.append(f"{len(rows)} candidates simulated, {dup} duplicates dropped, "
