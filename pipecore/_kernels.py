@@ -34,8 +34,17 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     d's first op that did not run (``dev_ptr[d+1]`` when the device
     finished).
     """
+    units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev)
+    return run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
+                     start, finish, x_start, x_arrival, head)
+
+
+@njit(cache=True)
+def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev):
+    """The cost-independent unit arrays ``run_units`` takes (a tuple); a
+    schedule's are computed once and reused across simulations."""
     p = dev_ptr.shape[0] - 1
-    n = op_kind.shape[0]
+    n = xfer.shape[0]
     nx = x_dst_dev.shape[0]
     u_ptr = np.empty(p + 1, dtype=np.uint32)
     u_row = np.empty(n + 1, dtype=np.int64)
@@ -43,11 +52,23 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     in_ptr = np.empty(n + 1, dtype=np.uint32)
     in_x = np.empty(nx, dtype=np.uint32)
     ident = np.arange(max(n, nx), dtype=np.uint32)  # codes: one table entry per unit, transfer
+    nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
+    return (nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link.astype(np.uint32),
+            x_dst_dev.astype(np.uint32))
+
+
+@njit(cache=True)
+def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
+              start, finish, x_start, x_arrival, head):
+    """``list_schedule`` on precomputed units (see ``make_units``)."""
+    nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32 = units
+    p = u_ptr.shape[0] - 1
+    n = op_kind.shape[0]
+    nx = x_dst32.shape[0]
     dur = np.empty(n)
     u_start = np.empty(n)
     u_finish = np.empty(n)
     u_head = np.empty(p, dtype=np.uint32)
-    nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
     for u in range(nu):
         h = u_row[u]
         cost = stage_cost[op_kind[h], op_stage[h]]
@@ -56,7 +77,7 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
         else:
             dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]]) * fb_factor
     status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
-                        x_link.astype(np.uint32), x_dst_dev.astype(np.uint32), n_links,
+                        x_link32, x_dst32, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
                         np.empty(p, dtype=np.uint32))
@@ -313,3 +334,25 @@ def simulate_batch(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_
             if peak[d] > best:
                 best = peak[d]
         peak_max[k] = best
+
+
+@njit(cache=True)
+def transfer_times(x_src, op_stage, x_is_ar, x_src_dev, x_dst_dev, nbytes, grads, comm,
+                   bw, lat, inter_bw, inter_lat, per_node, ser, x_lat):
+    """Serialisation time and latency of every transfer, in one pass.
+
+    ``nbytes``, ``grads`` and ``comm`` are per sending stage; a transfer
+    feeding an all-reduce carries ``grads``. With ``per_node`` > 0, links
+    between nodes (device // per_node differs) use the inter values. Same
+    arithmetic as before this kernel: ``bytes / bandwidth`` and
+    ``comm + link latency``.
+    """
+    for x in range(x_src.shape[0]):
+        s = op_stage[x_src[x]]
+        size = grads[s] if x_is_ar[x] else nbytes[s]
+        if per_node > 0 and x_src_dev[x] // per_node != x_dst_dev[x] // per_node:
+            ser[x] = size / inter_bw
+            x_lat[x] = comm[s] + inter_lat
+        else:
+            ser[x] = size / bw
+            x_lat[x] = comm[s] + lat

@@ -46,6 +46,7 @@ class Compiled:
     x_src: np.ndarray
     paired: np.ndarray
     fb_factor: float
+    units: tuple | None = None  # make_units' arrays, shared by every compile of a schedule
 
     def run(self):
         """Run the list scheduler.
@@ -70,10 +71,12 @@ class Compiled:
         start, finish = buf[:n], buf[n:2 * n]
         x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
         head = np.empty(p, dtype=np.int64)
-        status = _kernels.list_schedule(
-            self.dev_ptr, self.op_kind, self.op_stage, self.dep, self.xfer, self.out_ptr,
-            self.x_dst_dev, self.x_link, self.x_ser, self.x_lat, self.stage_cost, self.n_links,
-            self.paired, self.fb_factor, start, finish, x_start, x_arrival, head)
+        if self.units is None:
+            self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
+                                             self.x_link, self.x_dst_dev)
+        status = _kernels.run_units(
+            self.units, self.op_kind, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
+            self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head)
         return status, start, finish, x_start, x_arrival, head
 
 
@@ -124,9 +127,10 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[4] = 0.0  # an all-reduce's cost is its gradient transfer
 
     x_src = st["x_src"]
-    send_stage = st["op_stage"][x_src]
-    ser, net_lat = network_arrays(st, network, S)
-    lat = arrays["comm"][send_stage] + net_lat
+    ser, lat = _transfer_arrays(st, network, S, arrays["comm"])
+    if "_units" not in st:  # cost-independent: once per schedule
+        st["_units"] = _kernels.make_units(st["dev_ptr"], st["xfer"], st["out_ptr"],
+                                           st["paired"], st["x_link"], st["x_dst_dev"])
     return Compiled(
         dev_ptr=st["dev_ptr"],
         op_kind=st["op_kind"],
@@ -137,8 +141,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         x_dst=st["x_dst"],
         x_dst_dev=st["x_dst_dev"],
         x_link=st["x_link"],
-        x_ser=np.ascontiguousarray(ser, dtype=np.float64),
-        x_lat=np.ascontiguousarray(lat, dtype=np.float64),
+        x_ser=ser,
+        x_lat=lat,
         stage_cost=stage_cost,
         n_links=st["n_links"],
         act=arrays["activation"],
@@ -147,7 +151,34 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         x_src=x_src,
         paired=st["paired"],
         fb_factor=float(costs.fb_factor),
+        units=st["_units"],
     )
+
+
+def _transfer_arrays(st, network, stages, comm):
+    """Per-transfer serialisation and total latency (comm + link) in one kernel pass."""
+    nx = len(st["x_src"])
+    if network is not None and not isinstance(network, Network):
+        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    if network is None:  # free links: 0 / 1.0 serialisation, no link latency
+        nbytes = grads = np.zeros(stages)
+        bw, lat, ibw, ilat, per_node = 1.0, 0.0, 1.0, 0.0, 0
+    else:
+        nbytes = per_stage_direct("Network", "bytes", network.bytes, stages)
+        grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, stages)
+        bw, lat = float(network.bandwidth), float(network.latency)
+        per_node = network.devices_per_node or 0
+        ibw = float(network.inter_bandwidth) if per_node else bw
+        ilat = float(network.inter_latency) if per_node else lat
+    ser = np.empty(nx)
+    x_lat = np.empty(nx)
+    _kernels.transfer_times(st["x_src"], st["op_stage"], st["x_is_ar"], st["x_src_dev"],
+                            st["x_dst_dev"],
+                            np.ascontiguousarray(nbytes, dtype=np.float64),
+                            np.ascontiguousarray(grads, dtype=np.float64),
+                            np.ascontiguousarray(comm, dtype=np.float64),
+                            bw, lat, ibw, ilat, int(per_node), ser, x_lat)
+    return ser, x_lat
 
 
 def network_arrays(st, network, stages):
