@@ -117,12 +117,18 @@ def _generated(p, m, costs, limit):
             act_limit = limit - float(np.max(costs.weights))
         if act_limit is None or act_limit >= p * costs.activation:
             yield "zb-v-greedy", lambda: generate.zbv_greedy(p, m, costs, act_limit)
+    if scalar and p >= 2:
+        # Adaptive V building blocks (Controllable Memory paper); any m, as the
+        # search pads to 2p microbatches internally and drops the extras.
+        from .adaptive import adaptive_v
+
+        yield "adaptive-v", lambda: adaptive_v(p, m, costs, lim)
 
 
 def tune(devices: int, microbatches: int, costs: Costs | None = None,
          memory_limit: float | None = None, network: Network | None = None,
          families=None, chunks=None, generated: bool = True,
-         objective: str = "makespan") -> Tuned:
+         objective: str = "makespan", polish: bool = True) -> Tuned:
     """The fastest schedule whose worst device fits the memory limit.
 
     Parameters
@@ -151,6 +157,10 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         per-device span (last op end minus first op start on one device: the
         zero-bubble papers' cost, whose ``bubble_rate`` they report; right
         when consecutive iterations may overlap on the pipeline).
+    polish : bool
+        Run a local search (:func:`pipecore.search.local_search`: ops moved
+        within a device's program, kept when the objective improves and the
+        limit holds) on the three best candidates that fit.
 
     Returns
     -------
@@ -229,10 +239,40 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
             f"nothing fits memory_limit={limit:g}: the least memory any candidate needs is "
             f"{least.memory:g} ({least.label}, makespan {least.result.makespan:g}); a limit of "
             f"at least {least.memory:g} gives a schedule", least.memory, table)
+    if polish:
+        fitting += _polish(fitting, cands, costs, limit, network, objective)
+        table = _table(cands, limit)
     best = min(fitting, key=lambda c: (_score(c.result, objective), c.memory, c.label))
     validate(best.schedule)
     return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
                  time.perf_counter() - t0, objective)
+
+
+def _polish(fitting, cands, costs, limit, network, objective, top=3):
+    """Local search (pipecore.search) on the best few fitting candidates."""
+    from .search import local_search
+
+    out = []
+    for c in sorted(fitting, key=lambda c: _score(c.result, objective))[:top]:
+        sched = c.schedule
+        if sched._info()["paired"].any() or (sched.kind_codes == 4).any():
+            continue  # the search moves single ops only
+        # About 4e6 op-simulations per candidate: a fraction of a second.
+        budget = max(200, min(20_000, int(4e6 // max(sched.num_ops, 1))))
+        try:
+            better = local_search(sched, costs, None if math.isinf(limit) else limit, network,
+                                  objective, window=4, max_evals=budget,
+                                  name=f"{sched.name}+ls")
+        except ValueError:
+            continue
+        res = simulate(better, costs, network)
+        if _score(res, objective) < _score(c.result, objective) * (1 - 1e-12):
+            cand = _Candidate(label=f"{c.label} +local-search", source="polished",
+                              family=c.family, chunks=c.chunks, options=c.options,
+                              schedule=better, result=res)
+            cands.append(cand)
+            out.append(cand)
+    return out
 
 
 def _score(result, objective):
