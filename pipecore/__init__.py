@@ -6,7 +6,7 @@
 33.0
 """
 
-from . import blocks, generate, milp, search  # noqa: E402  (pc.blocks.BuildingBlock, pc.milp.optimal)
+from . import adaptive, blocks, generate, milp, search  # noqa: E402  (pc.milp.optimal, ...)
 from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .batch import simulate_many
 from .compare import compare
@@ -26,5 +26,6 @@ __all__ = [
     "Family", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
+    "adaptive",
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
 ]
