@@ -230,3 +230,21 @@ def test_progress_bar_when_asked(tmp_path, capsys):
     assert "100.0%" in err and "configs/s" in err and "ETA" in err
     pc.write_scan(GRID, tmp_path / "b", progress=False, plot=False)
     assert capsys.readouterr().err == ""
+
+
+def test_readme_grid_example_parses_and_runs(tmp_path):
+    # The grid shown in README.md must stay a valid grid.
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", readme, re.S).group(1)
+    path = tmp_path / "grid.toml"
+    path.write_text(block)
+    grid = pc.Grid.from_toml(path)
+    # 4 families x 3 devices x 3 microbatches, interleaved twice (chunks 2, 4):
+    # 45 shapes x 2 networks x (7 f x 2 b x 2 w x 2 limits); the sample of
+    # 100,000 is larger than that product, so the whole product is scanned.
+    assert grid.points == 45 * 2 * (7 * 2 * 2 * 2) == grid.rows
+    first = next(pc.scan({**grid.source, "sample": 50}))
+    assert first.num_rows > 0
