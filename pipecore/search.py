@@ -162,10 +162,13 @@ def _climb(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
     first = np.empty(p)
     queued = np.empty(p, dtype=np.bool_)
     stack = np.empty(p, dtype=np.int64)
-    best, _, best2 = _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
-                        x_ser, x_lat, stage_cost, n_links, act, act_w, static, span_objective,
-                        done, finish, x_arr, link_free, head, dev_free, first, queued, stack,
-                        row_dev)
+    best, mem0, best2 = _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst,
+                                  x_link, x_ser, x_lat, stage_cost, n_links, act, act_w, static,
+                                  span_objective, done, finish, x_arr, link_free, head, dev_free,
+                                  first, queued, stack, row_dev)
+    if mem0 > limit:  # a start over the limit (a kicked order) counts as no solution yet
+        best = _INF
+        best2 = _INF
     evals = 1
     improved = True
     while improved and evals < max_evals:
@@ -235,7 +238,8 @@ def _climb(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
 
 def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: float | None = None,
                  network: Network | None = None, objective: str = "makespan", window: int = 4,
-                 max_evals: int = 200_000, name: str | None = None) -> Schedule:
+                 max_evals: int = 200_000, restarts: int = 0, kick: int = 3, seed: int = 0,
+                 name: str | None = None) -> Schedule:
     """Improve a schedule by moving ops within their device's program.
 
     Parameters
@@ -254,7 +258,15 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     window : int
         How far (in program positions) one move takes an op.
     max_evals : int
-        Simulations allowed.
+        Simulations allowed in all (climbs and restarts together).
+    restarts : int
+        Iterated local search: after the first climb, this many times swap
+        ``kick`` random pairs of nearby ops on random devices of the best
+        order found, climb again, and keep the result if it is better.
+    kick : int
+        Random swaps per restart.
+    seed : int
+        Seed of the restarts' random swaps.
     name : str, optional
         Label of the result (default: the input's name plus ``"+ls"``).
 
@@ -296,10 +308,31 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     p = schedule.devices
     static = np.asarray(start.static_memory, dtype=np.float64)
     row_dev = np.repeat(np.arange(p), np.diff(c.dev_ptr)).astype(np.int64)
+    for name_, value in (("restarts", restarts), ("kick", kick), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"'{name_}' must be an int >= 0 (got {value!r})")
+    args = (c.dev_ptr, c.op_kind, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst, c.x_link,
+            c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, static,
+            objective == "span", limit * (1 + 1e-9), window)
     order = np.arange(c.op_kind.shape[0], dtype=np.int64)
-    _climb(order, c.dev_ptr, c.op_kind, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst,
-           c.x_link, c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, static,
-           objective == "span", limit * (1 + 1e-9), window, max_evals, row_dev)
+    best, used = _climb(order, *args, max_evals, row_dev)
+    rng = np.random.default_rng(seed)
+    ptr = c.dev_ptr
+    busy_devices = np.flatnonzero(np.diff(ptr) >= 2)
+    for _ in range(restarts):
+        if used >= max_evals or busy_devices.size == 0:
+            break
+        trial = order.copy()
+        for _ in range(kick):
+            d = busy_devices[rng.integers(busy_devices.size)]
+            i = int(rng.integers(ptr[d], ptr[d + 1] - 1))
+            j = min(int(ptr[d + 1]) - 1, i + int(rng.integers(1, 4)))
+            trial[i], trial[j] = trial[j], trial[i]
+        value, spent = _climb(trial, *args, max_evals - used, row_dev)
+        used += spent
+        if value < best * (1 - 1e-12):
+            best = value
+            order = trial
     kind = schedule.kind_codes
     stage = schedule._column("stage")
     mb = schedule._column("microbatch")
@@ -308,4 +341,7 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     label = name or f"{schedule.name}+ls"
     out = Schedule.from_programs(programs, name=label, devices=p, replicated=schedule.replicated)
     validate(out)
+    res = simulate(out, costs, network)
+    if not fits((res.peak_activation + res.static_memory).max(), limit):  # the kernel's promise
+        raise RuntimeError("internal: local search returned an order over the memory limit")
     return out

@@ -158,9 +158,10 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         zero-bubble papers' cost, whose ``bubble_rate`` they report; right
         when consecutive iterations may overlap on the pipeline).
     polish : bool
-        Run a local search (:func:`pipecore.search.local_search`: ops moved
-        within a device's program, kept when the objective improves and the
-        limit holds) on the three best candidates that fit.
+        Run an iterated local search (:func:`pipecore.search.local_search`:
+        ops swapped or moved within a device's program, kept when the
+        objective improves and the limit holds, with random restarts) on the
+        three best candidates that fit.
 
     Returns
     -------
@@ -257,11 +258,11 @@ def _polish(fitting, cands, costs, limit, network, objective, top=3):
         sched = c.schedule
         if sched._info()["paired"].any() or (sched.kind_codes == 4).any():
             continue  # the search moves single ops only
-        # About 4e6 op-simulations per candidate: a fraction of a second.
-        budget = max(200, min(20_000, int(4e6 // max(sched.num_ops, 1))))
+        # About 1e7 op-simulations per candidate: well under a second.
+        budget = max(1_000, min(40_000, int(1e7 // max(sched.num_ops, 1))))
         try:
             better = local_search(sched, costs, None if math.isinf(limit) else limit, network,
-                                  objective, window=4, max_evals=budget,
+                                  objective, window=4, max_evals=budget, restarts=50,
                                   name=f"{sched.name}+ls")
         except ValueError:
             continue

@@ -57,3 +57,19 @@ def test_refusals():
         local_search(pc.build("1f1b", 2, 4), costs, window=0)
     with pytest.raises(ValueError, match="'objective'"):
         local_search(pc.build("1f1b", 2, 4), costs, objective="speed")
+
+
+@pytest.mark.parametrize("kw,limit,optimum", [
+    # Proven optima of pipecore.milp.optimal (HiGHS) for p=4, m=8, linear
+    # placement, weights 0; the greedy alone gives 43 and 28.9 here.
+    (dict(f=1.0, b=1.0, w=2.0), 2.0, 38.0),
+    (dict(f=1.0, b=1.3, w=0.7, comm=0.1), 4.0, 28.5),
+])
+def test_restarts_reach_the_proven_optimum(kw, limit, optimum):
+    costs = pc.Costs(weights=0.0, **kw)
+    starts = [memory_greedy(range(4), 8, costs, limit, [4 - d + k for d in range(4)], wf)
+              for k in range(5) for wf in (0.0, 0.5, 1.0)]
+    starts.sort(key=lambda s: pc.simulate(s, costs).makespan)
+    best = min(pc.simulate(local_search(s, costs, limit, window=6, restarts=150), costs).makespan
+               for s in starts[:3])
+    assert best == pytest.approx(optimum, abs=1e-9)
