@@ -34,8 +34,10 @@ class TuneError(ValueError):
     Attributes
     ----------
     smallest_limit : float
-        The least memory any candidate needs: the smallest limit for which
-        :func:`tune` returns a schedule with these costs.
+        The least memory any candidate tried needs. :func:`tune` with this
+        limit returns a schedule; at a higher limit the generated and
+        polished candidates change, and may then need less, so this is a
+        limit that works rather than a proven minimum.
     candidates : pyarrow.Table
         Every candidate with its metrics.
     """
@@ -173,7 +175,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     ------
     TuneError
         When no candidate fits; it carries ``smallest_limit``, the least
-        memory any candidate needs.
+        memory any candidate tried needs (a limit at which tune succeeds).
     ValueError
         For bad arguments (naming them).
     """

@@ -1,9 +1,8 @@
 """pc.tune: the fastest schedule under a per-device memory limit."""
 
-import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
@@ -19,15 +18,19 @@ def _memory(res):
        f=st.floats(0.5, 2.0), b=st.floats(0.5, 3.0), w=st.floats(0.0, 1.5),
        comm=st.sampled_from([0.0, 0.1]), weights=st.sampled_from([0.0, 1.0]),
        limit=st.floats(1.0, 20.0))
+# Found by CI: at the reported limit, polishing finds a schedule needing less.
+@example(p=2, m=4, f=1.0, b=1.0, w=0.0, comm=0.0, weights=1.0, limit=1.0)
 def test_winner_is_valid_fits_and_is_fastest_that_fits(p, m, f, b, w, comm, weights, limit):
     costs = pc.Costs(f=f, b=b, w=w, comm=comm, activation_w=0.3, weights=weights)
     try:
         best = pc.tune(p, m, costs, memory_limit=limit)
     except pc.TuneError as exc:
-        # Nothing fits: the reported smallest limit is above this one, and works.
+        # Nothing fits: the reported limit is above this one, and works (the
+        # schedule found there may need less: generated candidates depend on
+        # the limit).
         assert exc.smallest_limit > limit
         again = pc.tune(p, m, costs, memory_limit=exc.smallest_limit)
-        assert math.isclose(_memory(again.result), exc.smallest_limit)
+        assert _memory(again.result) <= exc.smallest_limit * (1 + 1e-9)
         return
     pc.validate(best.schedule)
     res = pc.simulate(best.schedule, costs)  # re-simulated here, not taken from tune
