@@ -5,7 +5,7 @@ implement are written down in docs/semantics.md."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 STATUS_OK = 0
 STATUS_DEADLOCK = 1
@@ -245,95 +245,6 @@ def peak_memory(dev_ptr, op_kind, op_stage, act, act_w, peak):
                 total = total - act[s]
             # k == 4 (all-reduce) holds no activation
         peak[d] = best
-
-
-@njit(cache=True, parallel=True)
-def simulate_batch(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link, n_links,
-                   paired, x_send_stage, x_ser, x_net_lat, n_stages, chunks_div, devices,
-                   f, b, w, comm, fb_factor, act, act_w,
-                   makespan, busy_sum, busy_max, span_max, peak_max, status):
-    """Run the list scheduler for N cost settings of one schedule, in parallel.
-
-    Setting k uses the scalar per-device-share costs ``f[k]`` and so on,
-    resolved per stage exactly as :class:`pipecore.Costs` does (divided by
-    ``chunks_div`` when it is > 0, else scaled by devices / n_stages). The
-    network part of each transfer (``x_ser``, ``x_net_lat``) is shared; the
-    latency is ``comm[k] + x_net_lat``. Writes one row of metrics per
-    setting and its status.
-    """
-    N = f.shape[0]
-    n = op_kind.shape[0]
-    nx = x_link.shape[0]
-    p = dev_ptr.shape[0] - 1
-    for k in prange(N):
-        cost = np.empty((5, n_stages))
-        a = np.empty(n_stages)
-        aw = np.empty(n_stages)
-        if chunks_div > 0:
-            fs = f[k] / chunks_div
-            bs = b[k] / chunks_div
-            ws = w[k] / chunks_div
-            acts = act[k] / chunks_div
-            actws = act_w[k] / chunks_div
-        else:
-            fs = f[k] * devices / n_stages
-            bs = b[k] * devices / n_stages
-            ws = w[k] * devices / n_stages
-            acts = act[k] * devices / n_stages
-            actws = act_w[k] * devices / n_stages
-        for s in range(n_stages):
-            cost[0, s] = fs
-            cost[1, s] = bs
-            cost[2, s] = ws
-            cost[3, s] = bs + ws
-            cost[4, s] = 0.0
-            a[s] = acts
-            aw[s] = actws
-        lat = np.empty(nx)
-        for x in range(nx):
-            lat[x] = comm[k] + x_net_lat[x]
-        start = np.empty(n)
-        finish = np.empty(n)
-        x_start = np.empty(nx)
-        x_arrival = np.empty(nx)
-        head = np.empty(p, dtype=np.int64)
-        st = list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
-                           x_ser, lat, cost, n_links, paired, fb_factor[k],
-                           start, finish, x_start, x_arrival, head)
-        status[k] = st
-        if st != STATUS_OK:
-            continue
-        top = 0.0
-        total = 0.0
-        most = 0.0
-        widest = 0.0
-        for d in range(p):
-            lo = dev_ptr[d]
-            hi = dev_ptr[d + 1]
-            busy = 0.0
-            for i in range(lo, hi):
-                if not paired[i]:
-                    busy += finish[i] - start[i]
-                if finish[i] > top:
-                    top = finish[i]
-            total += busy
-            if busy > most:
-                most = busy
-            if hi > lo:
-                width = finish[hi - 1] - start[lo]
-                if width > widest:
-                    widest = width
-        makespan[k] = top
-        busy_sum[k] = total
-        busy_max[k] = most
-        span_max[k] = widest
-        peak = np.zeros(p)
-        peak_memory(dev_ptr, op_kind, op_stage, a, aw, peak)
-        best = 0.0
-        for d in range(p):
-            if peak[d] > best:
-                best = peak[d]
-        peak_max[k] = best
 
 
 @njit(cache=True)

@@ -181,44 +181,6 @@ def _transfer_arrays(st, network, stages, comm):
     return ser, x_lat
 
 
-def network_arrays(st, network, stages):
-    """Serialisation time and network latency of every transfer of a structure.
-
-    Parameters
-    ----------
-    st : dict
-        A schedule's structure (``Schedule._info()``).
-    network : Network or None
-        None means free, instantaneous links (zeros).
-    stages : int
-        Number of stages.
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        ``(ser, latency)`` per transfer: activation or, for an all-reduce,
-        gradient bytes over the link's bandwidth, and the link's latency.
-
-    Raises
-    ------
-    ValueError
-        If ``network`` is not a Network or a per-stage size has the wrong
-        length.
-    """
-    nx = len(st["x_src"])
-    if network is None:
-        return np.zeros(nx), np.zeros(nx)
-    if not isinstance(network, Network):
-        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
-    send_stage = st["op_stage"][st["x_src"]]
-    nbytes = per_stage_direct("Network", "bytes", network.bytes, stages)[send_stage]
-    grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, stages)[send_stage]
-    nbytes = np.where(st["x_is_ar"], grads, nbytes)
-    bw, net_lat = network.link_params(st["x_src_dev"], st["x_dst_dev"])
-    return (np.ascontiguousarray(nbytes / bw, dtype=np.float64),
-            np.ascontiguousarray(net_lat, dtype=np.float64))
-
-
 def _deadlock_error(schedule, head):
     dev_ptr = schedule._info()["dev_ptr"]
     blocked = [int(head[d]) for d in range(schedule.devices) if head[d] < dev_ptr[d + 1]]
