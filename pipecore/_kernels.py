@@ -60,7 +60,10 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev):
 @njit(cache=True)
 def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
               start, finish, x_start, x_arrival, head):
-    """``list_schedule`` on precomputed units (see ``make_units``)."""
+    """``list_schedule`` on precomputed units (see ``make_units``).
+
+    ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
+    cost classes of ``_validate`` with a matching 7-row table."""
     nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32 = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
@@ -224,17 +227,26 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
 
 
 @njit(cache=True)
-def peak_memory(dev_ptr, op_kind, op_stage, act, act_w, peak):
-    """Per-device peak of the activation total, in program order."""
+def peak_memory(dev_ptr, op_class, op_stage, act, act_w, ckpt, peak):
+    """Per-device peak of the activation total, in program order.
+
+    Classes (``_validate``): F +act, B -(act - act_w), W -act_w, BW -act,
+    AR nothing, R +(act - ckpt), F_DROP (a recomputed F) +ckpt.
+    """
     p = dev_ptr.shape[0] - 1
     for d in range(p):
         total = 0.0
         best = 0.0
         for i in range(dev_ptr[d], dev_ptr[d + 1]):
-            k = op_kind[i]
+            k = op_class[i]
             s = op_stage[i]
-            if k == 0:
-                total = total + act[s]
+            if k == 0 or k == 5 or k == 6:
+                if k == 0:
+                    total = total + act[s]
+                elif k == 5:
+                    total = total + (act[s] - ckpt[s])
+                else:
+                    total = total + ckpt[s]
                 if total > best:
                     best = total
             elif k == 1:

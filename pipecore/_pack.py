@@ -45,7 +45,7 @@ class Structure:
         is_pair = (heads + 1 < n) & paired[nxt]
         last = heads + is_pair
         dev = np.repeat(np.arange(p), np.diff(dev_ptr))
-        kind = st["op_kind"]
+        kind = st["op_class"]  # the kernels' view of kinds (cost classes, see _replay)
         xfer = st["xfer"]
         self.u_dev = dev[heads].astype(np.int32)
         self.u_k1 = kind[heads].astype(np.int8)

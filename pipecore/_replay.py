@@ -31,7 +31,14 @@ LANES = 64  # one AVX-512 register of float64; also fine on AVX2 (two)
 # Per-configuration parameter rows (a float64 matrix, one column per config).
 P_F, P_B, P_W, P_COMM, P_FB, P_ACT, P_ACTW, P_WEIGHTS = range(8)
 P_BYTES, P_GRAD, P_BW, P_LAT, P_IBW, P_ILAT = range(8, 14)
-N_PARAMS = 14
+P_R, P_CKPT = 14, 15  # recompute time and checkpoint memory (Costs.r, Costs.checkpoint)
+N_PARAMS = 16
+
+# Rows of the kernels' op arrays are cost classes (_validate.op_class): the
+# kind codes 0..5 (F, B, W, BW, AR, R) and 6 for an F whose activations are
+# dropped for recompute. An overlapped pair's duration code is
+# N_CLS + N_CLS * class of F + class of B.
+N_CLS = 7
 
 # Output rows (float64 matrix, one column per config).
 O_MAKESPAN, O_BUSY_SUM, O_BUSY_MAX, O_SPAN_MAX, O_PEAK_ACT, O_PEAK_TOTAL = range(6)
@@ -133,10 +140,11 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
         peak = np.empty((max_p, L))
         link_free = np.empty((max_nl, L))
         arr = np.empty((max_nx, L))
-        cost = np.empty((5, L))
+        cost = np.empty((N_CLS, L))
         fb = np.empty(L)
         act = np.empty(L)
         actw = np.empty(L)
+        ckpt = np.empty(L)
         ser = np.empty((4, L))
         lat = np.empty((2, L))
         t = np.empty(L)
@@ -160,9 +168,12 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 cost[2, lane] = ws
                 cost[3, lane] = bs + ws
                 cost[4, lane] = 0.0
+                cost[5, lane] = _share(params[P_R, k], cdiv, p, n_stages)
+                cost[6, lane] = fs
                 fb[lane] = params[P_FB, k]
                 act[lane] = _share(params[P_ACT, k], cdiv, p, n_stages)
                 actw[lane] = _share(params[P_ACTW, k], cdiv, p, n_stages)
+                ckpt[lane] = _share(params[P_CKPT, k], cdiv, p, n_stages)
                 ser[0, lane] = params[P_BYTES, k] / params[P_BW, k]
                 ser[1, lane] = params[P_BYTES, k] / params[P_IBW, k]
                 ser[2, lane] = params[P_GRAD, k] / params[P_BW, k]
@@ -232,6 +243,16 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                     elif k == 3:
                         for lane in range(L):
                             mem[d, lane] = mem[d, lane] - act[lane]
+                    elif k == 5:
+                        for lane in range(L):
+                            tot = mem[d, lane] + (act[lane] - ckpt[lane])
+                            mem[d, lane] = tot
+                            peak[d, lane] = max(peak[d, lane], tot)
+                    elif k == 6:
+                        for lane in range(L):
+                            tot = mem[d, lane] + ckpt[lane]
+                            mem[d, lane] = tot
+                            peak[d, lane] = max(peak[d, lane], tot)
             d0 = s_d0[s]
             for lane in range(L):
                 k = col[lane]
@@ -306,13 +327,13 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                            paired[r0:r0 + n], u_ptr[dp0:dp0 + p + 1], u_row[o0:o0 + n + 1],
                            u_out[o0:o0 + n + 1], in_ptr[o0:o0 + n + 1], in_x[x0:x0 + nx])
         s_nu[s] = nu
-        # Index into _list_one's duration table: the kind, or 5 + 5 * F's + B's.
+        # Index into _list_one's duration table: the class, or the pair code.
         for u in range(nu):
             h = u_row[o0 + u]
             if u_row[o0 + u + 1] - h == 1:
                 u_code[o0 + u] = op_kind[r0 + h]
             else:
-                u_code[o0 + u] = 5 + 5 * op_kind[r0 + h] + op_kind[r0 + h + 1]
+                u_code[o0 + u] = N_CLS + N_CLS * op_kind[r0 + h] + op_kind[r0 + h + 1]
     # Unsigned views: Numba leaves out its negative-index fix-up.
     dev_ptr_u = dev_ptr.view(np.uint64)
     kinds_u = op_kind.view(np.uint8)
@@ -331,12 +352,12 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
         w_free = np.empty(max_p)
         w_stack = np.empty(max_p, dtype=np.uint32)
         w_wait = np.empty(max_p, dtype=np.uint32)
-        dur = np.empty(30)
+        dur = np.empty(N_CLS + N_CLS * N_CLS)
         ser = np.empty(4)
         lat = np.empty(4)
-        delta = np.empty(5)
+        delta = np.empty(N_CLS)
         memo_s = np.full(1, -1, dtype=np.int64)  # structure whose peaks memo holds
-        memo = np.empty(5)  # act, act_w and weights shares; peak activation, peak total
+        memo = np.empty(6)  # act, act_w, weights, ckpt shares; peak activation, peak total
         for k in range(c * N // n_chunks, (c + 1) * N // n_chunks):
             _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, dev_ptr_u,
                       kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
@@ -369,10 +390,12 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     dur[2] = ws
     dur[3] = bs + ws
     dur[4] = 0.0
+    dur[5] = _share(params[P_R, k], cdiv, p, S)
+    dur[6] = fs
     fb = params[P_FB, k]
-    for k1 in range(5):
-        for k2 in range(5):
-            dur[5 + 5 * k1 + k2] = (dur[k1] + dur[k2]) * fb
+    for k1 in range(N_CLS):
+        for k2 in range(N_CLS):
+            dur[N_CLS + N_CLS * k1 + k2] = (dur[k1] + dur[k2]) * fb
     # Per x_code (2 * all-reduce + crosses nodes): the same divisions and
     # sums as per transfer, done once.
     for code in range(4):
@@ -415,9 +438,11 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     act = _share(params[P_ACT, k], cdiv, p, S)
     actw = _share(params[P_ACTW, k], cdiv, p, S)
     wsh = _share(params[P_WEIGHTS, k], cdiv, p, S)
-    # The peaks depend on the structure and these three shares only: reuse
+    ck = _share(params[P_CKPT, k], cdiv, p, S)
+    # The peaks depend on the structure and these four shares only: reuse
     # the previous configuration's when they are equal (sweeps often keep them).
-    if not (memo_s[0] == s and memo[0] == act and memo[1] == actw and memo[2] == wsh):
+    if not (memo_s[0] == s and memo[0] == act and memo[1] == actw and memo[2] == wsh
+            and memo[5] == ck):
         # peak_memory's arithmetic: x - y is exactly x + (-y), and adding 0.0
         # (kind 4) keeps the total, which starts at +0.0 and is never -0.0.
         delta[0] = act
@@ -425,6 +450,8 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
         delta[2] = -actw
         delta[3] = -act
         delta[4] = 0.0
+        delta[5] = act - ck
+        delta[6] = ck
         kinds = op_kind[s_r0[s]:s_r0[s] + int(dp[p])]
         best = 0.0
         whole = 0.0
@@ -434,7 +461,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
             for i in range(dp[d], dp[d + 1]):
                 kk = kinds[i]
                 mem = mem + delta[kk]
-                pk = mem if kk == 0 and mem > pk else pk
+                pk = mem if (kk == 0 or kk >= 5) and mem > pk else pk
             static = 0.0
             for _ in range(d_copies[s_d0[s] + d]):
                 static += wsh
@@ -446,6 +473,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
         memo[0] = act
         memo[1] = actw
         memo[2] = wsh
+        memo[5] = ck
         memo[3] = best
         memo[4] = whole
     out[O_PEAK_ACT, k] = memo[3]

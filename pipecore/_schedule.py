@@ -12,9 +12,11 @@ import pyarrow as pa
 __all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_label"]
 
 #: Op kinds, in the order of their integer codes (the kernel sees the codes).
-KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR")
+#: R recomputes a forward whose activations were dropped (activation
+#: recompute, or checkpointing); it runs on the F's device before the B.
+KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
-F, B, W, BW, AR = range(5)
+F, B, W, BW, AR, R = range(6)
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 _KIND_DICTIONARY = pa.array(KINDS, type=pa.string())
@@ -30,7 +32,7 @@ SCHEMA = pa.schema(
 )
 
 # Longest-first so "BW" is not read as "B" followed by junk.
-_ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W)(\d+)\s*$")
+_ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W|R)(\d+)\s*$")
 _AR_RE = re.compile(r"^\s*(\d+)AR\s*$")
 
 
@@ -51,7 +53,7 @@ def op_label(kind, stage, microbatch) -> str:
     Raises
     ------
     IndexError
-        If an integer kind code is outside 0..4.
+        If an integer kind code is outside 0..5.
     """
     name = KINDS[kind] if not isinstance(kind, str) else kind
     return f"{stage}AR" if name == "AR" else f"{stage}{name}{microbatch}"
@@ -95,7 +97,8 @@ class Action:
     stage : int
         Model stage, 0-based in model order.
     kind : str
-        One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``, ``"AR"``.
+        One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``, ``"AR"``, ``"R"``
+        (recompute of a forward whose activations were dropped).
     microbatch : int or None
         Microbatch index, 0-based; None for ``"AR"``.
 
@@ -153,7 +156,7 @@ class Action:
         if match is None:
             raise ValueError(
                 f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
-                f"with kind one of F, B, W, BW, e.g. '0F3', or <stage>AR"
+                f"with kind one of F, B, W, BW, R, e.g. '0F3', or <stage>AR"
             )
         return cls(int(match.group(1)), match.group(2), int(match.group(3)))
 
@@ -162,7 +165,7 @@ class Schedule:
     """A pipeline schedule: one row per compute op, in an Arrow table.
 
     Columns: ``device`` (int32), ``slot`` (int32, position in the device's
-    program), ``kind`` (dictionary: F, B, W, BW), ``stage`` (int32),
+    program), ``kind`` (dictionary: F, B, W, BW, AR, R), ``stage`` (int32),
     ``microbatch`` (int32). Rows are kept sorted by ``(device, slot)``.
     Placement and dependencies are derived from the table. Build one with
     :func:`pipecore.build`, :func:`pipecore.from_actions` or
@@ -237,7 +240,7 @@ class Schedule:
         device, slot, stage, microbatch : array_like of int
             One entry per op.
         kind : array_like of str or int
-            Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW).
+            Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R).
         **kwargs
             Passed to :class:`Schedule` (``name``, ``devices``, ``params``).
 
@@ -345,7 +348,7 @@ class Schedule:
 
     @property
     def kind_codes(self) -> np.ndarray:
-        """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW) per op."""
+        """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R) per op."""
         return np.asarray(self._table.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False),
                           dtype=np.int8)
 

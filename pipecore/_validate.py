@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import AR, BW, KINDS, B, F, ScheduleError, W, op_label
+from ._schedule import AR, BW, KINDS, B, F, R, ScheduleError, W, op_label
+
+#: Cost-and-memory class of a row as the kernels see it: the kind code, but
+#: an F whose activations are dropped (its (stage, microbatch) has an R)
+#: is class F_DROP: it takes F's time and keeps only the checkpoint.
+F_DROP = 6
+N_CLASSES = 7
 
 
 def _error(schedule, rule, row, detail, mark=None):
@@ -48,8 +54,10 @@ def structure(schedule):
         transfer, sorted by producer row then consumer row), ``out_ptr`` (CSR
         of transfers by producer row), ``x_src_dev``/``x_dst_dev``, ``x_link``
         (compact directed-link id per transfer), ``n_links``, ``op_kind``,
-        ``op_stage``, ``paired`` (row is the B of an overlapped pair whose F
-        is the previous row), ``x_is_ar`` (transfer feeds an all-reduce).
+        ``op_stage``, ``op_class`` (kind code, or ``F_DROP`` for an F
+        whose (stage, microbatch) is recomputed by an R), ``paired`` (row
+        is the B of an overlapped pair whose F is the previous row),
+        ``x_is_ar`` (transfer feeds an all-reduce).
 
     Raises
     ------
@@ -103,6 +111,7 @@ def structure(schedule):
     is_b = kind == B
     is_w = kind == W
     is_bw = kind == BW
+    is_r = kind == R
 
     def index_of(mask, what):
         rows = np.flatnonzero(mask)
@@ -122,6 +131,7 @@ def structure(schedule):
     b_idx = index_of(is_b, "B")
     w_idx = index_of(is_w, "W")
     bw_idx = index_of(is_bw, "BW")
+    r_idx = index_of(is_r, "R")
 
     # Exactly one forward, and either BW or B+W, per (stage, microbatch).
     both = np.flatnonzero((bw_idx >= 0) & ((b_idx >= 0) | (w_idx >= 0)))
@@ -138,7 +148,7 @@ def structure(schedule):
         # present op marks where the program went wrong. A pair with no op at
         # all usually only exists because another index ran past the range.
         first_row = np.full(missing.size, n, dtype=np.int64)
-        for idx in (f_idx, b_idx, w_idx, bw_idx):
+        for idx in (f_idx, b_idx, w_idx, bw_idx, r_idx):
             rows_k = idx[missing]
             first_row = np.where((rows_k >= 0) & (rows_k < first_row), rows_k, first_row)
         k = int(missing[int(np.argmin(first_row))])
@@ -151,7 +161,7 @@ def structure(schedule):
             need = "B (it has a W)"
         else:
             need = "W (it has a B)"
-        present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k]) if i >= 0]
+        present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k], r_idx[k]) if i >= 0]
         detail = (f"stage {s_} microbatch {mb_} has no {need}; every (stage, microbatch) in "
                   f"0..{S - 1} x 0..{m - 1} needs F and BW, or F, B and W")
         if present:
@@ -162,7 +172,7 @@ def structure(schedule):
     back_idx = np.where(bw_idx >= 0, bw_idx, b_idx)
 
     # All ops of one (stage, microbatch) on one device: activations live there.
-    for idx in (back_idx, w_idx):
+    for idx in (back_idx, w_idx, r_idx):
         present = idx >= 0
         bad = np.flatnonzero(present & (dev[np.where(present, idx, 0)] != dev[f_idx]))
         if bad.size:
@@ -192,8 +202,11 @@ def structure(schedule):
     rows = np.arange(n)
     fr = rows[is_f & (stage > 0)]
     dep[fr, 0] = f_idx[key[fr] - m]
+    rr = rows[is_r]
+    dep[rr, 0] = f_idx[key[rr]]
     br = rows[is_b | is_bw]
-    dep[br, 0] = f_idx[key[br]]
+    # A recomputed (stage, microbatch)'s backward needs the R, not the F.
+    dep[br, 0] = np.where(r_idx[key[br]] >= 0, r_idx[key[br]], f_idx[key[br]])
     inner = br[stage[br] < S - 1]
     dep[inner, 1] = back_idx[key[inner] + m]
     wr = rows[is_w]
@@ -274,8 +287,11 @@ def structure(schedule):
     src_dev = dev[x_src]
     dst_dev = dev[x_dst]
     _, x_link = np.unique(src_dev * p + dst_dev, return_inverse=True)
+    op_class = kind.astype(np.int8)
+    op_class[f_idx[r_idx >= 0]] = F_DROP
     return {
         "stages": S,
+        "op_class": op_class,
         "paired": same,
         "x_is_ar": is_ar[x_dst],
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),

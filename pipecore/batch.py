@@ -11,10 +11,10 @@ import pyarrow as pa
 
 from . import _replay
 from ._pack import Pack, structure_of
-from ._schedule import Schedule, ScheduleError
+from ._schedule import R, Schedule, ScheduleError
 from .costs import Costs, Network, fits
 
-__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "METRIC_COLUMNS"]
+__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS", "METRIC_COLUMNS"]
 
 #: Per-configuration cost columns (scalars per device share, as in Costs).
 COST_COLUMNS = ("f", "b", "w", "comm", "fb_factor", "activation", "activation_w", "weights")
@@ -25,7 +25,11 @@ NETWORK_COLUMNS = ("bytes", "grad_bytes", "bandwidth", "latency", "inter_bandwid
 METRIC_COLUMNS = ("makespan", "bubble_ratio", "bubble_rate", "throughput",
                   "peak_activation_max", "memory_max")
 
+#: Recompute columns (Costs.r, Costs.checkpoint); ``r`` defaults to ``f``.
+RECOMPUTE_COLUMNS = ("r", "checkpoint")
+
 _PARAM_ROW = {name: i for i, name in enumerate(COST_COLUMNS + NETWORK_COLUMNS)}
+_PARAM_ROW.update(r=_replay.P_R, checkpoint=_replay.P_CKPT)
 _POSITIVE = {"fb_factor", "bandwidth", "inter_bandwidth"}
 _INFINITE_OK = {"bandwidth", "inter_bandwidth"}
 
@@ -64,7 +68,8 @@ def param_matrix(data, n, network_defaults):
     Parameters
     ----------
     data : dict of str to numpy.ndarray
-        Columns among COST_COLUMNS and NETWORK_COLUMNS, each of length n.
+        Columns among COST_COLUMNS, NETWORK_COLUMNS and RECOMPUTE_COLUMNS,
+        each of length n.
     n : int
         Number of configurations.
     network_defaults : dict
@@ -73,7 +78,8 @@ def param_matrix(data, n, network_defaults):
     Returns
     -------
     numpy.ndarray
-        Shape (14, n), float64, rows in ``_replay.P_*`` order.
+        Shape (``_replay.N_PARAMS``, n), float64, rows in ``_replay.P_*``
+        order.
 
     Raises
     ------
@@ -85,6 +91,8 @@ def param_matrix(data, n, network_defaults):
     for name, row in _PARAM_ROW.items():
         col = data.get(name)
         if col is None:
+            if name == "r":
+                continue  # filled from f below
             value = network_defaults[name] if name in network_defaults else float(getattr(defaults, name))
             params[row] = value
             continue
@@ -98,11 +106,14 @@ def param_matrix(data, n, network_defaults):
             rule = ("finite or inf and " if name in _INFINITE_OK else "finite and ") + rule
             raise ValueError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
         params[row] = col
-    over = np.flatnonzero(params[_replay.P_ACTW] > params[_replay.P_ACT])
-    if over.size:
-        i = int(over[0])
-        raise ValueError(f"row {i}: 'activation_w' must be <= 'activation' "
-                         f"({params[_replay.P_ACTW, i]} > {params[_replay.P_ACT, i]})")
+    if data.get("r") is None:
+        params[_replay.P_R] = params[_replay.P_F]
+    for name, row in (("activation_w", _replay.P_ACTW), ("checkpoint", _replay.P_CKPT)):
+        over = np.flatnonzero(params[row] > params[_replay.P_ACT])
+        if over.size:
+            i = int(over[0])
+            raise ValueError(f"row {i}: '{name}' must be <= 'activation' "
+                             f"({params[row, i]} > {params[_replay.P_ACT, i]})")
     return params
 
 
@@ -144,10 +155,13 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         ``comm``, ``fb_factor``, ``activation``, ``activation_w``,
         ``weights`` (scalars per device share, as in Costs); network columns
         ``bytes``, ``grad_bytes``, ``bandwidth``, ``latency``,
-        ``inter_bandwidth``, ``inter_latency`` (as in Network); and
-        ``memory_limit`` (per-device total memory, activation plus weights).
-        A missing cost column takes Costs' default, a missing network column
-        the ``network`` argument's value (no network: free links).
+        ``inter_bandwidth``, ``inter_latency`` (as in Network); recompute
+        columns ``r`` and ``checkpoint`` (as in Costs; ``r`` defaults to
+        ``f``, and both are returned when given or when the schedule has R
+        ops); and ``memory_limit`` (per-device total memory, activation
+        plus weights). A missing cost column takes Costs' default, a
+        missing network column the ``network`` argument's value (no
+        network: free links).
     network : Network, optional
         Topology (``devices_per_node``) and default network values; its
         byte sizes must be scalars.
@@ -178,7 +192,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     if method not in ("replay", "list"):
         raise ValueError(f"'method' must be 'replay' or 'list' (got {method!r})")
     data = _as_columns(costs_table)
-    allowed = COST_COLUMNS + NETWORK_COLUMNS + ("memory_limit",)
+    allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + ("memory_limit",)
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are "
@@ -215,6 +229,8 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     cols = {name: params[_PARAM_ROW[name]] for name in COST_COLUMNS}
     if network is not None or any(name in data for name in NETWORK_COLUMNS):
         cols.update({name: params[_PARAM_ROW[name]] for name in NETWORK_COLUMNS})
+    if any(name in data for name in RECOMPUTE_COLUMNS) or (schedule.kind_codes == R).any():
+        cols.update({name: params[_PARAM_ROW[name]] for name in RECOMPUTE_COLUMNS})
     if limit is not None:
         cols["memory_limit"] = limit
     metrics = metrics_from(out, struct.devices, struct.microbatches)

@@ -106,6 +106,16 @@ class Costs:
         An overlapped F&B unit (DualPipe's F&B, PyTorch's OVERLAP_F_B) takes
         ``fb_factor * (time of its F + time of its B)``; below 1 models the
         overlap of one microbatch's compute with the other's communication.
+    r : float or array_like, optional
+        Time of an R op (recompute of a forward whose activations were
+        dropped). Defaults to ``f``; set it lower for selective recompute
+        of cheap layers, or higher when recompute cannot overlap.
+    checkpoint : float or array_like, default 0.0
+        Memory an F keeps when its (stage, microbatch) is recomputed: the
+        checkpoint (typically the stage's input). Such an F allocates
+        ``checkpoint`` instead of ``activation``; its R allocates
+        ``activation - checkpoint``, so B, W and BW free as usual. Must not
+        exceed ``activation``.
 
     Raises
     ------
@@ -121,10 +131,14 @@ class Costs:
     activation_w: float = 0.0
     weights: float = 1.0
     fb_factor: float = 1.0
+    r: float | None = None
+    checkpoint: float = 0.0
 
     def __post_init__(self):
-        for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights"):
+        for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights", "checkpoint"):
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
+        if self.r is not None:
+            object.__setattr__(self, "r", _check_value("Costs", "r", self.r))
         factor = _check_value("Costs", "fb_factor", self.fb_factor, positive=True)
         if np.ndim(factor):
             raise ValueError("Costs 'fb_factor' must be a scalar")
@@ -132,6 +146,9 @@ class Costs:
         a, aw = self.activation, self.activation_w
         if np.ndim(a) == 0 and np.ndim(aw) == 0 and aw > a:
             raise ValueError(f"Costs 'activation_w' must be <= 'activation' (got {aw} > {a})")
+        c = self.checkpoint
+        if np.ndim(a) == 0 and np.ndim(c) == 0 and c > a:
+            raise ValueError(f"Costs 'checkpoint' must be <= 'activation' (got {c} > {a})")
 
     def stage_arrays(self, stages: int, devices: int) -> dict:
         """Resolve every field to one value per stage.
@@ -147,23 +164,26 @@ class Costs:
         -------
         dict of str to numpy.ndarray
             Keys ``f``, ``b``, ``w``, ``comm``, ``activation``,
-            ``activation_w``, ``weights``, each of length S.
+            ``activation_w``, ``weights``, ``r`` (``f`` when unset) and
+            ``checkpoint``, each of length S.
 
         Raises
         ------
         ValueError
-            If a vector has the wrong length, or activation_w exceeds
-            activation at some stage.
+            If a vector has the wrong length, or activation_w or checkpoint
+            exceeds activation at some stage.
         """
         out = {}
-        for name in ("f", "b", "w", "activation", "activation_w", "weights"):
+        for name in ("f", "b", "w", "activation", "activation_w", "weights", "checkpoint"):
             out[name] = per_stage("Costs", name, getattr(self, name), stages, devices)
+        out["r"] = out["f"] if self.r is None else per_stage("Costs", "r", self.r, stages, devices)
         out["comm"] = per_stage_direct("Costs", "comm", self.comm, stages)
-        bad = np.flatnonzero(out["activation_w"] > out["activation"])
-        if bad.size:
-            s = int(bad[0])
-            raise ValueError(f"Costs 'activation_w' must be <= 'activation' at every stage "
-                             f"(stage {s}: {out['activation_w'][s]} > {out['activation'][s]})")
+        for name in ("activation_w", "checkpoint"):
+            bad = np.flatnonzero(out[name] > out["activation"])
+            if bad.size:
+                s = int(bad[0])
+                raise ValueError(f"Costs '{name}' must be <= 'activation' at every stage "
+                                 f"(stage {s}: {out[name][s]} > {out['activation'][s]})")
         return out
 
 

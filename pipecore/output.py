@@ -50,13 +50,14 @@ _TRANSFER_COLUMNS = (
 _MEMORY_COLUMNS = ("device", "time", "bytes")
 
 # Fixed kind order so legends and colours are stable from run to run.
-_KIND_ORDER = ("F", "B", "W", "BW", "AR")
+_KIND_ORDER = ("F", "B", "W", "BW", "AR", "R")
 _KIND_COLOURS = {
     "F": "#4C72B0",  # blue
     "B": "#DD8452",  # orange
     "W": "#55A868",  # green
     "BW": "#8172B3",  # purple
     "AR": "#C44E52",  # red: gradient all-reduce of a replicated stage
+    "R": "#937860",  # brown: recompute of a dropped forward
 }
 _UNKNOWN_COLOUR = "#8C8C8C"
 
@@ -407,7 +408,7 @@ def write_gantt(
     """Draw a Gantt chart of a result and save it as PNG.
 
     One row per device (device 0 at the top), one bar per op coloured by kind
-    (F, B, W, BW). For interleaved schedules, later stage chunks on a device
+    (F, B, W, BW, AR, R). For interleaved schedules, later stage chunks on a device
     (``stage // devices``) are drawn in lighter shades of the kind colour.
     Bars wide enough to hold text are labelled with their microbatch number.
 

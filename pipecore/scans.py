@@ -451,6 +451,8 @@ def _part_table(grid, idx, cache, n_threads):
         if name == "memory_limit":
             continue
         params[_replay.P_F + COST_COLUMNS.index(name)] = np.asarray(grid.axes[name])[digits[a]]
+    params[_replay.P_R] = params[_replay.P_F]  # family schedules have no R ops
+    params[_replay.P_CKPT] = 0.0
     limit = np.asarray(grid.axes["memory_limit"])[digits[VALUE_AXES.index("memory_limit")]]
     # Per-entry columns: shape, network.
     sched_i = np.empty(n, dtype=np.int32)

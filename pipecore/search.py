@@ -28,7 +28,7 @@ _INF = np.inf
 
 @njit(cache=True)
 def _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link, x_ser, x_lat,
-              stage_cost, n_links, act, act_w, static, span_objective,
+              stage_cost, n_links, act, act_w, ckpt, static, span_objective,
               done, finish, x_arr, link_free, head, dev_free, first, queued, stack, row_dev):
     """Simulate the programs ``order[dev_ptr[d]:dev_ptr[d+1]]`` (rows).
 
@@ -129,8 +129,13 @@ def _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_li
             r = order[i]
             k = op_kind[r]
             s = op_stage[r]
-            if k == 0:
-                total = total + act[s]
+            if k == 0 or k >= 5:  # F, R (+act - ckpt), recomputed F (+ckpt)
+                if k == 0:
+                    total = total + act[s]
+                elif k == 5:
+                    total = total + (act[s] - ckpt[s])
+                else:
+                    total = total + ckpt[s]
                 if total > peak:
                     peak = total
             elif k == 1:
@@ -146,7 +151,7 @@ def _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_li
 
 @njit(cache=True)
 def _climb(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link, x_ser, x_lat,
-           stage_cost, n_links, act, act_w, static, span_objective, limit, window, max_evals,
+           stage_cost, n_links, act, act_w, ckpt, static, span_objective, limit, window, max_evals,
            row_dev):
     """First-improvement hill climbing over swaps and single-op moves; returns
     (best objective, evaluations used). ``order`` is updated in place."""
@@ -163,7 +168,7 @@ def _climb(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
     queued = np.empty(p, dtype=np.bool_)
     stack = np.empty(p, dtype=np.int64)
     best, mem0, best2 = _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst,
-                                  x_link, x_ser, x_lat, stage_cost, n_links, act, act_w, static,
+                                  x_link, x_ser, x_lat, stage_cost, n_links, act, act_w, ckpt, static,
                                   span_objective, done, finish, x_arr, link_free, head, dev_free,
                                   first, queued, stack, row_dev)
     if mem0 > limit:  # a start over the limit (a kicked order) counts as no solution yet
@@ -187,7 +192,7 @@ def _climb(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
                     order[j] = a
                     obj, mem, obj2 = _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer,
                                                out_ptr, x_dst, x_link, x_ser, x_lat, stage_cost,
-                                               n_links, act, act_w, static, span_objective, done,
+                                               n_links, act, act_w, ckpt, static, span_objective, done,
                                                finish, x_arr, link_free, head, dev_free, first,
                                                queued, stack, row_dev)
                     evals += 1
@@ -214,7 +219,7 @@ def _climb(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_link,
                     order[j] = moved
                     obj, mem, obj2 = _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr,
                                          x_dst, x_link, x_ser, x_lat, stage_cost, n_links, act,
-                                         act_w, static, span_objective, done, finish, x_arr,
+                                         act_w, ckpt, static, span_objective, done, finish, x_arr,
                                          link_free, head, dev_free, first, queued, stack,
                                          row_dev)
                     evals += 1
@@ -311,8 +316,8 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     for name_, value in (("restarts", restarts), ("kick", kick), ("seed", seed)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"'{name_}' must be an int >= 0 (got {value!r})")
-    args = (c.dev_ptr, c.op_kind, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst, c.x_link,
-            c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, static,
+    args = (c.dev_ptr, c.op_class, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst, c.x_link,
+            c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, c.ckpt, static,
             objective == "span", limit * (1 + 1e-9), window)
     order = np.arange(c.op_kind.shape[0], dtype=np.int64)
     best, used = _climb(order, *args, max_evals, row_dev)

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from . import _kernels
 from ._schedule import KINDS, Schedule, ScheduleError, op_label
+from ._validate import F_DROP, N_CLASSES
 from .costs import Costs, Network, per_stage_direct
 
 __all__ = ["simulate", "validate", "compile_schedule", "Result", "Compiled"]
@@ -42,6 +43,8 @@ class Compiled:
     n_links: int
     act: np.ndarray
     act_w: np.ndarray
+    ckpt: np.ndarray
+    op_class: np.ndarray
     stage_arrays: dict
     x_src: np.ndarray
     paired: np.ndarray
@@ -75,7 +78,7 @@ class Compiled:
             self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
                                              self.x_link, self.x_dst_dev)
         status = _kernels.run_units(
-            self.units, self.op_kind, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
+            self.units, self.op_class, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
             self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head)
         return status, start, finish, x_start, x_arrival, head
 
@@ -119,12 +122,15 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     S = st["stages"]
     p = schedule.devices
     arrays = costs.stage_arrays(S, p)
-    stage_cost = np.empty((len(KINDS), S), dtype=np.float64)
+    # Rows by cost class (_validate.op_class): the kinds, then a dropped F.
+    stage_cost = np.empty((N_CLASSES, S), dtype=np.float64)
     stage_cost[0] = arrays["f"]
     stage_cost[1] = arrays["b"]
     stage_cost[2] = arrays["w"]
     stage_cost[3] = arrays["b"] + arrays["w"]
     stage_cost[4] = 0.0  # an all-reduce's cost is its gradient transfer
+    stage_cost[5] = arrays["r"]
+    stage_cost[F_DROP] = arrays["f"]
 
     x_src = st["x_src"]
     ser, lat = _transfer_arrays(st, network, S, arrays["comm"])
@@ -147,6 +153,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         n_links=st["n_links"],
         act=arrays["activation"],
         act_w=arrays["activation_w"],
+        ckpt=arrays["checkpoint"],
+        op_class=st["op_class"],
         stage_arrays=arrays,
         x_src=x_src,
         paired=st["paired"],
@@ -333,7 +341,7 @@ class Result:
         """numpy.ndarray: peak activation memory of each device, in units of M."""
         c = self._c
         peak = np.zeros(len(c.dev_ptr) - 1)
-        _kernels.peak_memory(c.dev_ptr, c.op_kind, c.op_stage, c.act, c.act_w, peak)
+        _kernels.peak_memory(c.dev_ptr, c.op_class, c.op_stage, c.act, c.act_w, c.ckpt, peak)
         return peak
 
     @cached_property
@@ -351,16 +359,19 @@ class Result:
     def memory(self) -> pa.Table:
         """pyarrow.Table: activation timeline, columns ``device``, ``time``, ``bytes``.
 
-        One row per op that allocates or frees: F at its start, B, W and BW
-        at their finish; ``bytes`` is the device's total after the event.
+        One row per op that allocates or frees: F and R at their start, B,
+        W and BW at their finish; ``bytes`` is the device's total after the
+        event. A recomputed F allocates only ``Costs.checkpoint`` and its R
+        the rest of the activation.
         """
         c = self._c
-        kind = c.op_kind
+        kind = c.op_class
         s = c.op_stage
         delta = np.select(
-            [kind == 0, kind == 1, kind == 2, kind == 3],
-            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s]], default=0.0)
-        time = np.where(kind == 0, self.start, self.finish)
+            [kind == 0, kind == 1, kind == 2, kind == 3, kind == 5, kind == F_DROP],
+            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
+             c.ckpt[s]], default=0.0)
+        time = np.where((kind == 0) | (kind == 5) | (kind == F_DROP), self.start, self.finish)
         dev = self.schedule._column("device")
         total = np.empty_like(delta)
         # Per-device running sums, in program order (a device is sequential).

@@ -22,7 +22,7 @@ class IdealTable:
     grid : numpy.ndarray
         Shape (devices, length), int64.
     slots : dict
-        Slots each kind takes (F, B, W, BW).
+        Slots each kind takes (F, B, W, BW, R).
     """
 
     schedule: Schedule
@@ -86,8 +86,11 @@ def _producers_of(unit_ops, where, stages):
         if kind == "F":
             if stage > 0:
                 need.append(("F", stage - 1, mb))
-        elif kind in ("B", "BW"):
+        elif kind == "R":
             need.append(("F", stage, mb))
+        elif kind in ("B", "BW"):
+            rec = ("R", stage, mb)  # a recomputed backward needs its R
+            need.append(rec if rec in where else ("F", stage, mb))
             if stage < stages - 1:
                 nxt = ("B", stage + 1, mb)
                 need.append(nxt if nxt in where else ("BW", stage + 1, mb))
@@ -97,12 +100,13 @@ def _producers_of(unit_ops, where, stages):
     return [key for key in need if key not in own]
 
 
-def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> IdealTable:
+def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
+                r: int | None = None) -> IdealTable:
     """Place every op in integer time slots, with no communication.
 
     Every op of kind F takes ``f`` slots whatever its chunk, B ``b``, W
-    ``w``, a fused BW ``b + w``, an overlapped F&B unit the sum of its two
-    ops, an all-reduce none. Time advances one slot at a time: in each slot
+    ``w``, a fused BW ``b + w``, a recompute R ``r``, an overlapped F&B
+    unit the sum of its two ops, an all-reduce none. Time advances one slot at a time: in each slot
     every idle device starts its next unit if everything it needs finished
     by then. This is the tabular abstraction of a schedule, worked out slot
     by slot on its own (not with the simulation kernel), so comparing its
@@ -113,6 +117,8 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> Ideal
     schedule : Schedule
     f, b, w : int
         Slots per op kind (>= 1 for f and b, >= 0 for w).
+    r : int, optional
+        Slots of an R op (>= 0); defaults to ``f``.
 
     Returns
     -------
@@ -125,10 +131,11 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> Ideal
     ScheduleError
         If the schedule deadlocks (no device can ever start its next unit).
     """
-    for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0)):
+    r = f if r is None else r
+    for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0), ("r", r, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
-    slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0}
+    slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0, "R": r}
     programs = schedule.programs()
     units = [[u if isinstance(u[0], tuple) else (u,) for u in prog] for prog in programs]
     where = {}
@@ -192,7 +199,7 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1) -> Ideal
             span = sum(slots[op[0]] for op in unit)
             grid[d, start_slot[d][i]:start_slot[d][i] + span] = row  # a pair is drawn under its F row
             row += len(unit)
-    return IdealTable(schedule, grid, {"F": f, "B": b, "W": w, "BW": b + w})
+    return IdealTable(schedule, grid, {"F": f, "B": b, "W": w, "BW": b + w, "R": r})
 
 
 def _rows_before(prog, units_done):

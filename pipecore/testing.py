@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ._schedule import Schedule, ScheduleError
 from .costs import Costs, Network
+from .recompute import recompute as _recompute
 from .schedules import build, family
 from .schedules import schedules as _family_names
 from .simulate import validate
@@ -139,7 +140,7 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
 
 @st.composite
 def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches: int = 6,
-              split: bool | None = None, overlap: bool = True):
+              split: bool | None = None, overlap: bool = True, recompute: bool = True):
     """Random valid schedules with arbitrary placement and op order.
 
     Parameters
@@ -151,6 +152,9 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     overlap : bool, default True
         Sometimes run an F and the next B/BW of another microbatch as one
         overlapped F&B unit (kept only where that cannot deadlock).
+    recompute : bool, default True
+        Sometimes recompute random (stage, microbatch)s: an R op at a
+        random place between the F and its backward on their device.
 
     Returns
     -------
@@ -177,6 +181,8 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     prob = {True: 1.0, False: 0.0, None: draw(st.sampled_from([0.0, 0.5, 1.0]))}[split]
     programs = random_programs(rng, p, S, m, placement=placement, split=prob)
     replicated = layout == "replicated"
+    if recompute and draw(st.booleans()):
+        _insert_recompute(programs, rng, draw(st.sampled_from([0.3, 1.0])))
     if replicated and m > 1 and draw(st.booleans()):
         # End each replica pair with its gradient all-reduce.
         for stage, (a, b) in enumerate(pairs):
@@ -191,6 +197,24 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
         except ScheduleError:
             pass  # this fusion deadlocks; keep the plain programs
     return Schedule.from_programs(programs, name="random", devices=p, replicated=replicated)
+
+
+def _insert_recompute(programs, rng, share):
+    """Give a random share of the (stage, microbatch)s an R op somewhere
+    after their F and before their backward (same device), in place."""
+    for prog in programs:
+        where = {}
+        for i, (k, s, j) in enumerate(prog):
+            where[(k, s, j)] = i
+        picks = []
+        for (k, s, j), i in where.items():
+            if k == "F" and rng.random() < share:
+                back = where.get(("B", s, j), where.get(("BW", s, j)))
+                if back is not None:
+                    picks.append((rng.randint(i + 1, back), s, j))
+        # Insert from the back so earlier positions stay valid.
+        for pos, s, j in sorted(picks, reverse=True):
+            prog.insert(pos, ("R", s, j))
 
 
 def _fuse_pairs(program, rng):
@@ -211,7 +235,7 @@ def _fuse_pairs(program, rng):
 
 @st.composite
 def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
-                     max_chunks: int = 3, names=None):
+                     max_chunks: int = 3, names=None, recompute: bool = False):
     """Schedules of the registered families with random shapes.
 
     Parameters
@@ -220,6 +244,9 @@ def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
         Upper bounds of the shape.
     names : sequence of str, optional
         Families to draw from; all registered ones by default.
+    recompute : bool, default False
+        Sometimes recompute a random subset of stages
+        (:func:`pipecore.recompute`).
 
     Returns
     -------
@@ -240,10 +267,14 @@ def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
     else:
         m = draw(st.integers(1, max_microbatches))
     try:
-        return build(name, p, m, chunks=v)
+        sched = build(name, p, m, chunks=v)
     except ValueError:
         # This family does not take this shape (e.g. m not a multiple of p).
         reject()
+    if recompute and draw(st.booleans()):
+        chosen = draw(st.lists(st.integers(0, sched.stages - 1), min_size=1, unique=True))
+        sched = _recompute(sched, stages=chosen)
+    return sched
 
 
 @st.composite
@@ -274,7 +305,9 @@ def costs(draw, stages: int | None = None, comm: bool = True):
     act = draw(times(allow_zero=False, max_value=4.0))
     return Costs(f=value(), b=value(), w=value(), comm=value() if comm else 0.0,
                  activation=act, activation_w=draw(st.floats(0.0, 1.0)) * act,
-                 fb_factor=draw(st.sampled_from([1.0, 0.75, 0.5]) | st.floats(0.1, 1.0)))
+                 fb_factor=draw(st.sampled_from([1.0, 0.75, 0.5]) | st.floats(0.1, 1.0)),
+                 r=draw(st.none() | times()),
+                 checkpoint=draw(st.sampled_from([0.0, 0.25, 1.0]) | st.floats(0.0, 1.0)) * act)
 
 
 @st.composite

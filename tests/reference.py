@@ -29,6 +29,12 @@ reproducible by any other implementation doing the same operations:
 * memory:    running total in program order (see ``docs/semantics.md``);
              within a pair the F's event (at the pair's start) comes before
              the B/BW's (at the pair's finish).
+* R:         ``("R", s, j)`` recomputes the forward of stage ``s``
+             microbatch ``j`` on F's device: duration ``r[s]``, one
+             producer, the F (same device); the B or BW of ``(s, j)`` then
+             needs the R instead of the F. The F of a recomputed ``(s, j)``
+             allocates ``ckpt[s]``; the R allocates ``act[s] - ckpt[s]`` at
+             its start.
 * AR:        ``("AR", s, None)``, the gradient all-reduce of a stage ``s``
              replicated on exactly two devices, one AR op per replica device
              (a single-op entry, never in a pair). Duration 0.0; on device
@@ -58,7 +64,8 @@ def _is_pair(entry):
     return isinstance(entry, (tuple, list)) and len(entry) > 0 and isinstance(entry[0], (tuple, list))
 
 
-def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_link=None):
+def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_link=None,
+                       r=None, ckpt=None):
     """Simulate per-device programs exactly as docs/semantics.md says.
 
     Parameters
@@ -106,6 +113,9 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         from the remote replica ``src_device`` to the AR's device
         ``dst_device``). None (default) uses ``link`` with the same
         arguments. ``link`` stays in charge of every other transfer.
+    r, ckpt : sequences of float, optional
+        Per stage: the duration of an R op (default ``f``) and the memory a
+        recomputed F keeps (default 0.0).
 
     Returns
     -------
@@ -125,7 +135,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         order, defined even under deadlock); ``memory`` (per device,
         ``(time, total)`` after each event of an op that ran, in row order:
         F at its start with +act, B at its finish with -(act - act_w), W
-        with -act_w, BW with -act, AR none (it is skipped entirely); within
+        with -act_w, BW with -act, a recomputed F +ckpt, R +(act - ckpt)
+        at its start, AR none (it is skipped entirely); within
         a pair the F's event, at the pair's start, precedes the B/BW's, at
         the pair's finish);
         ``blocked`` (``(device, slot)`` of every device's stuck head entry).
@@ -148,7 +159,9 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     act_w = [float(x) for x in act_w]
     num_stages = len(f)
     num_devices = len(programs)
-    for name, vec in (("f", f), ("b", b), ("w", w)):
+    r_dur = list(f) if r is None else [float(x) for x in r]
+    ckpt_mem = [0.0] * num_stages if ckpt is None else [float(x) for x in ckpt]
+    for name, vec in (("f", f), ("b", b), ("w", w), ("r", r_dur)):
         if len(vec) != num_stages:
             raise ValueError("%s has %d stages, f has %d" % (name, len(vec), num_stages))
         for s, x in enumerate(vec):
@@ -179,7 +192,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         kind, stage, mb = op
         kind = str(kind)
         stage = int(stage)
-        if kind not in ("F", "B", "W", "BW", "AR"):
+        if kind not in ("F", "B", "W", "BW", "AR", "R"):
             raise ValueError("unknown op kind %r at device %d slot %d" % (kind, d, slot))
         if not 0 <= stage < num_stages:
             raise ValueError("stage %d out of range at device %d slot %d" % (stage, d, slot))
@@ -216,6 +229,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     forward_of = {}
     backward_of = {}  # the B or the BW
     weight_of = {}
+    recompute_of = {}
     for g in range(n):
         if op_kind[g] == "AR":
             continue
@@ -224,6 +238,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             table = forward_of
         elif op_kind[g] in _BACKWARD:
             table = backward_of
+        elif op_kind[g] == "R":
+            table = recompute_of
         else:
             table = weight_of
         if key in table:
@@ -249,9 +265,19 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             duration[g] = f[s]
             if s > 0:
                 producers[g].append(lookup(forward_of, (s - 1, mb), "F(s-1)", g))
+        elif kind == "R":
+            duration[g] = r_dur[s]
+            pg = lookup(forward_of, (s, mb), "F(s)", g)
+            if op_device[pg] != op_device[g]:
+                raise ValueError("R(stage %d, mb %r) runs on device %d but its F on device %d"
+                                 % (s, mb, op_device[g], op_device[pg]))
+            producers[g].append(pg)
         elif kind == "B" or kind == "BW":
             duration[g] = b[s] if kind == "B" else b[s] + w[s]
-            producers[g].append(lookup(forward_of, (s, mb), "F(s)", g))
+            if (s, mb) in recompute_of:
+                producers[g].append(recompute_of[(s, mb)])
+            else:
+                producers[g].append(lookup(forward_of, (s, mb), "F(s)", g))
             if s < num_stages - 1:
                 producers[g].append(lookup(backward_of, (s + 1, mb), "backward(s+1)", g))
         elif kind == "W":
@@ -515,8 +541,14 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             kind = op_kind[g]
             if kind == "AR":
                 continue
-            if kind == "F":
+            if kind == "F" and (s, op_mb[g]) in recompute_of:
+                total = total + ckpt_mem[s]
+                when = start[g]
+            elif kind == "F":
                 total = total + act[s]
+                when = start[g]
+            elif kind == "R":
+                total = total + (act[s] - ckpt_mem[s])
                 when = start[g]
             elif kind == "B":
                 total = total - (act[s] - act_w[s])
