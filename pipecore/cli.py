@@ -119,6 +119,12 @@ def _parser():
                      help="weights of one device share (default 0: the limit is on activations)")
     mem.add_argument("--memory-limit", type=float, default=None,
                      help="per-device limit on activation + weights (default none)")
+    mem.add_argument("--checkpoint", type=float, default=0.0,
+                     help="memory a recomputed F keeps (default 0)")
+    mem.add_argument("--r", type=float, default=None,
+                     help="time of a recompute (R) op (default: --f)")
+    mem.add_argument("--no-recompute", action="store_true",
+                     help="do not try activation recompute for schedules that do not fit")
     u.add_argument("--families", default=None, help="comma-separated families (default all)")
     u.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                    help="minimise the makespan (default) or the longest per-device span "
@@ -262,11 +268,13 @@ def _cmd_tune(args, out):
     from .tune import TuneError, tune
 
     costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
-                  activation_w=args.activation_w, weights=args.weights)
+                  activation_w=args.activation_w, weights=args.weights, r=args.r,
+                  checkpoint=args.checkpoint)
     families = None if args.families is None else [x for x in args.families.split(",") if x]
     try:
         best = tune(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
-                    network=_network(args), families=families, objective=args.objective)
+                    network=_network(args), families=families, objective=args.objective,
+                    recompute=not args.no_recompute)
     except TuneError as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 1

@@ -328,7 +328,8 @@ class Result:
 
         ``cost`` is the longest per-device span (last op end minus first op
         start) and ``busy`` the largest per-device compute time, which is
-        ``m (T_F + T_B + T_W)`` when stages are equal.
+        ``m (T_F + T_B + T_W)`` when stages are equal. Recompute (R) time
+        counts as busy, so compare recomputed schedules by makespan.
         """
         cost = float(self.span.max()) if self.span.size else 0.0
         if cost == 0:

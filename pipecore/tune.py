@@ -130,7 +130,7 @@ def _generated(p, m, costs, limit):
 def tune(devices: int, microbatches: int, costs: Costs | None = None,
          memory_limit: float | None = None, network: Network | None = None,
          families=None, chunks=None, generated: bool = True,
-         objective: str = "makespan", polish: bool = True) -> Tuned:
+         objective: str = "makespan", polish: bool = True, recompute: bool = True) -> Tuned:
     """The fastest schedule whose worst device fits the memory limit.
 
     Parameters
@@ -164,6 +164,12 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         ops swapped or moved within a device's program, kept when the
         objective improves and the limit holds, with random restarts) on the
         three best candidates that fit.
+    recompute : bool
+        For the fastest candidates that do not fit, also try recomputing
+        activations (:func:`pipecore.recompute`), stage by stage on the
+        device most over the limit, until they fit. Recompute costs
+        ``costs.r`` per op and keeps ``costs.checkpoint``; it never makes a
+        schedule faster, so it wins only where the plain ones do not fit.
 
     Returns
     -------
@@ -230,6 +236,9 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
             cand.error = str(exc).splitlines()[0]
             cand.schedule = None
     ran = [c for c in cands if c.result is not None]
+    if recompute and not math.isinf(limit):
+        cands += _recompute_candidates(ran, costs, limit, network, objective)
+        ran = [c for c in cands if c.result is not None]
     table = _table(cands, limit)
     fitting = [c for c in ran if fits(c.memory, limit)]
     if not fitting:
@@ -249,6 +258,124 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     validate(best.schedule)
     return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
                  time.perf_counter() - t0, objective)
+
+
+def _lifetimes(result):
+    """Per stage: summed F-start to backward-finish time of its microbatches,
+    how long its activations are held (longest first is recomputed first)."""
+    sched = result.schedule
+    kind = sched.kind_codes
+    stage = sched._column("stage")
+    life = np.zeros(sched.stages)
+    np.add.at(life, stage[kind == 0], -result.start[kind == 0])
+    back = (kind == 1) | (kind == 3)
+    np.add.at(life, stage[back], result.finish[back])
+    return life
+
+
+def _ranges(values):
+    """Compact sorted ranges: [0, 1, 2, 5] -> "0-2,5"."""
+    values = sorted(values)
+    parts = []
+    lo = prev = values[0]
+    for v in values[1:] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(f"{lo}" if lo == prev else f"{lo}-{prev}")
+        if v is not None:
+            lo = prev = v
+    return ",".join(parts)
+
+
+def _device_peaks(sched, arrays, chosen):
+    """Per-device peak activation (program order) if ``chosen`` stages were
+    recomputed with an R right before each backward unit; no schedule built.
+
+    The same running total as the kernels: a recomputed F adds the
+    checkpoint, its R the rest of the activation just before the backward.
+    """
+    st = sched._info()
+    kind = sched.kind_codes
+    stage = sched._column("stage")
+    act, act_w, ckpt = arrays["activation"], arrays["activation_w"], arrays["checkpoint"]
+    rec = np.zeros(sched.stages, dtype=bool)
+    rec[list(chosen)] = True
+    n = len(kind)
+    delta = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
+                      [np.where(rec[stage], ckpt[stage], act[stage]),
+                       -(act[stage] - act_w[stage]), -act_w[stage], -act[stage]], 0.0)
+    # Two positions per row: an R event (before the row's unit) then the row.
+    ev = np.zeros(2 * n)
+    ev[1::2] = delta
+    back = ((kind == 1) | (kind == 3)) & rec[stage]
+    rows = np.flatnonzero(back)
+    unit_head = rows - st["paired"][rows]  # a paired B's unit starts at its F row
+    ev[2 * unit_head] += act[stage[rows]] - ckpt[stage[rows]]
+    ptr = st["dev_ptr"]
+    out = np.zeros(sched.devices)
+    for d in range(sched.devices):
+        a, b = 2 * ptr[d], 2 * ptr[d + 1]
+        if b > a:
+            out[d] = max(0.0, float(np.cumsum(ev[a:b]).max()))
+    return out
+
+
+def _recompute_candidates(ran, costs, limit, network, objective, top=6):
+    """Recompute variants of the fastest candidates that do not fit.
+
+    On each device over the limit, the fewest of its stages (longest-held
+    first) whose recompute brings it under the limit; peak memory in
+    program order depends on a device's own stages only, and falls as more
+    are recomputed, so a binary search per device needs no simulation. A
+    device that stays over the limit with all its stages recomputed gets
+    them all: that variant does not fit, but its memory tells TuneError
+    the smallest limit recompute reaches.
+    """
+    from ._schedule import R
+    from .recompute import recompute
+
+    over = sorted((c for c in ran if not fits(c.memory, limit)
+                   and not (c.schedule.kind_codes == R).any()),
+                  key=lambda c: _score(c.result, objective))
+    out = []
+    for c in over[:top]:
+        base = c.schedule
+        try:
+            arrays = costs.stage_arrays(base.stages, base.devices)
+        except ValueError:
+            continue
+        static = c.result.static_memory
+        life = _lifetimes(c.result)
+        chosen = []
+        for d in range(base.devices):
+            if fits(float(c.result.peak_activation[d] + static[d]), limit):
+                continue
+            mine = sorted((s for s in range(base.stages) if d in base.stage_devices[s]),
+                          key=lambda s: (-life[s], s))
+            lo, hi = 1, len(mine)
+            if not fits(float(_device_peaks(base, arrays, mine)[d] + static[d]), limit):
+                chosen += mine
+                continue
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fits(float(_device_peaks(base, arrays, mine[:mid])[d] + static[d]), limit):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            chosen += mine[:lo]
+        if not chosen:
+            continue
+        try:
+            sched = recompute(base, stages=chosen, name=f"{base.name}+r")
+            res = simulate(sched, costs, network)
+        except (ValueError, ScheduleError):
+            continue
+        cand = _Candidate(label=f"{c.label} +recompute stages={_ranges(chosen)}",
+                          source="recompute", family=c.family, chunks=c.chunks,
+                          options=c.options, schedule=sched, result=res)
+        out.append(cand)
+    return out
 
 
 def _polish(fitting, cands, costs, limit, network, objective, top=3):

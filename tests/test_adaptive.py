@@ -125,6 +125,9 @@ def test_adaptive_v_meets_the_reference_at_p16_m48():
 
 
 def test_tune_picks_adaptive_under_tight_memory():
-    t = pc.tune(8, 16, UNIT, memory_limit=5.0, objective="span")
+    # Plain schedules only: with recompute allowed (r = f), recomputing 24 of
+    # interleaved-zb v=8's 64 stages is faster still (span 54.875 against
+    # adaptive V's 56.5, measured), which test_recompute covers.
+    t = pc.tune(8, 16, UNIT, memory_limit=5.0, objective="span", recompute=False)
     assert t.label == "adaptive-v"
     assert abs(t.result.bubble_rate - _adaptive_reference(8, 16, 10)) < 1e-9

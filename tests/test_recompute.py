@@ -169,3 +169,55 @@ def test_batch_r_defaults_to_f():
     assert out.column("checkpoint").to_pylist() == [0.0, 0.0]
     # (m + p - 1) f + m (r + bw) + (p - 1) bw, r = f.
     assert out.column("makespan").to_pylist() == [3 + 4 + 1, 6 + 6 + 1]
+
+
+def _memory(res):
+    return float((res.peak_activation + res.static_memory).max())
+
+
+@pytest.mark.parametrize("limit", [3.0, 2.0, 1.5])
+def test_tune_recomputes_where_plain_schedules_do_not_fit(limit):
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5, weights=0.0, checkpoint=0.05)
+    plain = pc.tune(8, 32, costs, limit, recompute=False)
+    best = pc.tune(8, 32, costs, limit)
+    pc.validate(best.schedule)
+    res = pc.simulate(best.schedule, costs)  # re-simulated here, not taken from tune
+    assert res.makespan == best.result.makespan
+    assert _memory(res) <= limit * (1 + 1e-9)
+    assert "+recompute" in best.label and (best.schedule.kind_codes == 5).any()
+    # Below every plain family's need, recompute is much faster than the
+    # best plain schedule that fits (measured 117-124 against 147-295).
+    assert best.result.makespan < 0.9 * plain.result.makespan
+
+
+def test_tune_without_recompute_never_returns_r_ops():
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5, weights=0.0)
+    best = pc.tune(4, 8, costs, 2.0, recompute=False)
+    assert not (best.schedule.kind_codes == 5).any()
+
+
+def test_tune_error_reports_the_limit_recompute_reaches():
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5, weights=0.0, checkpoint=0.05)
+    with pytest.raises(pc.TuneError) as info:
+        pc.tune(4, 8, costs, 0.3)
+    again = pc.tune(4, 8, costs, info.value.smallest_limit)
+    assert _memory(again.result) <= info.value.smallest_limit * (1 + 1e-9)
+    with pytest.raises(pc.TuneError) as plain:
+        pc.tune(4, 8, costs, 0.3, recompute=False)
+    assert info.value.smallest_limit < plain.value.smallest_limit
+
+
+@settings(max_examples=40, deadline=None)
+@given(sched=family_schedules(max_devices=6, max_microbatches=10), data=st.data())
+def test_device_peaks_without_building_equal_the_kernel(sched, data):
+    # tune's binary search predicts each device's peak for a set of
+    # recomputed stages from the plain schedule; it must equal simulate()'s.
+    from pipecore.tune import _device_peaks
+
+    chosen = data.draw(st.lists(st.integers(0, sched.stages - 1), min_size=1, unique=True))
+    costs = pc.Costs(activation=data.draw(st.floats(0.5, 2.0)), activation_w=0.2,
+                     checkpoint=data.draw(st.floats(0.0, 0.5)))
+    arrays = costs.stage_arrays(sched.stages, sched.devices)
+    res = pc.simulate(pc.recompute(sched, stages=chosen), costs)
+    np.testing.assert_allclose(_device_peaks(sched, arrays, chosen), res.peak_activation,
+                               rtol=1e-12, atol=1e-12)

@@ -65,9 +65,14 @@ def test_report_and_candidates():
 def test_nothing_fits_names_the_smallest_limit():
     costs = pc.Costs(f=1.0, b=1.0, w=1.0, weights=0.0)
     with pytest.raises(pc.TuneError, match="nothing fits memory_limit=0.5") as info:
-        pc.tune(4, 8, costs, memory_limit=0.5)
+        pc.tune(4, 8, costs, memory_limit=0.5, recompute=False)
     assert info.value.smallest_limit >= 1.0
     assert info.value.candidates.num_rows > 10
+    # Recompute (checkpoint 0) gets down to one chunk's activation, at most
+    # 1/8 of a microbatch's device share with 8 chunks per device.
+    with pytest.raises(pc.TuneError, match="nothing fits memory_limit=0.1") as info:
+        pc.tune(4, 8, costs, memory_limit=0.1)
+    assert 1 / max(CHUNK_VALUES) <= info.value.smallest_limit < 0.5
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -89,5 +94,8 @@ def test_cli_tune(capsys):
                  "--memory-limit", "4", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("winner (makespan): ")
-    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25"]) == 1
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--no-recompute"]) == 1
     assert "nothing fits" in capsys.readouterr().err
+    # Recompute reaches 0.25 (one chunk of 8 holds 1/8; checkpoints 0).
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--top", "2"]) == 0
+    assert "+recompute" in capsys.readouterr().out.splitlines()[0]
