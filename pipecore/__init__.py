@@ -12,6 +12,7 @@ from .batch import simulate_many
 from .compare import compare
 from .costs import Costs, Network
 from .formulas import formula
+from .offload import offload
 from .recompute import recompute
 from .scans import Grid, ScanError, scan, write_scan
 from .schedules import Family, build, family, register, schedules
@@ -27,6 +28,6 @@ __all__ = [
     "Family", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
-    "adaptive", "recompute",
+    "adaptive", "recompute", "offload",
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
 ]

@@ -15,7 +15,7 @@ NOT_WAITING = 0xFFFFFFFF  # list_units' wait entry of a device not blocked
 @njit(cache=True)
 def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
                   x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
-                  start, finish, x_start, x_arrival, head):
+                  start, finish, x_start, x_arrival, head, x_after):
     """Fill op and transfer times; return a status code.
 
     Each device runs its program in order; an op starts when the device is
@@ -32,15 +32,17 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     is not read, since only remote producers (``xfer``) can block or delay
     an op (see ``list_units``). On return ``head[d]`` is the row of device
     d's first op that did not run (``dev_ptr[d+1]`` when the device
-    finished).
+    finished). ``x_after[x]`` (or -1) is a transfer that transfer x cannot
+    start before the arrival of (an offload's copy back waits for its copy
+    to host).
     """
-    units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev)
+    units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after)
     return run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
                      start, finish, x_start, x_arrival, head)
 
 
 @njit(cache=True)
-def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev):
+def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after):
     """The cost-independent unit arrays ``run_units`` takes (a tuple); a
     schedule's are computed once and reused across simulations."""
     p = dev_ptr.shape[0] - 1
@@ -54,7 +56,7 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev):
     ident = np.arange(max(n, nx), dtype=np.uint32)  # codes: one table entry per unit, transfer
     nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
     return (nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link.astype(np.uint32),
-            x_dst_dev.astype(np.uint32))
+            x_dst_dev.astype(np.uint32), x_after.astype(np.int32))
 
 
 @njit(cache=True)
@@ -64,7 +66,7 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
 
     ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
     cost classes of ``_validate`` with a matching 7-row table."""
-    nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32 = units
+    nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32, x_after = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst32.shape[0]
@@ -80,7 +82,7 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
         else:
             dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]]) * fb_factor
     status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
-                        x_link32, x_dst32, n_links,
+                        x_link32, x_dst32, x_after, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
                         np.empty(p, dtype=np.uint32))
@@ -138,7 +140,7 @@ def program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, i
 
 @njit(cache=True)
 def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_link,
-               x_dst_dev, n_links, u_start, u_finish, x_start, x_arrival, head,
+               x_dst_dev, x_after, n_links, u_start, u_finish, x_start, x_arrival, head,
                busy, dev_free, link_free, stack, wait):
     """The list scheduler on ``program_units``' units; return a status code.
 
@@ -158,6 +160,9 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
     only. A transfer not yet sent has arrival -1 (real ones are >= 0). A
     blocked device records the transfer it waits for and is revisited once
     that one is sent; times do not depend on the order of visits.
+    Transfer x starts no earlier than the arrival of ``x_after[x]`` when
+    that is >= 0; such a transfer is always sent earlier by the same device
+    (an offload's copy to host, before the copy back).
     """
     p = u_ptr.shape[0] - 1
     nx = x_link.shape[0]
@@ -199,12 +204,15 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
             for x in range(u_out[u], u_out[u + 1]):
                 cls = x_cls[x]
                 ser = x_ser[cls]
+                s = f
+                y = x_after[x]
+                if y >= 0:
+                    s = max(s, x_arrival[y])
                 if ser == 0.0:
-                    s = f
-                    e = f
+                    e = s
                 else:
                     link = x_link[x]
-                    s = max(f, link_free[link])
+                    s = max(s, link_free[link])
                     e = s + ser
                     link_free[link] = e
                 x_start[x] = s
@@ -231,7 +239,8 @@ def peak_memory(dev_ptr, op_class, op_stage, act, act_w, ckpt, peak):
     """Per-device peak of the activation total, in program order.
 
     Classes (``_validate``): F +act, B -(act - act_w), W -act_w, BW -act,
-    AR nothing, R +(act - ckpt), F_DROP (a recomputed F) +ckpt.
+    AR nothing, R +(act - ckpt), O and L nothing (offload memory moves at
+    copy times: see ``simulate``), F_DROP = 8 (a recomputed F) +ckpt.
     """
     p = dev_ptr.shape[0] - 1
     for d in range(p):
@@ -240,7 +249,7 @@ def peak_memory(dev_ptr, op_class, op_stage, act, act_w, ckpt, peak):
         for i in range(dev_ptr[d], dev_ptr[d + 1]):
             k = op_class[i]
             s = op_stage[i]
-            if k == 0 or k == 5 or k == 6:
+            if k == 0 or k == 5 or k == 8:
                 if k == 0:
                     total = total + act[s]
                 elif k == 5:

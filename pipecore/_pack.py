@@ -24,6 +24,10 @@ class Structure:
 
         validate(schedule)  # deadlock and every structural rule, with a clear error
         st = schedule._info()
+        if st["x_host"].any():
+            raise ValueError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "
+                             f"memory moves at copy times; the batched kernels keep memory in "
+                             f"program order, so use pipecore.simulate for it")
         dev_ptr = st["dev_ptr"]
         n = st["op_kind"].shape[0]
         p = schedule.devices

@@ -35,10 +35,11 @@ P_R, P_CKPT = 14, 15  # recompute time and checkpoint memory (Costs.r, Costs.che
 N_PARAMS = 16
 
 # Rows of the kernels' op arrays are cost classes (_validate.op_class): the
-# kind codes 0..5 (F, B, W, BW, AR, R) and 6 for an F whose activations are
-# dropped for recompute. An overlapped pair's duration code is
-# N_CLS + N_CLS * class of F + class of B.
-N_CLS = 7
+# kind codes 0..7 (F, B, W, BW, AR, R, O, L) and 8 for an F whose
+# activations are dropped for recompute. An overlapped pair's duration code
+# is N_CLS + N_CLS * class of F + class of B. Schedules with offload (O, L)
+# never reach these kernels (their memory moves at copy times).
+N_CLS = 9
 
 # Output rows (float64 matrix, one column per config).
 O_MAKESPAN, O_BUSY_SUM, O_BUSY_MAX, O_SPAN_MAX, O_PEAK_ACT, O_PEAK_TOTAL = range(6)
@@ -169,7 +170,9 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 cost[3, lane] = bs + ws
                 cost[4, lane] = 0.0
                 cost[5, lane] = _share(params[P_R, k], cdiv, p, n_stages)
-                cost[6, lane] = fs
+                cost[6, lane] = 0.0
+                cost[7, lane] = 0.0
+                cost[8, lane] = fs
                 fb[lane] = params[P_FB, k]
                 act[lane] = _share(params[P_ACT, k], cdiv, p, n_stages)
                 actw[lane] = _share(params[P_ACTW, k], cdiv, p, n_stages)
@@ -248,7 +251,7 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                             tot = mem[d, lane] + (act[lane] - ckpt[lane])
                             mem[d, lane] = tot
                             peak[d, lane] = max(peak[d, lane], tot)
-                    elif k == 6:
+                    elif k == 8:
                         for lane in range(L):
                             tot = mem[d, lane] + ckpt[lane]
                             mem[d, lane] = tot
@@ -340,6 +343,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
     x_cls = x_code.view(np.uint8)
     x_link_u = x_link.view(np.uint32)
     x_dst_u = x_dst_dev.view(np.uint32)
+    no_after = np.full(max_nx, -1, dtype=np.int32)  # packs hold no offload copies
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
         w_us = np.empty(max_n)
@@ -363,14 +367,15 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                       kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
                       d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
                       w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
-                      memo)
+                      memo, no_after)
 
 
 @njit(cache=True)
 def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, dev_ptr,
               op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
               d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
-              w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo):
+              w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo,
+              no_after):
     s = c_struct[k]
     p = s_p[s]
     S = s_S[s]
@@ -391,7 +396,9 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     dur[3] = bs + ws
     dur[4] = 0.0
     dur[5] = _share(params[P_R, k], cdiv, p, S)
-    dur[6] = fs
+    dur[6] = 0.0
+    dur[7] = 0.0
+    dur[8] = fs
     fb = params[P_FB, k]
     for k1 in range(N_CLS):
         for k2 in range(N_CLS):
@@ -411,7 +418,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     u_start = w_us[:nu]
     st = list_units(up, u_out[o0:o0 + nu + 1], in_ptr[o0:o0 + nu + 1], in_x[x0:x0 + nx],
                     u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat, x_link[x0:x0 + nx],
-                    x_dst_dev[x0:x0 + nx], s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
+                    x_dst_dev[x0:x0 + nx], no_after[:nx], s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
                     w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait)
     status[k] = st
     if st != STATUS_OK:
@@ -451,7 +458,9 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
         delta[3] = -act
         delta[4] = 0.0
         delta[5] = act - ck
-        delta[6] = ck
+        delta[6] = 0.0
+        delta[7] = 0.0
+        delta[8] = ck
         kinds = op_kind[s_r0[s]:s_r0[s] + int(dp[p])]
         best = 0.0
         whole = 0.0
@@ -461,7 +470,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
             for i in range(dp[d], dp[d + 1]):
                 kk = kinds[i]
                 mem = mem + delta[kk]
-                pk = mem if (kk == 0 or kk >= 5) and mem > pk else pk
+                pk = mem if (kk == 0 or kk == 5 or kk == 8) and mem > pk else pk
             static = 0.0
             for _ in range(d_copies[s_d0[s] + d]):
                 static += wsh

@@ -14,9 +14,11 @@ __all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_l
 #: Op kinds, in the order of their integer codes (the kernel sees the codes).
 #: R recomputes a forward whose activations were dropped (activation
 #: recompute, or checkpointing); it runs on the F's device before the B.
-KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R")
+#: O offloads a forward's activations to host memory, L loads them back
+#: before the backward (copies on the device's host link).
+KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R", "O", "L")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
-F, B, W, BW, AR, R = range(6)
+F, B, W, BW, AR, R, O, L = range(8)
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 _KIND_DICTIONARY = pa.array(KINDS, type=pa.string())
@@ -32,7 +34,7 @@ SCHEMA = pa.schema(
 )
 
 # Longest-first so "BW" is not read as "B" followed by junk.
-_ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W|R)(\d+)\s*$")
+_ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W|R|O|L)(\d+)\s*$")
 _AR_RE = re.compile(r"^\s*(\d+)AR\s*$")
 
 
@@ -53,7 +55,7 @@ def op_label(kind, stage, microbatch) -> str:
     Raises
     ------
     IndexError
-        If an integer kind code is outside 0..5.
+        If an integer kind code is outside 0..7.
     """
     name = KINDS[kind] if not isinstance(kind, str) else kind
     return f"{stage}AR" if name == "AR" else f"{stage}{name}{microbatch}"
@@ -98,7 +100,8 @@ class Action:
         Model stage, 0-based in model order.
     kind : str
         One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``, ``"AR"``, ``"R"``
-        (recompute of a forward whose activations were dropped).
+        (recompute of a forward whose activations were dropped), ``"O"``
+        (offload them to host memory), ``"L"`` (load them back).
     microbatch : int or None
         Microbatch index, 0-based; None for ``"AR"``.
 
@@ -156,7 +159,7 @@ class Action:
         if match is None:
             raise ValueError(
                 f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
-                f"with kind one of F, B, W, BW, R, e.g. '0F3', or <stage>AR"
+                f"with kind one of F, B, W, BW, R, O, L, e.g. '0F3', or <stage>AR"
             )
         return cls(int(match.group(1)), match.group(2), int(match.group(3)))
 
@@ -165,7 +168,7 @@ class Schedule:
     """A pipeline schedule: one row per compute op, in an Arrow table.
 
     Columns: ``device`` (int32), ``slot`` (int32, position in the device's
-    program), ``kind`` (dictionary: F, B, W, BW, AR, R), ``stage`` (int32),
+    program), ``kind`` (dictionary: F, B, W, BW, AR, R, O, L), ``stage`` (int32),
     ``microbatch`` (int32). Rows are kept sorted by ``(device, slot)``.
     Placement and dependencies are derived from the table. Build one with
     :func:`pipecore.build`, :func:`pipecore.from_actions` or
@@ -240,7 +243,8 @@ class Schedule:
         device, slot, stage, microbatch : array_like of int
             One entry per op.
         kind : array_like of str or int
-            Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R).
+            Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R,
+            6=O, 7=L).
         **kwargs
             Passed to :class:`Schedule` (``name``, ``devices``, ``params``).
 
@@ -348,7 +352,7 @@ class Schedule:
 
     @property
     def kind_codes(self) -> np.ndarray:
-        """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R) per op."""
+        """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R, 6=O, 7=L) per op."""
         return np.asarray(self._table.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False),
                           dtype=np.int8)
 

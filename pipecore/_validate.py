@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import AR, BW, KINDS, B, F, R, ScheduleError, W, op_label
+from ._schedule import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 
 #: Cost-and-memory class of a row as the kernels see it: the kind code, but
 #: an F whose activations are dropped (its (stage, microbatch) has an R)
 #: is class F_DROP: it takes F's time and keeps only the checkpoint.
-F_DROP = 6
-N_CLASSES = 7
+F_DROP = 8
+N_CLASSES = 9
 
 
 def _error(schedule, rule, row, detail, mark=None):
@@ -57,7 +57,9 @@ def structure(schedule):
         ``op_stage``, ``op_class`` (kind code, or ``F_DROP`` for an F
         whose (stage, microbatch) is recomputed by an R), ``paired`` (row
         is the B of an overlapped pair whose F is the previous row),
-        ``x_is_ar`` (transfer feeds an all-reduce).
+        ``x_is_ar`` (transfer feeds an all-reduce), ``x_host`` (0, or 1
+        for an offload's copy to host and 2 for the copy back), ``x_after``
+        (the transfer a copy back waits for, or -1).
 
     Raises
     ------
@@ -112,6 +114,8 @@ def structure(schedule):
     is_w = kind == W
     is_bw = kind == BW
     is_r = kind == R
+    is_o = kind == O
+    is_l = kind == L
 
     def index_of(mask, what):
         rows = np.flatnonzero(mask)
@@ -132,6 +136,8 @@ def structure(schedule):
     w_idx = index_of(is_w, "W")
     bw_idx = index_of(is_bw, "BW")
     r_idx = index_of(is_r, "R")
+    o_idx = index_of(is_o, "O")
+    l_idx = index_of(is_l, "L")
 
     # Exactly one forward, and either BW or B+W, per (stage, microbatch).
     both = np.flatnonzero((bw_idx >= 0) & ((b_idx >= 0) | (w_idx >= 0)))
@@ -148,7 +154,7 @@ def structure(schedule):
         # present op marks where the program went wrong. A pair with no op at
         # all usually only exists because another index ran past the range.
         first_row = np.full(missing.size, n, dtype=np.int64)
-        for idx in (f_idx, b_idx, w_idx, bw_idx, r_idx):
+        for idx in (f_idx, b_idx, w_idx, bw_idx, r_idx, o_idx, l_idx):
             rows_k = idx[missing]
             first_row = np.where((rows_k >= 0) & (rows_k < first_row), rows_k, first_row)
         k = int(missing[int(np.argmin(first_row))])
@@ -161,7 +167,8 @@ def structure(schedule):
             need = "B (it has a W)"
         else:
             need = "W (it has a B)"
-        present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k], r_idx[k]) if i >= 0]
+        present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k], r_idx[k], o_idx[k],
+                                    l_idx[k]) if i >= 0]
         detail = (f"stage {s_} microbatch {mb_} has no {need}; every (stage, microbatch) in "
                   f"0..{S - 1} x 0..{m - 1} needs F and BW, or F, B and W")
         if present:
@@ -171,8 +178,25 @@ def structure(schedule):
 
     back_idx = np.where(bw_idx >= 0, bw_idx, b_idx)
 
+    # An offload (O) needs its load (L) and the reverse; an activation is
+    # either offloaded or recomputed, not both.
+    lonely = np.flatnonzero((o_idx >= 0) != (l_idx >= 0))
+    if lonely.size:
+        k = int(lonely[0])
+        r = int(o_idx[k] if o_idx[k] >= 0 else l_idx[k])
+        have, need = ("O", "L") if o_idx[k] >= 0 else ("L", "O")
+        raise _error(schedule, "missing-op", r,
+                     f"stage {k // m} microbatch {k % m} has an {have} but no {need}; an offload "
+                     f"(O after the F) needs its load (L before the backward)")
+    both_ro = np.flatnonzero((o_idx >= 0) & (r_idx >= 0))
+    if both_ro.size:
+        k = int(both_ro[0])
+        raise _error(schedule, "offload", int(o_idx[k]),
+                     f"stage {k // m} microbatch {k % m} is both offloaded (O) and recomputed "
+                     f"(R); choose one", mark=[int(o_idx[k]), int(r_idx[k])])
+
     # All ops of one (stage, microbatch) on one device: activations live there.
-    for idx in (back_idx, w_idx, r_idx):
+    for idx in (back_idx, w_idx, r_idx, o_idx, l_idx):
         present = idx >= 0
         bad = np.flatnonzero(present & (dev[np.where(present, idx, 0)] != dev[f_idx]))
         if bad.size:
@@ -204,9 +228,15 @@ def structure(schedule):
     dep[fr, 0] = f_idx[key[fr] - m]
     rr = rows[is_r]
     dep[rr, 0] = f_idx[key[rr]]
+    orow = rows[is_o]
+    dep[orow, 0] = f_idx[key[orow]]
+    lrow = rows[is_l]
+    dep[lrow, 0] = o_idx[key[lrow]]
     br = rows[is_b | is_bw]
-    # A recomputed (stage, microbatch)'s backward needs the R, not the F.
-    dep[br, 0] = np.where(r_idx[key[br]] >= 0, r_idx[key[br]], f_idx[key[br]])
+    # A recomputed (stage, microbatch)'s backward needs the R, an offloaded
+    # one its L (and, below, the L's copy back), not the F.
+    first = np.where(r_idx[key[br]] >= 0, r_idx[key[br]], f_idx[key[br]])
+    dep[br, 0] = np.where(l_idx[key[br]] >= 0, l_idx[key[br]], first)
     inner = br[stage[br] < S - 1]
     dep[inner, 1] = back_idx[key[inner] + m]
     wr = rows[is_w]
@@ -271,29 +301,52 @@ def structure(schedule):
                      f"needs {op_label(kind[q], int(stage[q]), int(mb[q]))}, which runs later "
                      f"on the same device (slot {int(slot[q])})", mark=[r, q])
 
-    # Transfers: one per cross-device dependency, ordered by (producer, consumer).
+    # Transfers: one per cross-device dependency, plus the two host-link
+    # copies of each offload (O -> L to host, L -> backward back), ordered
+    # by (producer, consumer). The L does not wait for the copy to host;
+    # the copy back starts after it (x_after).
     remote = has & ~local
     cons, which = np.nonzero(remote)
     prod = dep[cons, which]
+    host = np.zeros(len(cons), dtype=np.int8)
+    ko = np.flatnonzero(o_idx >= 0)
+    if ko.size:
+        cons = np.concatenate([cons, l_idx[ko], back_idx[ko]])
+        prod = np.concatenate([prod, o_idx[ko], l_idx[ko]])
+        which = np.concatenate([which, np.full(ko.size, -1), np.zeros(ko.size, dtype=which.dtype)])
+        host = np.concatenate([host, np.full(ko.size, 1, np.int8), np.full(ko.size, 2, np.int8)])
     order = np.lexsort((cons, prod))
     x_src = prod[order]
     x_dst = cons[order]
+    x_host = host[order]
+    which = which[order]
     xfer = np.full((n, 2), -1, dtype=np.int64)
-    xfer[x_dst, which[order]] = np.arange(len(order))
+    ids = np.arange(len(order))
+    xfer[x_dst[which >= 0], which[which >= 0]] = ids[which >= 0]
+    x_after = np.full(len(order), -1, dtype=np.int64)
+    if ko.size:
+        # The copy back (from L) starts once the copy to host (from the O) ended.
+        to_host = np.full(n, -1, dtype=np.int64)
+        to_host[x_dst[x_host == 1]] = ids[x_host == 1]  # keyed by the L row
+        x_after[x_host == 2] = to_host[x_src[x_host == 2]]
     out_ptr = np.searchsorted(x_src, np.arange(n + 1))
     dev_ptr = np.searchsorted(dev, np.arange(p + 1))
 
-    # Directed links that carry traffic, numbered compactly.
+    # Directed links that carry traffic, numbered compactly; each device's
+    # host link has two directions (to host, from host) of its own.
     src_dev = dev[x_src]
     dst_dev = dev[x_dst]
-    _, x_link = np.unique(src_dev * p + dst_dev, return_inverse=True)
+    link_key = np.where(x_host == 0, src_dev * p + dst_dev, p * p + 2 * src_dev + x_host - 1)
+    _, x_link = np.unique(link_key, return_inverse=True)
     op_class = kind.astype(np.int8)
     op_class[f_idx[r_idx >= 0]] = F_DROP
     return {
         "stages": S,
         "op_class": op_class,
         "paired": same,
-        "x_is_ar": is_ar[x_dst],
+        "x_is_ar": is_ar[x_dst] & (x_host == 0),
+        "x_host": x_host,
+        "x_after": np.ascontiguousarray(x_after.astype(np.int32)),
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
         "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
         "x_src_dev": src_dev,

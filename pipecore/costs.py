@@ -116,6 +116,14 @@ class Costs:
         ``checkpoint`` instead of ``activation``; its R allocates
         ``activation - checkpoint``, so B, W and BW free as usual. Must not
         exceed ``activation``.
+    offload : float or array_like, optional
+        Time of one copy of an F's activation (one device share; a chunk's
+        copy takes ``offload / v``) over a device's host link, to host (O)
+        or back (L). Each device has its own link, one copy at a time per
+        direction, in issue order. Required by schedules with O and L ops.
+        For two devices behind one PCIe switch (PipeOffload's A100
+        servers), use the time a copy takes while the other device copies
+        too; the link's sharing is not simulated.
 
     Raises
     ------
@@ -133,12 +141,14 @@ class Costs:
     fb_factor: float = 1.0
     r: float | None = None
     checkpoint: float = 0.0
+    offload: float | None = None
 
     def __post_init__(self):
         for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights", "checkpoint"):
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
-        if self.r is not None:
-            object.__setattr__(self, "r", _check_value("Costs", "r", self.r))
+        for name in ("r", "offload"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
         factor = _check_value("Costs", "fb_factor", self.fb_factor, positive=True)
         if np.ndim(factor):
             raise ValueError("Costs 'fb_factor' must be a scalar")
@@ -164,8 +174,9 @@ class Costs:
         -------
         dict of str to numpy.ndarray
             Keys ``f``, ``b``, ``w``, ``comm``, ``activation``,
-            ``activation_w``, ``weights``, ``r`` (``f`` when unset) and
-            ``checkpoint``, each of length S.
+            ``activation_w``, ``weights``, ``r`` (``f`` when unset),
+            ``checkpoint`` and ``offload`` (None when unset), each of
+            length S.
 
         Raises
         ------
@@ -177,6 +188,8 @@ class Costs:
         for name in ("f", "b", "w", "activation", "activation_w", "weights", "checkpoint"):
             out[name] = per_stage("Costs", name, getattr(self, name), stages, devices)
         out["r"] = out["f"] if self.r is None else per_stage("Costs", "r", self.r, stages, devices)
+        out["offload"] = (None if self.offload is None else
+                          per_stage("Costs", "offload", self.offload, stages, devices))
         out["comm"] = per_stage_direct("Costs", "comm", self.comm, stages)
         for name in ("activation_w", "checkpoint"):
             bad = np.flatnonzero(out[name] > out["activation"])

@@ -50,7 +50,7 @@ _TRANSFER_COLUMNS = (
 _MEMORY_COLUMNS = ("device", "time", "bytes")
 
 # Fixed kind order so legends and colours are stable from run to run.
-_KIND_ORDER = ("F", "B", "W", "BW", "AR", "R")
+_KIND_ORDER = ("F", "B", "W", "BW", "AR", "R", "O", "L")
 _KIND_COLOURS = {
     "F": "#4C72B0",  # blue
     "B": "#DD8452",  # orange
@@ -58,6 +58,8 @@ _KIND_COLOURS = {
     "BW": "#8172B3",  # purple
     "AR": "#C44E52",  # red: gradient all-reduce of a replicated stage
     "R": "#937860",  # brown: recompute of a dropped forward
+    "O": "#8C8C8C",  # grey: offload issued (no compute time)
+    "L": "#8C8C8C",  # grey: load back issued (no compute time)
 }
 _UNKNOWN_COLOUR = "#8C8C8C"
 

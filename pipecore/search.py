@@ -129,7 +129,7 @@ def _evaluate(order, dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst, x_li
             r = order[i]
             k = op_kind[r]
             s = op_stage[r]
-            if k == 0 or k >= 5:  # F, R (+act - ckpt), recomputed F (+ckpt)
+            if k == 0 or k == 5 or k == 8:  # F, R (+act - ckpt), recomputed F (+ckpt)
                 if k == 0:
                     total = total + act[s]
                 elif k == 5:
@@ -300,6 +300,9 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     costs = Costs() if costs is None else costs
     validate(schedule)
     st = schedule._info()
+    if (schedule.kind_codes >= 6).any():
+        raise ValueError("local_search keeps memory in program order: schedules that offload "
+                         "activations (O and L ops) are not supported")
     if st["paired"].any() or (schedule.kind_codes == 4).any():
         raise ValueError("local_search moves single ops: schedules with overlapped F&B pairs or "
                          "all-reduces are not supported")

@@ -49,6 +49,8 @@ class Compiled:
     x_src: np.ndarray
     paired: np.ndarray
     fb_factor: float
+    x_after: np.ndarray | None = None
+    x_host: np.ndarray | None = None
     units: tuple | None = None  # make_units' arrays, shared by every compile of a schedule
 
     def run(self):
@@ -76,7 +78,7 @@ class Compiled:
         head = np.empty(p, dtype=np.int64)
         if self.units is None:
             self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
-                                             self.x_link, self.x_dst_dev)
+                                             self.x_link, self.x_dst_dev, self.x_after)
         status = _kernels.run_units(
             self.units, self.op_class, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
             self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head)
@@ -130,13 +132,24 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[3] = arrays["b"] + arrays["w"]
     stage_cost[4] = 0.0  # an all-reduce's cost is its gradient transfer
     stage_cost[5] = arrays["r"]
+    stage_cost[6] = 0.0  # O and L only issue copies on the host link
+    stage_cost[7] = 0.0
     stage_cost[F_DROP] = arrays["f"]
 
     x_src = st["x_src"]
     ser, lat = _transfer_arrays(st, network, S, arrays["comm"])
+    host = st["x_host"] > 0
+    if host.any():
+        # Offload copies: one activation over the device's host link, no latency.
+        if arrays.get("offload") is None:
+            raise ValueError("the schedule offloads activations (O and L ops): set Costs.offload, "
+                             "the time of one activation copy over a host link")
+        ser[host] = arrays["offload"][st["op_stage"][x_src[host]]]
+        lat[host] = 0.0
     if "_units" not in st:  # cost-independent: once per schedule
         st["_units"] = _kernels.make_units(st["dev_ptr"], st["xfer"], st["out_ptr"],
-                                           st["paired"], st["x_link"], st["x_dst_dev"])
+                                           st["paired"], st["x_link"], st["x_dst_dev"],
+                                           st["x_after"])
     return Compiled(
         dev_ptr=st["dev_ptr"],
         op_kind=st["op_kind"],
@@ -159,6 +172,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         x_src=x_src,
         paired=st["paired"],
         fb_factor=float(costs.fb_factor),
+        x_after=st["x_after"],
+        x_host=st["x_host"],
         units=st["_units"],
     )
 
@@ -228,7 +243,7 @@ def validate(schedule: Schedule) -> Schedule:
         same device, stages split across devices, or a deadlock (naming the
         stuck op at the head of every blocked device).
     """
-    compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0))
+    compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0, offload=1.0))
     status, *_rest, head = compiled.run()
     if status == _kernels.STATUS_DEADLOCK:
         raise _deadlock_error(schedule, head)
@@ -339,11 +354,53 @@ class Result:
     # -- memory ----------------------------------------------------------
     @cached_property
     def peak_activation(self) -> np.ndarray:
-        """numpy.ndarray: peak activation memory of each device, in units of M."""
+        """numpy.ndarray: peak activation memory of each device, in units of M.
+
+        With offload (O and L ops) memory moves at copy times, so the peak
+        is taken over the timed events of :attr:`memory`; otherwise the
+        running total in program order is the same curve.
+        """
         c = self._c
         peak = np.zeros(len(c.dev_ptr) - 1)
+        if c.x_host is not None and c.x_host.any():
+            dev, _time, total = self._events()
+            np.maximum.at(peak, dev, total)
+            return peak
         _kernels.peak_memory(c.dev_ptr, c.op_class, c.op_stage, c.act, c.act_w, c.ckpt, peak)
         return peak
+
+    def _events(self):
+        """Memory events (device, time, running total), sorted per device by
+        time; at equal times by program position, a copy standing at the
+        row of the O or L that issued it (after that row's own event), so
+        an activation is never freed before it is allocated."""
+        c = self._c
+        kind = c.op_class
+        s = c.op_stage
+        delta = np.select(
+            [kind == 0, kind == 1, kind == 2, kind == 3, kind == 5, kind == F_DROP],
+            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
+             c.ckpt[s]], default=0.0)
+        time = np.where((kind == 0) | (kind == 5) | (kind == F_DROP), self.start, self.finish)
+        dev = self.schedule._column("device").astype(np.int64)
+        keep = (kind != 4) & (kind != 6) & (kind != 7)  # AR, O and L hold nothing themselves
+        rows = np.flatnonzero(keep)
+        host = c.x_host if c.x_host is not None else np.zeros(len(c.x_src), np.int8)
+        out, back = np.flatnonzero(host == 1), np.flatnonzero(host == 2)
+        amount = c.act[c.op_stage[c.x_src]]
+        ev_dev = np.concatenate([dev[c.x_src[out]], dev[rows], dev[c.x_src[back]]])
+        ev_time = np.concatenate([self._x_arrival[out], time[rows], self._x_start[back]])
+        ev_delta = np.concatenate([-amount[out], delta[rows], amount[back]])
+        position = np.concatenate([c.x_src[out], rows, c.x_src[back]])
+        group = np.concatenate([np.ones(len(out)), np.zeros(len(rows)), np.ones(len(back))])
+        order = np.lexsort((group, position, ev_time, ev_dev))
+        ev_dev, ev_time, ev_delta = ev_dev[order], ev_time[order], ev_delta[order]
+        total = np.empty_like(ev_delta)
+        bounds = np.searchsorted(ev_dev, np.arange(self.devices + 1))
+        for d in range(self.devices):  # running sums, one device at a time
+            a, b = bounds[d], bounds[d + 1]
+            total[a:b] = np.cumsum(ev_delta[a:b])
+        return ev_dev, ev_time, total
 
     @cached_property
     def static_memory(self) -> np.ndarray:
@@ -363,9 +420,15 @@ class Result:
         One row per op that allocates or frees: F and R at their start, B,
         W and BW at their finish; ``bytes`` is the device's total after the
         event. A recomputed F allocates only ``Costs.checkpoint`` and its R
-        the rest of the activation.
+        the rest of the activation. With offload, a copy to host frees the
+        activation when it ends and a copy back allocates it when it
+        starts; rows are then sorted by time on each device.
         """
         c = self._c
+        if c.x_host is not None and c.x_host.any():
+            dev, time, total = self._events()
+            return pa.table({"device": pa.array(dev.astype(np.int32)), "time": pa.array(time),
+                             "bytes": pa.array(total)})
         kind = c.op_class
         s = c.op_stage
         delta = np.select(

@@ -86,11 +86,14 @@ def _producers_of(unit_ops, where, stages):
         if kind == "F":
             if stage > 0:
                 need.append(("F", stage - 1, mb))
-        elif kind == "R":
+        elif kind in ("R", "O"):
             need.append(("F", stage, mb))
+        elif kind == "L":
+            need.append(("O", stage, mb))
         elif kind in ("B", "BW"):
-            rec = ("R", stage, mb)  # a recomputed backward needs its R
-            need.append(rec if rec in where else ("F", stage, mb))
+            # A recomputed backward needs its R, an offloaded one its L.
+            rec, load = ("R", stage, mb), ("L", stage, mb)
+            need.append(load if load in where else rec if rec in where else ("F", stage, mb))
             if stage < stages - 1:
                 nxt = ("B", stage + 1, mb)
                 need.append(nxt if nxt in where else ("BW", stage + 1, mb))
@@ -106,7 +109,8 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
 
     Every op of kind F takes ``f`` slots whatever its chunk, B ``b``, W
     ``w``, a fused BW ``b + w``, a recompute R ``r``, an overlapped F&B
-    unit the sum of its two ops, an all-reduce none. Time advances one slot at a time: in each slot
+    unit the sum of its two ops, an all-reduce, an offload (O) and a load
+    (L) none: host copies, like all communication, are free here. Time advances one slot at a time: in each slot
     every idle device starts its next unit if everything it needs finished
     by then. This is the tabular abstraction of a schedule, worked out slot
     by slot on its own (not with the simulation kernel), so comparing its
@@ -135,7 +139,7 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
     for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0), ("r", r, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
-    slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0, "R": r}
+    slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0, "R": r, "O": 0, "L": 0}
     programs = schedule.programs()
     units = [[u if isinstance(u[0], tuple) else (u,) for u in prog] for prog in programs]
     where = {}

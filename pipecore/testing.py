@@ -140,7 +140,8 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
 
 @st.composite
 def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches: int = 6,
-              split: bool | None = None, overlap: bool = True, recompute: bool = True):
+              split: bool | None = None, overlap: bool = True, recompute: bool = True,
+              offload: bool = True):
     """Random valid schedules with arbitrary placement and op order.
 
     Parameters
@@ -155,6 +156,9 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     recompute : bool, default True
         Sometimes recompute random (stage, microbatch)s: an R op at a
         random place between the F and its backward on their device.
+    offload : bool, default True
+        Sometimes offload random (stage, microbatch)s not recomputed: an O
+        and then an L at random places between the F and its backward.
 
     Returns
     -------
@@ -183,6 +187,8 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     replicated = layout == "replicated"
     if recompute and draw(st.booleans()):
         _insert_recompute(programs, rng, draw(st.sampled_from([0.3, 1.0])))
+    if offload and draw(st.booleans()):
+        _insert_offload(programs, rng, draw(st.sampled_from([0.3, 1.0])))
     if replicated and m > 1 and draw(st.booleans()):
         # End each replica pair with its gradient all-reduce.
         for stage, (a, b) in enumerate(pairs):
@@ -215,6 +221,26 @@ def _insert_recompute(programs, rng, share):
         # Insert from the back so earlier positions stay valid.
         for pos, s, j in sorted(picks, reverse=True):
             prog.insert(pos, ("R", s, j))
+
+
+def _insert_offload(programs, rng, share):
+    """Give a random share of the (stage, microbatch)s without an R an O and
+    an L between their F and their backward (same device), in place."""
+    for prog in programs:
+        where = {op: i for i, op in enumerate(prog)}
+        picks = []
+        for (k, s, j), i in list(where.items()):
+            if k != "F" or ("R", s, j) in where or rng.random() >= share:
+                continue
+            back = where.get(("B", s, j), where.get(("BW", s, j)))
+            if back is None:
+                continue
+            o_at = rng.randint(i + 1, back)
+            l_at = rng.randint(o_at, back)
+            picks += [(o_at, 0, ("O", s, j)), (l_at, 1, ("L", s, j))]
+        # Insert from the back; at one position the O lands before the L.
+        for pos, _order, op in sorted(picks, reverse=True):
+            prog.insert(pos, op)
 
 
 def _fuse_pairs(program, rng):
@@ -306,7 +332,7 @@ def costs(draw, stages: int | None = None, comm: bool = True):
     return Costs(f=value(), b=value(), w=value(), comm=value() if comm else 0.0,
                  activation=act, activation_w=draw(st.floats(0.0, 1.0)) * act,
                  fb_factor=draw(st.sampled_from([1.0, 0.75, 0.5]) | st.floats(0.1, 1.0)),
-                 r=draw(st.none() | times()),
+                 r=draw(st.none() | times()), offload=draw(times()),
                  checkpoint=draw(st.sampled_from([0.0, 0.25, 1.0]) | st.floats(0.0, 1.0)) * act)
 
 

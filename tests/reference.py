@@ -35,6 +35,22 @@ reproducible by any other implementation doing the same operations:
              needs the R instead of the F. The F of a recomputed ``(s, j)``
              allocates ``ckpt[s]``; the R allocates ``act[s] - ckpt[s]`` at
              its start.
+* O, L:      ``("O", s, j)`` after the F and ``("L", s, j)`` before the
+             backward, on F's device, offload the activation to host and
+             load it back. Both take 0.0 (producer of O: the F; of L: the
+             O). Device d has two copy queues, to host and back, each
+             serving copies in issue order. When the O finishes, its copy
+             to host starts at ``max(O finish, end of the previous copy to
+             host on d)`` and ends ``off[s]`` later; when the L finishes,
+             its copy back starts at ``max(L finish, end of that copy to
+             host, end of the previous copy back on d)`` and ends ``off[s]``
+             later. The backward of ``(s, j)`` has the L as producer,
+             available at the end of the copy back. Memory then follows
+             time: the copy to host frees ``act[s]`` at its end, the copy
+             back allocates ``act[s]`` at its start; per device the events
+             are sorted by time, and at equal times by row, a copy taking
+             the row of the O or L that issued it. Both copies are listed in ``transfers`` (source
+             and destination device d; O -> L, then L -> backward).
 * AR:        ``("AR", s, None)``, the gradient all-reduce of a stage ``s``
              replicated on exactly two devices, one AR op per replica device
              (a single-op entry, never in a pair). Duration 0.0; on device
@@ -65,7 +81,7 @@ def _is_pair(entry):
 
 
 def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_link=None,
-                       r=None, ckpt=None):
+                       r=None, ckpt=None, offload=None):
     """Simulate per-device programs exactly as docs/semantics.md says.
 
     Parameters
@@ -116,6 +132,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     r, ckpt : sequences of float, optional
         Per stage: the duration of an R op (default ``f``) and the memory a
         recomputed F keeps (default 0.0).
+    offload : sequence of float, optional
+        Per stage: the time of one host copy (required with O and L ops).
 
     Returns
     -------
@@ -192,7 +210,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         kind, stage, mb = op
         kind = str(kind)
         stage = int(stage)
-        if kind not in ("F", "B", "W", "BW", "AR", "R"):
+        if kind not in ("F", "B", "W", "BW", "AR", "R", "O", "L"):
             raise ValueError("unknown op kind %r at device %d slot %d" % (kind, d, slot))
         if not 0 <= stage < num_stages:
             raise ValueError("stage %d out of range at device %d slot %d" % (stage, d, slot))
@@ -230,6 +248,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     backward_of = {}  # the B or the BW
     weight_of = {}
     recompute_of = {}
+    offload_of = {}
+    load_of = {}
     for g in range(n):
         if op_kind[g] == "AR":
             continue
@@ -240,6 +260,10 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             table = backward_of
         elif op_kind[g] == "R":
             table = recompute_of
+        elif op_kind[g] == "O":
+            table = offload_of
+        elif op_kind[g] == "L":
+            table = load_of
         else:
             table = weight_of
         if key in table:
@@ -272,9 +296,21 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
                 raise ValueError("R(stage %d, mb %r) runs on device %d but its F on device %d"
                                  % (s, mb, op_device[g], op_device[pg]))
             producers[g].append(pg)
+        elif kind == "O":
+            pg = lookup(forward_of, (s, mb), "F(s)", g)
+            if op_device[pg] != op_device[g]:
+                raise ValueError("O(stage %d, mb %r) is not on its F's device" % (s, mb))
+            producers[g].append(pg)
+        elif kind == "L":
+            pg = lookup(offload_of, (s, mb), "O(s)", g)
+            if op_device[pg] != op_device[g]:
+                raise ValueError("L(stage %d, mb %r) is not on its O's device" % (s, mb))
+            producers[g].append(pg)
         elif kind == "B" or kind == "BW":
             duration[g] = b[s] if kind == "B" else b[s] + w[s]
-            if (s, mb) in recompute_of:
+            if (s, mb) in load_of:
+                producers[g].append(load_of[(s, mb)])
+            elif (s, mb) in recompute_of:
                 producers[g].append(recompute_of[(s, mb)])
             else:
                 producers[g].append(lookup(forward_of, (s, mb), "F(s)", g))
@@ -427,8 +463,15 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     link_last_key = {}  # (src, dst) -> (ready, producer gid, consumer gid) of that transfer
     to_check = list(range(num_devices))  # devices whose head may have become runnable
 
+    copy_to_host_end = {}  # O gid -> end of its copy to host
+    copy_to_host_start = {}
+    copy_back = {}  # L gid -> (start, end) of its copy back
+    queue_end = {}  # (device, "out" or "back") -> end of the last copy in that queue
+
     def availability(pg, g):
         """Time producer pg is available to consumer g, or None if unknown."""
+        if op_kind[pg] == "L":  # the copy back, placed when the L ran
+            return copy_back[pg][1] if pg in copy_back else None
         if op_device[pg] == op_device[g]:
             return finish[pg]
         tr = transfer.get((pg, g))
@@ -480,6 +523,22 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             }
             to_check.append(dst)
 
+    def place_copy(g):
+        d, s = op_device[g], op_stage[g]
+        if offload is None:
+            raise ValueError("O/L ops need per-stage offload times")
+        t = float(offload[s])
+        if op_kind[g] == "O":
+            begin = max(finish[g], queue_end.get((d, "out"), finish[g]))
+            copy_to_host_end[g] = begin + t
+            copy_to_host_start[g] = begin
+            queue_end[(d, "out")] = begin + t
+        else:
+            o = offload_of[(s, op_mb[g])]
+            begin = max(finish[g], copy_to_host_end[o], queue_end.get((d, "back"), finish[g]))
+            copy_back[g] = (begin, begin + t)
+            queue_end[(d, "back")] = begin + t
+
     def unit_start(rows, d):
         """Start time of the head unit (rows) of device d, or None if unknown."""
         times = [finish[rows[0] - 1] if head[d] > 0 else 0.0]
@@ -505,6 +564,8 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             head[d] += 1
             for g in rows:  # the F's transfers before the B/BW's
                 create_and_place_transfers(g)
+                if op_kind[g] in ("O", "L"):
+                    place_copy(g)
 
     # ------------------------------------------------------------------
     # 4. Results.
@@ -525,7 +586,18 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     finished = [x for x in finish if x is not None]
     makespan = max(finished) if finished else 0.0
 
-    # Every created transfer has known times (its producer ran).
+    # Every created transfer has known times (its producer ran); host copies too.
+    for og, end in copy_to_host_end.items():
+        lg = load_of[(op_stage[og], op_mb[og])]
+        transfer[(og, lg)] = {"src_device": op_device[og], "src_slot": op_slot[og], "src_row": og,
+                              "dst_device": op_device[og], "dst_slot": op_slot[lg], "dst_row": lg,
+                              "ready": finish[og], "start": copy_to_host_start[og],
+                              "end": end, "arrival": end}
+    for lg, (begin, end) in copy_back.items():
+        bg = backward_of[(op_stage[lg], op_mb[lg])]
+        transfer[(lg, bg)] = {"src_device": op_device[lg], "src_slot": op_slot[lg], "src_row": lg,
+                              "dst_device": op_device[lg], "dst_slot": op_slot[bg], "dst_row": bg,
+                              "ready": finish[lg], "start": begin, "end": end, "arrival": end}
     transfers_out = [transfer[key] for key in sorted(transfer)]  # by (src_row, dst_row)
 
     # Memory: running total over ops in row order (a pair: F, then B/BW);
@@ -539,7 +611,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         for g in device_rows(d):
             s = op_stage[g]
             kind = op_kind[g]
-            if kind == "AR":
+            if kind in ("AR", "O", "L"):
                 continue
             if kind == "F" and (s, op_mb[g]) in recompute_of:
                 total = total + ckpt_mem[s]
@@ -562,6 +634,38 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             totals.append(total)
             if finish[g] is not None:
                 events.append((when, total))
+        if offload_of:
+            # Memory follows time: merge in the copies (frees at the end of a
+            # copy to host, allocations at the start of a copy back).
+            timed = []
+            for g in device_rows(d):
+                k, s = op_kind[g], op_stage[g]
+                if k in ("AR", "O", "L") or finish[g] is None:
+                    continue
+                if k == "F":
+                    delta = ckpt_mem[s] if (s, op_mb[g]) in recompute_of else act[s]
+                elif k == "R":
+                    delta = act[s] - ckpt_mem[s]
+                elif k == "B":
+                    delta = -(act[s] - act_w[s])
+                elif k == "W":
+                    delta = -act_w[s]
+                elif k == "BW":
+                    delta = -act[s]
+                timed.append((start[g] if k in ("F", "R") else finish[g], g, 0, delta))
+            for og, end in copy_to_host_end.items():
+                if op_device[og] == d:
+                    timed.append((end, og, 1, -act[op_stage[og]]))
+            for lg, (begin, _end) in copy_back.items():
+                if op_device[lg] == d:
+                    timed.append((begin, lg, 1, act[op_stage[lg]]))
+            timed.sort(key=lambda e: (e[0], e[1], e[2]))
+            total = 0.0
+            events = []
+            for when, _group, _g, delta in timed:
+                total = total + delta
+                events.append((when, total))
+            totals = [0.0] + [x for _, x in events]
         peak.append(max(totals) if totals else 0.0)
         memory.append(events)
 

@@ -48,7 +48,7 @@ def run_both(sched, c, network):
                              arrays["activation"], arrays["activation_w"],
                              link_function(network, c.comm, S), fb_factor=c.fb_factor,
                              ar_link=link_function(network, c.comm, S, gradients=True),
-                             r=arrays["r"], ckpt=arrays["checkpoint"])
+                             r=arrays["r"], ckpt=arrays["checkpoint"], offload=arrays["offload"])
     return ref
 
 
@@ -117,7 +117,8 @@ def critical_path(sched, c, network):
 
     def dur(k, s):
         return {"F": arrays["f"][s], "B": arrays["b"][s], "W": arrays["w"][s],
-                "BW": arrays["b"][s] + arrays["w"][s], "AR": 0.0, "R": arrays["r"][s]}[k]
+                "BW": arrays["b"][s] + arrays["w"][s], "AR": 0.0, "R": arrays["r"][s],
+                "O": 0.0, "L": 0.0}[k]
 
     # The last backward op of each (stage, device), in program order, feeds the
     # all-reduce on the stage's other replica.
@@ -130,8 +131,16 @@ def critical_path(sched, c, network):
         out = []
         if k == "F" and s > 0:
             out.append(where[("F", s - 1, mb)])
-        if k == "R":
+        if k in ("R", "O"):
             out.append(where[("F", s, mb)])
+        if k == "L":
+            out.append(where[("O", s, mb)])
+        if k in ("B", "BW") and ("L", s, mb) in where:
+            # Offloaded: the copy back (after the L, and after the copy to host).
+            out += [where[("L", s, mb)], where[("O", s, mb)]]
+            if s < S - 1:
+                out.append(where.get(("B", s + 1, mb)) or where[("BW", s + 1, mb)])
+            return out
         if k in ("B", "BW"):
             # A recomputed backward needs the R (which needs the F).
             out.append(where.get(("R", s, mb)) or where[("F", s, mb)])
@@ -171,6 +180,8 @@ def critical_path(sched, c, network):
         for q in prods[op]:
             via = ar_link if k == "AR" else link
             ser, lat = via(q[0], d, q[2]) if q[0] != d else (0.0, 0.0)
+            if k in ("B", "BW") and q[1] in ("L", "O"):  # host copies: one or two
+                ser = arrays["offload"][s] * (1 if q[1] == "L" else 2)
             t = max(t, done[q] + ser + lat)
         done[op] = t + length(op)
         for u in users[op]:
@@ -224,7 +235,7 @@ def test_deadlock_agrees_with_reference(sched, seed):
     except pc.ScheduleError as exc:
         assert exc.rule == "order"  # a same-device producer moved after its consumer
         return
-    c = pc.Costs(f=1.0, b=1.0, w=1.0)
+    c = pc.Costs(f=1.0, b=1.0, w=1.0, offload=0.5)
     ref = run_both(shuffled, c, None)
     if ref["status"] == "ok":
         pc.simulate(shuffled, c)

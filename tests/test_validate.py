@@ -118,8 +118,8 @@ def test_duplicate_slot_from_table():
 def test_unknown_kind_and_bad_codes():
     with pytest.raises(ScheduleError, match="kind 'X'"):
         pc.Schedule.from_arrays([0, 0], [0, 1], ["F", "X"], [0, 0], [0, 0])
-    with pytest.raises(ScheduleError, match="kind code 7"):
-        pc.Schedule.from_arrays([0, 0], [0, 1], [0, 7], [0, 0], [0, 0])
+    with pytest.raises(ScheduleError, match="kind code 8; codes are 0..7"):
+        pc.Schedule.from_arrays([0, 0], [0, 1], [0, 8], [0, 0], [0, 0])
 
 
 def test_negative_and_out_of_range_indices():

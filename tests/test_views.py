@@ -173,7 +173,7 @@ def test_compare_rejects_bad_shape():
 def unit_costs(sched):
     """Per-op unit times whatever the chunk: F = B = W = 1 (BW = 2), free F&B overlap off."""
     ones = np.ones(sched.stages)
-    return pc.Costs(f=ones, b=ones, w=ones, comm=0.0, fb_factor=1.0)
+    return pc.Costs(f=ones, b=ones, w=ones, comm=0.0, fb_factor=1.0, offload=0.0)
 
 
 def _buildable():
