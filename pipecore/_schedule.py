@@ -18,7 +18,7 @@ __all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_l
 #: before the backward (copies on the device's host link).
 KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R", "O", "L")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
-F, B, W, BW, AR, R, O, L = range(8)
+F, B, W, BW, AR, R, O, L = range(8)  # noqa: E741 (the kinds are named by their letters)
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 _KIND_DICTIONARY = pa.array(KINDS, type=pa.string())

@@ -110,11 +110,12 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
     Every op of kind F takes ``f`` slots whatever its chunk, B ``b``, W
     ``w``, a fused BW ``b + w``, a recompute R ``r``, an overlapped F&B
     unit the sum of its two ops, an all-reduce, an offload (O) and a load
-    (L) none: host copies, like all communication, are free here. Time advances one slot at a time: in each slot
-    every idle device starts its next unit if everything it needs finished
-    by then. This is the tabular abstraction of a schedule, worked out slot
-    by slot on its own (not with the simulation kernel), so comparing its
-    length with the simulated makespan at unit costs is a real cross-check.
+    (L) none: host copies, like all communication, are free here. Time
+    advances one slot at a time: in each slot every idle device starts its
+    next unit if everything it needs finished by then. This is the tabular
+    abstraction of a schedule, worked out slot by slot on its own (not with
+    the simulation kernel), so comparing its length with the simulated
+    makespan at unit costs is a real cross-check.
 
     Parameters
     ----------
