@@ -125,6 +125,9 @@ def _parser():
                      help="time of a recompute (R) op (default: --f)")
     mem.add_argument("--no-recompute", action="store_true",
                      help="do not try activation recompute for schedules that do not fit")
+    mem.add_argument("--offload", type=float, default=None,
+                     help="time of one activation copy to host or back over a host link; "
+                          "enables offload candidates (default: none)")
     u.add_argument("--families", default=None, help="comma-separated families (default all)")
     u.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                    help="minimise the makespan (default) or the longest per-device span "
@@ -269,7 +272,7 @@ def _cmd_tune(args, out):
 
     costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
                   activation_w=args.activation_w, weights=args.weights, r=args.r,
-                  checkpoint=args.checkpoint)
+                  checkpoint=args.checkpoint, offload=args.offload)
     families = None if args.families is None else [x for x in args.families.split(",") if x]
     try:
         best = tune(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,

@@ -130,7 +130,8 @@ def _generated(p, m, costs, limit):
 def tune(devices: int, microbatches: int, costs: Costs | None = None,
          memory_limit: float | None = None, network: Network | None = None,
          families=None, chunks=None, generated: bool = True,
-         objective: str = "makespan", polish: bool = True, recompute: bool = True) -> Tuned:
+         objective: str = "makespan", polish: bool = True, recompute: bool = True,
+         offload: bool = True) -> Tuned:
     """The fastest schedule whose worst device fits the memory limit.
 
     Parameters
@@ -170,6 +171,11 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         device most over the limit, until they fit. Recompute costs
         ``costs.r`` per op and keeps ``costs.checkpoint``; it never makes a
         schedule faster, so it wins only where the plain ones do not fit.
+    offload : bool
+        When ``costs.offload`` is set, likewise try offloading activations
+        to host memory (:func:`pipecore.offload`, copies back issued one or
+        two units ahead of the backward), stage by stage on each device
+        over the limit.
 
     Returns
     -------
@@ -238,7 +244,9 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     ran = [c for c in cands if c.result is not None]
     if recompute and not math.isinf(limit):
         cands += _recompute_candidates(ran, costs, limit, network, objective)
-        ran = [c for c in cands if c.result is not None]
+    if offload and costs.offload is not None and not math.isinf(limit):
+        cands += _offload_candidates(ran, costs, limit, network, objective)
+    ran = [c for c in cands if c.result is not None]
     table = _table(cands, limit)
     fitting = [c for c in ran if fits(c.memory, limit)]
     if not fitting:
@@ -378,6 +386,71 @@ def _recompute_candidates(ran, costs, limit, network, objective, top=6):
     return out
 
 
+def _offload_candidates(ran, costs, limit, network, objective, top=4):
+    """Offload variants of the fastest candidates that do not fit.
+
+    Memory now follows copy times, so each device's count of offloaded
+    stages (longest-held first) is found by a binary search that simulates;
+    a device's peak depends mostly on its own stages, and a final round
+    adds one more stage where the combination still does not fit.
+    """
+    from ._schedule import L, R
+    from .offload import offload as offload_stages
+
+    plain = [c for c in ran if not (c.schedule.kind_codes == R).any()
+             and not (c.schedule.kind_codes == L).any()]
+    over = sorted((c for c in plain if not fits(c.memory, limit)),
+                  key=lambda c: _score(c.result, objective))
+    out = []
+    for c in over[:top]:
+        base = c.schedule
+        life = _lifetimes(c.result)
+        for prefetch in (1, 2):
+            def run(stages, prefetch=prefetch, base=base):
+                sched = offload_stages(base, stages=stages, prefetch=prefetch,
+                                       name=f"{base.name}+o")
+                res = simulate(sched, costs, network)
+                return res, res.peak_activation + res.static_memory
+
+            order = {}
+            count = {}
+            try:
+                for d in range(base.devices):
+                    if fits(float(c.result.peak_activation[d] + c.result.static_memory[d]), limit):
+                        continue
+                    mine = sorted((s for s in range(base.stages) if d in base.stage_devices[s]),
+                                  key=lambda s: (-life[s], s))
+                    order[d] = mine
+                    lo, hi = 1, len(mine)
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        if fits(float(run(mine[:mid])[1][d]), limit):
+                            hi = mid
+                        else:
+                            lo = mid + 1
+                    count[d] = lo
+                if not order:
+                    break
+                for _round in range(3):
+                    chosen = [s for d, mine in order.items() for s in mine[:count[d]]]
+                    res, mem = run(chosen)
+                    grow = [d for d in order if not fits(float(mem[d]), limit)
+                            and count[d] < len(order[d])]
+                    if fits(float(mem.max()), limit) or not grow:
+                        break
+                    for d in grow:
+                        count[d] += 1
+            except (ValueError, ScheduleError):
+                continue
+            if not fits(float(mem.max()), limit):
+                continue  # copies too slow to free enough memory in time
+            out.append(_Candidate(
+                label=f"{c.label} +offload stages={_ranges(chosen)} prefetch={prefetch}",
+                source="offload", family=c.family, chunks=c.chunks, options=c.options,
+                schedule=res.schedule, result=res))
+    return out
+
+
 def _polish(fitting, cands, costs, limit, network, objective, top=3):
     """Local search (pipecore.search) on the best few fitting candidates."""
     from .search import local_search
@@ -385,8 +458,9 @@ def _polish(fitting, cands, costs, limit, network, objective, top=3):
     out = []
     for c in sorted(fitting, key=lambda c: _score(c.result, objective))[:top]:
         sched = c.schedule
-        if sched._info()["paired"].any() or (sched.kind_codes == 4).any():
-            continue  # the search moves single ops only
+        if sched._info()["paired"].any() or (sched.kind_codes == 4).any() \
+                or (sched.kind_codes >= 6).any():
+            continue  # the search moves single ops, with memory in program order
         # About 1e7 op-simulations per candidate: well under a second.
         budget = max(1_000, min(40_000, int(1e7 // max(sched.num_ops, 1))))
         try:

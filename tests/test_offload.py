@@ -140,3 +140,22 @@ def test_outputs_draw_offload(tmp_path):
     res = pc.simulate(pc.offload(pc.build("1f1b", 2, 4)), pc.Costs(offload=0.5))
     assert res.write_gantt(tmp_path / "g.png", show_transfers=True).exists()
     assert res.write_trace(tmp_path / "t.json").exists()
+
+
+def test_tune_with_offload_returns_a_valid_fitting_schedule():
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5, weights=0.0, offload=0.5)
+    best = pc.tune(4, 8, costs, 1.5, recompute=False)
+    pc.validate(best.schedule)
+    res = pc.simulate(best.schedule, costs)
+    assert res.makespan == best.result.makespan
+    assert (res.peak_activation + res.static_memory).max() <= 1.5 * (1 + 1e-9)
+    assert "+offload" in best.label
+
+
+def test_cli_tune_offload(capsys):
+    from pipecore.cli import main
+
+    assert main(["tune", "-p", "4", "-m", "8", "--f", "1", "--b", "1", "--w", "1",
+                 "--activation-w", "0.5", "--memory-limit", "1.5", "--offload", "0.5",
+                 "--no-recompute", "--top", "2"]) == 0
+    assert "+offload" in capsys.readouterr().out.splitlines()[0]
