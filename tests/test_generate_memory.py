@@ -61,3 +61,32 @@ def test_unlimited_memory_linear_reaches_the_lower_bound(p, m, w_fill):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         memory_greedy(range(4), 8, **kwargs)
+
+
+def test_warmup_search_reaches_a_shallower_warmup_under_a_tight_limit():
+    # p=4, m=8, F=B=W=1, M_W = M_B / 2, limit 3 microbatches: the proven MILP
+    # optimum of the linear placement is 31 (tests/test_milp.py); fixed
+    # warm-ups p-d+k give 33 at best. The search finds a depth below 1F1B's
+    # on some device and reaches 31.
+    from pipecore.generate import warmup_search
+
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5, weights=0.0)
+    sched = warmup_search(range(4), 8, costs, 3.0)
+    res = pc.simulate(sched, costs)
+    assert res.makespan == 31.0
+    assert res.peak_activation.max() <= 3.0
+    warm = sched.params["warmup"]
+    assert any(w < 4 - d for d, w in enumerate(warm))
+    fixed = min(pc.simulate(pc.generate.memory_greedy(range(4), 8, costs, 3.0,
+                                                      [4 - d + k for d in range(4)], wf),
+                            costs).makespan for k in range(5) for wf in (0.0, 0.5, 1.0))
+    assert fixed == 33.0
+
+
+def test_warmup_search_errors():
+    from pipecore.generate import warmup_search
+
+    with pytest.raises(ValueError, match="no warm-up gives"):
+        warmup_search(range(4), 8, pc.Costs(activation=1.0, weights=0.0), 0.5)
+    with pytest.raises(ValueError, match="'max_evals' must be >= 1"):
+        warmup_search(range(4), 8, max_evals=0)
