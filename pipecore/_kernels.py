@@ -36,15 +36,18 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     start before the arrival of (an offload's copy back waits for its copy
     to host).
     """
-    units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after)
+    units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after,
+                       np.zeros(n_links, dtype=np.uint8))
     return run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
                      start, finish, x_start, x_arrival, head)
 
 
 @njit(cache=True)
-def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after):
+def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_shared):
     """The cost-independent unit arrays ``run_units`` takes (a tuple); a
-    schedule's are computed once and reused across simulations."""
+    schedule's are computed once and reused across simulations.
+    ``link_shared[l]`` marks a link with several senders (a host link
+    shared by devices), served in issue order (see ``list_units``)."""
     p = dev_ptr.shape[0] - 1
     n = xfer.shape[0]
     nx = x_dst_dev.shape[0]
@@ -56,7 +59,7 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after):
     ident = np.arange(max(n, nx), dtype=np.uint32)  # codes: one table entry per unit, transfer
     nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
     return (nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link.astype(np.uint32),
-            x_dst_dev.astype(np.uint32), x_after.astype(np.int32))
+            x_dst_dev.astype(np.uint32), x_after.astype(np.int32), link_shared.astype(np.uint8))
 
 
 @njit(cache=True)
@@ -66,7 +69,7 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
 
     ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
     cost classes of ``_validate`` with a matching 7-row table."""
-    nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32, x_after = units
+    nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32, x_after, shared = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst32.shape[0]
@@ -82,10 +85,10 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
         else:
             dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]]) * fb_factor
     status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
-                        x_link32, x_dst32, x_after, n_links,
+                        x_link32, x_dst32, x_after, shared, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
-                        np.empty(p, dtype=np.uint32))
+                        np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32))
     for u in range(nu):
         h = u_row[u]
         start[h] = u_start[u]
@@ -140,8 +143,8 @@ def program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, i
 
 @njit(cache=True)
 def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_link,
-               x_dst_dev, x_after, n_links, u_start, u_finish, x_start, x_arrival, head,
-               busy, dev_free, link_free, stack, wait):
+               x_dst_dev, x_after, link_shared, n_links, u_start, u_finish, x_start, x_arrival,
+               head, busy, dev_free, link_free, stack, wait, pend):
     """The list scheduler on ``program_units``' units; return a status code.
 
     Unit u takes ``dur[u_code[u]]``; transfer x has serialisation
@@ -163,6 +166,14 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
     Transfer x starts no earlier than the arrival of ``x_after[x]`` when
     that is >= 0; such a transfer is always sent earlier by the same device
     (an offload's copy to host, before the copy back).
+
+    A link with ``link_shared`` set has several senders (a host link
+    shared by devices) and serves its transfers in order of issue time
+    (their producer's finish; ties by transfer id, that is by device, then
+    program order). Those are held in ``pend`` (nx long) and placed one at
+    a time when no device can go on: the one issued first is then safe to
+    place, since every device is blocked or done and any transfer issued
+    later starts after something placed now arrives.
     """
     p = u_ptr.shape[0] - 1
     nx = x_link.shape[0]
@@ -177,56 +188,91 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
         stack[top] = d
         top += 1
 
-    while top > 0:
-        top -= 1
-        d = stack[top]
-        u = head[d]
-        end = u_ptr[d + 1]
-        t_free = dev_free[d]
-        total = busy[d]
-        while u < end:
-            t = t_free
-            blocked = False
-            for j in range(in_ptr[u], in_ptr[u + 1]):
-                x = in_x[j]
-                a = x_arrival[x]
-                if a < 0.0:
-                    wait[d] = x
-                    blocked = True
+    n_pend = 0
+    while True:
+        while top > 0:
+            top -= 1
+            d = stack[top]
+            u = head[d]
+            end = u_ptr[d + 1]
+            t_free = dev_free[d]
+            total = busy[d]
+            while u < end:
+                t = t_free
+                blocked = False
+                for j in range(in_ptr[u], in_ptr[u + 1]):
+                    x = in_x[j]
+                    a = x_arrival[x]
+                    if a < 0.0:
+                        wait[d] = x
+                        blocked = True
+                        break
+                    t = max(t, a)  # select(a > t, a, t), as the semantics' max
+                if blocked:
                     break
-                t = max(t, a)  # select(a > t, a, t), as the semantics' max
-            if blocked:
-                break
-            f = t + dur[u_code[u]]
-            u_start[u] = t
-            u_finish[u] = f
-            total += f - t
-            for x in range(u_out[u], u_out[u + 1]):
-                cls = x_cls[x]
-                ser = x_ser[cls]
-                s = f
-                y = x_after[x]
-                if y >= 0:
-                    s = max(s, x_arrival[y])
-                if ser == 0.0:
-                    e = s
-                else:
-                    link = x_link[x]
-                    s = max(s, link_free[link])
-                    e = s + ser
-                    link_free[link] = e
-                x_start[x] = s
-                x_arrival[x] = e + x_lat[cls]
-                c = x_dst_dev[x]
-                if wait[c] == x:
-                    wait[c] = NOT_WAITING
-                    stack[top] = c
-                    top += 1
-            t_free = f
-            u += 1
-        head[d] = u
-        dev_free[d] = t_free
-        busy[d] = total
+                f = t + dur[u_code[u]]
+                u_start[u] = t
+                u_finish[u] = f
+                total += f - t
+                for x in range(u_out[u], u_out[u + 1]):
+                    cls = x_cls[x]
+                    ser = x_ser[cls]
+                    if ser != 0.0 and link_shared[x_link[x]]:
+                        x_start[x] = f  # its issue time, until it is placed below
+                        pend[n_pend] = x
+                        n_pend += 1
+                        continue
+                    s = f
+                    y = x_after[x]
+                    if y >= 0:
+                        s = max(s, x_arrival[y])
+                    if ser == 0.0:
+                        e = s
+                    else:
+                        link = x_link[x]
+                        s = max(s, link_free[link])
+                        e = s + ser
+                        link_free[link] = e
+                    x_start[x] = s
+                    x_arrival[x] = e + x_lat[cls]
+                    c = x_dst_dev[x]
+                    if wait[c] == x:
+                        wait[c] = NOT_WAITING
+                        stack[top] = c
+                        top += 1
+                t_free = f
+                u += 1
+            head[d] = u
+            dev_free[d] = t_free
+            busy[d] = total
+        if n_pend == 0:
+            break
+        # Every device is blocked or done: place the held transfer issued first.
+        best = 0
+        for i in range(1, n_pend):
+            a_ = pend[i]
+            b_ = pend[best]
+            if x_start[a_] < x_start[b_] or (x_start[a_] == x_start[b_] and a_ < b_):
+                best = i
+        x = pend[best]
+        n_pend -= 1
+        pend[best] = pend[n_pend]
+        cls = x_cls[x]
+        s = x_start[x]
+        y = x_after[x]
+        if y >= 0:  # issued earlier by the same device, so already placed
+            s = max(s, x_arrival[y])
+        link = x_link[x]
+        s = max(s, link_free[link])
+        e = s + x_ser[cls]
+        link_free[link] = e
+        x_start[x] = s
+        x_arrival[x] = e + x_lat[cls]
+        c = x_dst_dev[x]
+        if wait[c] == x:
+            wait[c] = NOT_WAITING
+            stack[top] = c
+            top += 1
 
     for d in range(p):
         if head[d] < u_ptr[d + 1]:

@@ -344,6 +344,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
     x_link_u = x_link.view(np.uint32)
     x_dst_u = x_dst_dev.view(np.uint32)
     no_after = np.full(max_nx, -1, dtype=np.int32)  # packs hold no offload copies
+    no_shared = np.zeros(max(max_nl, 1), dtype=np.uint8)  # nor shared host links
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
         w_us = np.empty(max_n)
@@ -356,6 +357,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
         w_free = np.empty(max_p)
         w_stack = np.empty(max_p, dtype=np.uint32)
         w_wait = np.empty(max_p, dtype=np.uint32)
+        w_pend = np.empty(max_nx, dtype=np.uint32)
         dur = np.empty(N_CLS + N_CLS * N_CLS)
         ser = np.empty(4)
         lat = np.empty(4)
@@ -367,7 +369,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                       kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
                       d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
                       w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
-                      memo, no_after)
+                      memo, no_after, no_shared, w_pend)
 
 
 @njit(cache=True)
@@ -375,7 +377,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
               op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
               d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
               w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo,
-              no_after):
+              no_after, no_shared, w_pend):
     s = c_struct[k]
     p = s_p[s]
     S = s_S[s]
@@ -418,8 +420,8 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     u_start = w_us[:nu]
     st = list_units(up, u_out[o0:o0 + nu + 1], in_ptr[o0:o0 + nu + 1], in_x[x0:x0 + nx],
                     u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat, x_link[x0:x0 + nx],
-                    x_dst_dev[x0:x0 + nx], no_after[:nx], s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
-                    w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait)
+                    x_dst_dev[x0:x0 + nx], no_after[:nx], no_shared, s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
+                    w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait, w_pend)
     status[k] = st
     if st != STATUS_OK:
         return

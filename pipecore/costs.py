@@ -121,9 +121,11 @@ class Costs:
         copy takes ``offload / v``) over a device's host link, to host (O)
         or back (L). Each device has its own link, one copy at a time per
         direction, in issue order. Required by schedules with O and L ops.
-        For two devices behind one PCIe switch (PipeOffload's A100
-        servers), use the time a copy takes while the other device copies
-        too; the link's sharing is not simulated.
+    host_link_devices : int, default 1
+        Devices that share one host link: devices ``[k*n, (k+1)*n)`` send
+        their copies over one link per direction, one copy at a time, in
+        order of issue time (PipeOffload's A100 servers put two GPUs on one
+        PCIe switch and interleave their copies: 2).
 
     Raises
     ------
@@ -142,10 +144,14 @@ class Costs:
     r: float | None = None
     checkpoint: float = 0.0
     offload: float | None = None
+    host_link_devices: int = 1
 
     def __post_init__(self):
         for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights", "checkpoint"):
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
+        n = self.host_link_devices
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"Costs 'host_link_devices' must be an int >= 1 (got {n!r})")
         for name in ("r", "offload"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))

@@ -78,7 +78,8 @@ class Compiled:
         head = np.empty(p, dtype=np.int64)
         if self.units is None:
             self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
-                                             self.x_link, self.x_dst_dev, self.x_after)
+                                             self.x_link, self.x_dst_dev, self.x_after,
+                                             np.zeros(max(self.n_links, 1), dtype=np.uint8))
         status = _kernels.run_units(
             self.units, self.op_class, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
             self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head)
@@ -146,10 +147,17 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
                              "the time of one activation copy over a host link")
         ser[host] = arrays["offload"][st["op_stage"][x_src[host]]]
         lat[host] = 0.0
-    if "_units" not in st:  # cost-independent: once per schedule
-        st["_units"] = _kernels.make_units(st["dev_ptr"], st["xfer"], st["out_ptr"],
-                                           st["paired"], st["x_link"], st["x_dst_dev"],
-                                           st["x_after"])
+    x_link, n_links, units_key = st["x_link"], st["n_links"], "_units"
+    group = int(costs.host_link_devices)
+    if host.any() and group > 1:
+        x_link, n_links, shared = _shared_host_links(st, schedule.devices, group)
+        units_key = f"_units_shared_{group}"
+    else:
+        shared = np.zeros(max(n_links, 1), dtype=np.uint8)
+    if units_key not in st:  # cost-independent: once per schedule (and host sharing)
+        st[units_key] = _kernels.make_units(st["dev_ptr"], st["xfer"], st["out_ptr"],
+                                            st["paired"], x_link, st["x_dst_dev"],
+                                            st["x_after"], shared)
     return Compiled(
         dev_ptr=st["dev_ptr"],
         op_kind=st["op_kind"],
@@ -159,11 +167,11 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         out_ptr=st["out_ptr"],
         x_dst=st["x_dst"],
         x_dst_dev=st["x_dst_dev"],
-        x_link=st["x_link"],
+        x_link=x_link,
         x_ser=ser,
         x_lat=lat,
         stage_cost=stage_cost,
-        n_links=st["n_links"],
+        n_links=n_links,
         act=arrays["activation"],
         act_w=arrays["activation_w"],
         ckpt=arrays["checkpoint"],
@@ -174,8 +182,24 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         fb_factor=float(costs.fb_factor),
         x_after=st["x_after"],
         x_host=st["x_host"],
-        units=st["_units"],
+        units=st[units_key],
     )
+
+
+def _shared_host_links(st, p, group):
+    """Link ids with the host links of each group of ``group`` devices
+    merged (one per direction), and which links have several senders."""
+    host = st["x_host"]
+    src = st["x_src_dev"]
+    key = np.where(host == 0, st["x_link"].astype(np.int64),
+                   st["n_links"] + 2 * (src // group) + host - 1)
+    _, x_link = np.unique(key, return_inverse=True)
+    x_link = np.ascontiguousarray(x_link.reshape(-1).astype(np.int32))
+    n_links = int(x_link.max()) + 1 if x_link.size else 0
+    senders = np.zeros((max(n_links, 1), p), dtype=bool)
+    senders[x_link, src] = True
+    shared = (senders.sum(axis=1) > 1).astype(np.uint8)
+    return x_link, n_links, shared
 
 
 def _transfer_arrays(st, network, stages, comm):

@@ -159,3 +159,87 @@ def test_cli_tune_offload(capsys):
                  "--activation-w", "0.5", "--memory-limit", "1.5", "--offload", "0.5",
                  "--no-recompute", "--top", "2"]) == 0
     assert "+offload" in capsys.readouterr().out.splitlines()[0]
+
+
+# -- host links shared by several devices ------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pipecore.testing import costs as cost_strategy  # noqa: E402
+from pipecore.testing import schedules  # noqa: E402
+
+
+def check_shared_link_discipline(res, group):
+    """From the output alone: on each group's link, per direction, copies are
+    served one at a time in order of issue (ready, then device, then program
+    order), each starting at max(issue, end of the previous one, and for a
+    copy back the end of its own copy to host) and lasting its copy time."""
+    tr = res.transfers.to_pydict()
+    arrays = res.costs.stage_arrays(res.schedule.stages, res.schedule.devices)
+    to_host_end = {}
+    for i, kind in enumerate(tr["kind"]):
+        if kind == "O":
+            to_host_end[(tr["stage"][i], tr["microbatch"][i])] = tr["arrival"][i]
+    lanes = {}
+    for i, kind in enumerate(tr["kind"]):
+        if kind in ("O", "L"):
+            lanes.setdefault((tr["src_device"][i] // group, kind), []).append(i)
+    for rows in lanes.values():
+        rows.sort(key=lambda i: (tr["ready"][i], tr["src_device"][i], i))
+        free = 0.0
+        for i in rows:
+            begin = max(tr["ready"][i], free)
+            if tr["kind"][i] == "L":
+                begin = max(begin, to_host_end[(tr["stage"][i], tr["microbatch"][i])])
+            assert tr["start"][i] == begin
+            assert tr["finish"][i] == begin + arrays["offload"][tr["stage"][i]]
+            free = tr["finish"][i]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sched=schedules(max_devices=6, overlap=False), group=st.integers(2, 4), data=st.data())
+def test_shared_host_links_serve_copies_in_issue_order(sched, group, data):
+    c = data.draw(cost_strategy(stages=sched.stages, comm=False))
+    c = pc.Costs(**{k: getattr(c, k) for k in ("f", "b", "w", "activation", "activation_w", "r",
+                                                "checkpoint", "offload")},
+                 weights=0.0, host_link_devices=group)
+    res = pc.simulate(sched, c)
+    check_shared_link_discipline(res, group)
+    # The backward of an offloaded (stage, microbatch) waits for its copy back.
+    tr = res.transfers.to_pydict()
+    back_end = {(tr["stage"][i], tr["microbatch"][i]): tr["arrival"][i]
+                for i, k in enumerate(tr["kind"]) if k == "L"}
+    ops = res.ops.to_pydict()
+    for i, kind in enumerate(ops["kind"]):
+        key = (ops["stage"][i], ops["microbatch"][i])
+        if kind in ("B", "BW") and key in back_end:
+            assert ops["start"][i] >= back_end[key]
+
+
+def test_a_shared_link_with_one_sender_changes_nothing():
+    # Only device 0 and device 2 offload; with pairs {0,1} and {2,3} each
+    # shared link has one sender, so the times equal private links'.
+    sched = pc.offload(pc.build("1f1b", 4, 8), stages=[0, 2])
+    alone = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, offload=1.5))
+    shared = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, offload=1.5, host_link_devices=2))
+    np.testing.assert_array_equal(alone.start, shared.start)
+    assert alone.transfers.equals(shared.transfers)
+
+
+def test_two_devices_on_one_link_by_hand():
+    # GPipe p=2, m=4, f=1, b=2, copies of 1.5, prefetch 1. Private links:
+    # device 0's copies to host start at 1, 2.5, 4, 5.5 (its Fs end at 1..4).
+    # Shared by devices 0 and 1 (device 1's Fs end at 2..5): in issue order
+    # 0:O0@1, then 1:O0@2 (and 0:O1@2, device 0 first at equal issue) ...
+    sched = pc.offload(pc.build("gpipe", 2, 4), prefetch=1)
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, offload=1.5, host_link_devices=2))
+    check_shared_link_discipline(res, 2)
+    tr = res.transfers.to_pydict()
+    out = sorted((tr["start"][i], tr["src_device"][i], tr["microbatch"][i])
+                 for i, k in enumerate(tr["kind"]) if k == "O")
+    # Issue order: (1, d0, mb0), (2, d0, mb1), (2, d1, mb0), (3, d0, mb2), (3, d1, mb1), ...
+    assert [(d, j) for _s, d, j in out[:4]] == [(0, 0), (0, 1), (1, 0), (0, 2)]
+    assert [s for s, _d, _j in out[:4]] == [1.0, 2.5, 4.0, 5.5]
+    private = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, offload=1.5))
+    assert res.makespan > private.makespan  # 20.0 against 15.5: the link is the bottleneck
