@@ -128,6 +128,8 @@ def _parser():
     mem.add_argument("--offload", type=float, default=None,
                      help="time of one activation copy to host or back over a host link; "
                           "enables offload candidates (default: none)")
+    mem.add_argument("--host-link-devices", type=_positive_int, default=1,
+                     help="devices sharing one host link, copies one at a time (default 1)")
     u.add_argument("--families", default=None, help="comma-separated families (default all)")
     u.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                    help="minimise the makespan (default) or the longest per-device span "
@@ -272,7 +274,8 @@ def _cmd_tune(args, out):
 
     costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
                   activation_w=args.activation_w, weights=args.weights, r=args.r,
-                  checkpoint=args.checkpoint, offload=args.offload)
+                  checkpoint=args.checkpoint, offload=args.offload,
+                  host_link_devices=args.host_link_devices)
     families = None if args.families is None else [x for x in args.families.split(",") if x]
     try:
         best = tune(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
