@@ -1,0 +1,476 @@
+"""PyTorch pipelining bindings: export, import, run and calibrate schedules.
+
+``torch.distributed.pipelining`` describes a schedule as a
+``pipeline_order``: per rank, a list of ``_Action`` values (or ``None`` for
+an idle step). This module converts between that form (and the
+``compute_only`` CSV that ``_PipelineScheduleRuntime._load_csv`` reads) and
+pipecore's :class:`~pipecore.Schedule`.
+
+Kinds map one to one::
+
+    pipecore  F    B (input grad)     W (weight grad)    BW (fused)
+    torch     F    I BACKWARD_INPUT   W BACKWARD_WEIGHT  B FULL_BACKWARD
+
+and an overlapped pipecore unit (an F row and a B or BW row sharing one slot
+of a device) is torch's ``OVERLAP_F_B`` action with the two as sub-actions.
+Stage placement needs no mapping of its own: torch infers ``stage -> rank``
+from which rank's list holds a stage's actions (``_validate_schedule``), so
+loop, V and any other placement with one rank per stage export as they are.
+
+What cannot be exported (a ``ValueError`` names the op or stage):
+
+- replicated stages (a stage on two or more devices: ``chimera``,
+  ``dualpipe`` and ``bitpipe``): torch assigns every stage to exactly one
+  rank;
+- any kind torch has no action for, e.g. pipecore's recompute ``R``.
+
+``AR`` (the gradient all-reduce joining the replicas of a replicated stage)
+has no counterpart in a ``pipeline_order`` (torch's end-of-step gradient work
+is ``REDUCE_GRAD``, which its runtime inserts by itself); it is skipped. In
+practice only replicated schedules hold ``AR`` ops and they are refused.
+
+torch's private API (``_Action``, ``_validate_schedule``,
+``_PipelineScheduleRuntime``) is what this module talks to; it was written
+against torch 2.13.0 (:data:`TESTED_TORCH`).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+
+try:
+    import torch
+    from torch.distributed.pipelining import schedules as _ts
+except ImportError as _exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "pipecore.bindings.torch needs PyTorch; install it with: pip install 'pipecore[torch]'"
+    ) from _exc
+
+from pipecore._schedule import Schedule, ScheduleError
+
+__all__ = [
+    "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
+    "from_csv", "from_torch",
+]
+
+#: The torch release these bindings were written and tested against.
+TESTED_TORCH = "2.13.0"
+
+_Action = _ts._Action
+_CT = _ts._ComputationType
+
+# pipecore kind -> torch computation type, and back.
+_TO_TORCH = {"F": _CT.FORWARD, "B": _CT.BACKWARD_INPUT, "W": _CT.BACKWARD_WEIGHT,
+             "BW": _CT.FULL_BACKWARD}
+_FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+# Kinds pipecore has (or is getting) that torch cannot express, and why.
+_NO_TORCH_ACTION = {
+    "R": "torch has no recompute action (it recomputes inside a stage's module, e.g. with "
+         "activation checkpointing, never as a schedule action)",
+}
+
+#: torch schedule classes :func:`from_torch` builds: short name -> (class name, placement).
+TORCH_SCHEDULES = {
+    "GPipe": ("ScheduleGPipe", "single"),
+    "1F1B": ("Schedule1F1B", "single"),
+    "Interleaved1F1B": ("ScheduleInterleaved1F1B", "loop"),
+    "LoopedBFS": ("ScheduleLoopedBFS", "loop"),
+    "InterleavedZeroBubble": ("ScheduleInterleavedZeroBubble", "loop"),
+    "ZBVZeroBubble": ("ScheduleZBVZeroBubble", "v"),
+    "DualPipeV": ("ScheduleDualPipeV", "v"),
+}
+
+
+def _label(kind, stage, microbatch):
+    return f"{stage}{kind}" if kind == "AR" else f"{stage}{kind}{microbatch}"
+
+
+def _columns(schedule):
+    """The op table as Python lists: device, slot, kind name, stage, microbatch."""
+    table = schedule.table
+    kind = table.column("kind").combine_chunks()
+    if hasattr(kind, "dictionary_decode"):
+        kind = kind.dictionary_decode()
+    return (table.column("device").to_pylist(), table.column("slot").to_pylist(), kind.to_pylist(),
+            table.column("stage").to_pylist(), table.column("microbatch").to_pylist())
+
+
+def to_actions(schedule) -> dict[int, list]:
+    """Export a schedule as torch's ``pipeline_order``.
+
+    Parameters
+    ----------
+    schedule : pipecore.Schedule
+        Any schedule whose stages each run on one device.
+
+    Returns
+    -------
+    dict of int to list of torch ``_Action``
+        ``{rank: [action, ...]}`` for every rank ``0..devices-1`` (an idle
+        device has an empty list), in program order. No ``None`` idle steps
+        are written: pipecore's slots are program positions, not time steps,
+        and torch's runtime skips ``None`` anyway.
+
+    Raises
+    ------
+    ValueError
+        If a stage runs on more than one device (a replicated schedule:
+        ``chimera``, ``dualpipe``, ``bitpipe``), naming the stage and its
+        devices; or if an op has a kind torch has no action for, naming the
+        device, slot and op, e.g. ``device 0 slot 5 (3R2): torch has no
+        recompute action``.
+    """
+    dev, slot, kind, stage, mb = _columns(schedule)
+    homes: dict[int, set] = {}
+    for d, k, s in zip(dev, kind, stage):
+        if k != "AR":
+            homes.setdefault(s, set()).add(d)
+    for s in sorted(homes):
+        if len(homes[s]) > 1:
+            raise ValueError(
+                f"stage {s} runs on devices {sorted(homes[s])} (a replicated stage, as chimera, "
+                f"dualpipe and bitpipe build): torch's pipelining runs every stage on exactly one "
+                f"rank (_validate_schedule), so schedule {schedule.name!r} cannot be exported")
+    order: dict[int, list] = {r: [] for r in range(int(schedule.devices))}
+    last = None
+    for d, sl, k, s, j in zip(dev, slot, kind, stage, mb):
+        if k == "AR":
+            continue  # no pipeline_order counterpart; see the module docstring
+        ctype = _TO_TORCH.get(k)
+        if ctype is None:
+            why = _NO_TORCH_ACTION.get(k, f"torch has no action for kind {k!r}")
+            raise ValueError(f"device {d} slot {sl} ({_label(k, s, j)}): {why}; this schedule cannot "
+                             f"be exported to torch")
+        action = _Action(int(s), ctype, int(j))
+        if last == (d, sl):
+            # Second row of a slot: the B or BW of an overlapped F&B unit (F row first).
+            first = order[d][-1]
+            order[d][-1] = _Action(-1, _CT.OVERLAP_F_B, None, (first, action))
+        else:
+            order[d].append(action)
+        last = (d, sl)
+    return order
+
+
+def _op(action, rank, step):
+    if action.stage_index is None or action.stage_index < 0 or action.microbatch_index is None:
+        raise ValueError(f"rank {rank} step {step}: action {action} needs a stage >= 0 and a "
+                         f"microbatch")
+    return (_FROM_TORCH[action.computation_type], int(action.stage_index),
+            int(action.microbatch_index))
+
+
+def _parse(text, rank, step):
+    try:
+        return _Action.from_str(text)
+    except RuntimeError as exc:  # torch's parser raises RuntimeError
+        raise ValueError(f"rank {rank} step {step}: {exc}") from None
+
+
+def from_actions(order, *, name: str = "torch", microbatches: int | None = None,
+                 stages: int | None = None, params: Mapping | None = None) -> Schedule:
+    """Import a torch ``pipeline_order`` as a pipecore schedule.
+
+    Parameters
+    ----------
+    order : mapping of int to list
+        ``{rank: [action, ...]}`` with ranks ``0..p-1``; an action is a torch
+        ``_Action``, its string form (``"0F3"``, ``"(0F7;7B3)OVERLAP_F_B"``)
+        or ``None`` (an idle step, dropped).
+    name : str
+        Label of the schedule.
+    microbatches, stages : int, optional
+        What the order should hold; a mismatch is an error.
+    params : mapping, optional
+        Kept as ``Schedule.params``.
+
+    Returns
+    -------
+    pipecore.Schedule
+        Slots are numbered ``0..n-1`` per device in list order.
+        ``REDUCE_GRAD`` actions (torch's end-of-step gradient work, which its
+        runtime adds by itself) are dropped.
+
+    Raises
+    ------
+    ValueError
+        If ranks are not ``0..p-1``, an entry cannot be parsed, an overlapped
+        action is not one F and one I or B, or the order holds communication
+        or FSDP actions (``SEND_F``, ``UNSHARD``, ...: a ``compute_comms``
+        order, not a compute-only one).
+    pipecore.ScheduleError
+        If the imported schedule breaks a pipecore rule (naming the rule,
+        device, stage and microbatch), or holds another number of
+        microbatches or stages than asked for.
+    """
+    if not isinstance(order, Mapping):
+        raise ValueError(f"expected a mapping rank -> actions (got {type(order).__name__})")
+    ranks = sorted(order)
+    if ranks != list(range(len(ranks))):
+        raise ValueError(f"ranks must be 0..p-1 (got {ranks})")
+    programs = []
+    for rank in ranks:
+        prog = []
+        for step, action in enumerate(order[rank]):
+            if isinstance(action, str):
+                action = _parse(action, rank, step)
+            if action is None:
+                continue
+            if not isinstance(action, _Action):
+                raise ValueError(f"rank {rank} step {step}: expected a torch _Action, a string or "
+                                 f"None (got {action!r})")
+            ctype = action.computation_type
+            if ctype == _CT.OVERLAP_F_B:
+                subs = action.sub_actions or ()
+                if (len(subs) != 2 or subs[0].computation_type != _CT.FORWARD
+                        or subs[1].computation_type not in (_CT.BACKWARD_INPUT, _CT.FULL_BACKWARD)):
+                    raise ValueError(f"rank {rank} step {step}: {action} overlaps "
+                                     f"{[str(a) for a in subs]}; pipecore overlaps one F with one "
+                                     f"I or B, F first")
+                prog.append((_op(subs[0], rank, step), _op(subs[1], rank, step)))
+            elif ctype == _CT.REDUCE_GRAD:
+                continue
+            elif ctype in _FROM_TORCH:
+                prog.append(_op(action, rank, step))
+            else:
+                raise ValueError(f"rank {rank} step {step}: {action} is a {ctype.name} action; "
+                                 f"import a compute-only order (F, I, W, B, OVERLAP_F_B)")
+        programs.append(prog)
+    sched = Schedule.from_programs(programs, name=name, devices=max(len(programs), 1),
+                                   params=params)
+    for what, want, got in (("microbatches", microbatches, sched.microbatches),
+                            ("stages", stages, sched.stages)):
+        if want is not None and got != want:
+            raise ScheduleError(f"range: the order holds {got} {what}, expected {want}", rule="range")
+    return sched
+
+
+def validate(schedule) -> dict[int, int]:
+    """Run torch's own checks on a schedule's export.
+
+    Calls torch's ``_validate_schedule`` on :func:`to_actions`'s order, then
+    lowers it the way ``_PipelineScheduleRuntime`` does before running it
+    (adding sends and receives), which fails if torch cannot order the
+    communication without a hang.
+
+    Parameters
+    ----------
+    schedule : pipecore.Schedule
+
+    Returns
+    -------
+    dict of int to int
+        torch's ``stage -> rank`` mapping.
+
+    Raises
+    ------
+    ValueError
+        If the schedule cannot be exported (see :func:`to_actions`) or torch
+        rejects the order (torch's message, without its rendering of the
+        whole schedule).
+    """
+    order = to_actions(schedule)
+    p, stages, m = int(schedule.devices), int(schedule.stages), int(schedule.microbatches)
+    try:
+        mapping = _ts._validate_schedule(order, p, stages, m)
+        _ts._add_send_recv({r: list(a) for r, a in order.items()}, mapping.__getitem__, stages)
+    except AssertionError as exc:
+        head = str(exc).split("\n\nFull pipeline schedule:")[0].strip()
+        raise ValueError(f"torch rejects the order of {schedule.name!r}: {head}") from None
+    return mapping
+
+
+def to_csv(schedule, path) -> Path:
+    """Write the ``compute_only`` CSV that ``_PipelineScheduleRuntime._load_csv`` reads.
+
+    Parameters
+    ----------
+    schedule : pipecore.Schedule
+    path : str or os.PathLike
+
+    Returns
+    -------
+    pathlib.Path
+        The file written: one line per rank (line r is rank r), one cell per
+        action in torch's string form.
+
+    Raises
+    ------
+    ValueError
+        As :func:`to_actions`.
+    OSError
+        If the file cannot be written.
+    """
+    order = to_actions(schedule)
+    path = Path(path)
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        for rank in range(len(order)):
+            writer.writerow([str(a) for a in order[rank]])
+    return path
+
+
+def read_csv(path) -> dict[int, list]:
+    """Read a ``compute_only`` CSV into a ``pipeline_order`` with torch's own parser.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    dict of int to list
+        ``{rank: [_Action or None, ...]}``; line r is rank r, an empty cell
+        is ``None``.
+
+    Raises
+    ------
+    ValueError
+        If a cell is not an action torch can parse (naming rank and step).
+    OSError
+        If the file cannot be read.
+    """
+    with Path(path).open(newline="") as fh:
+        return {rank: [_parse(cell, rank, step) for step, cell in enumerate(row)]
+                for rank, row in enumerate(csv.reader(fh))}
+
+
+def from_csv(path, *, name: str | None = None) -> Schedule:
+    """Import a ``compute_only`` CSV (torch's ``_dump_csv`` or :func:`to_csv`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    name : str, optional
+        Label of the schedule (default: the file's stem).
+
+    Returns
+    -------
+    pipecore.Schedule
+
+    Raises
+    ------
+    ValueError, pipecore.ScheduleError
+        As :func:`read_csv` and :func:`from_actions`.
+    """
+    return from_actions(read_csv(path), name=Path(path).stem if name is None else name)
+
+
+class _StubStage:
+    """The fields torch's schedule constructors read from a stage; no module, no process group.
+
+    torch computes ``pipeline_order`` for every rank from counts alone, so a
+    stand-in with these attributes is enough to obtain it in one process.
+    """
+
+    def __init__(self, index, num_stages, ranks):
+        self.stage_index = index
+        self.num_stages = num_stages
+        self.group_size = ranks
+        self.group_rank = 0
+        self.is_first = index == 0
+        self.is_last = index == num_stages - 1
+        self.submod = None  # torch's torch.compile check skips a stage without a module
+        self.stage_index_to_group_rank = {}
+
+
+def _resolve(name):
+    key = str(name).strip().lower()
+    for short, (cls, style) in TORCH_SCHEDULES.items():
+        if key in (short.lower(), cls.lower()):
+            return short, cls, style
+    valid = ", ".join(f"{s} ({c})" for s, (c, _) in TORCH_SCHEDULES.items())
+    raise ValueError(f"unknown torch schedule {name!r}; valid names: {valid}")
+
+
+def _rank0_stages(style, ranks, per_rank):
+    """Rank 0's stage indices: stage s on rank s % p (loop) or the V's two ends."""
+    if style == "v":
+        return [0, 2 * ranks - 1]
+    return list(range(0, ranks * per_rank, ranks))
+
+
+def _loss(output, target):  # never called: its presence makes torch build backward actions
+    return output.sum()
+
+
+def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | None = None) -> Schedule:
+    """torch's own schedule as a pipecore schedule.
+
+    The schedule class is built in this process with stand-in stages (no
+    process group, no model): its constructor computes ``pipeline_order``
+    for every rank, which is then imported with :func:`from_actions` and so
+    checked by pipecore's rules.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`TORCH_SCHEDULES` (``"GPipe"``, ``"1F1B"``,
+        ``"Interleaved1F1B"``, ``"LoopedBFS"``, ``"InterleavedZeroBubble"``,
+        ``"ZBVZeroBubble"``, ``"DualPipeV"``) or torch's class name
+        (``"ScheduleZBVZeroBubble"``), case-insensitive.
+    ranks : int
+        Pipeline ranks p.
+    microbatches : int
+        Microbatches m.
+    stages_per_rank : int, optional
+        Stages per rank v: 1 for GPipe and 1F1B, 2 (the default, and the only
+        value torch takes) for ZBVZeroBubble and DualPipeV, any v >= 1 for the
+        looped ones (default 2).
+
+    Returns
+    -------
+    pipecore.Schedule
+        Named ``"torch-<name>"``; ``params`` records the class, ranks,
+        microbatches and stages per rank.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a bad count, or a shape torch's class rejects
+        (torch's message included).
+    pipecore.ScheduleError
+        If torch's order breaks a pipecore rule. torch 2.13.0's ``1F1B`` does:
+        its last rank never runs the forward of microbatch 0 (and runs one of
+        microbatch m, which does not exist), so ``from_torch("1F1B", ...)``
+        raises with rule ``missing-op``.
+    """
+    short, cls_name, style = _resolve(name)
+    for what, value in (("ranks", ranks), ("microbatches", microbatches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+    if style == "single":
+        if stages_per_rank not in (None, 1):
+            raise ValueError(f"torch's {cls_name} runs one stage per rank (got stages_per_rank="
+                             f"{stages_per_rank})")
+        per_rank = 1
+    else:
+        per_rank = 2 if stages_per_rank is None else stages_per_rank
+        if isinstance(per_rank, bool) or not isinstance(per_rank, int) or per_rank < 1:
+            raise ValueError(f"'stages_per_rank' must be an int >= 1 (got {stages_per_rank!r})")
+        if style == "v" and per_rank != 2:
+            raise ValueError(f"torch's {cls_name} places exactly 2 stages per rank (got "
+                             f"stages_per_rank={per_rank})")
+    num_stages = ranks * per_rank
+    stubs = [_StubStage(i, num_stages, ranks) for i in _rank0_stages(style, ranks, per_rank)]
+    cls = getattr(_ts, cls_name)
+    try:
+        if style == "single":
+            built = cls(stubs[0], n_microbatches=microbatches, loss_fn=_loss)
+        else:
+            built = cls(stubs, n_microbatches=microbatches, loss_fn=_loss)
+    except (ValueError, AssertionError) as exc:
+        raise ValueError(f"torch's {cls_name} rejects ranks={ranks}, microbatches={microbatches}, "
+                         f"stages_per_rank={per_rank}: {exc}") from None
+    params = {"torch_class": cls_name, "ranks": ranks, "microbatches": microbatches,
+              "stages_per_rank": per_rank, "torch_version": torch.__version__}
+    try:
+        return from_actions(built.pipeline_order, name=f"torch-{short}", microbatches=microbatches,
+                            stages=num_stages, params=params)
+    except ScheduleError as exc:
+        raise ScheduleError(
+            f"torch {torch.__version__}'s {cls_name} pipeline_order (ranks={ranks}, microbatches="
+            f"{microbatches}) breaks a pipecore rule: {exc}", rule=exc.rule, device=exc.device,
+            slot=exc.slot, stage=exc.stage, microbatch=exc.microbatch, kind=exc.kind) from None

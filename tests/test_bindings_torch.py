@@ -1,0 +1,384 @@
+"""pipecore.bindings.torch against PyTorch's own pipelining code.
+
+Golden facts come from torch itself: its validator ``_validate_schedule``, its
+parser ``_Action.from_str``, its runtime's CSV loader and lowering, and the
+``pipeline_order`` its schedule classes compute. Tests that start processes
+are further down (``run``).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs torch: pip install 'pipecore[torch]'")
+
+from pipecore.bindings import torch as pt  # noqa: E402
+from torch.distributed.pipelining import schedules as ts  # noqa: E402
+
+import pipecore as pc  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures" / "torch"
+REPLICATED = {"chimera", "dualpipe", "bitpipe"}
+
+
+# -- helpers independent of the code under test ---------------------------------------------
+
+class _Stage:
+    """What torch's schedule constructors and runtime read from a stage (no module, no group)."""
+
+    def __init__(self, index, num_stages, ranks):
+        self.stage_index = index
+        self.num_stages = num_stages
+        self.group_size = ranks
+        self.group_rank = 0
+        self.is_first = index == 0
+        self.is_last = index == num_stages - 1
+        self.submod = None
+        self.stage_index_to_group_rank = {}
+
+
+def _loss(out, target):
+    return out.sum()
+
+
+def torch_order(cls_name, p, m, v, style):
+    """torch's pipeline_order for a schedule class, computed by torch."""
+    n = p * v
+    if style == "single":
+        return getattr(ts, cls_name)(_Stage(0, n, p), n_microbatches=m, loss_fn=_loss).pipeline_order
+    idx = [0, 2 * p - 1] if style == "v" else list(range(0, n, p))
+    return getattr(ts, cls_name)([_Stage(i, n, p) for i in idx], n_microbatches=m,
+                                 loss_fn=_loss).pipeline_order
+
+
+def compute_strings(order):
+    """Per rank, torch's strings of the compute actions (idle steps and REDUCE_GRAD dropped)."""
+    return {r: [str(a) for a in acts if a is not None
+                and a.computation_type != ts._ComputationType.REDUCE_GRAD]
+            for r, acts in order.items()}
+
+
+def combos(name):
+    """(p, m, options, schedule) for the shapes the family itself accepts, p in {2,4,8}, m in {p,2p,4p}.
+
+    Interleaved families are also tried with 3 and 4 chunks per device, hanayo with 2 waves.
+    """
+    fam = pc.family(name)
+    variants = [{}]
+    if fam.chunks and fam.fixed_chunks is None and not fam.options:
+        variants += [{"chunks": 3}, {"chunks": 4}]
+    if "waves" in fam.options:
+        variants += [{"waves": 2}]
+    out = []
+    for p in (2, 4, 8):
+        for m in (p, 2 * p, 4 * p):
+            for opts in variants:
+                try:
+                    sched = pc.build(name, p, m, **opts)
+                except ValueError:
+                    continue  # the family's own rule (e.g. chimera: m a multiple of p)
+                out.append((p, m, opts, sched))
+    return out
+
+
+# -- packaging ----------------------------------------------------------------------------------
+
+def test_bindings_package_does_not_import_torch():
+    code = ("import sys, pipecore.bindings; "
+            "assert 'torch' not in sys.modules, 'importing pipecore.bindings imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd="/")
+
+
+def test_module_is_installed_under_pipecore():
+    assert pt.__name__ == "pipecore.bindings.torch"
+    import pipecore.bindings
+
+    assert pipecore.bindings.torch is pt
+
+
+# -- kind mapping ---------------------------------------------------------------------------------
+
+def test_kinds_map_to_torch_computation_types():
+    # Written by hand: F->F, B->I, W->W, BW->B, and an overlapped F&BW unit -> OVERLAP_F_B.
+    sched = pc.from_actions({0: ["0F0", "0F1", "0B0", "0W0", "0BW1"],
+                             1: ["1F0", "1F1&1BW0", "1BW1"]})
+    order = pt.to_actions(sched)
+    assert {r: [str(a) for a in acts] for r, acts in order.items()} == {
+        0: ["0F0", "0F1", "0I0", "0W0", "0B1"],
+        1: ["1F0", "(1F1;1B0)OVERLAP_F_B", "1B1"],
+    }
+    CT = ts._ComputationType
+    assert [a.computation_type for a in order[0]] == [CT.FORWARD, CT.FORWARD, CT.BACKWARD_INPUT,
+                                                      CT.BACKWARD_WEIGHT, CT.FULL_BACKWARD]
+    pair = order[1][1]
+    assert pair.computation_type == CT.OVERLAP_F_B
+    assert pair.sub_actions == (ts._Action(1, CT.FORWARD, 1), ts._Action(1, CT.FULL_BACKWARD, 0))
+    # torch's validator accepts it and infers the placement pipecore has.
+    assert ts._validate_schedule(order, 2, 2, 2) == {0: 0, 1: 1}
+    # torch's parser reads each string back to the same action.
+    assert all(ts._Action.from_str(str(a)) == a for acts in order.values() for a in acts)
+    assert pt.from_actions(order) == sched
+
+
+def test_overlap_with_split_backward_maps_to_input_backward():
+    sched = pc.from_actions({0: ["0F0", "0F1&0B0", "0W0", "0B1", "0W1"]})
+    (acts,) = pt.to_actions(sched).values()
+    assert [str(a) for a in acts] == ["0F0", "(0F1;0I0)OVERLAP_F_B", "0W0", "0I1", "0W1"]
+    ts._validate_schedule({0: acts}, 1, 1, 2)
+    assert pt.from_actions({0: acts}) == sched
+
+
+def test_loop_v_and_arbitrary_placements_are_what_torch_infers():
+    loop = [0, 1, 2, 3, 0, 1, 2, 3]
+    vee = [0, 1, 2, 3, 3, 2, 1, 0]
+    for name, opts, placement in (("interleaved-1f1b", {}, loop), ("zb-v", {}, vee),
+                                  ("hanayo", {"waves": 2}, vee + vee)):  # a zig-zag of two Vs
+        sched = pc.build(name, 4, 8, **opts)
+        mapping = ts._validate_schedule(pt.to_actions(sched), 4, sched.stages, 8)
+        assert mapping == dict(enumerate(placement)), name
+
+
+class _TableOnly:
+    """A schedule as to_actions reads it (table, devices, name), with kinds Schedule refuses."""
+
+    def __init__(self, kinds, stages=None, devices=1):
+        n = len(kinds)
+        self.table = pa.table({"device": [0] * n, "slot": list(range(n)), "kind": kinds,
+                               "stage": stages or [0] * n, "microbatch": [0] * n})
+        self.devices = devices
+        self.name = "stub"
+
+
+def test_recompute_is_refused_naming_the_op():
+    # R (recompute) is being added to pipecore; torch has no such action.
+    with pytest.raises(ValueError, match=r"device 0 slot 1 \(0R0\): torch has no recompute action"):
+        pt.to_actions(_TableOnly(["F", "R", "BW"]))
+    with pytest.raises(ValueError, match=r"device 0 slot 2 \(0X0\): torch has no action for kind 'X'"):
+        pt.to_actions(_TableOnly(["F", "BW", "X"]))
+
+
+def test_all_reduce_is_skipped():
+    (acts,) = pt.to_actions(_TableOnly(["F", "BW", "AR"])).values()
+    assert [str(a) for a in acts] == ["0F0", "0B0"]
+
+
+@pytest.mark.parametrize("name", sorted(REPLICATED))
+def test_replicated_families_are_refused(name):
+    sched = pc.build(name, 4, 8)
+    with pytest.raises(ValueError, match=r"stage \d+ runs on devices \[\d+, \d+\].*replicated"):
+        pt.to_actions(sched)
+    with pytest.raises(ValueError, match="replicated"):
+        pt.to_csv(sched, "/nonexistent/never-written.csv")
+    # torch itself rejects the naive translation: a stage may live on one rank only.
+    kinds = {"F": "F", "B": "I", "W": "W", "BW": "B"}
+    naive = {d: [] for d in range(sched.devices)}
+    for d, prog in enumerate(sched.programs()):
+        for unit in prog:
+            ops = unit if isinstance(unit[0], tuple) else (unit,)
+            naive[d] += [ts._Action(s, ts._ComputationType(kinds[k]), j) for k, s, j in ops
+                         if k != "AR"]
+    with pytest.raises(AssertionError, match=r"Stage \d+ is assigned to both rank"):
+        ts._validate_schedule(naive, sched.devices, sched.stages, sched.microbatches)
+
+
+# -- round trips over every family ------------------------------------------------------------------
+
+EXPORTABLE = [n for n in pc.schedules() if n not in REPLICATED]
+
+
+@pytest.mark.parametrize("name", EXPORTABLE)
+def test_every_family_round_trips_and_passes_torch(name, tmp_path):
+    shapes = combos(name)
+    assert shapes, f"{name}: no shape built"
+    for p, m, opts, sched in shapes:
+        where = f"{name} p={p} m={m} {opts}"
+        order = pt.to_actions(sched)
+        # torch's validator: every stage on one rank, F before I/B before W, m of each.
+        mapping = ts._validate_schedule(order, p, sched.stages, m)
+        assert mapping == {s: int(d) for s, d in enumerate(sched.placement)}, where
+        # torch's lowering (sends/receives) finds an order that does not hang.
+        lowered = ts._add_send_recv({r: list(a) for r, a in order.items()}, mapping.__getitem__,
+                                    sched.stages)
+        assert sum(a.is_compute_op for acts in lowered.values() for a in acts) == sum(
+            len(acts) for acts in order.values()), where
+        back = pt.from_actions(order)
+        assert back == sched, where
+        assert back.table.replace_schema_metadata(None).equals(
+            sched.table.replace_schema_metadata(None)), where
+
+
+def test_round_trip_coverage():
+    tested = {n: len(combos(n)) for n in EXPORTABLE}
+    assert sum(tested.values()) >= 150, tested
+    assert all(tested.values()), tested
+    refused = {}
+    for name in pc.schedules():
+        try:
+            pt.to_actions(pc.build(name, 4, 8))
+        except ValueError as exc:
+            refused[name] = str(exc)
+    assert set(refused) == REPLICATED, refused
+    assert all("replicated" in why for why in refused.values())
+
+
+def test_csv_round_trip_and_torch_runtime_reads_it(tmp_path):
+    for name in EXPORTABLE:
+        for i, (p, m, _, sched) in enumerate(combos(name)[::3]):
+            path = pt.to_csv(sched, tmp_path / f"{name}-{i}.csv")
+            assert pt.from_csv(path) == sched
+            # torch's runtime loads it (its parser, validator and lowering), here rank 0's view.
+            n = sched.stages
+            mine = [s for s in range(n) if int(sched.placement[s]) == 0]
+            runtime = ts._PipelineScheduleRuntime([_Stage(s, n, p) for s in mine], n_microbatches=m,
+                                                  loss_fn=_loss)
+            runtime._load_csv(str(path), format="compute_only")
+            assert compute_strings(runtime.pipeline_order) == {
+                d: [str(a) for a in acts] for d, acts in pt.to_actions(sched).items()}
+            assert runtime.stage_index_to_group_rank == {s: int(d) for s, d in enumerate(sched.placement)}
+
+
+def test_from_csv_reads_torchs_own_dump(tmp_path):
+    n, p, m = 8, 4, 8
+    runtime = ts.ScheduleZBVZeroBubble([_Stage(0, n, p), _Stage(7, n, p)], n_microbatches=m,
+                                       loss_fn=_loss)
+    path = tmp_path / "torch.csv"
+    runtime._dump_csv(str(path), format="compute_only")  # idle steps are empty cells
+    assert ",," in path.read_text()
+    assert pt.from_csv(path).to_actions() == pc.build("zb-v", 4, 8).to_actions()
+
+
+def test_validate_runs_torchs_lowering():
+    # Placement is loop style; device 1 runs 3F0 before 1F0, which 3F0 waits on through 2F0.
+    sched = pc.from_actions({0: ["0F0", "2F0", "2BW0", "0BW0"], 1: ["3F0", "1F0", "3BW0", "1BW0"]})
+    order = pt.to_actions(sched)
+    ts._validate_schedule(order, 2, 4, 1)  # torch's validator alone does not see it
+    with pytest.raises(AssertionError, match="can't schedule sends/recvs"):
+        ts._add_send_recv({r: list(a) for r, a in order.items()}, {0: 0, 1: 1, 2: 0, 3: 1}.__getitem__, 4)
+    with pytest.raises(ValueError, match="torch rejects the order.*can't schedule sends/recvs"):
+        pt.validate(sched)
+    with pytest.raises(pc.ScheduleError, match="deadlock"):
+        pc.validate(sched)  # pipecore's simulation sees the same hang
+    assert pt.validate(pc.build("zb-v", 2, 4)) == {0: 0, 1: 1, 2: 1, 3: 0}
+
+
+# -- torch's schedules imported ------------------------------------------------------------------
+
+TORCH = {  # name -> (class, style, pipecore family with the same order)
+    "GPipe": ("ScheduleGPipe", "single", "gpipe"),
+    "Interleaved1F1B": ("ScheduleInterleaved1F1B", "loop", "interleaved-1f1b"),
+    "LoopedBFS": ("ScheduleLoopedBFS", "loop", "looped-bfs"),
+    "InterleavedZeroBubble": ("ScheduleInterleavedZeroBubble", "loop", "interleaved-zb"),
+    "ZBVZeroBubble": ("ScheduleZBVZeroBubble", "v", "zb-v"),
+    "DualPipeV": ("ScheduleDualPipeV", "v", "dualpipev"),
+}
+
+
+@pytest.mark.parametrize("name", list(TORCH))
+def test_torch_schedules_import_and_simulate(name):
+    cls_name, style, fam = TORCH[name]
+    v = 1 if style == "single" else 2
+    seen = 0
+    for p in (2, 4, 8):
+        for m in (p, 2 * p, 4 * p):
+            try:
+                order = torch_order(cls_name, p, m, v, style)
+            except ValueError:
+                continue  # torch's own rule (DualPipeV: m >= 2p)
+            seen += 1
+            sched = pt.from_torch(name, p, m)
+            assert sched.devices == p and sched.stages == p * v and sched.microbatches == m
+            assert compute_strings(order) == {r: [str(a) for a in acts]
+                                              for r, acts in pt.to_actions(sched).items()}
+            res = pc.simulate(sched, pc.Costs(f=1.0, b=1.0, w=1.0))
+            work = max(len(prog) for prog in sched.programs())  # unit ops, BW counts as one
+            assert res.makespan >= work / v
+            # pipecore's family of the same name builds torch's order, except torch's flexible
+            # Interleaved1F1B at m == p (its last rank alternates 3F0 3B0 3F1 ...).
+            if not (name == "Interleaved1F1B" and m == p):
+                assert pc.build(fam, p, m, chunks=v).to_actions() == sched.to_actions(), (p, m)
+    assert seen >= 6
+
+
+def test_torch_interleaved_1f1b_at_m_equal_p_differs_from_pipecores():
+    ours = pc.build("interleaved-1f1b", 2, 2).to_actions()
+    theirs = pt.from_torch("Interleaved1F1B", 2, 2).to_actions()
+    assert theirs[0] == ours[0]
+    assert theirs[1] == ["1F0", "1F1", "3F0", "3BW0", "3F1", "3BW1", "1BW0", "1BW1"]
+    assert ours[1] == ["1F0", "1F1", "3F0", "3F1", "3BW0", "3BW1", "1BW0", "1BW1"]
+
+
+def test_from_torch_matches_the_saved_fixtures():
+    names = {"ScheduleZBVZeroBubble": "ZBVZeroBubble", "ScheduleGPipe": "GPipe",
+             "ScheduleInterleaved1F1B": "Interleaved1F1B", "ScheduleLoopedBFS": "LoopedBFS",
+             "ScheduleInterleavedZeroBubble": "InterleavedZeroBubble", "ScheduleDualPipeV": "DualPipeV"}
+    checked = 0
+    for path in sorted(FIXTURES.glob("*.json")):
+        fx = json.loads(path.read_text())
+        if fx["class"] not in names:
+            continue
+        sched = pt.from_torch(fx["class"], fx["ranks"], fx["microbatches"])  # torch's class name
+        want = {int(r): [a for a in acts if a is not None and "REDUCE_GRAD" not in a]
+                for r, acts in fx["pipeline_order"].items()}
+        assert {r: [str(a) for a in acts] for r, acts in pt.to_actions(sched).items()} == want
+        assert sched.name == f"torch-{names[fx['class']]}"
+        checked += 1
+    assert checked == 11
+
+
+def test_torch_1f1b_is_malformed_and_pipecore_says_so():
+    # torch 2.13.0's Schedule1F1B: the last rank never runs F of microbatch 0 and runs F of m.
+    order = compute_strings(torch_order("Schedule1F1B", 4, 8, 1, "single"))
+    assert order[3][:3] == ["3F1", "3B0", "3F2"] and "3F8" in order[3] and "3F0" not in order[3]
+    with pytest.raises(AssertionError, match="stage 3, microbatch 0 without first running Forward"):
+        ts._validate_schedule(torch_order("Schedule1F1B", 4, 8, 1, "single"), 4, 4, 8)
+    with pytest.raises(pc.ScheduleError) as info:
+        pt.from_torch("1F1B", ranks=4, microbatches=8)
+    err = info.value
+    assert err.rule == "missing-op" and err.device == 3 and err.stage == 3 and err.microbatch == 0
+    assert "Schedule1F1B" in str(err) and "stage 3 microbatch 0 has no F" in str(err)
+    # Every other rank is 1F1B as pipecore builds it.
+    ours = pc.build("1f1b", 4, 8).to_actions()
+    kinds = {"F": "F", "B": "BW"}
+    for r in range(3):
+        assert [a[0] + kinds[a[1]] + a[2:] for a in order[r]] == ours[r]
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+def test_import_errors_name_the_problem(tmp_path):
+    CT = ts._ComputationType
+    with pytest.raises(ValueError, match=r"rank 0 step 1: 0SEND_F0 is a SEND_F action"):
+        pt.from_actions({0: [ts._Action(0, CT.FORWARD, 0), ts._Action(0, CT.SEND_F, 0)]})
+    bad_pair = ts._Action(-1, CT.OVERLAP_F_B, None, (ts._Action(0, CT.FULL_BACKWARD, 0),
+                                                     ts._Action(0, CT.FORWARD, 1)))
+    with pytest.raises(ValueError, match="rank 0 step 0: .*overlaps one F with one I or B"):
+        pt.from_actions({0: [bad_pair]})
+    with pytest.raises(ValueError, match=r"ranks must be 0..p-1 \(got \[0, 2\]\)"):
+        pt.from_actions({0: ["0F0"], 2: ["0B0"]})
+    with pytest.raises(ValueError, match="rank 1 step 0: Invalid action string: 1Q0"):
+        pt.from_actions({0: ["0F0", "0B0"], 1: ["1Q0"]})
+    with pytest.raises(pc.ScheduleError, match="holds 2 microbatches, expected 3"):
+        pt.from_actions({0: ["0F0", "0F1", "0B0", "0B1"]}, microbatches=3)
+    path = tmp_path / "bad.csv"
+    path.write_text("0F0,0B0\n1F0,1Z0\n")
+    with pytest.raises(ValueError, match="rank 1 step 1"):
+        pt.from_csv(path)
+    with pytest.raises(ValueError, match="unknown torch schedule 'Chimera'; valid names: GPipe"):
+        pt.from_torch("Chimera", 4, 8)
+    with pytest.raises(ValueError, match="exactly 2 stages per rank"):
+        pt.from_torch("ZBVZeroBubble", 4, 8, stages_per_rank=3)
+    with pytest.raises(ValueError, match="torch's ScheduleDualPipeV rejects ranks=4, microbatches=4"):
+        pt.from_torch("dualpipev", 4, 4)
+    with pytest.raises(ValueError, match="'ranks' must be an int >= 1"):
+        pt.from_torch("GPipe", 0, 4)
+
+
+def test_from_torch_accepts_class_names_and_more_chunks():
+    assert pt.from_torch("ScheduleLoopedBFS", 2, 4) == pt.from_torch("loopedbfs", 2, 4)
+    sched = pt.from_torch("Interleaved1F1B", 2, 4, stages_per_rank=3)
+    assert sched.stages == 6 and sched.params["torch_class"] == "ScheduleInterleaved1F1B"
+    assert sched.to_actions() == pc.build("interleaved-1f1b", 2, 4, chunks=3).to_actions()
