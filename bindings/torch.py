@@ -52,7 +52,7 @@ from pipecore._schedule import Schedule, ScheduleError
 
 __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
-    "from_csv", "from_torch",
+    "from_csv", "read_csv", "from_torch", "run",
 ]
 
 #: The torch release these bindings were written and tested against.
@@ -474,3 +474,81 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
             f"torch {torch.__version__}'s {cls_name} pipeline_order (ranks={ranks}, microbatches="
             f"{microbatches}) breaks a pipecore rule: {exc}", rule=exc.rule, device=exc.device,
             slot=exc.slot, stage=exc.stage, microbatch=exc.microbatch, kind=exc.kind) from None
+
+
+def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int = 32,
+        batch: int | None = None, steps: int = 1, seed: int = 0, timeout: float = 120.0,
+        check: bool = True, measure_transfer: bool = False):
+    """Run a schedule for real with torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
+
+    One process per rank is spawned (``MASTER_ADDR`` 127.0.0.1, a free
+    port). Every rank builds the same seeded model split into the schedule's
+    stages, keeps its own stages, loads the schedule's ``compute_only`` CSV
+    with torch's ``_load_csv`` and calls ``step`` on one batch.
+
+    Parameters
+    ----------
+    schedule : pipecore.Schedule, str or os.PathLike
+        The schedule, or a CSV written by :func:`to_csv` (or torch's
+        ``_dump_csv``).
+    ranks : int, optional
+        Must equal the schedule's devices when given (a check for the CLI).
+    model : str
+        ``"mlp"``: stage s is ``Linear(hidden, hidden)`` + ``Tanh``.
+    hidden : int
+        Layer width.
+    batch : int, optional
+        Rows per step (default 2 per microbatch); a multiple of the
+        microbatches.
+    steps : int
+        Steps to run (gradients are those of the first; more give timings).
+    seed : int
+        Seed of weights and data.
+    timeout : float
+        Seconds for torch's collectives; the run is abandoned (its processes
+        killed) a minute after that.
+    check : bool
+        Compare gradients with the model trained without pipelining.
+    measure_transfer : bool
+        Also time a ping-pong of one activation between ranks 0 and 1.
+
+    Returns
+    -------
+    RunResult
+        Gradients, the reference and their largest difference, per-step
+        times and per-op times (see :class:`pipecore.bindings._torch_run.RunResult`).
+
+    Raises
+    ------
+    ValueError
+        If the schedule cannot be exported, ``ranks`` disagrees with it, or
+        an argument is out of range.
+    TimeoutError
+        If the processes do not finish.
+    torch.multiprocessing.ProcessRaisedException
+        If a rank fails (its traceback included).
+    """
+    from . import _torch_run
+
+    if isinstance(schedule, (str, bytes)) or hasattr(schedule, "__fspath__"):
+        path = Path(schedule)
+        sched = from_csv(path)
+    else:
+        sched, path = schedule, None
+    if ranks is not None and ranks != sched.devices:
+        raise ValueError(f"the schedule has {sched.devices} ranks (got ranks={ranks})")
+    for what, value in (("steps", steps), ("hidden", hidden)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+    mapping = validate(sched)
+    stages_of_rank = [[s for s in sorted(mapping) if mapping[s] == r] for r in range(sched.devices)]
+    kwargs = dict(stages=sched.stages, microbatches=sched.microbatches, model=model, hidden=hidden,
+                  batch=batch, steps=steps, seed=seed, timeout=timeout, check=check,
+                  measure_transfer=measure_transfer)
+    if path is not None:
+        return _torch_run.run_csv(path, stages_of_rank, **kwargs)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pipecore-csv-") as tmp:
+        csv_path = to_csv(sched, Path(tmp) / "schedule.csv")
+        return _torch_run.run_csv(csv_path, stages_of_rank, **kwargs)
