@@ -1,6 +1,8 @@
 """Run an exported schedule for real: torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
 
-Each rank is a process started with ``torch.multiprocessing`` (spawn). Every
+Each rank is a fresh Python process (``python -m pipecore.bindings._torch_run
+CONFIG RANK``), so a caller's script needs no ``if __name__ == "__main__"``
+guard, unlike ``multiprocessing``'s spawn. Every
 rank builds the same seeded model, keeps the stages the schedule places on
 it, loads the schedule with torch's own ``_load_csv`` and runs ``step``. The
 parent compares the gradients with those of the same model trained without
@@ -10,9 +12,12 @@ pipelining. Imported by :mod:`pipecore.bindings.torch`; needs torch.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,50 +25,58 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 MODELS = ("mlp",)
 
 
-def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0) -> list:
+def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
+                layers: int | None = None) -> list:
     """The model of a run, split into stages; the same on every rank for a seed.
 
     Parameters
     ----------
     name : str
-        ``"mlp"``: stage s is ``Linear(hidden, hidden)`` followed by ``Tanh``
-        (the last stage has no ``Tanh``).
+        ``"mlp"``: ``layers`` blocks of ``Linear(hidden, hidden)`` and
+        ``Tanh`` (the last block has no ``Tanh``), ``layers / stages``
+        consecutive blocks per stage.
     stages : int
         Number of stages S.
     hidden : int
         Width of every layer.
     seed : int
         Seed of the weights.
+    layers : int, optional
+        Blocks in the whole model (default: one per stage); a multiple of S.
 
     Returns
     -------
-    list of torch.nn.Module
+    list of torch.nn.Sequential
         One module per stage, in model order.
 
     Raises
     ------
     ValueError
-        For an unknown model name or a count below 1.
+        For an unknown model name, a count below 1, or layers not a
+        multiple of stages.
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; models: {', '.join(MODELS)}")
-    if stages < 1 or hidden < 1:
-        raise ValueError(f"stages and hidden must be >= 1 (got {stages}, {hidden})")
+    layers = stages if layers is None else layers
+    if stages < 1 or hidden < 1 or layers < 1:
+        raise ValueError(f"stages, hidden and layers must be >= 1 (got {stages}, {hidden}, {layers})")
+    if layers % stages:
+        raise ValueError(f"layers ({layers}) must be a multiple of stages ({stages})")
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for s in range(stages):
+    blocks = []
+    for i in range(layers):
         lin = nn.Linear(hidden, hidden)
         with torch.no_grad():
             lin.weight.copy_(torch.randn(hidden, hidden, generator=gen) / hidden ** 0.5)
             lin.bias.copy_(torch.randn(hidden, generator=gen) * 0.1)
-        out.append(lin if s == stages - 1 else nn.Sequential(lin, nn.Tanh()))
-    return out
+        blocks += [lin] if i == layers - 1 else [lin, nn.Tanh()]
+    per = 2 * (layers // stages)  # Linear + Tanh per block (the final block is one module shorter)
+    return [nn.Sequential(*blocks[s * per:(s + 1) * per]) for s in range(stages)]
 
 
 def make_batch(batch: int, hidden: int, seed: int = 0):
@@ -128,8 +141,15 @@ def _ping_pong(rank, peer, shape, rounds):
     return statistics.median(times)
 
 
+def _instrument_p2p(module, log, rank):
+    """Time torch's posting of sends/receives and its waits on them (module globals it calls)."""
+    module._batch_p2p = _timed(module._batch_p2p, log, rank, -1, lambda k: "post")
+    module._wait_batch_p2p = _timed(module._wait_batch_p2p, log, rank, -1, lambda k: "wait")
+
+
 def _worker(rank, cfg):
     from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as torch_schedules
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -139,7 +159,7 @@ def _worker(rank, cfg):
                             timeout=datetime.timedelta(seconds=cfg["timeout"]))
     try:
         S, m = cfg["stages"], cfg["microbatches"]
-        modules = build_model(cfg["model"], S, cfg["hidden"], cfg["seed"])
+        modules = build_model(cfg["model"], S, cfg["hidden"], cfg["seed"], cfg["layers"])
         x, y = make_batch(cfg["batch"], cfg["hidden"], cfg["seed"])
         mine = cfg["stages_of_rank"][rank]
         stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
@@ -148,18 +168,20 @@ def _worker(rank, cfg):
         log = []
         for st in stages:
             _instrument(st, log, rank)
+        _instrument_p2p(torch_schedules, log, rank)
         args = (x,) if 0 in mine else ()
         target = y if S - 1 in mine else None
         step_times, grads, op_times = [], None, []
         for i in range(cfg["steps"]):
             for s in mine:
                 modules[s].zero_grad(set_to_none=True)
-            log.clear()
             dist.barrier()
+            log.clear()
+            # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the machine.
             t0 = time.perf_counter()
             runtime.step(*args, target=target)
+            step_times.append((t0, time.perf_counter()))
             dist.barrier()
-            step_times.append(time.perf_counter() - t0)
             if i == 0:
                 grads = {s: {n: p.grad.detach().clone() for n, p in modules[s].named_parameters()}
                          for s in mine}
@@ -191,13 +213,18 @@ class RunResult:
     grads_match : bool or None
         ``torch.allclose`` (rtol 1e-5, atol 1e-6) on every gradient.
     step_times : list of float
-        Seconds per ``step`` (between barriers), the slowest rank's, per step.
+        Seconds per ``step``: from the first rank's start (all leave a
+        barrier together) to the last rank's end.
     op_times : list of list of tuple
-        Per step, ``(rank, stage, kind, seconds)`` of every timed compute
-        call, rank by rank in the order each rank ran them; kind is ``"F"``,
-        ``"B"`` (input), ``"W"`` or ``"BW"``.
+        Per step, ``(rank, stage, kind, seconds)`` of every timed call, rank
+        by rank in the order each rank ran them; kind is ``"F"``, ``"B"``
+        (input), ``"W"`` or ``"BW"`` for compute (stage >= 0), ``"post"``
+        (torch posting sends/receives) or ``"wait"`` (waiting on them) with
+        stage -1.
     transfer : float or None
         One-way time of one activation between two ranks (ping-pong), seconds.
+    rank_times : list of list of float
+        Per step, each rank's own seconds in ``step``.
     """
 
     ranks: int
@@ -210,10 +237,34 @@ class RunResult:
     step_times: list = field(default_factory=list)
     op_times: list = field(default_factory=list)
     transfer: float | None = None
+    rank_times: list = field(default_factory=list)
+
+    def iteration_time(self, warmup: int = 1) -> float:
+        """Median seconds per step, leaving out the first ``warmup`` steps (when there are more).
+
+        Parameters
+        ----------
+        warmup : int
+            Steps to leave out (torch sets up its stages in the first).
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            If the run has no steps.
+        """
+        if not self.step_times:
+            raise ValueError("the run has no steps")
+        times = self.step_times[warmup:] if len(self.step_times) > warmup else self.step_times
+        return statistics.median(times)
 
 
-def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, batch=None,
-            steps=1, seed=0, timeout=120.0, check=True, measure_transfer=False) -> RunResult:
+def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, layers=None,
+            batch=None, steps=1, seed=0, timeout=120.0, check=True,
+            measure_transfer=False) -> RunResult:
     """Spawn one process per rank and run the CSV with torch's runtime (see ``pt.run``)."""
     ranks = len(stages_of_rank)
     batch = 2 * microbatches if batch is None else batch
@@ -221,28 +272,49 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
         raise ValueError(f"batch {batch} must be a multiple of microbatches {microbatches}")
     with tempfile.TemporaryDirectory(prefix="pipecore-run-") as out:
         cfg = {"port": _free_port(), "ranks": ranks, "stages": stages, "microbatches": microbatches,
-               "model": model, "hidden": hidden, "batch": batch, "seed": seed, "steps": steps,
+               "model": model, "hidden": hidden, "layers": layers, "batch": batch, "seed": seed,
+               "steps": steps,
                "timeout": timeout, "csv": str(csv_path), "stages_of_rank": stages_of_rank,
                "out": out, "measure_transfer": measure_transfer}
-        ctx = mp.start_processes(_worker, args=(cfg,), nprocs=ranks, join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout + 60
+        cfg_path = Path(out) / "config.json"
+        cfg_path.write_text(json.dumps(cfg))
+        procs = [subprocess.Popen([sys.executable, "-m", __name__, str(cfg_path), str(r)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for r in range(ranks)]
+        errors = {}
         try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the run did not finish in {timeout + 60:.0f} s")
+            deadline = time.monotonic() + timeout + 60
+            for r, proc in enumerate(procs):
+                _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+                if proc.returncode != 0:
+                    errors[r] = err
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the run did not finish in {timeout + 60:.0f} s") from None
         finally:
-            for proc in ctx.processes:  # only our own children, by their handles
-                if proc.is_alive():
+            for proc in procs:  # only the processes started here, by their handles
+                if proc.poll() is None:
                     proc.kill()
+                    proc.wait()
+        if errors:
+            # The rank that failed first explains it; the others usually fail on the lost peer.
+            rank, err = min(errors.items(), key=lambda kv: ("Traceback" not in kv[1], kv[0]))
+            tail = "\n".join(err.strip().splitlines()[-15:])
+            raise RuntimeError(f"rank {rank} of the torch run failed (exit {procs[rank].returncode}):\n"
+                               f"{tail}")
         parts = [torch.load(Path(out) / f"rank{r}.pt") for r in range(ranks)]
     grads = {s: g for part in parts for s, g in part["grads"].items()}
-    step_times = [max(part["step_times"][i] for part in parts) for i in range(steps)]
+    # A step spans from the first rank's start to the last rank's end (one clock for all processes).
+    step_times = [max(part["step_times"][i][1] for part in parts)
+                  - min(part["step_times"][i][0] for part in parts) for i in range(steps)]
+    rank_times = [[part["step_times"][i][1] - part["step_times"][i][0] for part in parts]
+                  for i in range(steps)]
     op_times = [[op for part in parts for op in part["op_times"][i]] for i in range(steps)]
     transfer = next((p["transfer"] for p in parts if p["transfer"] is not None), None)
     reference = err = match = None
     if check:
         x, y = make_batch(batch, hidden, seed)
-        reference = reference_grads(build_model(model, stages, hidden, seed), x, y, microbatches)
+        reference = reference_grads(build_model(model, stages, hidden, seed, layers), x, y,
+                                    microbatches)
         err, match = 0.0, True
         for s, named in reference.items():
             for n, want in named.items():
@@ -250,4 +322,8 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                 err = max(err, float((got - want).abs().max()))
                 match = match and bool(torch.allclose(got, want, rtol=1e-5, atol=1e-6))
     return RunResult(ranks, stages, microbatches, grads, reference, err, match, step_times, op_times,
-                     transfer)
+                     transfer, rank_times)
+
+
+if __name__ == "__main__":
+    _worker(int(sys.argv[2]), json.loads(Path(sys.argv[1]).read_text()))

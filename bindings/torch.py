@@ -37,8 +37,12 @@ against torch 2.13.0 (:data:`TESTED_TORCH`).
 from __future__ import annotations
 
 import csv
+import statistics
+import time
 from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 try:
     import torch
@@ -49,10 +53,12 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
     ) from _exc
 
 from pipecore._schedule import Schedule, ScheduleError
+from pipecore.costs import Costs
 
 __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
-    "from_csv", "read_csv", "from_torch", "run",
+    "from_csv", "read_csv", "from_torch", "run", "calibrate", "costs_from_run", "fidelity",
+    "format_fidelity", "ranking_agreement",
 ]
 
 #: The torch release these bindings were written and tested against.
@@ -477,12 +483,12 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
 
 
 def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int = 32,
-        batch: int | None = None, steps: int = 1, seed: int = 0, timeout: float = 120.0,
-        check: bool = True, measure_transfer: bool = False):
+        layers: int | None = None, batch: int | None = None, steps: int = 1, seed: int = 0,
+        timeout: float = 120.0, check: bool = True, measure_transfer: bool = False):
     """Run a schedule for real with torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
 
-    One process per rank is spawned (``MASTER_ADDR`` 127.0.0.1, a free
-    port). Every rank builds the same seeded model split into the schedule's
+    One fresh Python process per rank is started (``MASTER_ADDR``
+    127.0.0.1, a free port). Every rank builds the same seeded model split into the schedule's
     stages, keeps its own stages, loads the schedule's ``compute_only`` CSV
     with torch's ``_load_csv`` and calls ``step`` on one batch.
 
@@ -494,9 +500,13 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     ranks : int, optional
         Must equal the schedule's devices when given (a check for the CLI).
     model : str
-        ``"mlp"``: stage s is ``Linear(hidden, hidden)`` + ``Tanh``.
+        ``"mlp"``: blocks of ``Linear(hidden, hidden)`` + ``Tanh``, split
+        evenly into the schedule's stages.
     hidden : int
         Layer width.
+    layers : int, optional
+        Blocks in the whole model (default one per stage); a multiple of the
+        stages.
     batch : int, optional
         Rows per step (default 2 per microbatch); a multiple of the
         microbatches.
@@ -525,8 +535,8 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
         an argument is out of range.
     TimeoutError
         If the processes do not finish.
-    torch.multiprocessing.ProcessRaisedException
-        If a rank fails (its traceback included).
+    RuntimeError
+        If a rank fails (the end of its traceback included).
     """
     from . import _torch_run
 
@@ -540,10 +550,11 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     for what, value in (("steps", steps), ("hidden", hidden)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+    _torch_run.build_model(model, sched.stages, hidden, seed, layers)  # bad model arguments fail here
     mapping = validate(sched)
     stages_of_rank = [[s for s in sorted(mapping) if mapping[s] == r] for r in range(sched.devices)]
     kwargs = dict(stages=sched.stages, microbatches=sched.microbatches, model=model, hidden=hidden,
-                  batch=batch, steps=steps, seed=seed, timeout=timeout, check=check,
+                  layers=layers, batch=batch, steps=steps, seed=seed, timeout=timeout, check=check,
                   measure_transfer=measure_transfer)
     if path is not None:
         return _torch_run.run_csv(path, stages_of_rank, **kwargs)
@@ -552,3 +563,303 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     with tempfile.TemporaryDirectory(prefix="pipecore-csv-") as tmp:
         csv_path = to_csv(sched, Path(tmp) / "schedule.csv")
         return _torch_run.run_csv(csv_path, stages_of_rank, **kwargs)
+
+
+def _stage_times(mod, x, first, repeats, warmup):
+    """Median F, B, W and fused BW seconds of one stage on input ``x``."""
+    params = [q for q in mod.parameters() if q.requires_grad]
+    inp = x.detach().clone().requires_grad_(not first)
+    samples = {"F": [], "B": [], "W": [], "BW": []}
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        out = mod(inp)
+        t1 = time.perf_counter()
+        grad = torch.ones_like(out)
+        if not first:
+            torch.autograd.grad(out, inp, grad, retain_graph=True)
+        t2 = time.perf_counter()
+        torch.autograd.grad(out, params, grad)
+        t3 = time.perf_counter()
+        out = mod(inp)
+        t4 = time.perf_counter()
+        torch.autograd.grad(out, ([] if first else [inp]) + params, grad)
+        t5 = time.perf_counter()
+        if i >= warmup:
+            for kind, dt in (("F", t1 - t0), ("B", t2 - t1), ("W", t3 - t2), ("BW", t5 - t4)):
+                samples[kind].append(dt)
+    return {k: statistics.median(v) for k, v in samples.items()}, out.detach()
+
+
+def calibrate(model_stages, example_input, *, repeats: int = 20, warmup: int = 3, threads: int = 1,
+              comm: float = 0.0, return_times: bool = False):
+    """Measure each stage's F, B (input grad) and W (weight grad) times -> :class:`pipecore.Costs`.
+
+    Runs in this process, one stage after the other, on one microbatch:
+    F is the stage's forward; B is the gradient with respect to the stage's
+    input (zero for stage 0, whose input needs none: torch's runtime then
+    does all of stage 0's backward in W); W is the gradient with respect to
+    the parameters, after B. Each is the median of ``repeats`` timings. The
+    output gradient fed to a stage is all ones (its values do not change the
+    time).
+
+    Parameters
+    ----------
+    model_stages : sequence of torch.nn.Module
+        The stages in model order (each maps the previous one's output).
+    example_input : torch.Tensor
+        One microbatch of input to stage 0.
+    repeats, warmup : int
+        Timed and untimed repetitions per measurement.
+    threads : int
+        torch intra-op threads while measuring (a run uses 1 per rank).
+    comm : float
+        Transfer time per cross-device dependency, seconds (e.g.
+        ``RunResult.transfer``), stored as ``Costs.comm``.
+    return_times : bool
+        Also return the per-stage times, with the fused backward ``BW``
+        measured separately (pipecore models BW as B + W).
+
+    Returns
+    -------
+    pipecore.Costs or (pipecore.Costs, dict)
+        Per-stage vectors ``f``, ``b``, ``w`` in seconds, and ``comm``; with
+        ``return_times``, also ``{"F": [...], "B": [...], "W": [...],
+        "BW": [...]}``.
+
+    Raises
+    ------
+    ValueError
+        If there are no stages or a count is below 1.
+    """
+    stages = list(model_stages)
+    if not stages:
+        raise ValueError("calibrate needs at least one stage")
+    for what, value in (("repeats", repeats), ("threads", threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    times = {"F": [], "B": [], "W": [], "BW": []}
+    try:
+        x = example_input
+        for s, mod in enumerate(stages):
+            measured, x = _stage_times(mod, x, s == 0, repeats, warmup)
+            for kind, dt in measured.items():
+                times[kind].append(dt)
+    finally:
+        torch.set_num_threads(saved)
+    costs = Costs(f=np.array(times["F"]), b=np.array(times["B"]), w=np.array(times["W"]), comm=comm)
+    return (costs, times) if return_times else costs
+
+
+def costs_from_run(result, warmup: int = 1, comm: float | None = None,
+                   overhead: bool = True) -> Costs:
+    """:class:`pipecore.Costs` from the times a real run measured.
+
+    Per stage, the median over microbatches and steps (after ``warmup``) of
+    each compute kind. A stage that ran fused backwards (BW) gets ``b`` =
+    that time and ``w`` = 0 (pipecore times a BW as b + w). With
+    ``overhead``, each op also carries its rank's share of the time torch's
+    runtime spent neither computing nor waiting on a receive (dispatch,
+    posting sends and receives, the loss): per rank and step, that time
+    divided by the rank's compute calls, median over steps.
+
+    Parameters
+    ----------
+    result : RunResult
+        From :func:`run`.
+    warmup : int
+        Steps to leave out (when the run has more).
+    comm : float, optional
+        Transfer time; default the run's ping-pong ``transfer`` (or 0).
+    overhead : bool
+        Add the runtime's per-op overhead to every op's time.
+
+    Returns
+    -------
+    pipecore.Costs
+        Per-stage ``f``, ``b``, ``w`` in seconds, and ``comm``.
+
+    Raises
+    ------
+    ValueError
+        If a stage has no timed F or no backward.
+    """
+    first = warmup if len(result.op_times) > warmup else 0
+    samples: dict = {}
+    share: dict = {}
+    rank_of: dict = {}
+    for i in range(first, len(result.op_times)):
+        busy: dict = {}
+        for rank, stage, kind, dt in result.op_times[i]:
+            if stage >= 0:
+                samples.setdefault((stage, kind), []).append(dt)
+                rank_of[stage] = rank
+                calls, total, _ = busy.get(rank, (0, 0.0, 0.0))
+                busy[rank] = (calls + 1, total + dt, busy.get(rank, (0, 0.0, 0.0))[2])
+            elif kind == "wait":
+                calls, total, waited = busy.get(rank, (0, 0.0, 0.0))
+                busy[rank] = (calls, total, waited + dt)
+        for rank, (calls, total, waited) in busy.items():
+            spent = result.rank_times[i][rank] if result.rank_times else total + waited
+            share.setdefault(rank, []).append(max(spent - total - waited, 0.0) / max(calls, 1))
+    med = {key: statistics.median(v) for key, v in samples.items()}
+    f, b, w = [], [], []
+    for s in range(result.stages):
+        if (s, "F") not in med or not ((s, "BW") in med or (s, "B") in med):
+            raise ValueError(f"the run timed no F or no backward of stage {s}")
+        extra = statistics.median(share[rank_of[s]]) if overhead else 0.0
+        f.append(med[(s, "F")] + extra)
+        if (s, "BW") in med:
+            b.append(med[(s, "BW")] + extra)
+            w.append(0.0)
+        else:
+            b.append(med[(s, "B")] + extra)
+            w.append(med.get((s, "W"), 0.0) + extra)
+    if comm is None:
+        comm = result.transfer or 0.0
+    return Costs(f=np.array(f), b=np.array(b), w=np.array(w), comm=comm)
+
+
+def ranking_agreement(rows) -> tuple[int, int, list]:
+    """Whether predictions order schedules as measurements do, where measurements tell them apart.
+
+    A pair of schedules counts when their measured ranges (``low``..``high``
+    over repeats) do not overlap.
+
+    Parameters
+    ----------
+    rows : sequence of mapping
+        Each with ``schedule``, ``predicted``, ``measured``, ``low``, ``high``.
+
+    Returns
+    -------
+    (int, int, list)
+        Pairs that agree, pairs counted, and the disagreeing pairs as
+        ``(faster measured, slower measured)`` names.
+
+    Raises
+    ------
+    KeyError
+        If a row lacks a field.
+    """
+    agree, counted, wrong = 0, 0, []
+    for i, a in enumerate(rows):
+        for c in rows[i + 1:]:
+            fast, slow = (a, c) if a["measured"] < c["measured"] else (c, a)
+            if fast["high"] >= slow["low"]:
+                continue  # within the spread: the measurement does not rank them
+            counted += 1
+            if fast["predicted"] < slow["predicted"]:
+                agree += 1
+            else:
+                wrong.append((fast["schedule"], slow["schedule"]))
+    return agree, counted, wrong
+
+
+def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks: int = 2,
+             microbatches: int = 8, *, hidden: int = 256, layers: int = 8, rows: int = 64,
+             repeats: int = 3, steps: int = 6, warmup: int = 2, seed: int = 0) -> list[dict]:
+    """Predicted against measured iteration time of real runs, with spreads.
+
+    Every schedule is run ``repeats`` times (each run a fresh set of
+    processes, schedules interleaved so that drift in the machine's load
+    falls on all of them), ``steps`` steps per run; a run's measurement is
+    its median step after ``warmup``. Predictions are pipecore simulations
+    (:func:`pipecore.simulate`) with two sets of costs: ``predicted`` from
+    the compute times the runs themselves measured (:func:`costs_from_run`,
+    medians over the repeats, plus the measured transfer time), and
+    ``predicted_calibrate`` from :func:`calibrate` in this process.
+
+    Parameters
+    ----------
+    names : sequence of str
+        pipecore families (built with their default chunks).
+    ranks, microbatches : int
+        Shape of every schedule.
+    hidden, layers, rows : int
+        The MLP: width, blocks in the whole model (a multiple of every
+        schedule's stages), rows per microbatch.
+    repeats, steps, warmup : int
+        Runs per schedule, steps per run, steps left out of each.
+    seed : int
+
+    Returns
+    -------
+    list of dict
+        Per schedule: ``schedule``, ``stages``, ``measured`` (median of the
+        runs' medians, s), ``low``/``high`` (their range), ``runs`` (each
+        run's median), ``predicted``, ``error`` (predicted / measured - 1),
+        ``predicted_calibrate``, ``error_calibrate``, ``transfer`` (s).
+
+    Raises
+    ------
+    ValueError
+        If a family cannot build the shape or cannot be exported.
+    """
+    from pipecore.schedules import build
+    from pipecore.simulate import simulate
+
+    from . import _torch_run
+
+    scheds = {n: build(n, ranks, microbatches) for n in names}
+    results: dict = {n: [] for n in names}
+    transfers = []
+    for _ in range(repeats):
+        for n, sched in scheds.items():
+            res = run(sched, hidden=hidden, layers=layers, batch=rows * microbatches, steps=steps,
+                      seed=seed, check=False, measure_transfer=True)
+            results[n].append(res)
+            transfers.append(res.transfer)
+    transfer = statistics.median(t for t in transfers if t is not None)
+    out = []
+    for n, sched in scheds.items():
+        medians = [r.iteration_time(warmup) for r in results[n]]
+        per_run = [costs_from_run(r, warmup, comm=transfer) for r in results[n]]
+        costs = Costs(f=np.median([c.f for c in per_run], axis=0),
+                      b=np.median([c.b for c in per_run], axis=0),
+                      w=np.median([c.w for c in per_run], axis=0), comm=transfer)
+        modules = _torch_run.build_model("mlp", sched.stages, hidden, seed, layers)
+        calibrated = calibrate(modules, torch.randn(rows, hidden), comm=transfer)
+        measured = statistics.median(medians)
+        predicted = simulate(sched, costs).makespan
+        predicted_cal = simulate(sched, calibrated).makespan
+        out.append({"schedule": n, "stages": sched.stages, "measured": measured, "low": min(medians),
+                    "high": max(medians), "runs": medians, "predicted": predicted,
+                    "error": predicted / measured - 1, "predicted_calibrate": predicted_cal,
+                    "error_calibrate": predicted_cal / measured - 1, "transfer": transfer})
+    return out
+
+
+def format_fidelity(rows) -> str:
+    """The fidelity table: schedule, predicted, measured (with range), error; then the summary.
+
+    Parameters
+    ----------
+    rows : list of dict
+        From :func:`fidelity`.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    KeyError
+        If a row lacks a field.
+    """
+    lines = [f"{'schedule':<18} {'predicted ms':>12} {'measured ms':>12} {'range ms':>17} "
+             f"{'error':>8} {'calibrate() ms':>15} {'error':>8}"]
+    for r in rows:
+        lines.append(f"{r['schedule']:<18} {r['predicted'] * 1e3:>12.2f} {r['measured'] * 1e3:>12.2f} "
+                     f"{r['low'] * 1e3:>8.2f}-{r['high'] * 1e3:<8.2f} {r['error']:>+8.1%} "
+                     f"{r['predicted_calibrate'] * 1e3:>15.2f} {r['error_calibrate']:>+8.1%}")
+    agree, counted, wrong = ranking_agreement(rows)
+    mae = statistics.median(abs(r["error"]) for r in rows)
+    mae_cal = statistics.median(abs(r["error_calibrate"]) for r in rows)
+    spread = statistics.median((r["high"] - r["low"]) / r["measured"] for r in rows)
+    lines.append(f"median |error|: {mae:.1%} (run-measured costs), {mae_cal:.1%} (calibrate()); "
+                 f"median measured spread (range/median): {spread:.1%}")
+    lines.append(f"ranking: {agree} of {counted} pairs separated by more than their spread agree"
+                 + (f"; disagree: {wrong}" if wrong else ""))
+    return "\n".join(lines)

@@ -436,7 +436,8 @@ def test_real_run_gradients_equal_the_unpipelined_model(name, p, m):
     # The runtime called each rank's compute in pipecore's order (an overlapped unit: F, then B).
     ran = {}
     for rank, stage, kind, _ in res.op_times[0]:
-        ran.setdefault(rank, []).append((stage, kind))
+        if stage >= 0:  # compute (stage -1: torch posting or waiting on sends/receives)
+            ran.setdefault(rank, []).append((stage, kind))
     assert ran == _programs_as_run(sched)
 
 
@@ -453,3 +454,73 @@ def test_run_torch_cli_1f1b_four_ranks(tmp_path):
     assert status == 0 and result["grads_match"] is True
     assert (result["ranks"], result["stages"], result["microbatches"]) == (4, 4, 8)
     assert main(["run-torch", str(path), "--ranks", "2"]) == 2  # the CSV has 4 ranks
+
+
+# -- calibration and fidelity ---------------------------------------------------------------------
+
+def test_calibrate_measures_every_stage():
+    torch.manual_seed(0)
+    stages = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(3)]
+    costs, times = pt.calibrate(stages, torch.randn(16, 64), repeats=5, warmup=1, comm=2e-4,
+                                return_times=True)
+    assert isinstance(costs, pc.Costs)
+    assert costs.f.shape == costs.b.shape == costs.w.shape == (3,)
+    assert (costs.f > 0).all() and (costs.w > 0).all() and (costs.b[1:] > 0).all()
+    assert list(costs.f) == times["F"] and list(costs.w) == times["W"] and costs.comm == 2e-4
+    assert len(times["BW"]) == 3 and min(times["BW"]) > 0
+    # Stage 0's input needs no gradient: its B computes nothing (torch does it all in W).
+    assert times["B"][0] < min(times["F"])
+    res = pc.simulate(pc.build("1f1b", 3, 3), costs)
+    assert res.makespan > 3 * sum(times["F"])  # at least every microbatch's forward through the pipe
+    with pytest.raises(ValueError, match="at least one stage"):
+        pt.calibrate([], torch.randn(1, 64))
+
+
+def _fake_run(op_times, rank_times, stages=2, transfer=1e-3):
+    from pipecore.bindings._torch_run import RunResult
+
+    return RunResult(ranks=len(rank_times[0]), stages=stages, microbatches=2, grads={}, reference=None,
+                     max_abs_error=None, grads_match=None, step_times=[max(r) for r in rank_times],
+                     op_times=op_times, transfer=transfer, rank_times=rank_times)
+
+
+def test_costs_from_run_medians_and_overhead():
+    step = [(0, 0, "F", 1.0), (0, 0, "F", 3.0), (0, -1, "post", 0.5), (0, 0, "BW", 4.0),
+            (0, 0, "BW", 6.0), (1, 1, "F", 2.0), (1, -1, "wait", 5.0), (1, 1, "F", 2.0),
+            (1, 1, "B", 1.0), (1, 1, "W", 3.0), (1, 1, "B", 1.0), (1, 1, "W", 3.0)]
+    warm = [(r, s, k, 100.0) for r, s, k, _ in step]  # left out as warmup
+    run = _fake_run([warm, step], [[500.0, 500.0], [18.0, 25.0]])
+    plain = pt.costs_from_run(run, warmup=1, overhead=False)
+    # By hand: stage 0 F median 2, BW median 5 -> b 5, w 0; stage 1 F 2, B 1, W 3.
+    assert list(plain.f) == [2.0, 2.0] and list(plain.b) == [5.0, 1.0] and list(plain.w) == [0.0, 3.0]
+    assert plain.comm == 1e-3
+    # Overhead: rank 0 spent 18 s, computed 14, waited 0 -> 4 over 4 calls = 1 per op;
+    # rank 1 spent 25, computed 12, waited 5 -> 8 over 6 calls.
+    over = pt.costs_from_run(run, warmup=1)
+    assert list(over.f) == [3.0, 2.0 + 8 / 6] and list(over.b) == [6.0, 1.0 + 8 / 6]
+    assert list(over.w) == [0.0, 3.0 + 8 / 6]
+    with pytest.raises(ValueError, match="no F or no backward of stage 1"):
+        pt.costs_from_run(_fake_run([[(0, 0, "F", 1.0), (0, 0, "BW", 1.0)]], [[3.0]]), warmup=0)
+
+
+def test_ranking_agreement_counts_only_separated_pairs():
+    rows = [
+        {"schedule": "a", "measured": 10.0, "low": 9.0, "high": 11.0, "predicted": 5.0},
+        {"schedule": "b", "measured": 20.0, "low": 19.0, "high": 21.0, "predicted": 6.0},
+        {"schedule": "c", "measured": 20.5, "low": 18.0, "high": 22.0, "predicted": 4.0},
+    ]
+    # a-b and a-c are separated; b-c overlap. a-b agrees (5 < 6), a-c does not (5 > 4).
+    assert pt.ranking_agreement(rows) == (1, 2, [("a", "c")])
+    for r, e in zip(rows, (-0.5, -0.7, -0.8)):
+        r.update(error=e, predicted_calibrate=r["predicted"], error_calibrate=e)
+    text = pt.format_fidelity(rows)
+    assert "ranking: 1 of 2 pairs" in text and "median |error|: 70.0%" in text
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_reported_with_its_error(tmp_path):
+    from pipecore.bindings import _torch_run
+
+    with pytest.raises(RuntimeError, match=r"rank \d of the torch run failed(.|\n)*FileNotFoundError"):
+        _torch_run.run_csv(tmp_path / "missing.csv", [[0], [1]], stages=2, microbatches=2,
+                           timeout=30)
