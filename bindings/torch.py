@@ -29,6 +29,12 @@ has no counterpart in a ``pipeline_order`` (torch's end-of-step gradient work
 is ``REDUCE_GRAD``, which its runtime inserts by itself); it is skipped. In
 practice only replicated schedules hold ``AR`` ops and they are refused.
 
+Beyond the formats: :func:`run` (and ``pipecore run-torch``) runs a
+schedule for real on CPU ranks with torch's runtime and checks the gradients
+against the unpipelined model; :func:`calibrate` and :func:`costs_from_run`
+turn measured stage times into :class:`pipecore.Costs`, and :func:`fidelity`
+compares pipecore's predicted iteration times with measured ones.
+
 torch's private API (``_Action``, ``_validate_schedule``,
 ``_PipelineScheduleRuntime``) is what this module talks to; it was written
 against torch 2.13.0 (:data:`TESTED_TORCH`).
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import statistics
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -55,9 +62,11 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
 from pipecore._schedule import Schedule, ScheduleError
 from pipecore.costs import Costs
 
+from ._torch_run import RunResult
+
 __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
-    "from_csv", "read_csv", "from_torch", "run", "calibrate", "costs_from_run", "fidelity",
+    "from_csv", "read_csv", "from_torch", "run", "RunResult", "calibrate", "costs_from_run", "fidelity",
     "format_fidelity", "ranking_agreement",
 ]
 
@@ -273,12 +282,17 @@ def validate(schedule) -> dict[int, int]:
     Raises
     ------
     ValueError
-        If the schedule cannot be exported (see :func:`to_actions`) or torch
-        rejects the order (torch's message, without its rendering of the
-        whole schedule).
+        If the schedule cannot be exported (see :func:`to_actions`), a
+        device runs no op (torch's runtime needs a stage on every rank), or
+        torch rejects the order (torch's message, without its rendering of
+        the whole schedule).
     """
     order = to_actions(schedule)
     p, stages, m = int(schedule.devices), int(schedule.stages), int(schedule.microbatches)
+    idle = [r for r, acts in order.items() if not acts]
+    if idle:
+        raise ValueError(f"device {idle[0]} of {schedule.name!r} runs no op: torch's runtime needs at "
+                         f"least one stage on every rank")
     try:
         mapping = _ts._validate_schedule(order, p, stages, m)
         _ts._add_send_recv({r: list(a) for r, a in order.items()}, mapping.__getitem__, stages)
@@ -488,9 +502,10 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     """Run a schedule for real with torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
 
     One fresh Python process per rank is started (``MASTER_ADDR``
-    127.0.0.1, a free port). Every rank builds the same seeded model split into the schedule's
-    stages, keeps its own stages, loads the schedule's ``compute_only`` CSV
-    with torch's ``_load_csv`` and calls ``step`` on one batch.
+    127.0.0.1, a free port). Every rank builds the same seeded model split
+    into the schedule's stages, keeps its own stages, loads the schedule's
+    ``compute_only`` CSV with torch's ``_load_csv`` and calls ``step`` on
+    one batch per step.
 
     Parameters
     ----------
@@ -526,7 +541,7 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     -------
     RunResult
         Gradients, the reference and their largest difference, per-step
-        times and per-op times (see :class:`pipecore.bindings._torch_run.RunResult`).
+        times and per-op times.
 
     Raises
     ------
@@ -541,7 +556,7 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     from . import _torch_run
 
     if isinstance(schedule, (str, bytes)) or hasattr(schedule, "__fspath__"):
-        path = Path(schedule)
+        path = Path(schedule).resolve()  # the rank processes read it
         sched = from_csv(path)
     else:
         sched, path = schedule, None
@@ -558,8 +573,6 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
                   measure_transfer=measure_transfer)
     if path is not None:
         return _torch_run.run_csv(path, stages_of_rank, **kwargs)
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="pipecore-csv-") as tmp:
         csv_path = to_csv(sched, Path(tmp) / "schedule.csv")
         return _torch_run.run_csv(csv_path, stages_of_rank, **kwargs)
@@ -721,16 +734,19 @@ def costs_from_run(result, warmup: int = 1, comm: float | None = None,
     return Costs(f=np.array(f), b=np.array(b), w=np.array(w), comm=comm)
 
 
-def ranking_agreement(rows) -> tuple[int, int, list]:
+def ranking_agreement(rows, spread: str = "range") -> tuple[int, int, list]:
     """Whether predictions order schedules as measurements do, where measurements tell them apart.
 
-    A pair of schedules counts when their measured ranges (``low``..``high``
-    over repeats) do not overlap.
+    A pair of schedules counts when their measured spreads do not overlap:
+    ``low``..``high`` (the range over repeats) or, with ``spread="iqr"``,
+    ``q1``..``q3`` (the interquartile range).
 
     Parameters
     ----------
     rows : sequence of mapping
-        Each with ``schedule``, ``predicted``, ``measured``, ``low``, ``high``.
+        Each with ``schedule``, ``predicted``, ``measured`` and the spread's
+        two bounds.
+    spread : {"range", "iqr"}
 
     Returns
     -------
@@ -740,14 +756,19 @@ def ranking_agreement(rows) -> tuple[int, int, list]:
 
     Raises
     ------
+    ValueError
+        For another ``spread``.
     KeyError
         If a row lacks a field.
     """
+    if spread not in ("range", "iqr"):
+        raise ValueError(f"spread must be 'range' or 'iqr' (got {spread!r})")
+    lo, hi = ("low", "high") if spread == "range" else ("q1", "q3")
     agree, counted, wrong = 0, 0, []
     for i, a in enumerate(rows):
         for c in rows[i + 1:]:
             fast, slow = (a, c) if a["measured"] < c["measured"] else (c, a)
-            if fast["high"] >= slow["low"]:
+            if fast[hi] >= slow[lo]:
                 continue  # within the spread: the measurement does not rank them
             counted += 1
             if fast["predicted"] < slow["predicted"]:
@@ -757,19 +778,27 @@ def ranking_agreement(rows) -> tuple[int, int, list]:
     return agree, counted, wrong
 
 
+def _quartiles(values):
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks: int = 2,
              microbatches: int = 8, *, hidden: int = 256, layers: int = 8, rows: int = 64,
-             repeats: int = 3, steps: int = 6, warmup: int = 2, seed: int = 0) -> list[dict]:
+             repeats: int = 5, steps: int = 8, warmup: int = 2, seed: int = 0) -> list[dict]:
     """Predicted against measured iteration time of real runs, with spreads.
 
     Every schedule is run ``repeats`` times (each run a fresh set of
-    processes, schedules interleaved so that drift in the machine's load
-    falls on all of them), ``steps`` steps per run; a run's measurement is
-    its median step after ``warmup``. Predictions are pipecore simulations
-    (:func:`pipecore.simulate`) with two sets of costs: ``predicted`` from
-    the compute times the runs themselves measured (:func:`costs_from_run`,
-    medians over the repeats, plus the measured transfer time), and
-    ``predicted_calibrate`` from :func:`calibrate` in this process.
+    processes; schedules interleaved so that changes in the machine's load
+    fall on all of them), ``steps`` steps per run; a run's measurement is its
+    median step after ``warmup``. Each run is predicted by a pipecore
+    simulation (:func:`pipecore.simulate`) with the costs that run measured
+    (:func:`costs_from_run`: per-stage F, B, W with the runtime's per-op
+    overhead, and the ping-pong transfer time), so that load on the machine
+    during a run weighs on its prediction too. ``predicted_calibrate`` uses
+    :func:`calibrate` in this process instead (no runtime overhead).
 
     Parameters
     ----------
@@ -788,9 +817,13 @@ def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks
     -------
     list of dict
         Per schedule: ``schedule``, ``stages``, ``measured`` (median of the
-        runs' medians, s), ``low``/``high`` (their range), ``runs`` (each
-        run's median), ``predicted``, ``error`` (predicted / measured - 1),
-        ``predicted_calibrate``, ``error_calibrate``, ``transfer`` (s).
+        runs' medians, s), ``low``/``high`` (their range), ``q1``/``q3``
+        (their quartiles), ``runs`` (each run's median), ``predicted``
+        (median of the runs' predictions), ``predictions``, ``error``
+        (median over runs of predicted / measured - 1), ``error_low`` /
+        ``error_high`` (their range), ``predicted_calibrate``,
+        ``error_calibrate`` (against ``measured``), ``transfer`` (median
+        ping-pong time, s).
 
     Raises
     ------
@@ -804,35 +837,33 @@ def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks
 
     scheds = {n: build(n, ranks, microbatches) for n in names}
     results: dict = {n: [] for n in names}
-    transfers = []
     for _ in range(repeats):
         for n, sched in scheds.items():
-            res = run(sched, hidden=hidden, layers=layers, batch=rows * microbatches, steps=steps,
-                      seed=seed, check=False, measure_transfer=True)
-            results[n].append(res)
-            transfers.append(res.transfer)
-    transfer = statistics.median(t for t in transfers if t is not None)
+            results[n].append(run(sched, hidden=hidden, layers=layers, batch=rows * microbatches,
+                                  steps=steps, seed=seed, check=False, measure_transfer=True))
+    transfer = statistics.median(r.transfer for rs in results.values() for r in rs
+                                 if r.transfer is not None)
     out = []
     for n, sched in scheds.items():
         medians = [r.iteration_time(warmup) for r in results[n]]
-        per_run = [costs_from_run(r, warmup, comm=transfer) for r in results[n]]
-        costs = Costs(f=np.median([c.f for c in per_run], axis=0),
-                      b=np.median([c.b for c in per_run], axis=0),
-                      w=np.median([c.w for c in per_run], axis=0), comm=transfer)
+        preds = [simulate(sched, costs_from_run(r, warmup)).makespan for r in results[n]]
+        errors = [p / m - 1 for p, m in zip(preds, medians)]
         modules = _torch_run.build_model("mlp", sched.stages, hidden, seed, layers)
         calibrated = calibrate(modules, torch.randn(rows, hidden), comm=transfer)
         measured = statistics.median(medians)
-        predicted = simulate(sched, costs).makespan
         predicted_cal = simulate(sched, calibrated).makespan
+        q1, q3 = _quartiles(medians)
         out.append({"schedule": n, "stages": sched.stages, "measured": measured, "low": min(medians),
-                    "high": max(medians), "runs": medians, "predicted": predicted,
-                    "error": predicted / measured - 1, "predicted_calibrate": predicted_cal,
+                    "high": max(medians), "q1": q1, "q3": q3, "runs": medians,
+                    "predicted": statistics.median(preds), "predictions": preds,
+                    "error": statistics.median(errors), "error_low": min(errors),
+                    "error_high": max(errors), "predicted_calibrate": predicted_cal,
                     "error_calibrate": predicted_cal / measured - 1, "transfer": transfer})
     return out
 
 
 def format_fidelity(rows) -> str:
-    """The fidelity table: schedule, predicted, measured (with range), error; then the summary.
+    """The fidelity table (milliseconds): predicted, measured with its spreads, errors; a summary.
 
     Parameters
     ----------
@@ -848,18 +879,22 @@ def format_fidelity(rows) -> str:
     KeyError
         If a row lacks a field.
     """
-    lines = [f"{'schedule':<18} {'predicted ms':>12} {'measured ms':>12} {'range ms':>17} "
-             f"{'error':>8} {'calibrate() ms':>15} {'error':>8}"]
+    lines = [f"{'schedule':<17} {'predicted':>9} {'measured':>9} {'range':>13} {'IQR':>13} "
+             f"{'error':>7} {'error range':>15} {'calibrate()':>11} {'error':>7}"]
     for r in rows:
-        lines.append(f"{r['schedule']:<18} {r['predicted'] * 1e3:>12.2f} {r['measured'] * 1e3:>12.2f} "
-                     f"{r['low'] * 1e3:>8.2f}-{r['high'] * 1e3:<8.2f} {r['error']:>+8.1%} "
-                     f"{r['predicted_calibrate'] * 1e3:>15.2f} {r['error_calibrate']:>+8.1%}")
-    agree, counted, wrong = ranking_agreement(rows)
+        lines.append(
+            f"{r['schedule']:<17} {r['predicted'] * 1e3:>9.2f} {r['measured'] * 1e3:>9.2f} "
+            f"{r['low'] * 1e3:>6.1f}-{r['high'] * 1e3:<6.1f} {r['q1'] * 1e3:>6.1f}-{r['q3'] * 1e3:<6.1f} "
+            f"{r['error']:>+7.1%} {r['error_low']:>+7.1%}..{r['error_high']:<+6.1%} "
+            f"{r['predicted_calibrate'] * 1e3:>11.2f} {r['error_calibrate']:>+7.1%}")
     mae = statistics.median(abs(r["error"]) for r in rows)
     mae_cal = statistics.median(abs(r["error_calibrate"]) for r in rows)
     spread = statistics.median((r["high"] - r["low"]) / r["measured"] for r in rows)
-    lines.append(f"median |error|: {mae:.1%} (run-measured costs), {mae_cal:.1%} (calibrate()); "
-                 f"median measured spread (range/median): {spread:.1%}")
-    lines.append(f"ranking: {agree} of {counted} pairs separated by more than their spread agree"
-                 + (f"; disagree: {wrong}" if wrong else ""))
+    iqr = statistics.median((r["q3"] - r["q1"]) / r["measured"] for r in rows)
+    lines.append(f"median |error|: {mae:.1%} (costs measured on the runs), {mae_cal:.1%} "
+                 f"(calibrate()); measured spread / median: range {spread:.1%}, IQR {iqr:.1%}")
+    for spread_name in ("range", "iqr"):
+        agree, counted, wrong = ranking_agreement(rows, spread_name)
+        lines.append(f"ranking ({spread_name}): {agree} of {counted} pairs separated by more than "
+                     f"their spread agree" + (f"; disagree: {wrong}" if wrong else ""))
     return "\n".join(lines)

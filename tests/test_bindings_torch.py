@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, event, given, settings
 
 torch = pytest.importorskip("torch", reason="needs torch: pip install 'pipecore[torch]'")
 
@@ -20,6 +21,7 @@ from pipecore.bindings import torch as pt  # noqa: E402
 from torch.distributed.pipelining import schedules as ts  # noqa: E402
 
 import pipecore as pc  # noqa: E402
+import pipecore.testing as pct  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 REPLICATED = {"chimera", "dualpipe", "bitpipe"}
@@ -265,6 +267,36 @@ def test_validate_runs_torchs_lowering():
     assert pt.validate(pc.build("zb-v", 2, 4)) == {0: 0, 1: 1, 2: 1, 3: 0}
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pct.schedules(max_devices=5, max_stages=8, max_microbatches=5))
+def test_random_schedules_round_trip_or_are_refused(sched):
+    homes = {}
+    for d, prog in enumerate(sched.programs()):
+        for unit in prog:
+            for k, s, _ in (unit if isinstance(unit[0], tuple) else (unit,)):
+                if k != "AR":
+                    homes.setdefault(s, set()).add(d)
+    if any(len(h) > 1 for h in homes.values()):
+        event("replicated: refused")
+        with pytest.raises(ValueError, match="replicated"):
+            pt.to_actions(sched)
+        return
+    order = pt.to_actions(sched)
+    p, n, m = sched.devices, sched.stages, sched.microbatches
+    mapping = ts._validate_schedule(order, p, n, m)
+    assert mapping == {s: int(d) for s, d in enumerate(sched.placement)}
+    back = pt.from_actions(order)
+    assert back.table.replace_schema_metadata(None).equals(sched.table.replace_schema_metadata(None))
+    event("exported" + ("" if all(order.values()) else " with an idle device"))
+    if all(order.values()):
+        # pipecore found no deadlock (the strategy validates); torch's lowering finds none either.
+        ts._add_send_recv({r: list(a) for r, a in order.items()}, mapping.__getitem__, n)
+        assert pt.validate(sched) == mapping
+    else:
+        with pytest.raises(ValueError, match="runs no op: torch's runtime needs"):
+            pt.validate(sched)
+
+
 # -- torch's schedules imported ------------------------------------------------------------------
 
 TORCH = {  # name -> (class, style, pipecore family with the same order)
@@ -505,16 +537,27 @@ def test_costs_from_run_medians_and_overhead():
 
 def test_ranking_agreement_counts_only_separated_pairs():
     rows = [
-        {"schedule": "a", "measured": 10.0, "low": 9.0, "high": 11.0, "predicted": 5.0},
-        {"schedule": "b", "measured": 20.0, "low": 19.0, "high": 21.0, "predicted": 6.0},
-        {"schedule": "c", "measured": 20.5, "low": 18.0, "high": 22.0, "predicted": 4.0},
+        {"schedule": "a", "measured": 10.0, "low": 9.0, "high": 11.0, "q1": 9.5, "q3": 10.5,
+         "predicted": 5.0},
+        {"schedule": "b", "measured": 20.0, "low": 19.0, "high": 21.0, "q1": 19.5, "q3": 20.5,
+         "predicted": 6.0},
+        {"schedule": "c", "measured": 20.5, "low": 18.0, "high": 22.0, "q1": 20.4, "q3": 20.6,
+         "predicted": 4.0},
     ]
-    # a-b and a-c are separated; b-c overlap. a-b agrees (5 < 6), a-c does not (5 > 4).
+    # Ranges: a-b and a-c are separated, b-c overlap. a-b agrees (5 < 6), a-c does not (5 > 4).
     assert pt.ranking_agreement(rows) == (1, 2, [("a", "c")])
+    # Quartiles: b-c separate too (20.5 < 20.4 is false: b's q3 20.5 >= c's q1 20.4, so not).
+    assert pt.ranking_agreement(rows, "iqr") == (1, 2, [("a", "c")])
+    rows[2]["q1"] = 20.51
+    assert pt.ranking_agreement(rows, "iqr") == (1, 3, [("a", "c"), ("b", "c")])
+    with pytest.raises(ValueError, match="spread must be 'range' or 'iqr'"):
+        pt.ranking_agreement(rows, "sd")
     for r, e in zip(rows, (-0.5, -0.7, -0.8)):
-        r.update(error=e, predicted_calibrate=r["predicted"], error_calibrate=e)
+        r.update(error=e, error_low=e, error_high=e, predicted_calibrate=r["predicted"],
+                 error_calibrate=e)
     text = pt.format_fidelity(rows)
-    assert "ranking: 1 of 2 pairs" in text and "median |error|: 70.0%" in text
+    assert "ranking (range): 1 of 2 pairs" in text and "median |error|: 70.0%" in text
+    assert "ranking (iqr): 1 of 3 pairs" in text
 
 
 @pytest.mark.slow
