@@ -703,19 +703,22 @@ def costs_from_run(result, warmup: int = 1, comm: float | None = None,
     share: dict = {}
     rank_of: dict = {}
     for i in range(first, len(result.op_times)):
-        busy: dict = {}
+        calls: dict = {}
+        computing: dict = {}
+        waiting: dict = {}
         for rank, stage, kind, dt in result.op_times[i]:
             if stage >= 0:
                 samples.setdefault((stage, kind), []).append(dt)
                 rank_of[stage] = rank
-                calls, total, _ = busy.get(rank, (0, 0.0, 0.0))
-                busy[rank] = (calls + 1, total + dt, busy.get(rank, (0, 0.0, 0.0))[2])
+                calls[rank] = calls.get(rank, 0) + 1
+                computing[rank] = computing.get(rank, 0.0) + dt
             elif kind == "wait":
-                calls, total, waited = busy.get(rank, (0, 0.0, 0.0))
-                busy[rank] = (calls, total, waited + dt)
-        for rank, (calls, total, waited) in busy.items():
-            spent = result.rank_times[i][rank] if result.rank_times else total + waited
-            share.setdefault(rank, []).append(max(spent - total - waited, 0.0) / max(calls, 1))
+                waiting[rank] = waiting.get(rank, 0.0) + dt
+        for rank, n in calls.items():
+            # What the rank spent in step() neither computing nor waiting on a receive, per call.
+            spent = result.rank_times[i][rank] if result.rank_times else computing[rank]
+            rest = spent - computing[rank] - waiting.get(rank, 0.0)
+            share.setdefault(rank, []).append(max(rest, 0.0) / n)
     med = {key: statistics.median(v) for key, v in samples.items()}
     f, b, w = [], [], []
     for s in range(result.stages):
