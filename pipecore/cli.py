@@ -139,6 +139,20 @@ def _parser():
     u.add_argument("--actions", action="store_true", help="also print the winner's programs")
 
     sub.add_parser("list", help="list schedule names")
+
+    r = sub.add_parser("run-torch", help="run a schedule CSV for real with PyTorch on CPU ranks "
+                                         "(gloo; needs pipecore[torch])")
+    r.add_argument("csv", help="compute_only schedule CSV (pipecore.bindings.torch.to_csv)")
+    r.add_argument("--ranks", type=_positive_int, required=True, help="processes (one per CSV line)")
+    r.add_argument("--model", default="mlp", choices=("mlp",), help="model split into stages")
+    r.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
+    r.add_argument("--batch", type=_positive_int, default=None,
+                   help="rows per step (default 2 per microbatch)")
+    r.add_argument("--steps", type=_positive_int, default=1, help="steps to run (default 1)")
+    r.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
+    r.add_argument("--no-check", action="store_true",
+                   help="do not compare gradients with the non-pipelined model")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
 
 
@@ -300,6 +314,26 @@ def _cmd_tune(args, out):
     return 0
 
 
+def _cmd_run_torch(args, out):
+    try:
+        from pipecore.bindings import torch as pt
+    except ImportError as exc:
+        print(f"pipecore: {exc}", file=sys.stderr)
+        return 2
+    res = pt.run(args.csv, ranks=args.ranks, model=args.model, hidden=args.hidden, batch=args.batch,
+                 steps=args.steps, seed=args.seed, check=not args.no_check)
+    summary = {"csv": args.csv, "ranks": res.ranks, "stages": res.stages,
+               "microbatches": res.microbatches, "grads_match": res.grads_match,
+               "max_abs_error": res.max_abs_error, "step_times": res.step_times}
+    if args.json:
+        json.dump(summary, out, indent=1)
+        out.write("\n")
+    else:
+        for key, value in summary.items():
+            out.write(f"{key:<14} {value}\n")
+    return 1 if res.grads_match is False else 0
+
+
 def main(argv=None, out=None) -> int:
     """Run the command line.
 
@@ -335,6 +369,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_scan(args, out)
         if args.command == "tune":
             return _cmd_tune(args, out)
+        if args.command == "run-torch":
+            return _cmd_run_torch(args, out)
         if args.command == "list":
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")

@@ -1,0 +1,329 @@
+"""Run an exported schedule for real: torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
+
+Each rank is a fresh Python process (``python -m pipecore.bindings._torch_run
+CONFIG RANK``), so a caller's script needs no ``if __name__ == "__main__"``
+guard, unlike ``multiprocessing``'s spawn. Every
+rank builds the same seeded model, keeps the stages the schedule places on
+it, loads the schedule with torch's own ``_load_csv`` and runs ``step``. The
+parent compares the gradients with those of the same model trained without
+pipelining. Imported by :mod:`pipecore.bindings.torch`; needs torch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+MODELS = ("mlp",)
+
+
+def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
+                layers: int | None = None) -> list:
+    """The model of a run, split into stages; the same on every rank for a seed.
+
+    Parameters
+    ----------
+    name : str
+        ``"mlp"``: ``layers`` blocks of ``Linear(hidden, hidden)`` and
+        ``Tanh`` (the last block has no ``Tanh``), ``layers / stages``
+        consecutive blocks per stage.
+    stages : int
+        Number of stages S.
+    hidden : int
+        Width of every layer.
+    seed : int
+        Seed of the weights.
+    layers : int, optional
+        Blocks in the whole model (default: one per stage); a multiple of S.
+
+    Returns
+    -------
+    list of torch.nn.Sequential
+        One module per stage, in model order.
+
+    Raises
+    ------
+    ValueError
+        For an unknown model name, a count below 1, or layers not a
+        multiple of stages.
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; models: {', '.join(MODELS)}")
+    layers = stages if layers is None else layers
+    if stages < 1 or hidden < 1 or layers < 1:
+        raise ValueError(f"stages, hidden and layers must be >= 1 (got {stages}, {hidden}, {layers})")
+    if layers % stages:
+        raise ValueError(f"layers ({layers}) must be a multiple of stages ({stages})")
+    gen = torch.Generator().manual_seed(seed)
+    blocks = []
+    for i in range(layers):
+        lin = nn.Linear(hidden, hidden)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(hidden, hidden, generator=gen) / hidden ** 0.5)
+            lin.bias.copy_(torch.randn(hidden, generator=gen) * 0.1)
+        blocks += [lin] if i == layers - 1 else [lin, nn.Tanh()]
+    per = 2 * (layers // stages)  # Linear + Tanh per block (the final block is one module shorter)
+    return [nn.Sequential(*blocks[s * per:(s + 1) * per]) for s in range(stages)]
+
+
+def make_batch(batch: int, hidden: int, seed: int = 0):
+    """Inputs and targets of a run (seeded, the same on every rank)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.randn(batch, hidden, generator=gen), torch.randn(batch, hidden, generator=gen)
+
+
+def loss_fn(output, target):
+    """Mean squared error of one microbatch (torch then divides the sum by m)."""
+    return torch.nn.functional.mse_loss(output, target)
+
+
+def reference_grads(modules, x, y, microbatches):
+    """Gradients of the same model without pipelining: mean over microbatches of their losses."""
+    model = nn.Sequential(*modules)
+    model.zero_grad()
+    total = sum(loss_fn(model(xm), ym) for xm, ym in zip(x.chunk(microbatches), y.chunk(microbatches)))
+    (total / microbatches).backward()
+    return {s: {n: p.grad.detach().clone() for n, p in mod.named_parameters()}
+            for s, mod in enumerate(modules)}
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _timed(fn, log, rank, stage, kind_of):
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        log.append((rank, stage, kind_of(kwargs), time.perf_counter() - t0))
+        return out
+    return wrapper
+
+
+def _instrument(stage, log, rank):
+    """Time the stage's compute calls (torch waits on receives before them and sends after)."""
+    s = stage.stage_index
+    stage.forward_one_chunk = _timed(stage.forward_one_chunk, log, rank, s, lambda k: "F")
+    stage.backward_one_chunk = _timed(stage.backward_one_chunk, log, rank, s,
+                                      lambda k: "BW" if k.get("full_backward", True) else "B")
+    stage.backward_weight_one_chunk = _timed(stage.backward_weight_one_chunk, log, rank, s,
+                                             lambda k: "W")
+
+
+def _ping_pong(rank, peer, shape, rounds):
+    """One-way time of a send of ``shape`` between two ranks: half a round trip, median."""
+    buf = torch.zeros(shape)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        if rank < peer:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        else:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+        times.append((time.perf_counter() - t0) / 2)
+    return statistics.median(times)
+
+
+def _instrument_p2p(module, log, rank):
+    """Time torch's posting of sends/receives and its waits on them (module globals it calls)."""
+    module._batch_p2p = _timed(module._batch_p2p, log, rank, -1, lambda k: "post")
+    module._wait_batch_p2p = _timed(module._wait_batch_p2p, log, rank, -1, lambda k: "wait")
+
+
+def _worker(rank, cfg):
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as torch_schedules
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(cfg["port"])
+    torch.set_num_threads(1)  # ranks share a few cores; one thread each keeps them from fighting
+    dist.init_process_group("gloo", rank=rank, world_size=cfg["ranks"],
+                            timeout=datetime.timedelta(seconds=cfg["timeout"]))
+    try:
+        S, m = cfg["stages"], cfg["microbatches"]
+        modules = build_model(cfg["model"], S, cfg["hidden"], cfg["seed"], cfg["layers"])
+        x, y = make_batch(cfg["batch"], cfg["hidden"], cfg["seed"])
+        mine = cfg["stages_of_rank"][rank]
+        stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
+        runtime = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=loss_fn)
+        runtime._load_csv(cfg["csv"], format="compute_only")  # torch's loader, validator, lowering
+        log = []
+        for st in stages:
+            _instrument(st, log, rank)
+        _instrument_p2p(torch_schedules, log, rank)
+        args = (x,) if 0 in mine else ()
+        target = y if S - 1 in mine else None
+        step_times, grads, op_times = [], None, []
+        for i in range(cfg["steps"]):
+            for s in mine:
+                modules[s].zero_grad(set_to_none=True)
+            dist.barrier()
+            log.clear()
+            # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the machine.
+            t0 = time.perf_counter()
+            runtime.step(*args, target=target)
+            step_times.append((t0, time.perf_counter()))
+            dist.barrier()
+            if i == 0:
+                grads = {s: {n: p.grad.detach().clone() for n, p in modules[s].named_parameters()}
+                         for s in mine}
+            op_times.append(list(log))
+        transfer = None
+        if cfg["measure_transfer"] and rank in (0, 1) and cfg["ranks"] >= 2:
+            transfer = _ping_pong(rank, 1 - rank, (cfg["batch"] // m, cfg["hidden"]), 50)
+        torch.save({"grads": grads, "step_times": step_times, "op_times": op_times,
+                    "transfer": transfer}, Path(cfg["out"]) / f"rank{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass
+class RunResult:
+    """What a real run measured.
+
+    Attributes
+    ----------
+    ranks, stages, microbatches : int
+        Shape of the run.
+    grads : dict
+        ``{stage: {parameter name: tensor}}`` after the first step.
+    reference : dict or None
+        The same, from the model trained without pipelining.
+    max_abs_error : float or None
+        Largest absolute difference between ``grads`` and ``reference``.
+    grads_match : bool or None
+        ``torch.allclose`` (rtol 1e-5, atol 1e-6) on every gradient.
+    step_times : list of float
+        Seconds per ``step``: from the first rank's start (all leave a
+        barrier together) to the last rank's end.
+    op_times : list of list of tuple
+        Per step, ``(rank, stage, kind, seconds)`` of every timed call, rank
+        by rank in the order each rank ran them; kind is ``"F"``, ``"B"``
+        (input), ``"W"`` or ``"BW"`` for compute (stage >= 0), ``"post"``
+        (torch posting sends/receives) or ``"wait"`` (waiting on them) with
+        stage -1.
+    transfer : float or None
+        One-way time of one activation between two ranks (ping-pong), seconds.
+    rank_times : list of list of float
+        Per step, each rank's own seconds in ``step``.
+    """
+
+    ranks: int
+    stages: int
+    microbatches: int
+    grads: dict
+    reference: dict | None
+    max_abs_error: float | None
+    grads_match: bool | None
+    step_times: list = field(default_factory=list)
+    op_times: list = field(default_factory=list)
+    transfer: float | None = None
+    rank_times: list = field(default_factory=list)
+
+    def iteration_time(self, warmup: int = 1) -> float:
+        """Median seconds per step, leaving out the first ``warmup`` steps (when there are more).
+
+        Parameters
+        ----------
+        warmup : int
+            Steps to leave out (torch sets up its stages in the first).
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            If the run has no steps.
+        """
+        if not self.step_times:
+            raise ValueError("the run has no steps")
+        times = self.step_times[warmup:] if len(self.step_times) > warmup else self.step_times
+        return statistics.median(times)
+
+
+def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, layers=None,
+            batch=None, steps=1, seed=0, timeout=120.0, check=True,
+            measure_transfer=False) -> RunResult:
+    """Spawn one process per rank and run the CSV with torch's runtime (see ``pt.run``)."""
+    ranks = len(stages_of_rank)
+    batch = 2 * microbatches if batch is None else batch
+    if batch % microbatches:
+        raise ValueError(f"batch {batch} must be a multiple of microbatches {microbatches}")
+    with tempfile.TemporaryDirectory(prefix="pipecore-run-") as out:
+        cfg = {"port": _free_port(), "ranks": ranks, "stages": stages, "microbatches": microbatches,
+               "model": model, "hidden": hidden, "layers": layers, "batch": batch, "seed": seed,
+               "steps": steps,
+               "timeout": timeout, "csv": str(csv_path), "stages_of_rank": stages_of_rank,
+               "out": out, "measure_transfer": measure_transfer}
+        cfg_path = Path(out) / "config.json"
+        cfg_path.write_text(json.dumps(cfg))
+        procs = [subprocess.Popen([sys.executable, "-m", __name__, str(cfg_path), str(r)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for r in range(ranks)]
+        errors = {}
+        try:
+            deadline = time.monotonic() + timeout + 60
+            for r, proc in enumerate(procs):
+                _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+                if proc.returncode != 0:
+                    errors[r] = err
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the run did not finish in {timeout + 60:.0f} s") from None
+        finally:
+            for proc in procs:  # only the processes started here, by their handles
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        if errors:
+            # The rank that failed first explains it; the others usually fail on the lost peer.
+            rank, err = min(errors.items(), key=lambda kv: ("Traceback" not in kv[1], kv[0]))
+            tail = "\n".join(err.strip().splitlines()[-15:])
+            raise RuntimeError(f"rank {rank} of the torch run failed (exit {procs[rank].returncode}):\n"
+                               f"{tail}")
+        parts = [torch.load(Path(out) / f"rank{r}.pt") for r in range(ranks)]
+    grads = {s: g for part in parts for s, g in part["grads"].items()}
+    # A step spans from the first rank's start to the last rank's end (one clock for all processes).
+    step_times = [max(part["step_times"][i][1] for part in parts)
+                  - min(part["step_times"][i][0] for part in parts) for i in range(steps)]
+    rank_times = [[part["step_times"][i][1] - part["step_times"][i][0] for part in parts]
+                  for i in range(steps)]
+    op_times = [[op for part in parts for op in part["op_times"][i]] for i in range(steps)]
+    transfer = next((p["transfer"] for p in parts if p["transfer"] is not None), None)
+    reference = err = match = None
+    if check:
+        x, y = make_batch(batch, hidden, seed)
+        reference = reference_grads(build_model(model, stages, hidden, seed, layers), x, y,
+                                    microbatches)
+        err, match = 0.0, True
+        for s, named in reference.items():
+            for n, want in named.items():
+                got = grads[s][n]
+                err = max(err, float((got - want).abs().max()))
+                match = match and bool(torch.allclose(got, want, rtol=1e-5, atol=1e-6))
+    return RunResult(ranks, stages, microbatches, grads, reference, err, match, step_times, op_times,
+                     transfer, rank_times)
+
+
+if __name__ == "__main__":
+    _worker(int(sys.argv[2]), json.loads(Path(sys.argv[1]).read_text()))
