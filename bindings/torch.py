@@ -22,7 +22,7 @@ What cannot be exported (a ``ValueError`` names the op or stage):
 - replicated stages (a stage on two or more devices: ``chimera``,
   ``dualpipe`` and ``bitpipe``): torch assigns every stage to exactly one
   rank;
-- any kind torch has no action for, e.g. pipecore's recompute ``R``.
+- any kind torch has no action for: pipecore's recompute ``R``, offload ``O`` and load ``L``.
 
 ``AR`` (the gradient all-reduce joining the replicas of a replicated stage)
 has no counterpart in a ``pipeline_order`` (torch's end-of-step gradient work

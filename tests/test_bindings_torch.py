@@ -155,10 +155,14 @@ class _TableOnly:
         self.name = "stub"
 
 
-def test_recompute_is_refused_naming_the_op():
-    # R (recompute) is being added to pipecore; torch has no such action.
+def test_recompute_and_offload_are_refused_naming_the_op():
+    # torch has no recompute, offload or load action.
     with pytest.raises(ValueError, match=r"device 0 slot 1 \(0R0\): torch has no recompute action"):
         pt.to_actions(_TableOnly(["F", "R", "BW"]))
+    with pytest.raises(ValueError, match=r"device 0 slot 2 \(0R0\): torch has no recompute action"):
+        pt.to_actions(pc.recompute(pc.build("1f1b", 2, 2)))
+    with pytest.raises(ValueError, match=r"device 0 slot 1 \(0O0\): torch has no action for kind 'O'"):
+        pt.to_actions(pc.offload(pc.build("1f1b", 2, 2)))
     with pytest.raises(ValueError, match=r"device 0 slot 2 \(0X0\): torch has no action for kind 'X'"):
         pt.to_actions(_TableOnly(["F", "BW", "X"]))
 
@@ -268,7 +272,7 @@ def test_validate_runs_torchs_lowering():
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(pct.schedules(max_devices=5, max_stages=8, max_microbatches=5))
+@given(pct.schedules(max_devices=5, max_stages=8, max_microbatches=5, recompute=False, offload=False))
 def test_random_schedules_round_trip_or_are_refused(sched):
     homes = {}
     for d, prog in enumerate(sched.programs()):
