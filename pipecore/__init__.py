@@ -19,6 +19,7 @@ from .schedules import Family, build, family, register, schedules
 from .simulate import Result, compile_schedule, simulate, validate
 from .table import IdealTable, ideal_table
 from .tune import Tuned, TuneError, tune
+from .variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
 
 __version__ = "0.1.0"
 
@@ -30,4 +31,5 @@ __all__ = [
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
     "adaptive", "recompute", "offload",
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
+    "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
 ]

@@ -39,7 +39,7 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after,
                        np.zeros(n_links, dtype=np.uint8))
     return run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
-                     start, finish, x_start, x_arrival, head)
+                     start, finish, x_start, x_arrival, head, np.ones(op_kind.shape[0]))
 
 
 @njit(cache=True)
@@ -64,11 +64,13 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
 
 @njit(cache=True)
 def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
-              start, finish, x_start, x_arrival, head):
+              start, finish, x_start, x_arrival, head, op_scale):
     """``list_schedule`` on precomputed units (see ``make_units``).
 
     ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
-    cost classes of ``_validate`` with a matching 7-row table."""
+    cost classes of ``_validate`` with a matching table. Each op's time is
+    multiplied by ``op_scale`` (stragglers, jitter; ones for none); an
+    overlapped pair takes ``(F * its scale + B * its scale) * fb_factor``."""
     nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32, x_after, shared = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
@@ -79,11 +81,12 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
     u_head = np.empty(p, dtype=np.uint32)
     for u in range(nu):
         h = u_row[u]
-        cost = stage_cost[op_kind[h], op_stage[h]]
+        cost = stage_cost[op_kind[h], op_stage[h]] * op_scale[h]
         if u_row[u + 1] - h == 1:
             dur[u] = cost
         else:
-            dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]]) * fb_factor
+            dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]] * op_scale[h + 1]) \
+                * fb_factor
     status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
                         x_link32, x_dst32, x_after, shared, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),

@@ -52,6 +52,8 @@ class Structure:
         kind = st["op_class"]  # the kernels' view of kinds (cost classes, see _replay)
         xfer = st["xfer"]
         self.u_dev = dev[heads].astype(np.int32)
+        self.u_r1 = heads.astype(np.int64)  # rows of each unit's op(s); -1: no second op
+        self.u_r2 = np.where(is_pair, last, -1).astype(np.int64)
         self.u_k1 = kind[heads].astype(np.int8)
         self.u_k2 = np.where(is_pair, kind[last], -1).astype(np.int8)
         self.u_first = heads == dev_ptr[self.u_dev]

@@ -53,8 +53,13 @@ class Compiled:
     x_host: np.ndarray | None = None
     units: tuple | None = None  # make_units' arrays, shared by every compile of a schedule
 
-    def run(self):
+    def run(self, op_scale=None):
         """Run the list scheduler.
+
+        Parameters
+        ----------
+        op_scale : numpy.ndarray, optional
+            A factor per op row on its time (stragglers, jitter).
 
         Returns
         -------
@@ -80,9 +85,12 @@ class Compiled:
             self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
                                              self.x_link, self.x_dst_dev, self.x_after,
                                              np.zeros(max(self.n_links, 1), dtype=np.uint8))
+        if op_scale is None:
+            op_scale = np.ones(n)
         status = _kernels.run_units(
             self.units, self.op_class, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
-            self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head)
+            self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head,
+            np.ascontiguousarray(op_scale, dtype=np.float64))
         return status, start, finish, x_start, x_arrival, head
 
 
@@ -289,6 +297,9 @@ class Result:
     """
 
     def __init__(self, schedule, costs, network, compiled, start, finish, x_start, x_arrival):
+        self.stragglers = None  # what simulate was given, for what_if
+        self.jitter = None
+        self.draw = 0
         self.schedule = schedule
         self.costs = costs
         self.network = network
@@ -582,7 +593,8 @@ def _per_device_sum(values, dev_ptr):
 
 
 def simulate(schedule: Schedule, costs: Costs | None = None,
-             network: Network | None = None) -> Result:
+             network: Network | None = None, stragglers=None, jitter=None,
+             draw: int = 0) -> Result:
     """Simulate a schedule: every op's start and finish, transfers, memory.
 
     Parameters
@@ -594,6 +606,15 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     network : Network, optional
         Bandwidth-limited links with contention. Without one, each
         transfer takes ``costs.comm`` and links never contend.
+    stragglers : mapping of int to float, or array_like, optional
+        Slow devices, ``{device: factor}`` (1.3: every op 30% slower), or
+        one factor per op row (:func:`pipecore.variation.straggler_scale`).
+    jitter : Jitter, optional
+        Random factors on op times (:class:`pipecore.Jitter`); this
+        simulation uses draw number ``draw``.
+    draw : int, default 0
+        Which draw of ``jitter`` (the same as :func:`pipecore.monte_carlo`'s
+        draw of that index).
 
     Returns
     -------
@@ -605,11 +626,23 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         If the schedule deadlocks (naming the stuck op on every blocked
         device).
     ValueError
-        If costs or network are invalid or do not fit the schedule.
+        If costs, network, stragglers or jitter are invalid or do not fit
+        the schedule.
     """
     compiled = compile_schedule(schedule, costs, network)
-    status, start, finish, x_start, x_arrival, head = compiled.run()
+    scale = None
+    if stragglers is not None or jitter is not None:
+        from .variation import Jitter, straggler_scale
+
+        scale = straggler_scale(schedule, stragglers)
+        if jitter is not None:
+            if not isinstance(jitter, Jitter):
+                raise ValueError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
+            scale = scale * jitter.draw(schedule, 1, draw)[:, 0]
+    status, start, finish, x_start, x_arrival, head = compiled.run(scale)
     if status == _kernels.STATUS_DEADLOCK:
         raise _deadlock_error(schedule, head)
-    return Result(schedule, _check_costs(costs), network, compiled, start, finish,
-                  x_start, x_arrival)
+    res = Result(schedule, _check_costs(costs), network, compiled, start, finish,
+                 x_start, x_arrival)
+    res.stragglers, res.jitter, res.draw = stragglers, jitter, draw
+    return res
