@@ -125,23 +125,37 @@ class Jitter:
         return cls("normal", sigma, seed, per)
 
     @classmethod
-    def seqlen(cls, lengths: Sequence[float], attention_share: float = 0.0, seed: int = 0) -> Jitter:
-        """Per-microbatch factors from sequence lengths (padded batches).
+    def seqlen(cls, lengths: Sequence[float], attention_share: float = 0.0, seed: int = 0,
+               packed: int | None = None, pool: int = 4096) -> Jitter:
+        """Per-microbatch factors from sequence lengths, padded or packed.
 
-        A microbatch whose sequences are padded to length ``L`` takes
-        ``(1 - a) L / Lbar + a (L / Lbar)^2`` of the time at the mean length
-        ``Lbar``: the linear layers scale with tokens and attention (share
-        ``a`` of the time at ``Lbar``) with the square of the length. Each
-        draw gives every microbatch a length taken uniformly from
-        ``lengths`` (e.g. observed batch lengths).
+        Padded (``packed=None``): a microbatch whose sequences are padded to
+        length ``L`` takes ``(1 - a) L / Lbar + a (L / Lbar)^2`` of the time
+        at the mean length ``Lbar``: the linear layers scale with tokens and
+        attention (share ``a`` of the time at ``Lbar``) with the square of
+        the length. Each draw gives every microbatch a length taken
+        uniformly from ``lengths`` (e.g. observed batch lengths).
+
+        Packed (``packed=T`` tokens per microbatch): documents with lengths
+        drawn from ``lengths`` fill each microbatch up to ``T`` tokens (the
+        last one cut to fit), with attention within each document only.
+        The tokens, so the linear layers' time, are the same for every
+        microbatch; attention costs the sum of squared document lengths,
+        so a microbatch takes ``(1 - a) + a Q / Qbar`` with ``Q`` its sum of
+        squares and ``Qbar`` the mean over a pool of ``pool`` packed
+        microbatches (made from ``seed``), from which each draw picks.
 
         Parameters
         ----------
         lengths : sequence of float
             Observed lengths (> 0).
         attention_share : float
-            Share of the time in attention at the mean length, in [0, 1].
+            Share of the time in attention at the mean, in [0, 1].
         seed : int
+        packed : int, optional
+            Tokens per packed microbatch (>= 1).
+        pool : int, default 4096
+            Packed microbatches made to draw from.
 
         Returns
         -------
@@ -151,7 +165,8 @@ class Jitter:
         Raises
         ------
         ValueError
-            For empty or non-positive lengths or a share outside [0, 1].
+            For empty or non-positive lengths, a share outside [0, 1], or a
+            bad ``packed`` or ``pool``.
         """
         arr = np.asarray(lengths, dtype=np.float64)
         if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
@@ -159,9 +174,23 @@ class Jitter:
         a = float(attention_share)
         if not 0.0 <= a <= 1.0:
             raise ValueError(f"'attention_share' must be in [0, 1] (got {attention_share!r})")
-        ratio = arr / arr.mean()
+        if packed is None:
+            ratio = arr / arr.mean()
+            return cls("empirical", 0.0, seed, "microbatch",
+                       tuple((1 - a) * ratio + a * ratio * ratio))
+        tokens = _check_int("packed", packed, minimum=1)
+        pool = _check_int("pool", pool, minimum=1)
+        rng = np.random.default_rng([seed, 1 << 20])  # a stream apart from the draws'
+        squares = np.empty(pool)
+        for i in range(pool):
+            left, q = float(tokens), 0.0
+            while left > 0:
+                doc = min(float(arr[rng.integers(arr.size)]), left)
+                q += doc * doc
+                left -= doc
+            squares[i] = q
         return cls("empirical", 0.0, seed, "microbatch",
-                   tuple((1 - a) * ratio + a * ratio * ratio))
+                   tuple((1 - a) + a * squares / squares.mean()))
 
     def draw(self, schedule: Schedule, draws: int = 1, first: int = 0) -> np.ndarray:
         """Factors of draws ``first .. first + draws - 1``, one column each.

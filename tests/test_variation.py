@@ -97,6 +97,22 @@ def test_factors_have_the_stated_distribution():
     assert pc.Jitter.seqlen([1, 3], attention_share=0.5).factors == (0.375, 1.875)
 
 
+def test_packed_sequences():
+    # Documents of 100 or 300 tokens (each drawn with probability 1/2)
+    # packed into 400-token microbatches, the last document cut to fit:
+    # 100+100+100+100 (or a 300 cut to 100 last) gives a sum of squares
+    # Q = 40,000; 100+100+(300 cut to 200) gives 60,000; 100+300, 300+100
+    # and 300+(300 cut to 100) give 100,000. Tokens are always 400, so with
+    # no attention share every factor is 1; with all of it the factors are
+    # Q / mean(Q), whose ratios to the smallest are 1, 1.5 and 2.5.
+    flat = pc.Jitter.seqlen([100, 300], attention_share=0.0, packed=400, pool=200)
+    assert set(flat.factors) == {1.0}
+    full = pc.Jitter.seqlen([100, 300], attention_share=1.0, packed=400, pool=200)
+    q = np.array(full.factors)
+    assert abs(q.mean() - 1.0) < 1e-12
+    assert {round(x / q.min(), 9) for x in q} == {1.0, 1.5, 2.5}
+
+
 def test_quantiles():
     mc = pc.MonteCarlo(np.arange(1.0, 102.0), pc.Jitter())
     assert (mc.p50, mc.p90, mc.p99) == (51.0, 91.0, 100.0)  # numpy's linear quantiles of 1..101
