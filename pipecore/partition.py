@@ -287,22 +287,23 @@ class _Search:
         return self.evaluate(split)[0]
 
     def local(self, split, key=None, max_evals=3000):
-        """Best-improvement moves of one layer between stages (adjacent first,
-        then any pair, which shifts every boundary in between)."""
+        """Best-improvement moves of layers between stages: one layer between
+        neighbours, then one layer between any two stages (which shifts every
+        boundary in between), then two layers between any two stages."""
         key = key or self.key
         best, best_key = tuple(split), key(split)
         S = len(best)
         while len(self.cache) < max_evals:
             improved = False
-            for far in (False, True):
+            for far, n in ((False, 1), (True, 1), (None, 2)):
                 moves = []
                 for i in range(S):
                     for j in range(S):
-                        if i == j or (abs(i - j) == 1) == far or best[i] <= 1:
+                        if i == j or best[i] <= n or (far is not None and (abs(i - j) == 1) == far):
                             continue
                         cand = list(best)
-                        cand[i] -= 1
-                        cand[j] += 1
+                        cand[i] -= n
+                        cand[j] += n
                         moves.append(tuple(cand))
                 top = min(moves, key=key, default=None)
                 if top is not None and key(top) < best_key:
@@ -343,9 +344,11 @@ def partition(model: Model, devices: int, chunks: int | None = None, schedule: s
     memory bound (each stage's in-flight microbatches from the schedule,
     times its activation, plus its weights, within the device's limit shared
     equally among the stages it holds); the uniform split; then a local
-    search from the best of these moving one layer between two stages at a
-    time and re-simulating. Only strict improvements are taken, so a split
-    already optimal (the equal split of equal layers) is returned as is.
+    search moving one or two layers between two stages at a
+    time and re-simulating (from each of these starts; the best end wins).
+    Only strict improvements are taken, so a split already optimal (the
+    equal split of equal layers) is returned as is. The result is a local
+    optimum, not a proven one.
 
     Parameters
     ----------
@@ -421,8 +424,10 @@ def partition(model: Model, devices: int, chunks: int | None = None, schedule: s
             inflight[s] * (pa[j] - pa[i]) + (pw[j] - pw[i]), share[s]))
         if bounded is not None:
             starts.append(bounded)
-    best = min(starts, key=search.key)
-    best = search.local(best, max_evals=max_evals)
+    # A local search from each distinct start: on V placements the start
+    # matters (one move at a time cannot cross some plateaus).
+    ends = [search.local(s, max_evals=max_evals) for s in dict.fromkeys(starts)]
+    best = min(ends, key=search.key)
     key, costs, net, res, mem = search.evaluate(best)
     if key[0] > 0:
         # Nothing fits: find how little memory a split can need, to say so.

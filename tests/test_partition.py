@@ -1,6 +1,7 @@
 """Layer partitioner: the equal split for equal layers, gains on a real shape,
 memory limits from the schedule's own profile, errors."""
 
+import itertools
 import math
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_uniform_split_puts_embedding_first_and_head_last():
         uniform_split(Model.uniform(3), 4)
 
 
-@pytest.mark.parametrize("name, chunks", [("1f1b", None), ("interleaved-1f1b", 2), ("zb-v", None)])
+@pytest.mark.parametrize("name, chunks", [("1f1b", None), ("interleaved-1f1b", 2), ("zb-v", 2)])
 @pytest.mark.parametrize("limit", [math.inf, None])
 def test_issue_shape_beats_the_uniform_split(name, chunks, limit):
     model = Model.transformer(**ISSUE)
@@ -128,3 +129,36 @@ def test_bad_inputs():
         partition(m, devices=4, hardware="h100")
     with pytest.raises(ValueError, match="'devices' must be >= 1"):
         partition(m, devices=0, hardware=UNIT)
+
+
+def _exhaustive(model, schedule, hw, limit):
+    """The best split by trying every one (the oracle for small cases)."""
+    L, S = len(model), schedule.stages
+    best, least = None, math.inf
+    for cuts in itertools.combinations(range(1, L), S - 1):
+        bounds = (0, *cuts, L)
+        split = [bounds[i + 1] - bounds[i] for i in range(S)]
+        r = pc.simulate(schedule, model.costs(split, hw), model.network(split, hw))
+        mem = (r.peak_activation + r.static_memory).max()
+        least = min(least, mem)
+        if mem <= limit and (best is None or r.makespan < best):
+            best = r.makespan
+    return best, least
+
+
+@pytest.mark.parametrize("name, devices, microbatches", [
+    ("1f1b", 3, 6), ("zb-v", 2, 4), ("interleaved-1f1b", 2, 4), ("dualpipev", 2, 4)])
+def test_search_finds_the_exhaustive_optimum_on_small_cases(name, devices, microbatches):
+    model = Model.transformer(layers=8, hidden=2048, heads=16, seq=2048, vocab=64000)
+    hw = Hardware.preset("h100-nvlink")
+    sched = pc.build(name, devices, microbatches)
+    free, least = _exhaustive(model, sched, hw, math.inf)
+    plan = partition(model, devices, schedule=name, hardware=hw, microbatches=microbatches,
+                     memory_limit=math.inf)
+    assert plan.makespan == pytest.approx(free, rel=1e-12)
+    # A limit between the least memory any split needs and the free optimum's.
+    limit = (least + plan.memory.max()) / 2
+    tight, _ = _exhaustive(model, sched, hw, limit)
+    plan = partition(model, devices, schedule=name, hardware=hw, microbatches=microbatches,
+                     memory_limit=limit)
+    assert plan.makespan == pytest.approx(tight, rel=1e-12) and plan.memory.max() <= limit
