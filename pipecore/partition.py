@@ -190,8 +190,8 @@ def uniform_split(model: Model, stages: int) -> tuple:
     The model's blocks are divided as evenly as possible (the first
     ``blocks % stages`` stages get one more); layers before the first block
     (the embedding) join stage 0 and layers after the last block (the
-    head) join the last stage. A model without blocks is divided the same
-    way over all its layers.
+    head) join the last stage. A model with fewer blocks than stages is
+    divided the same way over all its layers.
 
     Parameters
     ----------
@@ -205,19 +205,19 @@ def uniform_split(model: Model, stages: int) -> tuple:
     Raises
     ------
     ValueError
-        If the model has fewer blocks (or layers) than stages.
+        If the model has fewer layers than stages.
     """
     stages = _check_int("stages", stages, minimum=1)
     kinds = [x.kind for x in model.layers]
     blocks = [i for i, k in enumerate(kinds) if k == "block"]
-    if blocks:
+    if len(blocks) >= stages:
         first, last = blocks[0], blocks[-1]
         n = last - first + 1
-    else:
+    else:  # too few blocks to give each stage one: divide all the layers
         first, last, n = 0, len(kinds) - 1, len(kinds)
     if n < stages:
-        raise ValueError(f"the model has {n} blocks but the schedule has {stages} stages: "
-                         "each stage needs at least one block for a uniform split")
+        raise ValueError(f"the model has {n} layers but the schedule has {stages} stages: "
+                         "each stage needs at least one layer")
     counts = [n // stages + (1 if s < n % stages else 0) for s in range(stages)]
     counts[0] += first
     counts[-1] += len(kinds) - 1 - last

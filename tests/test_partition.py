@@ -61,7 +61,10 @@ def test_uniform_split_puts_embedding_first_and_head_last():
     small = Model.transformer(layers=10, hidden=64, heads=4, seq=8, vocab=10)
     assert uniform_split(small, 4) == (1 + 3, 3, 2, 2 + 1)
     assert uniform_split(Model.uniform(6), 4) == (2, 2, 1, 1)
-    with pytest.raises(ValueError, match="the model has 3 blocks but the schedule has 4 stages"):
+    # Embedding, 2 blocks, head over 4 stages: one layer each.
+    tiny = Model.transformer(layers=2, hidden=64, heads=4, seq=8, vocab=10)
+    assert uniform_split(tiny, 4) == (1, 1, 1, 1)
+    with pytest.raises(ValueError, match="the model has 3 layers but the schedule has 4 stages"):
         uniform_split(Model.uniform(3), 4)
 
 
