@@ -12,7 +12,9 @@ from .batch import simulate_many
 from .compare import compare
 from .costs import Costs, Network
 from .formulas import formula
+from .model import Hardware, Layer, Model
 from .offload import offload
+from .partition import PartitionError, Plan, partition
 from .recompute import recompute
 from .scans import Grid, ScanError, scan, write_scan
 from .schedules import Family, build, family, register, schedules
@@ -32,4 +34,5 @@ __all__ = [
     "adaptive", "recompute", "offload",
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
+    "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
 ]
