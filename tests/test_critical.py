@@ -21,7 +21,7 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 def unit_of(res):
     """Per op row, the index of its unit (an op, or an overlapped F&B pair) in
-    the whole table, and the device's program position of that unit."""
+    the whole table: units of one device are consecutive, in program order."""
     paired = np.asarray(res._c.paired, dtype=bool)
     return np.cumsum(~paired) - 1
 
@@ -276,3 +276,88 @@ def test_errors():
     res.start[3] = 8.25  # d0's BW1 (last to end): neither d0's BW0 (8) nor its gradient (8)
     with pytest.raises(RuntimeError, match="inconsistent"):
         critical_path(res)
+
+
+def test_trace_marks_the_path(tmp_path):
+    import json
+
+    from pipecore.output import write_chrome_trace
+
+    # The contended GPipe case above: ops d0 F0 (row 0), d1 F2 (8), d1 BW0 (9),
+    # d0 BW2 (5); transfers 0, 1, 2 (forwards) and 3, 4, 5 (gradients).
+    res = pc.simulate(pc.build("gpipe", 2, 3), pc.Costs(f=1.0, b=0.0, w=0.0),
+                      pc.Network.uniform(4.0, 2.0, 0.5))
+    plain = json.loads(write_chrome_trace(res, tmp_path / "a.json").read_text())["traceEvents"]
+    assert not any("critical" in e.get("args", {}) for e in plain)
+    assert {e["pid"] for e in plain} == {0, 1}
+    events = json.loads(write_chrome_trace(res, tmp_path / "b.json", critical=True)
+                        .read_text())["traceEvents"]
+    marked_ops = sorted((e["tid"], e["name"]) for e in events
+                        if e["pid"] == 0 and e.get("args", {}).get("critical"))
+    assert marked_ops == [(0, "BW s0 mb2"), (0, "F s0 mb0"), (1, "BW s1 mb0"), (1, "F s1 mb2")]
+    marked_links = [e["name"] for e in events if e["pid"] == 1 and e.get("args", {}).get("critical")]
+    assert sorted(marked_links) == ["BW s1 mb0", "BW s1 mb1", "BW s1 mb2",
+                                    "F s0 mb0", "F s0 mb1", "F s0 mb2"]
+    track = [e for e in events if e["pid"] == 2 and e["ph"] == "X"]
+    assert [(e["ts"], e["ts"] + e["dur"]) for e in track] == [
+        (0.0, 1.0), (1.0, 3.0), (3.0, 5.0), (5.0, 7.0), (7.0, 7.5), (7.5, 8.5), (8.5, 8.5),
+        (8.5, 10.5), (10.5, 12.5), (12.5, 14.5), (14.5, 15.0), (15.0, 15.0)]
+    assert track[1]["name"] == "transfer F s0 mb0 (d0->d1)"
+
+
+def test_gantt_critical(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pipecore.output import write_gantt
+
+    res = pc.simulate(pc.from_actions({0: ["0F0", "0F1&0BW0", "0BW1"],
+                                       1: ["1F0", "1BW0", "1F1", "1BW1"]}),
+                      pc.Costs(f=1.0, b=2.0, w=0.0, fb_factor=0.5))
+    a = write_gantt(res, tmp_path / "a.png").read_bytes()
+    b = write_gantt(res, tmp_path / "b.png", critical=True, show_transfers=True).read_bytes()
+    assert b[:4] == b"\x89PNG" and a != b
+
+
+def test_outputs_refuse_critical_without_a_result(tmp_path):
+    from pipecore.output import write_chrome_trace, write_gantt
+
+    res = pc.simulate(pc.build("gpipe", 2, 2), pc.Costs(f=1.0, b=2.0))
+
+    class Tables:  # the tables a writer needs, but not a simulation
+        ops, transfers, memory, makespan, devices, name = (res.ops, res.transfers, res.memory,
+                                                           res.makespan, res.devices, "x")
+
+    write_chrome_trace(Tables(), tmp_path / "ok.json")  # fine without critical
+    with pytest.raises(ValueError, match="simulation Result"):
+        write_chrome_trace(Tables(), tmp_path / "t.json", critical=True)
+    with pytest.raises(ValueError, match="simulation Result"):
+        write_gantt(Tables(), tmp_path / "g.png", critical=True)
+
+
+def test_cli_critical(tmp_path):
+    import io
+    import json
+
+    from pipecore.cli import main
+
+    out = io.StringIO()
+    code = main(["simulate", "gpipe", "-p", "2", "-m", "2", "--f", "1", "--b", "2",
+                 "--comm", "0.5", "--critical"], out=out)
+    text = out.getvalue()
+    assert code == 0
+    # The hand-derived GPipe path above: d0 computes 5 and its forward flies
+    # 0.5 (55%); d1 computes 4 and its gradient flies 0.5 (45%).
+    lines = [line.split() for line in text.splitlines()]
+    assert "critical path 10 segments, from 0 to 10".split() in lines
+    assert ["d0", "5", "0", "0.5", "5.5", "55.0%"] in lines
+    assert ["d1", "4", "0", "0.5", "4.5", "45.0%"] in lines
+    assert ["5.5", "6", "latency", "d1->d0", "s1", "BW0"] in lines
+    out = io.StringIO()
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "gpipe", "-p", "2", "-m", "2", "--comm", "0.5", "--critical",
+                 "--json", "--trace", str(trace)], out=out) == 0
+    data = json.loads(out.getvalue())
+    assert [s["element"] for s in data["critical_path"]["segments"]] == [
+        "op", "transfer", "latency", "op", "op", "op", "transfer", "latency", "op", "op"]
+    assert [r["total"] for r in data["critical_path"]["device_share"]] == [5.5, 4.5]
+    assert any(e["pid"] == 2 for e in json.loads(trace.read_text())["traceEvents"])
+
