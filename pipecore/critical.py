@@ -248,7 +248,9 @@ def device_share(path, devices: int | None = None) -> pa.Table:
     parts = {}
     for name in _ELEMENTS:
         keep = element == name
-        parts[name] = np.bincount(device[keep], weights=duration[keep], minlength=devices)
+        # astype: bincount of an empty selection is an int array
+        parts[name] = np.bincount(device[keep], weights=duration[keep],
+                                  minlength=devices).astype(np.float64)
     total = parts["op"] + parts["transfer"] + parts["latency"]
     length = float(duration.sum())
     return pa.table({

@@ -159,6 +159,10 @@ def test_gpipe_two_devices_latency():
         ("op", 0, "BW", 0, 1, 8.0, 10.0),
     ]
     assert path.column("dst_device").to_pylist() == [None, 1, 1, None, None, None, 0, 0, None, None]
+    assert path.schema.names == ["element", "device", "dst_device", "kind", "stage", "microbatch",
+                                 "row", "partner", "start", "finish", "duration"]
+    assert [path.schema.field(c).type for c in ("device", "row", "duration")] == \
+        [pa.int32(), pa.int64(), pa.float64()]
     share = device_share(path).to_pydict()
     assert share["compute"] == [5.0, 4.0]
     assert share["latency"] == [0.5, 0.5]
@@ -221,6 +225,38 @@ def test_offload_copy_back_waits_for_copy_to_host():
         ("op", 0, "BW", 0, 1, 8.0, 9.0),
     ]
     assert path.column("dst_device").to_pylist()[2:4] == [0, 0]
+
+
+def test_shared_host_link_queues_copies_of_two_devices():
+    # Stage 0 on d0, stage 1 on d1, one microbatch, each offloaded (O, L right
+    # after F); f=b=1, offload=2, no comm; both devices share one host link per
+    # direction, served in issue order.
+    # To host: d0's copy (issued 1) [1,3], d1's (issued 2, after d1's F [1,2])
+    # waits for the link: [3,5]. Back: d0's copy back waits for its copy to
+    # host: [3,5]; d1's waits for its own copy to host (5) and the link (5),
+    # tie won by the copy to host: [5,7]. d1's BW [7,8]; its gradient lands
+    # at 8; d0's BW [8,9] ends last.
+    # Back from d0's BW: the gradient (8, not its copy back at 5), d1's BW,
+    # d1's copy back, d1's copy to host, queued behind d0's copy to host,
+    # issued by d0's O at 1, after d0's F.
+    sched = pc.from_actions({0: ["0F0", "0O0", "0L0", "0BW0"], 1: ["1F0", "1O0", "1L0", "1BW0"]})
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=1.0, w=0.0, offload=2.0, host_link_devices=2))
+    path = check_path(res)
+    assert rows_of(path) == [
+        ("op", 0, "F", 0, 0, 0.0, 1.0),
+        ("op", 0, "O", 0, 0, 1.0, 1.0),
+        ("transfer", 0, "O", 0, 0, 1.0, 3.0),
+        ("transfer", 1, "O", 1, 0, 3.0, 5.0),
+        ("transfer", 1, "L", 1, 0, 5.0, 7.0),
+        ("op", 1, "BW", 1, 0, 7.0, 8.0),
+        ("transfer", 1, "BW", 1, 0, 8.0, 8.0),
+        ("op", 0, "BW", 0, 0, 8.0, 9.0),
+    ]
+    share = device_share(path)
+    assert share.schema.field("latency").type == pa.float64()
+    assert share.to_pydict()["compute"] == [2.0, 1.0]
+    assert share.to_pydict()["transfer"] == [2.0, 4.0]
+    assert share.to_pydict()["latency"] == [0.0, 0.0]
 
 
 def test_overlapped_pair_is_one_segment():
