@@ -79,6 +79,9 @@ def _parser():
     s.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
     s.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
     s.add_argument("--gantt", metavar="PATH", help="write a Gantt chart PNG")
+    s.add_argument("--critical", action="store_true",
+                   help="print the critical path and each device's share of it; mark it in "
+                        "--trace and --gantt")
 
     t = sub.add_parser("table", help="print the idealised devices x time-slots table")
     t.add_argument("name")
@@ -200,12 +203,19 @@ def _cmd_simulate(args, out):
     if args.parquet:
         files["parquet"] = str(output.write_parquet(res, args.parquet))
     if args.trace:
-        files["trace"] = str(output.write_chrome_trace(res, args.trace))
+        files["trace"] = str(output.write_chrome_trace(res, args.trace, critical=args.critical))
     if args.gantt:
-        files["gantt"] = str(output.write_gantt(res, args.gantt))
+        files["gantt"] = str(output.write_gantt(res, args.gantt, critical=args.critical))
     metrics = res.metrics()
+    extra = {}
+    if args.critical:
+        from .critical import critical_path, device_share
+
+        path = critical_path(res)
+        extra["critical_path"] = {"segments": path.to_pylist(),
+                                  "device_share": device_share(path, res.devices).to_pylist()}
     if args.json:
-        json.dump({**metrics, "files": files}, out, indent=2)
+        json.dump({**metrics, **extra, "files": files}, out, indent=2)
         out.write("\n")
     else:
         for key in ("name", "devices", "microbatches", "stages", "ops", "transfers", "makespan",
@@ -214,9 +224,29 @@ def _cmd_simulate(args, out):
             out.write(f"{key:<20} {value:.6g}\n" if isinstance(value, float)
                       else f"{key:<20} {value}\n")
         out.write(f"{'peak_activation':<20} {' '.join(f'{x:g}' for x in metrics['peak_activation'])}\n")
+        if extra:
+            _write_critical(extra["critical_path"], out)
         for kind, path in files.items():
             out.write(f"wrote {kind}: {path}\n")
     return 0
+
+
+def _write_critical(critical, out):
+    """The critical path as text: each device's share, then the segments."""
+    segs = critical["segments"]
+    out.write(f"critical path        {len(segs)} segments, from 0 to "
+              f"{segs[-1]['finish']:.6g}\n")
+    out.write("  device    compute   transfer    latency      total   share\n")
+    for r in critical["device_share"]:
+        out.write(f"  d{r['device']:<6} {r['compute']:>9.6g} {r['transfer']:>10.6g} "
+                  f"{r['latency']:>10.6g} {r['total']:>10.6g} {r['share']:>7.1%}\n")
+    out.write("       start     finish  element   where     op\n")
+    for r in segs:
+        where = (f"d{r['device']}" if r["element"] == "op"
+                 else f"d{r['device']}->d{r['dst_device']}")
+        label = "AR" if r["kind"] == "AR" else f"{r['kind']}{r['microbatch']}"
+        out.write(f"  {r['start']:>10.6g} {r['finish']:>10.6g}  {r['element']:<9} {where:<9} "
+                  f"s{r['stage']} {label}\n")
 
 
 def _cmd_table(args, out):

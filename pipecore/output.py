@@ -67,6 +67,7 @@ _UNKNOWN_COLOUR = "#8C8C8C"
 # processes so Perfetto groups them into two collapsible sections.
 _PID_COMPUTE = 0
 _PID_LINKS = 1
+_PID_CRITICAL = 2  # the critical path's segments, one track (write_chrome_trace(critical=True))
 
 
 class MissingDependencyError(ImportError):
@@ -172,7 +173,8 @@ def _metadata(pid: int, tid: int, name: str, value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> Path:
+def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0,
+                       critical: bool = False) -> Path:
     """Write a result as Chrome Trace Event Format JSON.
 
     The file opens in Perfetto (https://ui.perfetto.dev) and
@@ -194,6 +196,11 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> 
     time_scale : float, default 1.0
         Factor converting the result's time units to trace microseconds
         (the trace format's unit). For times in milliseconds use 1000.
+    critical : bool, default False
+        Mark the critical path (:func:`pipecore.critical.critical_path`):
+        its ops and transfers get ``"critical": true`` in their args, and a
+        third process, "critical path", holds one track with the path's
+        segments back to back (op, transfer on its link, latency).
 
     Returns
     -------
@@ -204,8 +211,9 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> 
     ------
     ValueError
         If ``time_scale`` is not a positive finite number, a table lacks a
-        required column, a time or byte value is NaN/infinite, or an event
-        ends before it starts.
+        required column, a time or byte value is NaN/infinite, an event
+        ends before it starts, or ``critical`` is set for something other
+        than a simulation Result.
     OSError
         If the file cannot be written.
     """
@@ -214,10 +222,14 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> 
         raise ValueError(f"time_scale must be a positive finite number, got {time_scale!r}")
 
     out = Path(path)
+    path_table = _critical_table(result) if critical else None
+    op_rows, x_rows = _critical_rows(path_table)
     events: list[dict[str, Any]] = []
-    events.extend(_compute_events(result, scale))
+    events.extend(_compute_events(result, scale, op_rows))
     events.extend(_memory_events(result.memory, scale))
-    events.extend(_link_events(result.transfers, scale))
+    events.extend(_link_events(result.transfers, scale, x_rows))
+    if path_table is not None:
+        events.extend(_critical_events(path_table, scale))
 
     doc = {"traceEvents": events, "displayTimeUnit": "ms"}
     with out.open("w", encoding="utf-8") as fh:
@@ -226,8 +238,56 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0) -> 
     return out
 
 
-def _compute_events(result: Any, scale: float) -> list[dict[str, Any]]:
-    """Metadata plus one "X" event per op, in pid 0."""
+def _critical_table(result: Any) -> pa.Table:
+    """The critical path of *result*, with a clear error for a non-Result."""
+    from .critical import critical_path
+
+    return critical_path(result)
+
+
+def _critical_rows(path_table: pa.Table | None) -> tuple[set[int], set[int]]:
+    """Op rows (both rows of an F&B unit) and transfer ids on a critical path."""
+    if path_table is None:
+        return set(), set()
+    d = path_table.select(["element", "row", "partner"]).to_pydict()
+    ops = {r for e, r in zip(d["element"], d["row"]) if e == "op"}
+    ops |= {q for e, q in zip(d["element"], d["partner"]) if e == "op" and q >= 0}
+    transfers = {r for e, r in zip(d["element"], d["row"]) if e != "op"}
+    return ops, transfers
+
+
+def _critical_events(path_table: pa.Table, scale: float) -> list[dict[str, Any]]:
+    """Metadata plus one "X" event per critical-path segment, in pid 2."""
+    events: list[dict[str, Any]] = [
+        _metadata(_PID_CRITICAL, 0, "process_name", "critical path"),
+        _metadata(_PID_CRITICAL, 0, "process_sort_index", _PID_CRITICAL),
+        _metadata(_PID_CRITICAL, 0, "thread_name", "critical path"),
+    ]
+    d = path_table.to_pydict()
+    for i in range(path_table.num_rows):
+        e, kind, stage, mb = d["element"][i], d["kind"][i], d["stage"][i], d["microbatch"][i]
+        src, dst = d["device"][i], d["dst_device"][i]
+        where = f"d{src}" if e == "op" else f"d{src}->d{dst}"
+        name = f"{kind} s{stage} mb{mb}" if e == "op" else f"{e} {kind} s{stage} mb{mb}"
+        s, f = d["start"][i], d["finish"][i]
+        events.append({
+            "name": f"{name} ({where})",
+            "cat": f"critical,{e}",
+            "ph": "X",
+            "pid": _PID_CRITICAL,
+            "tid": 0,
+            "ts": s * scale,
+            "dur": max(f * scale - s * scale, 0.0),
+            "args": {"element": e, "device": src, "dst_device": dst, "kind": kind,
+                     "stage": stage, "microbatch": mb, "row": d["row"][i], "start": s,
+                     "finish": f},
+        })
+    return events
+
+
+def _compute_events(result: Any, scale: float,
+                    critical_rows: set[int] = frozenset()) -> list[dict[str, Any]]:
+    """Metadata plus one "X" event per op, in pid 0 (``critical_rows`` flagged)."""
     ops = result.ops
     _require_columns(ops, _OPS_COLUMNS, "ops")
     start = _floats(ops, "start")
@@ -266,7 +326,7 @@ def _compute_events(result: Any, scale: float) -> list[dict[str, Any]]:
         ts,
         dur,
     )
-    for d, slot, kind, stage, mb, s, f, t, du in rows:
+    for row, (d, slot, kind, stage, mb, s, f, t, du) in enumerate(rows):
         events.append(
             {
                 "name": f"{kind} s{stage} mb{mb}",
@@ -286,6 +346,8 @@ def _compute_events(result: Any, scale: float) -> list[dict[str, Any]]:
                 },
             }
         )
+        if row in critical_rows:
+            events[-1]["args"]["critical"] = True
     return events
 
 
@@ -313,8 +375,9 @@ def _memory_events(memory: pa.Table, scale: float) -> list[dict[str, Any]]:
     ]
 
 
-def _link_events(transfers: pa.Table, scale: float) -> list[dict[str, Any]]:
-    """Metadata plus one "X" event per transfer, in pid 1."""
+def _link_events(transfers: pa.Table, scale: float,
+                 critical_rows: set[int] = frozenset()) -> list[dict[str, Any]]:
+    """Metadata plus one "X" event per transfer, in pid 1 (``critical_rows`` flagged)."""
     if transfers is None or transfers.num_rows == 0:
         return []
     _require_columns(transfers, _TRANSFER_COLUMNS, "transfers")
@@ -364,7 +427,7 @@ def _link_events(transfers: pa.Table, scale: float) -> list[dict[str, Any]]:
         ts,
         dur,
     )
-    for t, s, d, stage, mb, kind, r, st, f, a, tsv, du in rows:
+    for x, (t, s, d, stage, mb, kind, r, st, f, a, tsv, du) in enumerate(rows):
         events.append(
             {
                 "name": f"{kind} s{stage} mb{mb}",
@@ -387,6 +450,8 @@ def _link_events(transfers: pa.Table, scale: float) -> list[dict[str, Any]]:
                 },
             }
         )
+        if x in critical_rows:
+            events[-1]["args"]["critical"] = True
     return events
 
 
@@ -406,6 +471,7 @@ def write_gantt(
     path: PathLike,
     title: str | None = None,
     show_transfers: bool = False,
+    critical: bool = False,
 ) -> Path:
     """Draw a Gantt chart of a result and save it as PNG.
 
@@ -432,6 +498,13 @@ def write_gantt(
     show_transfers : bool, default False
         Also draw each transfer as a thin line from the sender's row at
         ``start`` to the receiver's row at ``arrival``.
+    critical : bool, default False
+        Highlight the critical path (:func:`pipecore.critical.critical_path`):
+        its ops get a thick black outline and its transfers (with or
+        without ``show_transfers``) a red arrow from the sender's row at
+        ``start`` to the receiver's row where the path leaves them (the
+        arrival, or the link's release for a transfer the next one
+        queued behind); a host copy is an arrow along its device's row.
 
     Returns
     -------
@@ -443,10 +516,12 @@ def write_gantt(
     MissingDependencyError
         If matplotlib is not installed.
     ValueError
-        If a table lacks a required column.
+        If a table lacks a required column, or ``critical`` is set for
+        something other than a simulation Result.
     OSError
         If the file cannot be written.
     """
+    path_table = _critical_table(result) if critical else None
     # Imported lazily: matplotlib is an optional extra (pipecore[plot]).
     try:
         import matplotlib
@@ -569,6 +644,9 @@ def write_gantt(
         )
         legend_handles.append(Line2D([], [], color="black", lw=0.8, alpha=0.6, label="transfer"))
 
+    if path_table is not None:
+        legend_handles += _draw_critical(ax, path_table, verts, PolyCollection, Line2D)
+
     ax.set_xlim(0.0, x_max)
     ax.set_ylim(n_dev - 0.5, -0.5)  # inverted: device 0 at top
     ax.set_yticks(range(n_dev))
@@ -624,6 +702,34 @@ def write_gantt(
         # Release the figure's artists promptly; large charts hold a lot.
         fig.clear()
     return out
+
+
+def _draw_critical(ax: Any, path_table: pa.Table, verts: np.ndarray, poly: Any, line: Any) -> list:
+    """Outline the critical path's ops and draw its transfers as arrows;
+    return the legend handles."""
+    op_rows, _ = _critical_rows(path_table)
+    rows = np.array(sorted(op_rows), dtype=np.int64)
+    if rows.size:
+        ax.add_collection(poly(verts[rows], facecolors="none", edgecolors="black",
+                               linewidths=1.8, zorder=4))
+    d = path_table.select(["element", "device", "dst_device", "row", "start", "finish"]).to_pydict()
+    # One arrow per transfer: from its link start to where the path leaves it.
+    spans: dict[int, list] = {}
+    for e, src, dst, row, s, f in zip(*d.values()):
+        if e == "op":
+            continue
+        if row in spans:
+            spans[row][3] = f
+        else:
+            spans[row] = [src, dst, s, f]
+    for src, dst, s, f in spans.values():
+        ax.annotate("", xy=(f, dst), xytext=(s, src), zorder=5, annotation_clip=False,
+                    arrowprops={"arrowstyle": "-|>", "color": "#D62728", "lw": 1.4,
+                                "shrinkA": 0, "shrinkB": 0, "mutation_scale": 9})
+    handles = [line([], [], color="black", lw=1.8, label="critical path")]
+    if spans:
+        handles.append(line([], [], color="#D62728", lw=1.4, label="critical transfer"))
+    return handles
 
 
 # ---------------------------------------------------------------------------
