@@ -11,6 +11,7 @@ from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .batch import simulate_many
 from .compare import compare
 from .costs import Costs, Network
+from .critical import critical_path, device_share
 from .formulas import formula
 from .model import Hardware, Layer, Model
 from .offload import offload
@@ -35,4 +36,5 @@ __all__ = [
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
+    "critical_path", "device_share",
 ]

@@ -534,7 +534,25 @@ class Result:
 
         return write_parquet(self, path)
 
-    def write_trace(self, path, time_scale: float = 1.0):
+    def critical_path(self) -> pa.Table:
+        """The chain of ops, transfers and latencies that sets the makespan.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per segment, in time order; see
+            :func:`pipecore.critical.critical_path`.
+
+        Raises
+        ------
+        RuntimeError
+            If the result's times were altered after the simulation.
+        """
+        from .critical import critical_path
+
+        return critical_path(self)
+
+    def write_trace(self, path, time_scale: float = 1.0, critical: bool = False):
         """Write a Chrome trace JSON (ops, transfers, memory) for Perfetto.
 
         Parameters
@@ -542,6 +560,8 @@ class Result:
         path : str or os.PathLike
         time_scale : float, default 1.0
             Trace microseconds per time unit.
+        critical : bool, default False
+            Flag the critical path's events and add a track for it.
 
         Returns
         -------
@@ -556,9 +576,10 @@ class Result:
         """
         from .output import write_chrome_trace
 
-        return write_chrome_trace(self, path, time_scale=time_scale)
+        return write_chrome_trace(self, path, time_scale=time_scale, critical=critical)
 
-    def write_gantt(self, path, title=None, show_transfers: bool = False):
+    def write_gantt(self, path, title=None, show_transfers: bool = False,
+                    critical: bool = False):
         """Write a Gantt chart PNG (needs the ``plot`` extra).
 
         Parameters
@@ -566,6 +587,8 @@ class Result:
         path : str or os.PathLike
         title : str, optional
         show_transfers : bool, default False
+        critical : bool, default False
+            Outline the critical path's ops and draw its transfers.
 
         Returns
         -------
@@ -580,7 +603,8 @@ class Result:
         """
         from .output import write_gantt
 
-        return write_gantt(self, path, title=title, show_transfers=show_transfers)
+        return write_gantt(self, path, title=title, show_transfers=show_transfers,
+                           critical=critical)
 
     def __repr__(self) -> str:
         return (f"Result({self.name!r}, devices={self.devices}, makespan={self.makespan:g}, "

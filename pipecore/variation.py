@@ -510,12 +510,19 @@ class WhatIf:
         that device alone runs at normal speed (its marginal cost).
     removed : str
         What was removed ("stragglers", "jitter", or both).
+    critical : pyarrow.Table or None
+        The simulation's critical path (:func:`pipecore.critical_path`).
+    share : pyarrow.Table or None
+        Time each device holds on that path (:func:`pipecore.device_share`):
+        who the iteration waited for.
     """
 
     makespan: float
     counterfactual: float
     per_device: dict
     removed: str
+    critical: object = None
+    share: object = None
 
     @property
     def saved(self) -> float:
@@ -540,6 +547,13 @@ class WhatIf:
         for d, cost in sorted(self.per_device.items(), key=lambda kv: -kv[1]):
             lines.append(f"  device {d}: {cost:.6g} of it (iteration {self.makespan - cost:.6g} "
                          f"if only this device ran at normal speed)")
+        if self.share is not None:
+            rows = sorted(self.share.to_pylist(), key=lambda r: -r["total"])
+            lines.append("critical path by device (compute + transfers out):")
+            for r in rows:
+                if r["total"] > 0:
+                    lines.append(f"  device {r['device']}: {r['total']:.6g} "
+                                 f"({100 * r['share']:.1f}%; compute {r['compute']:.6g})")
         return "\n".join(lines)
 
 
@@ -594,4 +608,8 @@ def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False)
             per_device[d] = result.makespan - res.makespan
     removed = " and ".join(w for w, on in (("stragglers", remove_stragglers),
                                            ("jitter", remove_jitter)) if on)
-    return WhatIf(result.makespan, base.makespan, per_device, removed)
+    from .critical import critical_path, device_share
+
+    path = critical_path(result)
+    return WhatIf(result.makespan, base.makespan, per_device, removed, path,
+                  device_share(path, sched.devices))

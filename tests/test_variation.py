@@ -33,6 +33,13 @@ def test_gpipe_with_a_straggler_is_a_tandem_line(slow, s):
     if s != 1.0:
         assert w.per_device[slow] == pytest.approx(w.saved)
         assert f"device {slow}" in w.report()
+    # The critical path: in each direction the tandem line's longest path
+    # runs all m cells on the slowest device and one cell on each other one,
+    # so with s > 1 the slow device computes m s (f + b) of the path.
+    share = {r["device"]: r for r in w.share.to_pylist()}
+    assert sum(r["total"] for r in share.values()) == pytest.approx(res.makespan)
+    if s > 1.0:
+        assert share[slow]["compute"] == pytest.approx(m * s * (f + b))
 
 
 def test_what_if_attributes_two_stragglers():
