@@ -593,8 +593,11 @@ class Tuned:
         lines.append(f"{len(rows)} candidates simulated, {dup} duplicates dropped, "
                      f"{len(skipped) - dup} not buildable for this shape, in {self.seconds:.2f} s")
         lines.append("")
-        lines.append(f"{'candidate':<34} {'makespan':>11} {'bubble':>7} {'memory':>9}  fits")
-        for r in fit[:top] + over[:top]:
-            lines.append(f"{r['candidate']:<34} {r['makespan']:>11.6g} {r['bubble_rate']:>7.4f} "
-                         f"{r['memory']:>9.5g}  {'yes' if r['fits'] else 'no'}")
+        shown = fit[:top] + over[:top]
+        width = max([34] + [len(r["candidate"]) for r in shown])
+        lines.append(f"{'candidate':<{width}} {'makespan':>11} {'bubble':>7} {'memory':>9}  fits")
+        for r in shown:
+            lines.append(f"{r['candidate']:<{width}} {r['makespan']:>11.6g} "
+                         f"{r['bubble_rate']:>7.4f} {r['memory']:>9.5g}  "
+                         f"{'yes' if r['fits'] else 'no'}")
         return "\n".join(lines)
