@@ -342,7 +342,7 @@ def test_trace_marks_the_path(tmp_path):
 
 
 def test_gantt_critical(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
     from pipecore.output import write_gantt
 
     res = pc.simulate(pc.from_actions({0: ["0F0", "0F1&0BW0", "0BW1"],

@@ -136,7 +136,7 @@ def test_ideal_table_treats_copies_as_free():
 
 
 def test_outputs_draw_offload(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
     res = pc.simulate(pc.offload(pc.build("1f1b", 2, 4)), pc.Costs(offload=0.5))
     assert res.write_gantt(tmp_path / "g.png", show_transfers=True).exists()
     assert res.write_trace(tmp_path / "t.json").exists()
