@@ -246,12 +246,12 @@ def _assert_png(path):
 
 
 def test_gantt_png(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
     _assert_png(output.write_gantt(make_result(), tmp_path / "g.png"))
 
 
 def test_gantt_png_with_transfers_and_title(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
     out = output.write_gantt(
         make_result(), str(tmp_path / "g.png"), title="custom", show_transfers=True
     )
@@ -259,7 +259,7 @@ def test_gantt_png_with_transfers_and_title(tmp_path):
 
 
 def test_gantt_png_empty_transfers_and_ops(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
     _assert_png(
         output.write_gantt(
             make_result(transfer_rows=[]), tmp_path / "a.png", show_transfers=True
@@ -270,7 +270,7 @@ def test_gantt_png_empty_transfers_and_ops(tmp_path):
 
 def test_gantt_many_ops(tmp_path):
     """30k ops (8 devices, interleaved stages) must render quickly."""
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
     p, per_dev = 8, 3750
     device = np.repeat(np.arange(p), per_dev)
     slot = np.tile(np.arange(per_dev), p)
