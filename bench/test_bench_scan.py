@@ -11,9 +11,9 @@ import pytest
 from reference import simulate_reference
 
 import pipecore as pc
-from pipecore import _replay
-from pipecore._pack import Pack, structure_of
-from pipecore.batch import param_matrix, threads
+from pipecore.core.pack import Pack, structure_of
+from pipecore.kernels import replay as _replay
+from pipecore.scan.batch import param_matrix, threads
 
 NET = pc.Network.uniform(bytes=1.0, bandwidth=4.0, latency=0.05)
 

@@ -94,7 +94,7 @@ def test_build_generated(benchmark, name, p, m):
 
 def test_study_default_grid(benchmark):
     # Issue 4's bar: the default `pipecore study` grid in under a minute.
-    from pipecore.study import study
+    from pipecore.analysis.study import study
 
     benchmark.group = "study"
     benchmark.name = "study() default grid (15 families x p 4,8 x m 8..256 x 3x3)"

@@ -59,8 +59,8 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
         "pipecore.bindings.torch needs PyTorch; install it with: pip install 'pipecore[torch]'"
     ) from _exc
 
-from pipecore._schedule import Schedule, ScheduleError
-from pipecore.costs import Costs
+from pipecore.core.costs import Costs
+from pipecore.core.schedule import Schedule, ScheduleError
 
 from ._torch_run import RunResult
 
@@ -833,8 +833,8 @@ def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks
     ValueError
         If a family cannot build the shape or cannot be exported.
     """
-    from pipecore.schedules import build
-    from pipecore.simulate import simulate
+    from pipecore.core.simulate import simulate
+    from pipecore.schedules.registry import build
 
     from . import _torch_run
 

@@ -4,25 +4,36 @@
 >>> sched = pc.build("1f1b", devices=4, microbatches=8)
 >>> pc.simulate(sched, pc.Costs(f=1.0, b=2.0, w=0.0, comm=0.0)).makespan
 33.0
+
+The package is layered (docs/architecture.md); imports only go down:
+kernels < core < schedules < analysis < output < scan < search < this file,
+cli and testing.
 """
 
-from . import adaptive, blocks, generate, milp, search  # noqa: E402  (pc.milp.optimal, ...)
-from ._schedule import KINDS, Action, Schedule, ScheduleError, from_actions
-from .batch import simulate_many
-from .compare import compare
-from .costs import Costs, Network
-from .critical import critical_path, device_share
-from .formulas import formula
-from .model import Hardware, Layer, Model
-from .offload import offload
-from .partition import PartitionError, Plan, partition
-from .recompute import recompute
-from .scans import Grid, ScanError, scan, write_scan
-from .schedules import Family, build, family, register, schedules
-from .simulate import Result, compile_schedule, simulate, validate
-from .table import IdealTable, ideal_table
-from .tune import Tuned, TuneError, tune
-from .variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
+import importlib as _importlib
+import sys as _sys
+
+from . import search  # pc.search: the package, whose local_search is the entry point
+from .analysis import critical as _critical  # noqa: F401  (registers Result.critical_path)
+from .analysis.compare import compare
+from .analysis.critical import critical_path, device_share
+from .analysis.formulas import formula
+from .analysis.model import Hardware, Layer, Model
+from .analysis.table import IdealTable, ideal_table
+from .analysis.variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
+from .core.costs import Costs, Network
+from .core.schedule import KINDS, Action, Schedule, ScheduleError, from_actions
+from .core.simulate import Result, compile_schedule, simulate, validate
+from .output import writers as _writers  # noqa: F401  (registers Result's writers)
+from .scan.batch import simulate_many
+from .scan.scans import Grid, ScanError, scan, write_scan
+from .schedules import adaptive, blocks, generate
+from .schedules.offload import offload
+from .schedules.recompute import recompute
+from .schedules.registry import Family, build, family, register, schedules
+from .search import milp
+from .search.partition import PartitionError, Plan, partition
+from .search.tune import Tuned, TuneError, tune
 
 __version__ = "0.1.0"
 
@@ -38,3 +49,18 @@ __all__ = [
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share",
 ]
+
+# The flat module paths of before the layers (pipecore.costs, pipecore.study,
+# ...) keep importing: each names the module that now holds its code.
+_FORMER = {
+    "costs": "core.costs", "simulate": "core.simulate", "batch": "scan.batch",
+    "scans": "scan.scans", "blocks": "schedules.blocks", "generate": "schedules.generate",
+    "adaptive": "schedules.adaptive", "recompute": "schedules.recompute",
+    "offload": "schedules.offload", "formulas": "analysis.formulas", "table": "analysis.table",
+    "compare": "analysis.compare", "study": "analysis.study", "critical": "analysis.critical",
+    "variation": "analysis.variation", "model": "analysis.model", "tune": "search.tune",
+    "milp": "search.milp", "partition": "search.partition",
+}
+for _old, _new in _FORMER.items():
+    _sys.modules.setdefault(f"{__name__}.{_old}", _importlib.import_module(f"{__name__}.{_new}"))
+del _old, _new

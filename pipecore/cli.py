@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .costs import Costs, Network
-from .schedules import build, family, schedules
-from .simulate import simulate
-from .table import ideal_table
+from .analysis.table import ideal_table
+from .core.costs import Costs, Network
+from .core.simulate import simulate
+from .schedules.registry import build, family, schedules
 
 __all__ = ["main"]
 
@@ -160,14 +160,14 @@ def _parser():
 
 
 def _cmd_compare(args, out):
-    from .compare import compare, format_compare
+    from .analysis.compare import compare, format_compare
 
     rows = compare(args.devices, args.microbatches, chunks=args.chunks, costs=_costs(args),
                    network=_network(args))
     written = []
     gantt_note = None
     if not args.no_gantt:
-        from .output import MissingDependencyError, write_gantt
+        from .output.writers import MissingDependencyError, write_gantt
 
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
@@ -197,7 +197,7 @@ def _cmd_simulate(args, out):
     fam = family(args.name)
     sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
     res = simulate(sched, _costs(args), _network(args))
-    from . import output
+    from .output import writers as output
 
     files = {}
     if args.parquet:
@@ -209,7 +209,7 @@ def _cmd_simulate(args, out):
     metrics = res.metrics()
     extra = {}
     if args.critical:
-        from .critical import critical_path, device_share
+        from .analysis.critical import critical_path, device_share
 
         path = critical_path(res)
         extra["critical_path"] = {"segments": path.to_pylist(),
@@ -271,7 +271,8 @@ def _int_list(name, text):
 def _cmd_study(args, out):
     import pyarrow.parquet as pq
 
-    from .study import plot_study, study, summarize
+    from .analysis.study import study, summarize
+    from .output.plots import plot_study
 
     table = study(_int_list("devices", args.devices), _int_list("microbatches", args.microbatches))
     folder = Path(args.out)
@@ -280,7 +281,7 @@ def _cmd_study(args, out):
     out.write(summarize(table) + "\n")
     out.write(f"wrote {folder / 'study.parquet'} ({table.num_rows} rows)\n")
     if not args.no_plot:
-        from .output import MissingDependencyError
+        from .output.writers import MissingDependencyError
 
         try:
             for path in plot_study(table, folder / "study.png"):
@@ -291,7 +292,7 @@ def _cmd_study(args, out):
 
 
 def _cmd_scan(args, out):
-    from .scans import write_scan
+    from .scan.scans import write_scan
 
     try:
         summary = write_scan(args.grid, args.out, resume=args.resume, backend=args.backend,
@@ -314,7 +315,7 @@ def _cmd_scan(args, out):
 
 
 def _cmd_tune(args, out):
-    from .tune import TuneError, tune
+    from .search.tune import TuneError, tune
 
     costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
                   activation_w=args.activation_w, weights=args.weights, r=args.r,

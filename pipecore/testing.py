@@ -19,12 +19,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pipecore.testing needs hypothesis: pip install 'pipecore[test]'") from exc
 
-from ._schedule import Schedule, ScheduleError
-from .costs import Costs, Network
-from .recompute import recompute as _recompute
-from .schedules import build, family
-from .schedules import schedules as _family_names
-from .simulate import validate
+from .core.costs import Costs, Network
+from .core.schedule import Schedule, ScheduleError
+from .core.simulate import validate
+from .schedules.recompute import recompute as _recompute
+from .schedules.registry import build, family
+from .schedules.registry import schedules as _family_names
 
 __all__ = ["random_programs", "schedules", "family_schedules", "costs", "networks", "times"]
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
-from pipecore.adaptive import adaptive_blocks, adaptive_v
+from pipecore.schedules.adaptive import adaptive_blocks, adaptive_v
 
 UNIT = pc.Costs(f=2.0, b=2.0, w=2.0, comm=0.0, activation=1.0, activation_w=1.0, weights=0.0)
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
-from pipecore.generate import zbv_greedy
+from pipecore.schedules.generate import zbv_greedy
 
 TIMES = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.1, 3.0)
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
-from pipecore.generate import memory_greedy
+from pipecore.schedules.generate import memory_greedy
 
 
 @settings(max_examples=30, deadline=None)
@@ -68,7 +68,7 @@ def test_warmup_search_reaches_a_shallower_warmup_under_a_tight_limit():
     # optimum of the linear placement is 31 (tests/test_milp.py); fixed
     # warm-ups p-d+k give 33 at best. The search finds a depth below 1F1B's
     # on some device and reaches 31.
-    from pipecore.generate import warmup_search
+    from pipecore.schedules.generate import warmup_search
 
     costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation_w=0.5, weights=0.0)
     sched = warmup_search(range(4), 8, costs, 3.0)
@@ -84,7 +84,7 @@ def test_warmup_search_reaches_a_shallower_warmup_under_a_tight_limit():
 
 
 def test_warmup_search_errors():
-    from pipecore.generate import warmup_search
+    from pipecore.schedules.generate import warmup_search
 
     with pytest.raises(ValueError, match="no warm-up gives"):
         warmup_search(range(4), 8, pc.Costs(activation=1.0, weights=0.0), 0.5)

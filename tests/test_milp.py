@@ -8,13 +8,13 @@ import sys
 import pytest
 
 import pipecore as pc
-from pipecore.costs import fits
-from pipecore.generate import memory_greedy
+from pipecore.core.costs import fits
+from pipecore.schedules.generate import memory_greedy
 
 needs_highspy = pytest.mark.skipif(importlib.util.find_spec("highspy") is None,
                                    reason='needs highspy: pip install "pipecore[milp]"')
 
-from pipecore.milp import Optimum, optimal  # noqa: E402
+from pipecore.search.milp import Optimum, optimal  # noqa: E402
 
 #: Per-solve limit; the bar is 60 s for p=4, m=8.
 TIME_LIMIT = 60.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import types
@@ -13,27 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-
-def _load_output():
-    """Import pipecore.output, falling back to loading the file directly.
-
-    The package may be mid-construction; the output module has no
-    intra-package imports, so loading it by path is equivalent.
-    """
-    try:
-        from pipecore import output
-
-        return output
-    except ImportError:
-        src = Path(__file__).resolve().parents[1] / "pipecore" / "output.py"
-        spec = importlib.util.spec_from_file_location("_pipecore_output_under_test", src)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-
-
-output = _load_output()
+from pipecore.output import writers as output  # noqa: E402
 
 KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

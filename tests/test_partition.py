@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import pipecore as pc
-from pipecore.model import Hardware, Model
-from pipecore.partition import PartitionError, partition, uniform_split
+from pipecore.analysis.model import Hardware, Model
+from pipecore.search.partition import PartitionError, partition, uniform_split
 
 # One FLOP per second and free links: a layer's times are its FLOPs, exactly.
 UNIT = Hardware(flops=1.0, memory_bandwidth=math.inf, link_bandwidth=math.inf, link_latency=0.0,

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipecore as pc
-from pipecore import scans as scan_mod
+from pipecore.scan import scans as scan_mod
 
 GRID = {
     "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipev", "chimera"],
@@ -133,7 +133,7 @@ def test_cli_scan_on_ray(ray_local, tmp_path):
 
 
 def test_missing_ray_is_a_clear_error(monkeypatch):
-    from pipecore._ray import run_parts
+    from pipecore.scan.ray import run_parts
 
     monkeypatch.setitem(sys.modules, "ray", None)  # "import ray" now raises ImportError
     grid = pc.Grid.from_dict(GRID)

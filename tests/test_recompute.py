@@ -212,7 +212,7 @@ def test_tune_error_reports_the_limit_recompute_reaches():
 def test_device_peaks_without_building_equal_the_kernel(sched, data):
     # tune's binary search predicts each device's peak for a set of
     # recomputed stages from the plain schedule; it must equal simulate()'s.
-    from pipecore.tune import _device_peaks
+    from pipecore.search.tune import _device_peaks
 
     chosen = data.draw(st.lists(st.integers(0, sched.stages - 1), min_size=1, unique=True))
     costs = pc.Costs(activation=data.draw(st.floats(0.5, 2.0)), activation_w=0.2,

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipecore as pc
-from pipecore import scans as scan_mod
+from pipecore.scan import scans as scan_mod
 
 GRID = {
     "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipev", "chimera"],

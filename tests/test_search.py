@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
-from pipecore.generate import memory_greedy
+from pipecore.schedules.generate import memory_greedy
 from pipecore.search import local_search
 
 

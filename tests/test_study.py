@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipecore as pc
+from pipecore.analysis.study import Hardware, TransformerModel, study, summarize
 from pipecore.cli import main
-from pipecore.study import Hardware, TransformerModel, study, summarize
 
 
 def test_small_study_rows_and_ranks():
@@ -58,7 +58,7 @@ def test_model_costs_follow_the_zero_bubble_table():
 def test_hardware_errors_and_scaling():
     with pytest.raises(ValueError, match="unknown hardware preset 'tpu'"):
         Hardware.preset("tpu")
-    with pytest.raises(ValueError, match="'flops' must be > 0"):
+    with pytest.raises(ValueError, match="'flops' must be finite and > 0"):
         Hardware(0.0, 1.0, 1.0, 0.0)
     hw = Hardware.preset("dgx-h100").scaled(compute=10.0, network=0.1)
     assert hw.flops == pytest.approx(9.89e15) and hw.link_bandwidth == pytest.approx(5e9)

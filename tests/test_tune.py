@@ -6,7 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
-from pipecore.tune import CHUNK_VALUES
+from pipecore.search.tune import CHUNK_VALUES
 
 
 def _memory(res):

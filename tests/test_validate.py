@@ -311,7 +311,7 @@ def test_fast_program_path_equals_entry_by_entry(name, monkeypatch):
     # from_programs has a columnar fast path for plain tuples; it must build
     # exactly the table the entry-by-entry path builds (pairs and all-reduces
     # always take the latter).
-    from pipecore import _schedule
+    from pipecore.core import schedule as _schedule
 
     sched = pc.build(name, 4, 8)
     programs = sched.programs()

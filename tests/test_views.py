@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipecore as pc
+from pipecore.analysis.compare import compare, format_compare
 from pipecore.cli import main
-from pipecore.compare import compare, format_compare
 
 
 def test_ideal_table_1f1b_unit_slots():

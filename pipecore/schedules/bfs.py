@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Family, _programs_to_schedule, register
+from .registry import Family, _programs_to_schedule, register
 
 
 def build_looped_bfs(devices, microbatches, chunks=2):

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._schedule import Schedule
-from . import Family, register
+from ..core.schedule import Schedule
+from .registry import Family, register
 
 
 def build_bitpipe(devices, microbatches, chunks=2):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._schedule import Schedule
-from . import Family, _programs_to_schedule, register
+from ..core.schedule import Schedule
+from .registry import Family, _programs_to_schedule, register
 
 
 class _Device:

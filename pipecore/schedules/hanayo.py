@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._schedule import _check_int
-from . import Family, register
+from ..core.schedule import _check_int
+from .registry import Family, register
 
 
 def wave_placement(devices, waves):
@@ -67,7 +67,7 @@ def build_hanayo(devices, microbatches, chunks=2, waves=None):
     ValueError
         If ``chunks`` is odd.
     """
-    from ..generate import greedy
+    from .generate import greedy
 
     if chunks % 2:
         raise ValueError(f"'hanayo' places 2 stages per device and wave: 'chunks' must be even "

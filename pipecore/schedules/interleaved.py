@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Family, ProgramBuilder, _programs_to_schedule, register
+from .registry import Family, ProgramBuilder, _programs_to_schedule, register
 
 
 def build_interleaved(devices, microbatches, chunks=2):

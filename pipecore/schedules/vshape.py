@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..blocks import repeat, v_half, v_min, v_zb
-from . import Family, ProgramBuilder, _programs_to_schedule, register
+from .blocks import repeat, v_half, v_min, v_zb
+from .registry import Family, ProgramBuilder, _programs_to_schedule, register
 
 
 def v_placement(devices):

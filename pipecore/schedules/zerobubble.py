@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Family, _programs_to_schedule, register
+from .registry import Family, _programs_to_schedule, register
 
 
 def split_1f1b(devices, microbatches, warmup, lag, name):

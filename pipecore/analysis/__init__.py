@@ -1,0 +1,1 @@
+"""Analysis: formulas, the ideal table, compare, study, critical path, variation, model and hardware."""

@@ -1,0 +1,156 @@
+"""Three views of every family side by side: formula, ideal table, simulation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.costs import Costs, Network
+from ..core.schedule import _check_int
+from ..core.simulate import simulate
+from ..schedules.registry import build, family, schedules
+from .formulas import formula
+from .table import ideal_table
+
+__all__ = ["compare", "format_compare"]
+
+_TOL = 1e-9
+
+
+def _close(a, b):
+    return abs(a - b) <= _TOL * max(1.0, abs(a), abs(b))
+
+
+def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | None = None,
+            network: Network | None = None, names=None) -> list[dict]:
+    """Evaluate each family three ways and flag where the views disagree.
+
+    Parameters
+    ----------
+    devices, microbatches : int
+        Pipeline shape.
+    chunks : int, default 2
+        Stages per device for the families that interleave.
+    costs : Costs, optional
+        Scalar costs for the simulation and the formula; defaults to
+        ``Costs()``.
+    network : Network, optional
+        Passed to the simulation (the formulas ignore communication).
+    names : iterable of str, optional
+        Families to include; all by default.
+
+    Returns
+    -------
+    list of dict
+        One row per family: ``name``, ``chunks``, ``makespan``,
+        ``formula_makespan``, ``table_slots``, ``formula_slots``,
+        ``bubble_ratio``, ``formula_bubble_ratio``, ``bubble_rate``,
+        ``formula_bubble_rate``, ``formula_exact``,
+        ``peak_max``/``peak_min`` and their ``formula_`` twins,
+        ``flags`` (list of disagreements), ``error`` (why the family could
+        not be built, else None), and ``result`` (the simulation).
+
+    Raises
+    ------
+    ValueError
+        For bad devices, microbatches, chunks or costs, or an unknown name.
+    """
+    costs = Costs() if costs is None else costs
+    # Shape errors are the caller's; a family that cannot take a valid shape
+    # is reported in its row instead.
+    devices = _check_int("devices", devices, minimum=1)
+    microbatches = _check_int("microbatches", microbatches, minimum=1)
+    chunks = _check_int("chunks", chunks, minimum=1)
+    if names is None:
+        names = schedules()
+    rows = []
+    for name in names:
+        fam = family(name)
+        v = fam.chunks_for(chunks)
+        row = {"name": fam.name, "chunks": v, "error": None, "flags": [], "result": None}
+        try:
+            sched = build(fam.name, devices, microbatches, chunks=v)
+        except ValueError as exc:
+            row["error"] = str(exc)
+            rows.append(row)
+            continue
+        res = simulate(sched, costs, network)
+        fm = formula(sched, costs)
+        table = ideal_table(sched)
+        unit = formula(sched, Costs(f=float(v), b=float(v), w=float(v)))
+        peak = res.peak_activation
+        row.update(
+            result=res,
+            makespan=res.makespan,
+            formula_makespan=fm["makespan"],
+            table_slots=table.length,
+            formula_slots=unit["makespan"],
+            bubble_ratio=res.bubble_ratio,
+            formula_bubble_ratio=fm["bubble_ratio"],
+            bubble_rate=res.bubble_rate,
+            formula_bubble_rate=fm["bubble_rate"],
+            formula_exact=bool(fm["exact"]),
+            peak_max=float(peak.max()),
+            peak_min=float(peak.min()),
+            formula_peak_max=float(fm["peak_activation"].max()),
+            formula_peak_min=float(fm["peak_activation"].min()),
+        )
+        comm = network is not None or np.any(np.asarray(costs.comm) > 0)
+        why = []
+        if comm:
+            why.append("communication")
+        if not fm["exact"]:
+            why.append("formula approximate for these costs")
+        note = f" ({', '.join(why)})" if why else ""
+        if not _close(res.makespan, fm["makespan"]):
+            row["flags"].append("sim vs formula: makespan" + note)
+        if not _close(res.bubble_rate, fm["bubble_rate"]):
+            row["flags"].append("sim vs formula: bubble rate" + note)
+        if not _close(table.length, unit["makespan"]):
+            row["flags"].append("table vs formula: slots" + ("" if fm["exact"] else " (formula approximate)"))
+        # NaN: the family has no closed form for its peak.
+        if (not np.isnan(fm["peak_activation"]).any()
+                and not np.allclose(peak, fm["peak_activation"], rtol=_TOL, atol=_TOL)):
+            row["flags"].append("sim vs formula: peak activation" + note)
+        rows.append(row)
+    return rows
+
+
+def format_compare(rows: list[dict]) -> str:
+    """Render :func:`compare` rows as a text table.
+
+    Parameters
+    ----------
+    rows : list of dict
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
+    """
+    head = ["schedule", "v", "makespan", "formula", "slots", "f.slots", "bubble",
+            "f.bubble", "zb-rate", "f.zb-rate", "peak max", "f.max", "peak min", "f.min", "agree"]
+    out = []
+    for r in rows:
+        if r["error"]:
+            out.append([r["name"], str(r["chunks"])] + ["-"] * 12 + ["n/a: " + r["error"]])
+            continue
+        out.append([
+            r["name"], str(r["chunks"]), f"{r['makespan']:.6g}", f"{r['formula_makespan']:.6g}",
+            str(r["table_slots"]), f"{r['formula_slots']:.6g}", f"{r['bubble_ratio']:.4f}",
+            f"{r['formula_bubble_ratio']:.4f}", f"{r['bubble_rate']:.4f}",
+            f"{r['formula_bubble_rate']:.4f}",
+            f"{r['peak_max']:.4g}", f"{r['formula_peak_max']:.4g}",
+            f"{r['peak_min']:.4g}", f"{r['formula_peak_min']:.4g}",
+            "yes" if not r["flags"] else "NO: " + "; ".join(r["flags"]),
+        ])
+    widths = [max(len(h), *(len(row[i]) for row in out)) if out else len(h)
+              for i, h in enumerate(head)]
+    widths[-1] = len(head[-1])
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    for row in out:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)

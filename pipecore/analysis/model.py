@@ -1,0 +1,721 @@
+"""A model as a list of layers and the hardware it runs on.
+
+Each :class:`Layer` carries its FLOPs, memory traffic, activation, parameter
+and transfer bytes for one microbatch; :class:`Hardware` turns them into
+F, B and W times with a roofline. :meth:`Model.costs` and
+:meth:`Model.network` group layers into pipeline stages and give the
+per-stage :class:`~pipecore.Costs` and :class:`~pipecore.Network` that
+:func:`pipecore.simulate` takes, in **seconds and bytes**.
+
+Everything is a plain dataclass: edit a preset or a layer with
+:func:`dataclasses.replace`.
+
+References
+----------
+.. [Megatron] D. Narayanan et al., "Efficient Large-Scale Language Model
+   Training on GPU Clusters Using Megatron-LM", SC'21, section 5.1 (FLOPs)
+   and section 3.1 (parameters).
+.. [Korthikanti] V. Korthikanti et al., "Reducing Activation Recomputation
+   in Large Transformer Models", MLSys 2023 (arXiv:2205.05198), section 4.1
+   (activations per layer) and 4.3 (input and output layers).
+.. [ZB] P. Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+   Table 1 (F, B and W FLOPs and the memory W still needs).
+.. [ZeRO] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+   Training Trillion Parameter Models", SC'20, section 3.1 (16 bytes of
+   training state per parameter with mixed-precision Adam).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+
+from ..core.costs import Costs, Network
+
+__all__ = ["Layer", "Model", "Hardware", "LAYER_KINDS", "HARDWARE_PRESETS"]
+
+#: Kinds a :class:`Layer` may have.
+LAYER_KINDS = ("embedding", "block", "head")
+
+
+def _number(owner, name, value, positive=False, allow_inf=False):
+    if isinstance(value, bool):
+        raise ValueError(f"{owner} '{name}' must be a number (got {value!r})")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner} '{name}' must be a number (got {value!r})") from None
+    if math.isnan(x) or (math.isinf(x) and not allow_inf) or x < 0 or (positive and x == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise ValueError(f"{owner} '{name}' must be finite and {rule} (got {value!r})")
+    return x
+
+
+def _positive_int(owner, name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{owner} '{name}' must be an int >= 1 (got {value!r})")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One device, its memory, and the links between pipeline devices.
+
+    The one roofline in pipecore: :mod:`pipecore.study`'s transformer costs
+    and :class:`Model`'s layers both time their ops with :meth:`roofline`.
+
+    Parameters
+    ----------
+    flops : float
+        Peak FLOP/s of a device (dense, in the training precision).
+    memory_bandwidth : float
+        Device memory (HBM) bandwidth in bytes/s: the roofline's other roof.
+    link_bandwidth : float
+        Bytes/s of one direction of a link between pipeline neighbours
+        (inside a node when ``devices_per_node`` is set).
+    link_latency : float
+        Seconds per transfer on such a link.
+    name : str, default "custom"
+        Label.
+    hbm_bytes : float, default inf
+        Memory of a device in bytes; :func:`pipecore.partition` uses it as
+        the default per-device memory limit.
+    devices_per_node : int, optional
+        Devices ``[k*n, (k+1)*n)`` form node k; links between nodes use
+        ``inter_bandwidth`` and ``inter_latency``. None: one level.
+    inter_bandwidth : float, optional
+        Bytes/s per direction between nodes (required with
+        ``devices_per_node``).
+    inter_latency : float, optional
+        Seconds per transfer between nodes (defaults to ``link_latency``).
+
+    Raises
+    ------
+    ValueError
+        If a value is not a positive number (latencies may be 0), or an
+        inter-node field is given without ``devices_per_node``.
+    """
+
+    flops: float
+    memory_bandwidth: float
+    link_bandwidth: float
+    link_latency: float
+    name: str = "custom"
+    hbm_bytes: float = math.inf
+    devices_per_node: int | None = None
+    inter_bandwidth: float | None = None
+    inter_latency: float | None = None
+
+    def __post_init__(self):
+        for name in ("flops", "memory_bandwidth", "link_bandwidth", "hbm_bytes"):
+            object.__setattr__(self, name, _number("Hardware", name, getattr(self, name),
+                                                   positive=True, allow_inf=True))
+        if math.isinf(self.flops) and math.isinf(self.memory_bandwidth):
+            raise ValueError("Hardware 'flops' and 'memory_bandwidth' cannot both be inf")
+        object.__setattr__(self, "link_latency", _number("Hardware", "link_latency", self.link_latency))
+        if self.devices_per_node is None:
+            if self.inter_bandwidth is not None or self.inter_latency is not None:
+                raise ValueError("Hardware 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
+            return
+        _positive_int("Hardware", "devices_per_node", self.devices_per_node)
+        if self.inter_bandwidth is None:
+            raise ValueError("Hardware 'inter_bandwidth' is required with 'devices_per_node'")
+        object.__setattr__(self, "inter_bandwidth", _number(
+            "Hardware", "inter_bandwidth", self.inter_bandwidth, positive=True, allow_inf=True))
+        lat = self.link_latency if self.inter_latency is None else self.inter_latency
+        object.__setattr__(self, "inter_latency", _number("Hardware", "inter_latency", lat))
+
+    @classmethod
+    def preset(cls, name: str) -> Hardware:
+        """A named hardware description (see :data:`HARDWARE_PRESETS`).
+
+        Parameters
+        ----------
+        name : str
+            One of ``"h100-nvlink"``, ``"a100-nvlink"``, ``"h100-pcie"``,
+            ``"dgx-h100"`` (the study's baseline), case-insensitive.
+
+        Returns
+        -------
+        Hardware
+
+        Raises
+        ------
+        ValueError
+            If the name is unknown (the message lists the valid ones).
+        """
+        key = str(name).strip().lower()
+        if key not in HARDWARE_PRESETS:
+            raise ValueError(f"unknown hardware preset {name!r}; valid: {', '.join(HARDWARE_PRESETS)}")
+        return HARDWARE_PRESETS[key]
+
+    @staticmethod
+    def presets() -> list[str]:
+        """Names :meth:`preset` accepts.
+
+        Returns
+        -------
+        list of str
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        return list(HARDWARE_PRESETS)
+
+    def scaled(self, compute: float = 1.0, network: float = 1.0) -> Hardware:
+        """The same hardware with compute (FLOP/s and HBM bandwidth) and network scaled.
+
+        Parameters
+        ----------
+        compute, network : float
+            Factors (> 0). Latencies are divided by ``network``.
+
+        Returns
+        -------
+        Hardware
+
+        Raises
+        ------
+        ValueError
+            If a factor is not positive.
+        """
+        compute = _number("Hardware.scaled", "compute", compute, positive=True)
+        network = _number("Hardware.scaled", "network", network, positive=True)
+        inter = {}
+        if self.devices_per_node is not None:
+            inter = {"inter_bandwidth": self.inter_bandwidth * network,
+                     "inter_latency": self.inter_latency / network}
+        return replace(self, flops=self.flops * compute,
+                       memory_bandwidth=self.memory_bandwidth * compute,
+                       link_bandwidth=self.link_bandwidth * network,
+                       link_latency=self.link_latency / network,
+                       name=f"{self.name} compute x{compute:g} network x{network:g}", **inter)
+
+    def roofline(self, flops: float, bytes_moved: float) -> float:
+        """Seconds of one kernel: ``max(flops / self.flops, bytes / memory_bandwidth)``.
+
+        Parameters
+        ----------
+        flops, bytes_moved : float
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        return max(flops / self.flops, bytes_moved / self.memory_bandwidth)
+
+    def network(self, nbytes) -> Network:
+        """A :class:`~pipecore.Network` with these links carrying ``nbytes`` per transfer.
+
+        Parameters
+        ----------
+        nbytes : float or array_like
+            Bytes per transfer; a vector is indexed by the sending stage.
+
+        Returns
+        -------
+        Network
+
+        Raises
+        ------
+        ValueError
+            As :class:`~pipecore.Network`.
+        """
+        if self.devices_per_node is None:
+            return Network.uniform(nbytes, self.link_bandwidth, self.link_latency)
+        return Network.two_level(nbytes, self.devices_per_node, self.link_bandwidth,
+                                 self.inter_bandwidth, self.link_latency, self.inter_latency)
+
+
+# Data-sheet figures. Dense BF16 tensor-core FLOP/s (the data sheets print
+# twice these "with sparsity"); HBM bandwidth and size; NVLink bandwidth per
+# direction is half the "total" (bidirectional) figure. 80 GB is taken as
+# 80e9 bytes. Latencies are not in the data sheets: 2 us inside a node and
+# 5 us across InfiniBand are round figures of ours, to edit.
+HARDWARE_PRESETS = {
+    # NVIDIA H100 Tensor Core GPU data sheet, SXM5: 989 TFLOP/s BF16 dense,
+    # 3.35 TB/s HBM3, 80 GB, NVLink 900 GB/s total; DGX H100: one 400 Gb/s
+    # (50 GB/s) ConnectX-7 InfiniBand port per GPU, 8 GPUs per node.
+    "h100-nvlink": Hardware(989e12, 3.35e12, 450e9, 2e-6, "h100-nvlink", hbm_bytes=80e9,
+                            devices_per_node=8, inter_bandwidth=50e9, inter_latency=5e-6),
+    # NVIDIA A100 data sheet, SXM4 80GB: 312 TFLOP/s BF16 dense, 2,039 GB/s
+    # HBM2e, NVLink 600 GB/s total; DGX A100: one 200 Gb/s (25 GB/s) HDR
+    # InfiniBand port per GPU, 8 GPUs per node.
+    "a100-nvlink": Hardware(312e12, 2.039e12, 300e9, 2e-6, "a100-nvlink", hbm_bytes=80e9,
+                            devices_per_node=8, inter_bandwidth=25e9, inter_latency=5e-6),
+    # NVIDIA H100 data sheet, PCIe: 756 TFLOP/s BF16 dense, 2.0 TB/s HBM2e,
+    # 80 GB; PCIe Gen5 x16 128 GB/s total (64 GB/s per direction), no bridge.
+    "h100-pcie": Hardware(756e12, 2.0e12, 64e9, 5e-6, "h100-pcie", hbm_bytes=80e9),
+    # pipecore.study's baseline: H100 SXM compute with 50 GB/s, 0.5 us links.
+    "dgx-h100": Hardware(989e12, 3.35e12, 50e9, 0.5e-6, "dgx-h100", hbm_bytes=80e9),
+}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer for one microbatch: FLOPs, memory traffic and bytes.
+
+    Parameters
+    ----------
+    name : str
+        Label (e.g. ``"block 3"``).
+    kind : str
+        ``"embedding"``, ``"block"`` or ``"head"`` (the LM head with the loss).
+    flops_f, flops_b, flops_w : float
+        FLOPs of the forward (F), the backward for inputs (B) and the
+        backward for weights (W).
+    bytes_f, bytes_b, bytes_w : float
+        Bytes each of F, B and W moves to and from device memory (the
+        roofline's memory term).
+    activation : float
+        Bytes F keeps for the backward (freed by B, except ``activation_w``).
+    activation_w : float
+        Bytes W still needs after B (freed by W); at most ``activation``.
+    params : float
+        Number of parameters.
+    param_bytes : float
+        Static bytes the parameters take in training (weights, gradients
+        and optimizer state).
+    output_bytes : float
+        Bytes of the layer's output, which a stage ending with this layer
+        sends to the next stage (and the gradient of which comes back).
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, a negative or non-finite number, or
+        ``activation_w > activation``.
+    """
+
+    name: str
+    kind: str
+    flops_f: float
+    flops_b: float
+    flops_w: float
+    bytes_f: float
+    bytes_b: float
+    bytes_w: float
+    activation: float
+    activation_w: float
+    params: float
+    param_bytes: float
+    output_bytes: float
+
+    def __post_init__(self):
+        if self.kind not in LAYER_KINDS:
+            raise ValueError(f"Layer 'kind' must be one of {', '.join(LAYER_KINDS)} (got {self.kind!r})")
+        for f in fields(self):
+            if f.name not in ("name", "kind"):
+                object.__setattr__(self, f.name, _number("Layer", f.name, getattr(self, f.name)))
+        if self.activation_w > self.activation:
+            raise ValueError(f"Layer 'activation_w' must be <= 'activation' "
+                             f"(got {self.activation_w} > {self.activation} in {self.name!r})")
+
+    def times(self, hardware: Hardware) -> tuple[float, float, float]:
+        """Roofline seconds of F, B and W: ``max(FLOPs / flops, bytes / memory_bandwidth)``.
+
+        Parameters
+        ----------
+        hardware : Hardware
+
+        Returns
+        -------
+        tuple of float
+            ``(f, b, w)``.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        return (hardware.roofline(self.flops_f, self.bytes_f),
+                hardware.roofline(self.flops_b, self.bytes_b),
+                hardware.roofline(self.flops_w, self.bytes_w))
+
+
+def _check_split(stage_layers, n_layers):
+    """Layers per stage: a sequence of ints >= 1 summing to the model's layers."""
+    try:
+        counts = [int(c) for c in stage_layers]
+    except (TypeError, ValueError):
+        raise ValueError(f"'stage_layers' must be a sequence of ints (got {stage_layers!r})") from None
+    if any(isinstance(c, bool) for c in stage_layers) or \
+            any(c != x for c, x in zip(counts, stage_layers)):
+        raise ValueError(f"'stage_layers' must hold ints (got {stage_layers!r})")
+    if not counts:
+        raise ValueError("'stage_layers' must name at least one stage")
+    if min(counts) < 1:
+        s = counts.index(min(counts))
+        raise ValueError(f"'stage_layers' gives stage {s} {counts[s]} layers; every stage needs >= 1")
+    if sum(counts) != n_layers:
+        raise ValueError(f"'stage_layers' sums to {sum(counts)} but the model has {n_layers} layers")
+    return counts
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model as an ordered list of layers, for one microbatch.
+
+    Parameters
+    ----------
+    layers : sequence of Layer
+        In model order (stages take contiguous ranges of it).
+    microbatch : int, default 1
+        Sequences per microbatch (what the layers' numbers are for).
+    seq : int, optional
+        Tokens per sequence (informational).
+    name : str, default "model"
+        Label.
+
+    Raises
+    ------
+    ValueError
+        If there is no layer or an entry is not a :class:`Layer`.
+    """
+
+    layers: tuple
+    microbatch: int = 1
+    seq: int | None = None
+    name: str = "model"
+    _arrays: dict = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        layers = tuple(self.layers)
+        if not layers:
+            raise ValueError("Model 'layers' must hold at least one Layer")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Layer):
+                raise ValueError(f"Model 'layers'[{i}] must be a pipecore Layer "
+                                 f"(got {type(layer).__name__})")
+        object.__setattr__(self, "layers", layers)
+        _positive_int("Model", "microbatch", self.microbatch)
+        cols = ("activation", "activation_w", "param_bytes", "output_bytes", "params")
+        object.__setattr__(self, "_arrays", {c: np.array([getattr(x, c) for x in layers]) for c in cols})
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @classmethod
+    def transformer(cls, layers: int, hidden: int, heads: int, seq: int, vocab: int,
+                    microbatch: int = 1, bytes_per_value: int = 2, state_bytes_per_param: float = 16,
+                    selective_recompute: bool = True, embedding: bool = True,
+                    head: bool = True, name: str | None = None) -> Model:
+        """A GPT-style decoder: embedding, ``layers`` transformer blocks, LM head with loss.
+
+        With b = ``microbatch``, s = ``seq``, h = ``hidden``, a = ``heads``,
+        V = ``vocab``, q = ``bytes_per_value`` (2 for BF16):
+
+        *Block* (a 4h MLP).
+
+        - F FLOPs ``24 b s h^2 + 4 b s^2 h`` [Megatron]_ (eq. 2's per-layer
+          term: QKV, projection and MLP matmuls, and the two attention
+          matmuls).
+        - B FLOPs ``24 b s h^2 + 8 b s^2 h`` and W FLOPs ``24 b s h^2`` [ZB]_
+          (Table 1: the input gradient of every matmul and the attention
+          core, twice the forward's; the weight gradients of the four
+          linear layers). With ``selective_recompute`` B also reruns the
+          attention core's forward, ``+ 4 b s^2 h`` [Korthikanti]_ (sec. 5).
+        - Activation bytes [Korthikanti]_ (eq. 1, 16-bit values, 1-byte
+          dropout masks): ``s b h (34 + 5 a s / h)``. Generalised to q
+          bytes per value: ``s b h (16 q + 2) + a s^2 b (2 q + 1)``. With
+          ``selective_recompute`` (Megatron's selective recompute, and what
+          FlashAttention stores) the ``a s^2 b`` term is gone: ``34 s b h``.
+        - Bytes W still needs after B: the inputs and output gradients of
+          the four linear layers, ``16 s b h`` values, ``32 s b h`` bytes in
+          16-bit [ZB]_ (Table 1's M_W).
+        - Parameters ``12 h^2 + 13 h`` (weights, biases, two layer norms)
+          [Megatron]_; training state ``state_bytes_per_param`` each (16 with
+          mixed-precision Adam [ZeRO]_).
+        - Output (transfer) ``s b h`` values.
+        - Bytes moved: F and B read the weights (q bytes each) and write or
+          read the activation; W reads what it needs and writes the weight
+          gradients (q bytes each).
+
+        *Embedding*: ``V h`` parameters [Megatron]_; a lookup, so no matmul
+        FLOPs: F moves ``2 s b h q`` bytes (rows read, output written), B
+        nothing (token ids take no gradient), W scatter-adds the output
+        gradient (``s b h`` FLOPs, ``2 s b h q`` bytes). Activation: the
+        dropout mask, ``s b h`` bytes [Korthikanti]_ (sec. 4.3); W needs only
+        the token ids (not counted).
+
+        *Head* (final layer norm, output projection, cross-entropy loss):
+        ``V h + 2 h`` parameters (untied: a pipeline's last stage holds its
+        own copy); F, B and W each ``2 b s h V`` FLOPs [Megatron]_ (the
+        logit layer's ``6 b s h V`` split like a linear layer's); activation
+        ``2 s b h q + 4 s b V`` bytes (layer-norm and projection inputs,
+        and the FP32 logits the loss keeps [Korthikanti]_, sec. 4.3); W
+        needs the projection input and the logit gradients,
+        ``s b h q + s b V q`` bytes; bytes moved as for a block.
+
+        Parameters
+        ----------
+        layers, hidden, heads, seq, vocab : int
+            Transformer blocks, hidden size, attention heads, sequence
+            length, vocabulary size.
+        microbatch : int, default 1
+            Sequences per microbatch.
+        bytes_per_value : int, default 2
+            Bytes of one activation or weight value (BF16).
+        state_bytes_per_param : float, default 16
+            Training bytes per parameter (weights, gradients, optimizer).
+        selective_recompute : bool, default True
+            Keep no ``s^2`` attention tensors and recompute the attention
+            core in B (Megatron-LM's selective recompute; FlashAttention's
+            memory). False gives Korthikanti's full ``34 + 5 a s / h``.
+        embedding, head : bool, default True
+            Include the embedding and the LM head.
+        name : str, optional
+            Label.
+
+        Returns
+        -------
+        Model
+
+        Raises
+        ------
+        ValueError
+            If a shape value is not a positive int, or ``hidden`` is not a
+            multiple of ``heads``.
+        """
+        n = _positive_int("Model.transformer", "layers", layers)
+        h = _positive_int("Model.transformer", "hidden", hidden)
+        a = _positive_int("Model.transformer", "heads", heads)
+        s = _positive_int("Model.transformer", "seq", seq)
+        V = _positive_int("Model.transformer", "vocab", vocab)
+        b = _positive_int("Model.transformer", "microbatch", microbatch)
+        q = _positive_int("Model.transformer", "bytes_per_value", bytes_per_value)
+        state = _number("Model.transformer", "state_bytes_per_param", state_bytes_per_param, positive=True)
+        if h % a:
+            raise ValueError(f"Model.transformer 'hidden' ({h}) must be a multiple of 'heads' ({a})")
+        sbh = float(s * b * h)
+        out = []
+        if embedding:
+            p = float(V * h)
+            out.append(Layer("embedding", "embedding", flops_f=0.0, flops_b=0.0, flops_w=sbh,
+                             bytes_f=2 * sbh * q, bytes_b=0.0, bytes_w=2 * sbh * q,
+                             activation=sbh, activation_w=0.0, params=p, param_bytes=p * state,
+                             output_bytes=sbh * q))
+        attn = 4.0 * b * s * s * h
+        p = float(12 * h * h + 13 * h)
+        act = sbh * (16 * q + 2) + (0.0 if selective_recompute else float(a * s * s * b) * (2 * q + 1))
+        act_w = 16 * sbh * q
+        block_b = 24 * sbh * h + 2 * attn + (attn if selective_recompute else 0.0)
+        for i in range(n):
+            out.append(Layer(f"block {i}", "block", flops_f=24 * sbh * h + attn, flops_b=block_b,
+                             flops_w=24 * sbh * h, bytes_f=p * q + act, bytes_b=p * q + act,
+                             bytes_w=act_w + p * q, activation=act, activation_w=act_w,
+                             params=p, param_bytes=p * state, output_bytes=sbh * q))
+        if head:
+            p = float(V * h + 2 * h)
+            logits = 2.0 * b * s * h * V
+            act = 2 * sbh * q + 4.0 * s * b * V
+            act_w = sbh * q + float(s * b * V) * q
+            out.append(Layer("head", "head", flops_f=logits, flops_b=logits, flops_w=logits,
+                             bytes_f=p * q + act, bytes_b=p * q + act, bytes_w=act_w + p * q,
+                             activation=act, activation_w=act_w, params=p, param_bytes=p * state,
+                             output_bytes=0.0))
+        if not out:
+            raise ValueError("Model.transformer needs at least one layer")
+        label = name or f"transformer L={n} h={h} a={a} s={s} V={V} b={b}"
+        return cls(tuple(out), microbatch=b, seq=s, name=label)
+
+    @classmethod
+    def uniform(cls, layers: int, f: float = 1.0, b: float = 2.0, w: float = 0.0,
+                activation: float = 1.0, activation_w: float = 0.0, weights: float = 1.0,
+                output_bytes: float = 1.0, name: str = "uniform") -> Model:
+        """Equal blocks with given per-layer costs, for a roofline at 1 FLOP/s.
+
+        Each block's FLOPs are ``f``, ``b``, ``w`` and it moves no bytes, so
+        on ``Hardware(flops=1, memory_bandwidth=inf, ...)`` its times are
+        exactly ``f``, ``b`` and ``w``. Handy to compare with the unit-cost
+        results of :class:`~pipecore.Costs`.
+
+        Parameters
+        ----------
+        layers : int
+            Number of blocks.
+        f, b, w : float
+            FLOPs (seconds at 1 FLOP/s) of F, B and W per layer.
+        activation, activation_w, weights, output_bytes : float
+            Bytes per layer.
+        name : str, default "uniform"
+
+        Returns
+        -------
+        Model
+
+        Raises
+        ------
+        ValueError
+            For a bad count or a negative value.
+        """
+        n = _positive_int("Model.uniform", "layers", layers)
+        blocks = tuple(Layer(f"block {i}", "block", f, b, w, 0.0, 0.0, 0.0, activation, activation_w,
+                             weights, weights, output_bytes) for i in range(n))
+        return cls(blocks, name=name)
+
+    # -- per-layer and per-stage numbers --------------------------------
+    def layer_times(self, hardware: Hardware) -> np.ndarray:
+        """Roofline seconds of every layer's F, B and W.
+
+        Parameters
+        ----------
+        hardware : Hardware
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape ``(layers, 3)``: columns f, b, w.
+
+        Raises
+        ------
+        ValueError
+            If ``hardware`` is not a :class:`Hardware`.
+        """
+        _check_hardware(hardware)
+        return np.array([x.times(hardware) for x in self.layers], dtype=np.float64).reshape(-1, 3)
+
+    def stage_ranges(self, stage_layers) -> list[tuple[int, int]]:
+        """``(start, stop)`` layer indices of each stage.
+
+        Parameters
+        ----------
+        stage_layers : sequence of int
+            Layers per stage, in model order; each >= 1, summing to
+            ``len(model)``.
+
+        Returns
+        -------
+        list of tuple of int
+
+        Raises
+        ------
+        ValueError
+            If ``stage_layers`` is not such a sequence.
+        """
+        counts = _check_split(stage_layers, len(self.layers))
+        ends = np.cumsum(counts)
+        return [(int(e - c), int(e)) for c, e in zip(counts, ends)]
+
+    def _stage_sums(self, values, stage_layers):
+        counts = _check_split(stage_layers, len(self.layers))
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        return np.add.reduceat(np.asarray(values, dtype=np.float64), starts, axis=0)
+
+    def costs(self, stage_layers, hardware: Hardware, times: np.ndarray | None = None) -> Costs:
+        """Per-stage :class:`~pipecore.Costs` in seconds and bytes.
+
+        A stage's F, B and W take the sum of its layers' roofline times
+        (one kernel after another); its ``activation``, ``activation_w`` and
+        ``weights`` are its layers' activation, W-kept and parameter
+        (training state) bytes. Every field is a vector with one entry per
+        stage, so it is used as that stage's value directly.
+
+        Parameters
+        ----------
+        stage_layers : sequence of int
+            Layers per stage (see :meth:`stage_ranges`).
+        hardware : Hardware
+        times : numpy.ndarray, optional
+            :meth:`layer_times` for this hardware, to skip recomputing it.
+
+        Returns
+        -------
+        Costs
+            ``comm`` is 0: transfers are timed by :meth:`network`.
+
+        Raises
+        ------
+        ValueError
+            If ``stage_layers`` is invalid.
+        """
+        if times is None:
+            times = self.layer_times(hardware)
+        t = self._stage_sums(times, stage_layers)
+        arr = self._arrays
+        act = self._stage_sums(arr["activation"], stage_layers)
+        # Sums of per-layer values each <= activation stay <= up to rounding; clip the ulps.
+        act_w = np.minimum(self._stage_sums(arr["activation_w"], stage_layers), act)
+        return Costs(f=t[:, 0], b=t[:, 1], w=t[:, 2], comm=0.0, activation=act, activation_w=act_w,
+                     weights=self._stage_sums(arr["param_bytes"], stage_layers))
+
+    def transfer_bytes(self, stage_layers) -> np.ndarray:
+        """Bytes each stage's ops send, indexed by the sending stage.
+
+        Stage s's F sends the output of its last layer; its B sends the
+        gradient of its input, the output of stage s-1, which for a
+        transformer is the same ``s b h`` values. The vector holds the F
+        payload for s < S-1 and, for the last stage (whose F sends
+        nothing), the gradient its B sends.
+
+        Parameters
+        ----------
+        stage_layers : sequence of int
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Raises
+        ------
+        ValueError
+            If ``stage_layers`` is invalid.
+        """
+        ranges = self.stage_ranges(stage_layers)
+        out = self._arrays["output_bytes"]
+        nbytes = np.array([out[stop - 1] for _, stop in ranges], dtype=np.float64)
+        if len(ranges) > 1:
+            nbytes[-1] = out[ranges[-1][0] - 1]
+        return nbytes
+
+    def network(self, stage_layers, hardware: Hardware) -> Network:
+        """The :class:`~pipecore.Network` of ``hardware`` with :meth:`transfer_bytes`.
+
+        Parameters
+        ----------
+        stage_layers : sequence of int
+        hardware : Hardware
+
+        Returns
+        -------
+        Network
+
+        Raises
+        ------
+        ValueError
+            If ``stage_layers`` is invalid.
+        """
+        _check_hardware(hardware)
+        return hardware.network(self.transfer_bytes(stage_layers))
+
+    def totals(self) -> dict:
+        """Whole-model sums: ``params``, ``param_bytes``, ``activation``, ``flops``.
+
+        Returns
+        -------
+        dict of str to float
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        return {"params": float(self._arrays["params"].sum()),
+                "param_bytes": float(self._arrays["param_bytes"].sum()),
+                "activation": float(self._arrays["activation"].sum()),
+                "flops": float(sum(x.flops_f + x.flops_b + x.flops_w for x in self.layers))}
+
+
+def _check_hardware(hardware):
+    if not isinstance(hardware, Hardware):
+        raise ValueError(f"'hardware' must be a pipecore.model.Hardware (got {type(hardware).__name__})")
+    return hardware

@@ -1,0 +1,171 @@
+"""Op kinds and their codes, op labels, actions and the schedule error: what every layer shares."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["KINDS", "Action", "ScheduleError", "op_label"]
+
+#: Op kinds, in the order of their integer codes (the kernel sees the codes).
+#: R recomputes a forward whose activations were dropped (activation
+#: recompute, or checkpointing); it runs on the F's device before the B.
+#: O offloads a forward's activations to host memory, L loads them back
+#: before the backward (copies on the device's host link).
+KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R", "O", "L")
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+F, B, W, BW, AR, R, O, L = range(8)  # noqa: E741 (the kinds are named by their letters)
+
+_KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+_KIND_DICTIONARY = pa.array(KINDS, type=pa.string())
+
+SCHEMA = pa.schema(
+    [
+        ("device", pa.int32()),
+        ("slot", pa.int32()),
+        ("kind", _KIND_TYPE),
+        ("stage", pa.int32()),
+        ("microbatch", pa.int32()),
+    ]
+)
+
+# Longest-first so "BW" is not read as "B" followed by junk.
+_ACTION_RE = re.compile(r"^\s*(\d+)(BW|F|B|W|R|O|L)(\d+)\s*$")
+_AR_RE = re.compile(r"^\s*(\d+)AR\s*$")
+
+
+def op_label(kind, stage, microbatch) -> str:
+    """Compact label of one op: ``"0F3"``, or ``"2AR"`` for an all-reduce.
+
+    Parameters
+    ----------
+    kind : str or int
+        Kind name or code.
+    stage, microbatch : int
+        Indices (the microbatch of an all-reduce is ignored).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    IndexError
+        If an integer kind code is outside 0..7.
+    """
+    name = KINDS[kind] if not isinstance(kind, str) else kind
+    return f"{stage}AR" if name == "AR" else f"{stage}{name}{microbatch}"
+
+
+class ScheduleError(ValueError):
+    """A schedule breaks a rule.
+
+    Attributes
+    ----------
+    rule : str
+        Short name of the broken rule (``"missing-op"``, ``"order"``,
+        ``"deadlock"``, ...).
+    device, slot, stage, microbatch : int or None
+        Where the offending op is, when there is one.
+    kind : str or None
+        The offending op's kind.
+    """
+
+    def __init__(self, message, *, rule, device=None, slot=None, stage=None,
+                 microbatch=None, kind=None):
+        super().__init__(message)
+        self.rule = rule
+        self.device = device
+        self.slot = slot
+        self.stage = stage
+        self.microbatch = microbatch
+        self.kind = kind
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    """One op in compact form: ``"0F3"`` is stage 0, forward, microbatch 3.
+
+    ``str(Action.parse(s)) == s`` for every canonical string ``s`` and
+    ``Action.parse(str(a)) == a`` for every action ``a``. ``"2AR"`` is the
+    gradient all-reduce of replicated stage 2 (it has no microbatch).
+
+    Parameters
+    ----------
+    stage : int
+        Model stage, 0-based in model order.
+    kind : str
+        One of ``"F"``, ``"B"``, ``"W"``, ``"BW"``, ``"AR"``, ``"R"``
+        (recompute of a forward whose activations were dropped), ``"O"``
+        (offload them to host memory), ``"L"`` (load them back).
+    microbatch : int or None
+        Microbatch index, 0-based; None for ``"AR"``.
+
+    Raises
+    ------
+    ValueError
+        If the kind is unknown or an index is negative.
+    """
+
+    stage: int
+    kind: str
+    microbatch: int
+
+    def __post_init__(self):
+        if self.kind not in KIND_CODE:
+            raise ValueError(
+                f"'kind' must be one of {', '.join(KINDS)} (got {self.kind!r})"
+            )
+        fields = ("stage",) if self.kind == "AR" else ("stage", "microbatch")
+        if self.kind == "AR" and self.microbatch is not None:
+            raise ValueError(f"an all-reduce has no microbatch (got {self.microbatch!r})")
+        for field in fields:
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"'{field}' must be an int (got {value!r})")
+            if value < 0:
+                raise ValueError(f"'{field}' must be >= 0 (got {value})")
+            object.__setattr__(self, field, int(value))
+
+    def __str__(self) -> str:
+        return op_label(self.kind, self.stage, self.microbatch)
+
+    @classmethod
+    def parse(cls, text: str) -> Action:
+        """Parse the compact form ``"<stage><kind><microbatch>"``.
+
+        Parameters
+        ----------
+        text : str
+            For example ``"0F3"``, ``"5BW12"``.
+
+        Returns
+        -------
+        Action
+
+        Raises
+        ------
+        ValueError
+            If the text is not of that form.
+        """
+        ar = _AR_RE.match(text) if isinstance(text, str) else None
+        if ar is not None:
+            return cls(int(ar.group(1)), "AR", None)
+        match = _ACTION_RE.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(
+                f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
+                f"with kind one of F, B, W, BW, R, O, L, e.g. '0F3', or <stage>AR"
+            )
+        return cls(int(match.group(1)), match.group(2), int(match.group(3)))
+
+def _check_int(name, value, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"'{name}' must be an int (got {value!r})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"'{name}' must be >= {minimum} (got {value})")
+    return value

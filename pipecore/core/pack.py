@@ -1,0 +1,200 @@
+"""Schedule structures flattened for the batched kernels, and packs of them.
+
+A *structure* is what a schedule fixes independently of costs: programs,
+dependencies, transfers, links, and one execution order for replay. A
+*pack* concatenates several (structure, devices_per_node) pairs so one
+kernel call can serve configurations of all of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import replay as _replay
+from .schedule import Schedule
+
+__all__ = ["Structure", "Pack", "structure_of"]
+
+
+class Structure:
+    """Cost-independent arrays of one validated schedule (see _replay)."""
+
+    def __init__(self, schedule: Schedule):
+        from .simulate import validate
+
+        validate(schedule)  # deadlock and every structural rule, with a clear error
+        st = schedule._info()
+        if st["x_host"].any():
+            raise ValueError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "
+                             f"memory moves at copy times; the batched kernels keep memory in "
+                             f"program order, so use pipecore.simulate for it")
+        dev_ptr = st["dev_ptr"]
+        n = st["op_kind"].shape[0]
+        p = schedule.devices
+        S = st["stages"]
+        self.devices = p
+        self.stages = S
+        self.microbatches = st["microbatches"]
+        self.chunks_div = S // p if S % p == 0 else 0
+        self.n_links = st["n_links"]
+        paired = st["paired"]
+        n_units = int(n - paired.sum())
+        order = np.empty(max(n_units, 1), dtype=np.int64)
+        count = _replay.execution_order(dev_ptr, st["dep"], st["xfer"], paired,
+                                        st["out_ptr"], st["x_dst_dev"], order)
+        if count != n_units:  # validate() would have raised; keep the kernel safe regardless
+            raise RuntimeError("internal: execution order incomplete after validation")
+        heads = order[:n_units]
+        nxt = np.minimum(heads + 1, n - 1)
+        is_pair = (heads + 1 < n) & paired[nxt]
+        last = heads + is_pair
+        dev = np.repeat(np.arange(p), np.diff(dev_ptr))
+        kind = st["op_class"]  # the kernels' view of kinds (cost classes, see _replay)
+        xfer = st["xfer"]
+        self.u_dev = dev[heads].astype(np.int32)
+        self.u_r1 = heads.astype(np.int64)  # rows of each unit's op(s); -1: no second op
+        self.u_r2 = np.where(is_pair, last, -1).astype(np.int64)
+        self.u_k1 = kind[heads].astype(np.int8)
+        self.u_k2 = np.where(is_pair, kind[last], -1).astype(np.int8)
+        self.u_first = heads == dev_ptr[self.u_dev]
+        ins = np.stack([xfer[heads, 0], xfer[heads, 1],
+                        np.where(is_pair, xfer[last, 0], -1),
+                        np.where(is_pair, xfer[last, 1], -1)], axis=1)
+        has = ins >= 0
+        self.u_in_ptr = np.concatenate([[0], np.cumsum(has.sum(axis=1))]).astype(np.int64)
+        self.in_x = ins[has].astype(np.int32)
+        self.u_out0 = st["out_ptr"][heads].astype(np.int32)
+        self.u_out1 = st["out_ptr"][last + 1].astype(np.int32)
+        self.x_link = st["x_link"]
+        self.x_ar = np.asarray(st["x_is_ar"], dtype=bool)
+        self.x_src_dev = np.asarray(st["x_src_dev"], dtype=np.int64)
+        self.x_dst_dev = np.asarray(st["x_dst_dev"], dtype=np.int64)
+        copies = np.zeros(p, dtype=np.int32)
+        for devices in st["stage_devices"]:
+            for d in devices:
+                copies[d] += 1
+        self.d_copies = copies
+        self.d_has = np.diff(dev_ptr) > 0
+        # Row arrays for the full list scheduler.
+        self.dev_ptr = dev_ptr
+        self.op_kind = kind
+        self.dep = st["dep"]
+        self.xfer = xfer
+        self.out_ptr = st["out_ptr"]
+        self.x_dst_dev32 = st["x_dst_dev"]
+        self.paired = paired
+        self.n_ops = n
+        self.n_units = n_units
+        self.n_transfers = len(self.x_link)
+
+    def x_code(self, devices_per_node):
+        """2 * (feeds an all-reduce) + (crosses nodes), per transfer."""
+        inter = np.zeros(self.n_transfers, dtype=bool)
+        if devices_per_node:
+            inter = (self.x_src_dev // devices_per_node) != (self.x_dst_dev // devices_per_node)
+        return (2 * self.x_ar + inter).astype(np.int8)
+
+
+def structure_of(schedule: Schedule) -> Structure:
+    """The cached :class:`Structure` of a schedule (built on first use)."""
+    cached = getattr(schedule, "_replay_structure", None)
+    if cached is None:
+        cached = Structure(schedule)
+        schedule._replay_structure = cached
+    return cached
+
+
+def _cat(parts, dtype):
+    if not parts:
+        return np.zeros(0, dtype=dtype)
+    return np.ascontiguousarray(np.concatenate(parts), dtype=dtype)
+
+
+class Pack:
+    """Concatenated arrays of several (Structure, devices_per_node) entries."""
+
+    def __init__(self, entries):
+        self.entries = list(entries)
+        structs = [s for s, _ in self.entries]
+        codes = [s.x_code(dpn) for s, dpn in self.entries]
+
+        def offsets(sizes):
+            return np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
+
+        self.s_u0 = offsets([s.n_units for s in structs])
+        self.s_u1 = (self.s_u0 + np.array([s.n_units for s in structs], dtype=np.int64))
+        self.s_x0 = offsets([s.n_transfers for s in structs])
+        self.s_d0 = offsets([s.devices for s in structs])
+        self.s_r0 = offsets([s.n_ops for s in structs])
+        self.s_o0 = offsets([s.n_ops + 1 for s in structs])
+        self.s_dp0 = offsets([s.devices + 1 for s in structs])
+        self.s_p = np.array([s.devices for s in structs], dtype=np.int64)
+        self.s_nl = np.array([s.n_links for s in structs], dtype=np.int64)
+        self.s_S = np.array([s.stages for s in structs], dtype=np.int64)
+        self.s_cdiv = np.array([s.chunks_div for s in structs], dtype=np.int64)
+        self.s_m = np.array([s.microbatches for s in structs], dtype=np.int64)
+        in_base = offsets([len(s.in_x) for s in structs])
+        self.u_dev = _cat([s.u_dev for s in structs], np.int32)
+        self.u_k1 = _cat([s.u_k1 for s in structs], np.int8)
+        self.u_k2 = _cat([s.u_k2 for s in structs], np.int8)
+        self.u_first = _cat([s.u_first for s in structs], np.bool_)
+        # CSR pointers made global; transfer ids inside stay local to a structure.
+        self.u_in_ptr = _cat([s.u_in_ptr[:-1] + b for s, b in zip(structs, in_base)]
+                             + [[sum(len(s.in_x) for s in structs)]], np.int64)
+        self.in_x = _cat([s.in_x for s in structs], np.int32)
+        self.u_out0 = _cat([s.u_out0 for s in structs], np.int32)
+        self.u_out1 = _cat([s.u_out1 for s in structs], np.int32)
+        self.x_link = _cat([s.x_link for s in structs], np.int32)
+        self.x_code = _cat(codes, np.int8)
+        self.d_copies = _cat([s.d_copies for s in structs], np.int32)
+        self.d_has = _cat([s.d_has for s in structs], np.bool_)
+        self.dev_ptr = _cat([s.dev_ptr for s in structs], np.int64)
+        self.op_kind = _cat([s.op_kind for s in structs], np.int8)
+        self.op_stage0 = None
+        self.dep = np.ascontiguousarray(np.concatenate([s.dep for s in structs]), dtype=np.int32)
+        self.xfer = np.ascontiguousarray(np.concatenate([s.xfer for s in structs]), dtype=np.int32)
+        self.out_ptr = _cat([s.out_ptr for s in structs], np.int64)
+        self.x_dst_dev = _cat([s.x_dst_dev32 for s in structs], np.int32)
+        self.paired = _cat([s.paired for s in structs], np.bool_)
+        self.max_p = max(1, int(self.s_p.max()))
+        self.max_nl = max(1, int(self.s_nl.max()))
+        self.max_nx = max(1, max(s.n_transfers for s in structs))
+        self.max_n = max(1, max(s.n_ops for s in structs))
+
+    def replay(self, c_struct, params, out, n_threads):
+        """Run ``replay_groups`` for configurations sorted by structure.
+
+        ``c_struct`` must be non-decreasing; groups of up to LANES
+        consecutive configurations of one structure are formed here.
+        """
+        N = c_struct.shape[0]
+        if N == 0:
+            return
+        cuts = np.flatnonzero(np.diff(c_struct)) + 1
+        run_lo = np.concatenate([[0], cuts])
+        run_hi = np.concatenate([cuts, [N]])
+        L = _replay.LANES
+        per_run = (run_hi - run_lo + L - 1) // L
+        g_run = np.repeat(np.arange(len(run_lo)), per_run)
+        g_idx = np.arange(len(g_run)) - np.repeat(np.cumsum(per_run) - per_run, per_run)
+        g_lo = run_lo[g_run] + g_idx * L
+        g_hi = np.minimum(g_lo + L, run_hi[g_run])
+        g_struct = c_struct[run_lo[g_run]]
+        G = len(g_lo)
+        n_chunks = int(min(G, max(1, 8 * n_threads)))
+        _replay.replay_groups(
+            self.s_u0, self.s_u1, self.s_x0, self.s_d0, self.s_p, self.s_nl, self.s_S,
+            self.s_cdiv, self.u_dev, self.u_k1, self.u_k2, self.u_first, self.u_in_ptr,
+            self.in_x, self.u_out0, self.u_out1, self.x_link, self.x_code, self.d_copies,
+            self.d_has, g_struct.astype(np.int64), g_lo.astype(np.int64), g_hi.astype(np.int64),
+            n_chunks, self.max_p, self.max_nl, self.max_nx, params, out)
+
+    def list_schedule(self, c_struct, params, out, status, n_threads):
+        """Run ``list_groups``: the full list scheduler per configuration."""
+        n_chunks = int(min(max(1, len(c_struct)), 8 * n_threads))
+        _replay.list_groups(
+            self.s_r0, self.s_o0, self.s_x0, self.s_d0, self.s_dp0, self.s_p, self.s_nl,
+            self.s_S, self.s_cdiv, self.dev_ptr, self.op_kind, self.dep, self.xfer,
+            self.out_ptr, self.x_dst_dev, self.x_link, self.x_code, self.paired, self.d_copies,
+            np.ascontiguousarray(c_struct, dtype=np.int64), n_chunks, self.max_n, self.max_nx,
+            self.max_nl, self.max_p, params, out, status)

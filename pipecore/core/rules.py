@@ -1,0 +1,365 @@
+"""Schedule rules, checked with numpy over whole columns (no loop over ops).
+
+`structure` validates a schedule and derives what the kernel needs: the
+dependency of every op and the cross-device transfers. Deadlock needs a
+simulation, so it is checked by :func:`pipecore.validate` through the kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
+
+#: Cost-and-memory class of a row as the kernels see it: the kind code, but
+#: an F whose activations are dropped (its (stage, microbatch) has an R)
+#: is class F_DROP: it takes F's time and keeps only the checkpoint.
+F_DROP = 8
+N_CLASSES = 9
+
+
+def _error(schedule, rule, row, detail, mark=None):
+    dev = int(schedule._column("device")[row])
+    slot = int(schedule._column("slot")[row])
+    stage = int(schedule._column("stage")[row])
+    mb = int(schedule._column("microbatch")[row])
+    code = schedule.kind_codes[row]
+    kind = KINDS[code]
+    label = op_label(code, stage, mb)
+    where = (f"device {dev} slot {slot} ({label}: stage {stage})" if code == AR else
+             f"device {dev} slot {slot} ({label}: stage {stage}, microbatch {mb})")
+    text = (f"{rule}: {where}: {detail}\n"
+            f"per-device programs (offending op marked >>..<<):\n"
+            f"{schedule.render(mark if mark is not None else [row])}")
+    return ScheduleError(text, rule=rule, device=dev, slot=slot, stage=stage,
+                         microbatch=mb, kind=kind)
+
+
+def structure(schedule):
+    """Validate a schedule's rules and derive its dependency structure.
+
+    Parameters
+    ----------
+    schedule : Schedule
+
+    Returns
+    -------
+    dict
+        ``stages``, ``microbatches``, ``placement`` (device per stage, of
+        microbatch 0 for a replicated stage), ``stage_devices`` (the devices
+        each stage runs on),
+        ``dev_ptr`` (CSR offsets of device programs), ``dep`` (n x 2 int32,
+        producer row or -1), ``xfer`` (n x 2 int32, transfer id or -1 for a
+        local dependency), ``x_src``/``x_dst`` (producer/consumer rows of each
+        transfer, sorted by producer row then consumer row), ``out_ptr`` (CSR
+        of transfers by producer row), ``x_src_dev``/``x_dst_dev``, ``x_link``
+        (compact directed-link id per transfer), ``n_links``, ``op_kind``,
+        ``op_stage``, ``op_class`` (kind code, or ``F_DROP`` for an F
+        whose (stage, microbatch) is recomputed by an R), ``paired`` (row
+        is the B of an overlapped pair whose F is the previous row),
+        ``x_is_ar`` (transfer feeds an all-reduce), ``x_host`` (0, or 1
+        for an offload's copy to host and 2 for the copy back), ``x_after``
+        (the transfer a copy back waits for, or -1).
+
+    Raises
+    ------
+    ScheduleError
+        Naming the rule, device, slot, stage and microbatch, with the
+        per-device programs rendered and the bad op marked.
+    """
+    dev = schedule._column("device").astype(np.int64)
+    slot = schedule._column("slot").astype(np.int64)
+    stage = schedule._column("stage").astype(np.int64)
+    mb = schedule._column("microbatch").astype(np.int64)
+    kind = schedule.kind_codes.astype(np.int64)
+    n = len(dev)
+    p = schedule.devices
+    if n == 0:
+        raise ScheduleError("missing-op: the schedule has no ops", rule="missing-op")
+
+    is_ar = kind == AR
+    for name, col in (("slot", slot), ("stage", stage), ("microbatch", np.where(is_ar, 0, mb))):
+        bad = np.flatnonzero(col < 0)
+        if bad.size:
+            raise _error(schedule, "range", int(bad[0]), f"'{name}' must be >= 0 (got {int(col[bad[0]])})")
+
+    # Rows are sorted by (device, slot, kind): equal neighbours share a slot,
+    # which only an overlapped F&B pair may do (its F row first).
+    same = np.zeros(n, dtype=bool)  # row shares the previous row's slot
+    same[1:] = (dev[1:] == dev[:-1]) & (slot[1:] == slot[:-1])
+    dup = np.flatnonzero(same)
+    if dup.size:
+        first_bad = dup[(kind[dup - 1] != F) | ((kind[dup] != B) & (kind[dup] != BW))]
+        triple = dup[np.isin(dup - 1, dup)]
+        bad = np.union1d(first_bad, triple)
+        if bad.size:
+            r = int(bad[0])
+            raise _error(schedule, "slot-unique", r,
+                         f"slot {int(slot[r])} is used twice on device {int(dev[r])}; only an "
+                         f"overlapped pair of one F and one B or BW may share a slot",
+                         mark=[r - 1, r])
+
+    S = int(stage.max()) + 1
+    if is_ar.all():
+        raise ScheduleError("missing-op: the schedule has only all-reduce ops", rule="missing-op")
+    m = int(mb[~is_ar].max()) + 1
+    mb = np.where(is_ar, 0, mb)  # all-reduce rows take no part in (stage, microbatch) keys
+    if S * m > 50_000_000:
+        raise ScheduleError(f"range: stages x microbatches = {S} x {m} is too large", rule="range")
+    key = stage * m + mb
+    nkey = S * m
+
+    is_f = kind == F
+    is_b = kind == B
+    is_w = kind == W
+    is_bw = kind == BW
+    is_r = kind == R
+    is_o = kind == O
+    is_l = kind == L
+
+    def index_of(mask, what):
+        rows = np.flatnonzero(mask)
+        counts = np.bincount(key[rows], minlength=nkey)
+        over = np.flatnonzero(counts > 1)
+        if over.size:
+            k = int(over[0])
+            dups = rows[key[rows] == k]
+            raise _error(schedule, "duplicate-op", int(dups[1]),
+                         f"more than one {what} for stage {k // m} microbatch {k % m}",
+                         mark=list(dups))
+        idx = np.full(nkey, -1, dtype=np.int64)
+        idx[key[rows]] = rows
+        return idx
+
+    f_idx = index_of(is_f, "F")
+    b_idx = index_of(is_b, "B")
+    w_idx = index_of(is_w, "W")
+    bw_idx = index_of(is_bw, "BW")
+    r_idx = index_of(is_r, "R")
+    o_idx = index_of(is_o, "O")
+    l_idx = index_of(is_l, "L")
+
+    # Exactly one forward, and either BW or B+W, per (stage, microbatch).
+    both = np.flatnonzero((bw_idx >= 0) & ((b_idx >= 0) | (w_idx >= 0)))
+    if both.size:
+        k = int(both[0])
+        other = b_idx[k] if b_idx[k] >= 0 else w_idx[k]
+        raise _error(schedule, "duplicate-op", int(other),
+                     f"stage {k // m} microbatch {k % m} has a fused BW and a split "
+                     f"{KINDS[kind[other]]}; use BW or B+W, not both", mark=[int(bw_idx[k]), int(other)])
+    has_back = (bw_idx >= 0) | (b_idx >= 0)
+    missing = np.flatnonzero((f_idx < 0) | ~has_back | ((b_idx >= 0) != (w_idx >= 0)))
+    if missing.size:
+        # Report a (stage, microbatch) that has some of its ops first: its
+        # present op marks where the program went wrong. A pair with no op at
+        # all usually only exists because another index ran past the range.
+        first_row = np.full(missing.size, n, dtype=np.int64)
+        for idx in (f_idx, b_idx, w_idx, bw_idx, r_idx, o_idx, l_idx):
+            rows_k = idx[missing]
+            first_row = np.where((rows_k >= 0) & (rows_k < first_row), rows_k, first_row)
+        k = int(missing[int(np.argmin(first_row))])
+        s_, mb_ = k // m, k % m
+        if f_idx[k] < 0:
+            need = "F"
+        elif not has_back[k]:
+            need = "backward (BW, or B and W)"
+        elif b_idx[k] < 0:
+            need = "B (it has a W)"
+        else:
+            need = "W (it has a B)"
+        present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k], r_idx[k], o_idx[k],
+                                    l_idx[k]) if i >= 0]
+        detail = (f"stage {s_} microbatch {mb_} has no {need}; every (stage, microbatch) in "
+                  f"0..{S - 1} x 0..{m - 1} needs F and BW, or F, B and W")
+        if present:
+            raise _error(schedule, "missing-op", present[0], detail, mark=present)
+        raise ScheduleError(f"missing-op: {detail}\n{schedule.render()}", rule="missing-op",
+                            stage=s_, microbatch=mb_)
+
+    back_idx = np.where(bw_idx >= 0, bw_idx, b_idx)
+
+    # An offload (O) needs its load (L) and the reverse; an activation is
+    # either offloaded or recomputed, not both.
+    lonely = np.flatnonzero((o_idx >= 0) != (l_idx >= 0))
+    if lonely.size:
+        k = int(lonely[0])
+        r = int(o_idx[k] if o_idx[k] >= 0 else l_idx[k])
+        have, need = ("O", "L") if o_idx[k] >= 0 else ("L", "O")
+        raise _error(schedule, "missing-op", r,
+                     f"stage {k // m} microbatch {k % m} has an {have} but no {need}; an offload "
+                     f"(O after the F) needs its load (L before the backward)")
+    both_ro = np.flatnonzero((o_idx >= 0) & (r_idx >= 0))
+    if both_ro.size:
+        k = int(both_ro[0])
+        raise _error(schedule, "offload", int(o_idx[k]),
+                     f"stage {k // m} microbatch {k % m} is both offloaded (O) and recomputed "
+                     f"(R); choose one", mark=[int(o_idx[k]), int(r_idx[k])])
+
+    # All ops of one (stage, microbatch) on one device: activations live there.
+    for idx in (back_idx, w_idx, r_idx, o_idx, l_idx):
+        present = idx >= 0
+        bad = np.flatnonzero(present & (dev[np.where(present, idx, 0)] != dev[f_idx]))
+        if bad.size:
+            k = int(bad[0])
+            r = int(idx[k])
+            raise _error(schedule, "placement", r,
+                         f"runs on device {int(dev[r])} but F of stage {k // m} microbatch "
+                         f"{k % m} runs on device {int(dev[f_idx[k]])}; all ops of a "
+                         f"(stage, microbatch) must share a device", mark=[int(f_idx[k]), r])
+    # One device per stage, unless the schedule replicates stages (Chimera,
+    # DualPipe): then each replica serves its own microbatches.
+    stage_dev = dev[f_idx.reshape(S, m)]
+    split = np.flatnonzero((stage_dev != stage_dev[:, :1]).any(axis=1))
+    if split.size and not schedule.replicated:
+        s_ = int(split[0])
+        j = int(np.flatnonzero(stage_dev[s_] != stage_dev[s_, 0])[0])
+        r0, r1 = int(f_idx[s_ * m]), int(f_idx[s_ * m + j])
+        raise _error(schedule, "placement", r1,
+                     f"stage {s_} runs on device {int(dev[r1])} for microbatch {j} but on "
+                     f"device {int(dev[r0])} for microbatch 0; a stage lives on one device "
+                     f"unless the schedule is built with replicated=True", mark=[r0, r1])
+    placement = stage_dev[:, 0].astype(np.int32)
+    stage_devices = [tuple(int(x) for x in np.unique(row)) for row in stage_dev]
+
+    # Producers of each op (same microbatch).
+    dep = np.full((n, 2), -1, dtype=np.int64)
+    rows = np.arange(n)
+    fr = rows[is_f & (stage > 0)]
+    dep[fr, 0] = f_idx[key[fr] - m]
+    rr = rows[is_r]
+    dep[rr, 0] = f_idx[key[rr]]
+    orow = rows[is_o]
+    dep[orow, 0] = f_idx[key[orow]]
+    lrow = rows[is_l]
+    dep[lrow, 0] = o_idx[key[lrow]]
+    br = rows[is_b | is_bw]
+    # A recomputed (stage, microbatch)'s backward needs the R, an offloaded
+    # one its L (and, below, the L's copy back), not the F.
+    first = np.where(r_idx[key[br]] >= 0, r_idx[key[br]], f_idx[key[br]])
+    dep[br, 0] = np.where(l_idx[key[br]] >= 0, l_idx[key[br]], first)
+    inner = br[stage[br] < S - 1]
+    dep[inner, 1] = back_idx[key[inner] + m]
+    wr = rows[is_w]
+    dep[wr, 0] = b_idx[key[wr]]
+
+    # An all-reduce joins the two replicas of a replicated stage: one on each,
+    # after every backward op of that stage there, waiting for the other
+    # replica's last backward op (whose transfer carries the gradient).
+    ar_rows = np.flatnonzero(is_ar)
+    if ar_rows.size:
+        is_back = is_b | is_w | is_bw
+        seen = {}
+        for r in ar_rows:
+            r = int(r)
+            s_, d = int(stage[r]), int(dev[r])
+            devices = stage_devices[s_]
+            if len(devices) != 2 or d not in devices:
+                raise _error(schedule, "all-reduce", r,
+                             f"stage {s_} runs on device(s) {list(devices)}; an all-reduce joins "
+                             f"the two replicas of a stage that runs on exactly two devices")
+            if (s_, d) in seen:
+                raise _error(schedule, "all-reduce", r,
+                             f"a second all-reduce of stage {s_} on device {d}",
+                             mark=[seen[(s_, d)], r])
+            seen[(s_, d)] = r
+            local = np.flatnonzero(is_back & (stage == s_) & (dev == d))
+            if local.size and local.max() > r:
+                q = int(local.max())
+                raise _error(schedule, "order", r,
+                             f"runs before {op_label(kind[q], s_, mb[q])} (slot {int(slot[q])}); "
+                             f"an all-reduce comes after every backward op of its stage",
+                             mark=[r, q])
+            other = devices[1] if devices[0] == d else devices[0]
+            remote = np.flatnonzero(is_back & (stage == s_) & (dev == other))
+            dep[r, 0] = int(remote.max())
+        for (s_, d), r in seen.items():
+            other = [x for x in stage_devices[s_] if x != d][0]
+            if (s_, other) not in seen:
+                raise _error(schedule, "all-reduce", r,
+                             f"stage {s_} has an all-reduce on device {d} but none on its "
+                             f"other replica, device {other}")
+
+    # The B of an overlapped pair cannot need the pair's own F.
+    own = np.flatnonzero(same & ((dep[:, 0] == rows - 1) | (dep[:, 1] == rows - 1)))
+    if own.size:
+        r = int(own[0])
+        raise _error(schedule, "overlap", r,
+                     "is paired with its own forward; an overlapped F&B pair runs two "
+                     "independent ops together", mark=[r - 1, r])
+
+    # A producer on the same device must come earlier in its program.
+    has = dep >= 0
+    safe = np.where(has, dep, 0)
+    local = has & (dev[safe] == dev[:, None])
+    late = local & (safe > rows[:, None])
+    bad = np.flatnonzero(late.any(axis=1))
+    if bad.size:
+        r = int(bad[0])
+        j = 0 if late[r, 0] else 1
+        q = int(dep[r, j])
+        raise _error(schedule, "order", r,
+                     f"needs {op_label(kind[q], int(stage[q]), int(mb[q]))}, which runs later "
+                     f"on the same device (slot {int(slot[q])})", mark=[r, q])
+
+    # Transfers: one per cross-device dependency, plus the two host-link
+    # copies of each offload (O -> L to host, L -> backward back), ordered
+    # by (producer, consumer). The L does not wait for the copy to host;
+    # the copy back starts after it (x_after).
+    remote = has & ~local
+    cons, which = np.nonzero(remote)
+    prod = dep[cons, which]
+    host = np.zeros(len(cons), dtype=np.int8)
+    ko = np.flatnonzero(o_idx >= 0)
+    if ko.size:
+        cons = np.concatenate([cons, l_idx[ko], back_idx[ko]])
+        prod = np.concatenate([prod, o_idx[ko], l_idx[ko]])
+        which = np.concatenate([which, np.full(ko.size, -1), np.zeros(ko.size, dtype=which.dtype)])
+        host = np.concatenate([host, np.full(ko.size, 1, np.int8), np.full(ko.size, 2, np.int8)])
+    order = np.lexsort((cons, prod))
+    x_src = prod[order]
+    x_dst = cons[order]
+    x_host = host[order]
+    which = which[order]
+    xfer = np.full((n, 2), -1, dtype=np.int64)
+    ids = np.arange(len(order))
+    xfer[x_dst[which >= 0], which[which >= 0]] = ids[which >= 0]
+    x_after = np.full(len(order), -1, dtype=np.int64)
+    if ko.size:
+        # The copy back (from L) starts once the copy to host (from the O) ended.
+        to_host = np.full(n, -1, dtype=np.int64)
+        to_host[x_dst[x_host == 1]] = ids[x_host == 1]  # keyed by the L row
+        x_after[x_host == 2] = to_host[x_src[x_host == 2]]
+    out_ptr = np.searchsorted(x_src, np.arange(n + 1))
+    dev_ptr = np.searchsorted(dev, np.arange(p + 1))
+
+    # Directed links that carry traffic, numbered compactly; each device's
+    # host link has two directions (to host, from host) of its own.
+    src_dev = dev[x_src]
+    dst_dev = dev[x_dst]
+    link_key = np.where(x_host == 0, src_dev * p + dst_dev, p * p + 2 * src_dev + x_host - 1)
+    _, x_link = np.unique(link_key, return_inverse=True)
+    op_class = kind.astype(np.int8)
+    op_class[f_idx[r_idx >= 0]] = F_DROP
+    return {
+        "stages": S,
+        "op_class": op_class,
+        "paired": same,
+        "x_is_ar": is_ar[x_dst] & (x_host == 0),
+        "x_host": x_host,
+        "x_after": np.ascontiguousarray(x_after.astype(np.int32)),
+        "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
+        "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
+        "x_src_dev": src_dev,
+        "x_dst_dev": np.ascontiguousarray(dst_dev.astype(np.int32)),
+        "x_link": np.ascontiguousarray(x_link.reshape(-1).astype(np.int32)),
+        "n_links": int(x_link.max()) + 1 if x_link.size else 0,
+        "microbatches": m,
+        "placement": placement,
+        "stage_devices": stage_devices,
+        "dev_ptr": dev_ptr.astype(np.int64),
+        "dep": np.ascontiguousarray(dep.astype(np.int32)),
+        "xfer": np.ascontiguousarray(xfer.astype(np.int32)),
+        "x_src": x_src.astype(np.int32),
+        "x_dst": x_dst.astype(np.int32),
+        "out_ptr": out_ptr.astype(np.int64),
+    }

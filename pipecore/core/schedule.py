@@ -1,0 +1,545 @@
+"""The schedule: one Arrow table of compute ops, and its compact action form."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules use)
+    _KIND_DICTIONARY,
+    _KIND_TYPE,
+    AR,
+    BW,
+    KIND_CODE,
+    KINDS,
+    SCHEMA,
+    Action,
+    B,
+    F,
+    L,
+    O,
+    R,
+    ScheduleError,
+    W,
+    _check_int,
+    op_label,
+)
+from .rules import structure
+
+__all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_label"]
+
+
+class Schedule:
+    """A pipeline schedule: one row per compute op, in an Arrow table.
+
+    Columns: ``device`` (int32), ``slot`` (int32, position in the device's
+    program), ``kind`` (dictionary: F, B, W, BW, AR, R, O, L), ``stage`` (int32),
+    ``microbatch`` (int32). Rows are kept sorted by ``(device, slot)``.
+    Placement and dependencies are derived from the table. Build one with
+    :func:`pipecore.build`, :func:`pipecore.from_actions` or
+    :meth:`Schedule.from_arrays`; construction validates it.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The op table (columns as above; ``kind`` may be a string or
+        dictionary column).
+    name : str, optional
+        A label, e.g. the family name.
+    devices : int, optional
+        Number of devices; defaults to the largest device index + 1.
+    params : mapping, optional
+        Build parameters to keep with the schedule (family, chunks, ...).
+    validate : bool, default True
+        Check every rule now (see :func:`pipecore.validate`).
+    replicated : bool, default False
+        Allow a stage to run on several devices (each replica serving its
+        own microbatches), as Chimera and DualPipe do; weights then count
+        once per replica. Without it a stage split across devices is an
+        error.
+
+    Raises
+    ------
+    ScheduleError
+        If the table breaks a schedule rule.
+    ValueError
+        If columns are missing or of the wrong type.
+    """
+
+    def __init__(self, table: pa.Table, *, name: str = "custom",
+                 devices: int | None = None, params: Mapping | None = None,
+                 validate: bool = True, replicated: bool = False):
+        table = _normalise_table(table)
+        n = table.num_rows
+        device = table.column("device").to_numpy()
+        if n and int(device.min()) < 0:
+            bad = int(np.flatnonzero(device < 0)[0])
+            raise ScheduleError(
+                f"range: op {bad} has device {int(device[bad])}; devices are >= 0",
+                rule="range", device=int(device[bad]))
+        inferred = int(device.max()) + 1 if n else 0
+        if devices is None:
+            devices = inferred
+        devices = _check_int("devices", devices, minimum=1)
+        if inferred > devices:
+            bad = int(np.flatnonzero(device >= devices)[0])
+            raise ScheduleError(
+                f"range: op at row {bad} runs on device {int(device[bad])} but the "
+                f"schedule has devices={devices} (0..{devices - 1})",
+                rule="range", device=int(device[bad]))
+        self._table = table
+        self.name = str(name)
+        self.devices = devices
+        self.params = dict(params or {})
+        self.replicated = bool(replicated)
+        self._structure = None
+        if validate:
+            self._structure = structure(self)
+
+    # -- construction -------------------------------------------------
+    @classmethod
+    def from_arrays(cls, device, slot, kind, stage, microbatch, **kwargs) -> Schedule:
+        """Build a schedule from column arrays.
+
+        Parameters
+        ----------
+        device, slot, stage, microbatch : array_like of int
+            One entry per op.
+        kind : array_like of str or int
+            Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R,
+            6=O, 7=L).
+        **kwargs
+            Passed to :class:`Schedule` (``name``, ``devices``, ``params``).
+
+        Returns
+        -------
+        Schedule
+
+        Raises
+        ------
+        ScheduleError, ValueError
+            As :class:`Schedule`.
+        """
+        kind = np.asarray(kind)
+        if kind.dtype.kind in "iu":
+            codes = kind.astype(np.int64)
+            bad = np.flatnonzero((codes < 0) | (codes >= len(KINDS)))
+            if bad.size:
+                raise ScheduleError(
+                    f"kind: op {int(bad[0])} has kind code {int(codes[bad[0]])}; "
+                    f"codes are 0..{len(KINDS) - 1} for {', '.join(KINDS)}",
+                    rule="kind")
+            kind_arr = pa.DictionaryArray.from_arrays(
+                pa.array(codes.astype(np.int8)), _KIND_DICTIONARY)
+        else:
+            kind_arr = pa.array([str(k) for k in kind], type=pa.string())
+        table = pa.table(
+            {
+                "device": _int_column("device", device),
+                "slot": _int_column("slot", slot),
+                "kind": kind_arr,
+                "stage": _int_column("stage", stage),
+                "microbatch": _int_column("microbatch", microbatch),
+            }
+        )
+        return cls(table, **kwargs)
+
+    @classmethod
+    def from_programs(cls, programs: Sequence[Sequence[tuple]], **kwargs) -> Schedule:
+        """Build from per-device lists of ``(kind, stage, microbatch)`` tuples.
+
+        Parameters
+        ----------
+        programs : sequence of sequences
+            ``programs[d]`` is device d's program in execution order. An
+            entry may also be a pair ``(("F", s1, j1), ("B" or "BW", s2, j2))``:
+            an overlapped F&B unit that runs both ops together in one slot.
+        **kwargs
+            Passed to :class:`Schedule`.
+
+        Returns
+        -------
+        Schedule
+
+        Raises
+        ------
+        ScheduleError, ValueError
+            As :class:`Schedule`.
+        """
+        kwargs.setdefault("devices", max(len(programs), 1))
+        fast = _programs_fast(programs)
+        if fast is not None:
+            return cls.from_arrays(*fast, **kwargs)
+        device, slot, flat = [], [], []
+        for d, prog in enumerate(programs):
+            for j, entry in enumerate(prog):
+                ops = _unit_ops(entry, d, j)
+                for op in ops:
+                    device.append(d)
+                    slot.append(j)
+                    flat.append(op)
+        device = np.array(device, dtype=np.int32)
+        slot = np.array(slot, dtype=np.int32)
+        if flat:
+            kinds, stages, mbs = zip(*flat)
+            # An all-reduce has no microbatch; the table stores -1.
+            mbs = tuple(-1 if k == "AR" and mb is None else mb for k, mb in zip(kinds, mbs))
+        else:
+            kinds, stages, mbs = (), (), ()
+        codes = np.array([KIND_CODE.get(k, -1) if isinstance(k, str) else k for k in kinds],
+                         dtype=np.int64)
+        if codes.size and codes.min() < 0:
+            i = int(np.flatnonzero(codes < 0)[0])
+            raise ScheduleError(
+                f"kind: device {int(device[i])} slot {int(slot[i])} has kind "
+                f"{kinds[i]!r}; kinds are {', '.join(KINDS)}",
+                rule="kind", device=int(device[i]), slot=int(slot[i]))
+        return cls.from_arrays(device, slot, codes, np.array(stages, dtype=np.int64),
+                               np.array(mbs, dtype=np.int64), **kwargs)
+
+    # -- views ---------------------------------------------------------
+    @property
+    def table(self) -> pa.Table:
+        """pyarrow.Table: the op table, sorted by (device, slot), with metadata."""
+        meta = {b"pipecore.name": self.name.encode(),
+                b"pipecore.devices": str(self.devices).encode()}
+        return self._table.replace_schema_metadata(meta)
+
+    @property
+    def num_ops(self) -> int:
+        """int: number of compute ops."""
+        return self._table.num_rows
+
+    def _column(self, name):
+        return self._table.column(name).to_numpy()
+
+    @property
+    def kind_codes(self) -> np.ndarray:
+        """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R, 6=O, 7=L) per op."""
+        return np.asarray(self._table.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False),
+                          dtype=np.int8)
+
+    @property
+    def stages(self) -> int:
+        """int: number of model stages S."""
+        return self._info()["stages"]
+
+    @property
+    def microbatches(self) -> int:
+        """int: number of microbatches m."""
+        return self._info()["microbatches"]
+
+    @property
+    def chunks(self) -> float:
+        """float: stages per device, S / p (an int for the regular families)."""
+        v = self.stages / self.devices
+        return int(v) if v == int(v) else v
+
+    @property
+    def placement(self) -> np.ndarray:
+        """numpy.ndarray: the device of each stage, derived from the table.
+
+        For a replicated stage, the device that runs its microbatch 0; see
+        :attr:`stage_devices` for all replicas.
+        """
+        return self._info()["placement"]
+
+    @property
+    def stage_devices(self) -> list[tuple[int, ...]]:
+        """list of tuple: the devices each stage runs on (two for a replica pair)."""
+        return self._info()["stage_devices"]
+
+    def _info(self):
+        if self._structure is None:
+            self._structure = structure(self)
+        return self._structure
+
+    def to_actions(self) -> dict[int, list[str]]:
+        """The per-device programs in compact form.
+
+        Returns
+        -------
+        dict of int to list of str
+            ``{device: ["0F0", "0F1", ...]}``, every device present; an
+            overlapped F&B unit reads ``"0F7&7B3"``.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        return {d: ["&".join(op_label(k, s, mb) for k, s, mb in _as_ops(u)) for u in prog]
+                for d, prog in enumerate(self.programs())}
+
+    def programs(self) -> list[list[tuple]]:
+        """The per-device programs as ``(kind, stage, microbatch)`` tuples.
+
+        Returns
+        -------
+        list of list of tuple
+            An overlapped F&B unit is a pair of such tuples, F first.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        out = [[] for _ in range(self.devices)]
+        kinds = self.kind_codes
+        last = (-1, -1)
+        for d, sl, k, s, mb in zip(self._column("device"), self._column("slot"), kinds,
+                                   self._column("stage"), self._column("microbatch")):
+            op = (KINDS[k], int(s), None if KINDS[k] == "AR" else int(mb))
+            if (d, sl) == last:
+                out[int(d)][-1] = (out[int(d)][-1], op)
+            else:
+                out[int(d)].append(op)
+            last = (d, sl)
+        return out
+
+    def render(self, mark: Iterable[int] = (), width: int = 24) -> str:
+        """Render the per-device programs, one line per device.
+
+        Parameters
+        ----------
+        mark : iterable of int
+            Row indices (in (device, slot) order) to mark with ``>>..<<``.
+        width : int
+            Longest program shown whole; longer ones are windowed around
+            the marked ops.
+
+        Returns
+        -------
+        str
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        return _render(self, list(mark), width)
+
+    def __repr__(self) -> str:
+        return (f"Schedule(name={self.name!r}, devices={self.devices}, "
+                f"ops={self.num_ops})")
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return (self.devices == other.devices and self.replicated == other.replicated
+                and self._table.equals(other._table))
+
+    __hash__ = None
+
+
+def from_actions(programs, *, name: str = "custom", devices: int | None = None,
+                 replicated: bool = False) -> Schedule:
+    """Build a schedule from hand-written per-device action lists.
+
+    Parameters
+    ----------
+    programs : mapping of int to list, or list of lists
+        Per device, actions as strings (``"0F3"``) or :class:`Action`
+        values; ``"0F7&7B3"`` is an overlapped F&B unit (a forward and a
+        backward run together); ``None`` entries (idle steps, as in
+        PyTorch's ``pipeline_order``) are skipped.
+    name : str
+        Label of the schedule.
+    devices : int, optional
+        Number of devices; defaults to the number of programs given.
+    replicated : bool, default False
+        Allow stages on several devices (see :class:`Schedule`).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        If an action cannot be parsed or a device key is not an int >= 0.
+    ScheduleError
+        If the schedule breaks a rule.
+    """
+    if isinstance(programs, Mapping):
+        keys = list(programs)
+        for k in keys:
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+                raise ValueError(f"device keys must be ints >= 0 (got {k!r})")
+        count = (max(keys) + 1) if keys else 0
+        lists = [programs.get(d, []) for d in range(count)]
+    else:
+        lists = list(programs)
+    parsed = []
+    for d, prog in enumerate(lists):
+        row = []
+        for j, a in enumerate(prog):
+            if a is None:
+                continue
+            try:
+                parts = [a] if isinstance(a, Action) else [Action.parse(t) for t in str(a).split("&")]
+            except ValueError as exc:
+                raise ValueError(f"device {d}, entry {j}: {exc}") from None
+            ops = [(x.kind, x.stage, x.microbatch) for x in parts]
+            row.append(ops[0] if len(ops) == 1 else tuple(ops))
+        parsed.append(row)
+    if devices is None:
+        devices = max(len(parsed), 1)
+    while len(parsed) < devices:
+        parsed.append([])
+    return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated)
+
+
+def _programs_fast(programs):
+    """Column arrays for programs made only of plain ``(kind, stage, mb)``
+    tuples with string kinds and int stage/microbatch, or None (then the
+    entry-by-entry path checks and reports). Large schedules are built in
+    C-speed passes here instead of a Python loop per op."""
+    device, slot, kinds, stages, mbs = [], [], [], [], []
+    for d, prog in enumerate(programs):
+        if not len(prog):
+            continue
+        if not set(map(type, prog)) <= {tuple, list}:
+            return None
+        try:
+            cols = list(zip(*prog))
+        except TypeError:
+            return None
+        n = len(prog)
+        if len(cols) != 3 or any(len(c) != n for c in cols):
+            return None
+        distinct = set(cols[0])
+        if not all(isinstance(k, str) and k in KIND_CODE for k in distinct) or "AR" in distinct:
+            return None
+        st = np.array(cols[1])
+        mb = np.array(cols[2])
+        # Only genuine integers (numpy would quietly parse "3" or take True).
+        if st.ndim != 1 or mb.ndim != 1 or st.dtype.kind not in "iu" or mb.dtype.kind not in "iu":
+            return None
+        names = np.array(cols[0])
+        codes = np.empty(n, dtype=np.int64)
+        for k in distinct:
+            codes[names == k] = KIND_CODE[k]
+        device.append(np.full(n, d, dtype=np.int32))
+        slot.append(np.arange(n, dtype=np.int32))
+        kinds.append(codes)
+        stages.append(st.astype(np.int64))
+        mbs.append(mb.astype(np.int64))
+    if not device:
+        return None
+    return (np.concatenate(device), np.concatenate(slot), np.concatenate(kinds),
+            np.concatenate(stages), np.concatenate(mbs))
+
+
+def _as_ops(unit):
+    """The ops of one program entry: one tuple, or the two of an F&B pair."""
+    return unit if unit and isinstance(unit[0], (tuple, list)) else (unit,)
+
+
+def _unit_ops(entry, device, index):
+    """Validate one program entry's shape and return its op tuples."""
+    ops = _as_ops(entry)
+    if any(not isinstance(op, (tuple, list)) or len(op) != 3 for op in ops):
+        raise ValueError(f"device {device}, entry {index}: expected (kind, stage, microbatch) or a "
+                         f"pair of them (got {entry!r})")
+    if len(ops) == 2:
+        kinds = (ops[0][0], ops[1][0])
+        if kinds[0] != "F" or kinds[1] not in ("B", "BW"):
+            raise ScheduleError(
+                f"overlap: device {device} entry {index} pairs {kinds[0]} with {kinds[1]}; an "
+                f"overlapped unit is one F and one B or BW, F first", rule="overlap",
+                device=device, slot=index)
+    elif len(ops) != 1:
+        raise ValueError(f"device {device}, entry {index}: a unit holds one op or an F&B pair "
+                         f"(got {len(ops)} ops)")
+    return [tuple(op) for op in ops]
+
+
+
+
+def _int_column(name, values):
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return pa.array(np.zeros(0, np.int32))
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
+    if arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max:
+        raise ValueError(f"column '{name}' has values outside int32")
+    return pa.array(arr.astype(np.int32))
+
+
+def _normalise_table(table: pa.Table) -> pa.Table:
+    if not isinstance(table, pa.Table):
+        raise ValueError(f"expected a pyarrow.Table (got {type(table).__name__})")
+    missing = [c for c in SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise ValueError(f"op table is missing column(s): {', '.join(missing)}")
+    cols = {}
+    for name in ("device", "slot", "stage", "microbatch"):
+        col = table.column(name)
+        if not pa.types.is_integer(col.type):
+            raise ValueError(f"column '{name}' must be an integer type (got {col.type})")
+        cols[name] = col.cast(pa.int32())
+    kind = table.column("kind").combine_chunks()
+    if pa.types.is_dictionary(kind.type):
+        kind = kind.dictionary_decode()
+    if not (pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type)):
+        raise ValueError(f"column 'kind' must hold strings (got {kind.type})")
+    names = kind.to_numpy(zero_copy_only=False)
+    codes = np.full(len(names), -1, dtype=np.int8)
+    for k, c in KIND_CODE.items():
+        codes[names == k] = c
+    if (codes < 0).any():
+        i = int(np.flatnonzero(codes < 0)[0])
+        dev = cols["device"].to_numpy()[i]
+        slot = cols["slot"].to_numpy()[i]
+        raise ScheduleError(
+            f"kind: device {dev} slot {slot} has kind {names[i]!r}; kinds are "
+            f"{', '.join(KINDS)}", rule="kind", device=int(dev), slot=int(slot))
+    cols["kind"] = pa.DictionaryArray.from_arrays(pa.array(codes), _KIND_DICTIONARY)
+    out = pa.table({n: cols[n] for n in SCHEMA.names}, schema=SCHEMA)
+    dev = cols["device"].to_numpy()
+    slot = cols["slot"].to_numpy()
+    # Within a slot (an overlapped F&B pair) the F row comes first.
+    order = np.lexsort((codes, slot, dev))
+    if not np.array_equal(order, np.arange(len(order))):
+        out = out.take(pa.array(order))
+    return out
+
+
+def _render(schedule: Schedule, mark: list[int], width: int) -> str:
+    dev = schedule._column("device")
+    kinds = schedule.kind_codes
+    stage = schedule._column("stage")
+    mb = schedule._column("microbatch")
+    p = schedule.devices
+    ptr = np.searchsorted(dev, np.arange(p + 1))
+    marked = set(int(i) for i in mark)
+    # Window around the first marked slot so large schedules stay readable.
+    lo = 0
+    if marked:
+        slots = [int(i - ptr[dev[i]]) for i in marked]
+        lo = max(0, min(slots) - width // 2)
+    lines = []
+    for d in range(p):
+        a, b = int(ptr[d]), int(ptr[d + 1])
+        n = b - a
+        start = lo if n > width else 0
+        end = min(n, start + width) if n > width else n
+        cells = []
+        if start > 0:
+            cells.append("...")
+        slot = schedule._column("slot")
+        for j in range(a + start, a + end):
+            text = op_label(kinds[j], stage[j], mb[j])
+            text = f">>{text}<<" if j in marked else text
+            if j > a + start and slot[j] == slot[j - 1]:
+                cells[-1] += "&" + text  # an overlapped F&B pair shares a slot
+            else:
+                cells.append(text)
+        if end < n:
+            cells.append("...")
+        lines.append(f"  device {d:>3}: " + " ".join(cells) if cells else f"  device {d:>3}: (idle)")
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""Activation memory in program order: per-device peaks, shared by the
+simulator (``peak_memory``) and the local search (``kernels.localsearch``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
+    """Peak of one device's activation total over rows ``order[lo:hi]``.
+
+    Classes (``core.rules``): F +act, B -(act - act_w), W -act_w, BW -act,
+    AR nothing, R +(act - ckpt), O and L nothing (offload memory moves at
+    copy times: see ``core.simulate``), F_DROP = 8 (a recomputed F) +ckpt.
+    """
+    total = 0.0
+    best = 0.0
+    for i in range(lo, hi):
+        r = order[i]
+        k = op_class[r]
+        s = op_stage[r]
+        if k == 0 or k == 5 or k == 8:
+            if k == 0:
+                total = total + act[s]
+            elif k == 5:
+                total = total + (act[s] - ckpt[s])
+            else:
+                total = total + ckpt[s]
+            if total > best:
+                best = total
+        elif k == 1:
+            total = total - (act[s] - act_w[s])
+        elif k == 2:
+            total = total - act_w[s]
+        elif k == 3:
+            total = total - act[s]
+        # k == 4 (all-reduce) holds no activation
+    return best
+
+
+@njit(cache=True)
+def peak_memory(dev_ptr, op_class, op_stage, act, act_w, ckpt, peak):
+    """Per-device peak of the activation total, rows in program order."""
+    p = dev_ptr.shape[0] - 1
+    order = np.arange(op_class.shape[0])
+    for d in range(p):
+        peak[d] = device_peak(order, dev_ptr[d], dev_ptr[d + 1], op_class, op_stage, act, act_w,
+                              ckpt)

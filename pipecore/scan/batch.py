@@ -1,0 +1,242 @@
+"""Many configurations of one schedule in one kernel call."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from ..core.costs import Costs, Network, fits
+from ..core.pack import Pack, structure_of
+from ..core.schedule import R, Schedule, ScheduleError
+from ..kernels import replay as _replay
+
+__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS", "METRIC_COLUMNS"]
+
+#: Per-configuration cost columns (scalars per device share, as in Costs).
+COST_COLUMNS = ("f", "b", "w", "comm", "fb_factor", "activation", "activation_w", "weights")
+#: Per-configuration network columns (as in Network; inter_* apply across nodes).
+NETWORK_COLUMNS = ("bytes", "grad_bytes", "bandwidth", "latency", "inter_bandwidth",
+                   "inter_latency")
+#: Metric columns every evaluation returns (``fits`` too when a limit is given).
+METRIC_COLUMNS = ("makespan", "bubble_ratio", "bubble_rate", "throughput",
+                  "peak_activation_max", "memory_max")
+
+#: Recompute columns (Costs.r, Costs.checkpoint); ``r`` defaults to ``f``.
+RECOMPUTE_COLUMNS = ("r", "checkpoint")
+
+_PARAM_ROW = {name: i for i, name in enumerate(COST_COLUMNS + NETWORK_COLUMNS)}
+_PARAM_ROW.update(r=_replay.P_R, checkpoint=_replay.P_CKPT)
+_POSITIVE = {"fb_factor", "bandwidth", "inter_bandwidth"}
+_INFINITE_OK = {"bandwidth", "inter_bandwidth"}
+
+
+def _network_defaults(network):
+    """Scalar network columns and devices_per_node from a Network (or none)."""
+    if network is None:
+        return ({"bytes": 0.0, "grad_bytes": 0.0, "bandwidth": math.inf, "latency": 0.0,
+                 "inter_bandwidth": math.inf, "inter_latency": 0.0}, None)
+    if not isinstance(network, Network):
+        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    for name in ("bytes", "grad_bytes"):
+        if np.ndim(getattr(network, name)):
+            raise ValueError(f"simulate_many takes scalar Network '{name}' (one size for every "
+                             f"stage); give per-stage sizes to simulate() instead")
+    two = network.devices_per_node is not None
+    return ({"bytes": float(network.bytes), "grad_bytes": float(network.grad_bytes),
+             "bandwidth": float(network.bandwidth), "latency": float(network.latency),
+             "inter_bandwidth": float(network.inter_bandwidth if two else network.bandwidth),
+             "inter_latency": float(network.inter_latency if two else network.latency)},
+            network.devices_per_node)
+
+
+def _as_columns(table, what="costs_table"):
+    if isinstance(table, pa.Table):
+        return {name: table.column(name).to_numpy() for name in table.column_names}
+    if isinstance(table, Mapping):
+        return {str(k): np.asarray(v) for k, v in table.items()}
+    raise ValueError(f"'{what}' must be a pyarrow.Table or a mapping of columns "
+                     f"(got {type(table).__name__})")
+
+
+def param_matrix(data, n, network_defaults):
+    """Check configuration columns and stack them into the kernels' matrix.
+
+    Parameters
+    ----------
+    data : dict of str to numpy.ndarray
+        Columns among COST_COLUMNS, NETWORK_COLUMNS and RECOMPUTE_COLUMNS,
+        each of length n.
+    n : int
+        Number of configurations.
+    network_defaults : dict
+        Values for missing network columns.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (``kernels.replay.N_PARAMS``, n), float64, rows in ``kernels.replay.P_*``
+        order.
+
+    Raises
+    ------
+    ValueError
+        Naming the column and row of the first bad value.
+    """
+    defaults = Costs()
+    params = np.empty((_replay.N_PARAMS, n))
+    for name, row in _PARAM_ROW.items():
+        col = data.get(name)
+        if col is None:
+            if name == "r":
+                continue  # filled from f below
+            value = network_defaults[name] if name in network_defaults else float(getattr(defaults, name))
+            params[row] = value
+            continue
+        col = np.asarray(col, dtype=np.float64)
+        positive = name in _POSITIVE
+        finite = np.isfinite(col) | (np.isposinf(col) & (name in _INFINITE_OK))
+        bad = np.flatnonzero(~finite | (col < 0) | ((col == 0) & positive))
+        if bad.size:
+            i = int(bad[0])
+            rule = "> 0" if positive else ">= 0"
+            rule = ("finite or inf and " if name in _INFINITE_OK else "finite and ") + rule
+            raise ValueError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
+        params[row] = col
+    if data.get("r") is None:
+        params[_replay.P_R] = params[_replay.P_F]
+    for name, row in (("activation_w", _replay.P_ACTW), ("checkpoint", _replay.P_CKPT)):
+        over = np.flatnonzero(params[row] > params[_replay.P_ACT])
+        if over.size:
+            i = int(over[0])
+            raise ValueError(f"row {i}: '{name}' must be <= 'activation' "
+                             f"({params[row, i]} > {params[_replay.P_ACT, i]})")
+    return params
+
+
+def metrics_from(out, devices, microbatches):
+    """Metric columns from the kernels' output rows (see METRIC_COLUMNS)."""
+    makespan = out[_replay.O_MAKESPAN]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(makespan > 0, 1.0 - out[_replay.O_BUSY_SUM] / (devices * makespan), 0.0)
+        span = out[_replay.O_SPAN_MAX]
+        rate = np.where(span > 0, (span - out[_replay.O_BUSY_MAX]) / span, 0.0)
+        throughput = np.where(makespan > 0, microbatches / makespan, np.inf)
+    return {"makespan": makespan, "bubble_ratio": ratio, "bubble_rate": rate,
+            "throughput": throughput, "peak_activation_max": out[_replay.O_PEAK_ACT],
+            "memory_max": out[_replay.O_PEAK_TOTAL]}
+
+
+def threads():
+    """Numba threads the batched kernels use."""
+    return numba.get_num_threads()
+
+
+def simulate_many(schedule: Schedule, costs_table, network: Network | None = None,
+                  method: str = "replay") -> pa.Table:
+    """Simulate one schedule under many configurations in a single kernel call.
+
+    Each row gives the same numbers as :func:`pipecore.simulate` with the
+    matching scalar :class:`~pipecore.Costs` and :class:`~pipecore.Network`
+    (``makespan`` bit for bit). The schedule's execution order is computed
+    once and replayed for every row, 64 rows side by side in SIMD lanes;
+    this is exact because every link has one sender and queues transfers in
+    that sender's program order (docs/semantics.md). ``method="list"`` runs
+    the full list scheduler per row instead (the cross-check).
+
+    Parameters
+    ----------
+    schedule : Schedule
+    costs_table : pyarrow.Table or mapping of str to array_like
+        One row per configuration. Cost columns ``f``, ``b``, ``w``,
+        ``comm``, ``fb_factor``, ``activation``, ``activation_w``,
+        ``weights`` (scalars per device share, as in Costs); network columns
+        ``bytes``, ``grad_bytes``, ``bandwidth``, ``latency``,
+        ``inter_bandwidth``, ``inter_latency`` (as in Network); recompute
+        columns ``r`` and ``checkpoint`` (as in Costs; ``r`` defaults to
+        ``f``, and both are returned when given or when the schedule has R
+        ops); and ``memory_limit`` (per-device total memory, activation
+        plus weights). A missing cost column takes Costs' default, a
+        missing network column the ``network`` argument's value (no
+        network: free links).
+    network : Network, optional
+        Topology (``devices_per_node``) and default network values; its
+        byte sizes must be scalars.
+    method : {"replay", "list"}, default "replay"
+
+    Returns
+    -------
+    pyarrow.Table
+        The cost columns (resolved), the network columns when a network or
+        any network column was given, ``memory_limit`` if given, then
+        ``makespan``, ``bubble_ratio`` (makespan based), ``bubble_rate``
+        (longest per-device span, the ZB paper's), ``throughput``
+        (microbatches per time unit), ``peak_activation_max`` and
+        ``memory_max`` (activation plus weights of the worst device), and
+        ``fits`` (``memory_max <= memory_limit`` up to a relative 1e-9 for
+        rounding, see :func:`pipecore.costs.fits`) when a limit is given.
+
+    Raises
+    ------
+    ValueError
+        For an unknown or malformed column, a negative or NaN value (naming
+        the column and row), per-stage network sizes, or an unknown method.
+    ScheduleError
+        If the schedule breaks a rule or deadlocks.
+    """
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    if method not in ("replay", "list"):
+        raise ValueError(f"'method' must be 'replay' or 'list' (got {method!r})")
+    data = _as_columns(costs_table)
+    allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + ("memory_limit",)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are "
+                         f"{', '.join(allowed)}")
+    lengths = {k: (v.shape[0] if v.ndim == 1 else -1) for k, v in data.items()}
+    bad = [k for k, x in lengths.items() if x < 0]
+    if bad:
+        raise ValueError(f"column '{bad[0]}' must be one-dimensional")
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"columns differ in length: {lengths}")
+    n = next(iter(lengths.values())) if lengths else 0
+    if n == 0:
+        raise ValueError("'costs_table' has no rows")
+    net_defaults, dpn = _network_defaults(network)
+    params = param_matrix(data, n, net_defaults)
+    limit = None
+    if "memory_limit" in data:
+        limit = np.asarray(data["memory_limit"], dtype=np.float64)
+        wrong = np.flatnonzero(np.isnan(limit) | (limit < 0))
+        if wrong.size:
+            raise ValueError(f"column 'memory_limit' row {int(wrong[0])}: must be >= 0 "
+                             f"(got {limit[int(wrong[0])]})")
+    struct = structure_of(schedule)
+    pack = Pack([(struct, dpn)])
+    out = np.zeros((_replay.N_OUT, n))
+    c_struct = np.zeros(n, dtype=np.int64)
+    if method == "replay":
+        pack.replay(c_struct, params, out, threads())
+    else:
+        status = np.zeros(n, dtype=np.int64)
+        pack.list_schedule(c_struct, params, out, status, threads())
+        if (status != _replay.STATUS_OK).any():  # validation ran first; keep the promise anyway
+            raise ScheduleError("deadlock in the batched list scheduler", rule="deadlock")
+    cols = {name: params[_PARAM_ROW[name]] for name in COST_COLUMNS}
+    if network is not None or any(name in data for name in NETWORK_COLUMNS):
+        cols.update({name: params[_PARAM_ROW[name]] for name in NETWORK_COLUMNS})
+    if any(name in data for name in RECOMPUTE_COLUMNS) or (schedule.kind_codes == R).any():
+        cols.update({name: params[_PARAM_ROW[name]] for name in RECOMPUTE_COLUMNS})
+    if limit is not None:
+        cols["memory_limit"] = limit
+    metrics = metrics_from(out, struct.devices, struct.microbatches)
+    cols.update(metrics)
+    if limit is not None:
+        cols["fits"] = fits(metrics["memory_max"], limit)
+    return pa.table(cols)
+
+

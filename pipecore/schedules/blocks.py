@@ -1,0 +1,652 @@
+"""Building blocks ("Pipeline Parallelism with Controllable Memory", Qi et al.,
+NeurIPS 2024): a schedule is one microbatch's ops with fixed start offsets,
+repeated every ``interval``, then squeezed.
+
+A :class:`BuildingBlock` places each stage on a device and gives every op of
+one microbatch a start offset in abstract unit times. :func:`repeat` lays out
+``m`` copies, microbatch j shifted by ``j * interval``; if the block does not
+collide with its own copies and respects the dependencies, that layout is a
+valid timed schedule. :meth:`Repeated.squeeze` keeps each device's order and
+drops the idle time (the list scheduler runs every op as early as it can).
+The peak activation of device d never exceeds ``sum(ceil(l_s / T) * a_s)`` over
+its stages, with l_s the stage's lifespan (F start to the end of its last
+backward op) and a_s its activation, because at most ``ceil(l_s / T)``
+microbatches of a stage are alive at once and squeezing keeps the order.
+
+The V-shaped blocks of the paper: V-Min (peak (p+4)//3 M), V-Half
+((p+2)//2 M) and V-ZB (p M, no bubble in the steady phase), all with device d
+holding stages d and 2p-1-d, unit op times and an interval of 6.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.schedule import Schedule, _check_int
+
+__all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
+
+_KIND_ORDER = {"F": 0, "B": 1, "W": 2, "BW": 3}
+
+
+@dataclass(frozen=True)
+class BuildingBlock:
+    """One microbatch's ops and their start offsets.
+
+    Parameters
+    ----------
+    placement : sequence of int
+        Device of each stage, stages in model order.
+    offsets : mapping of (str, int) to float
+        Start offset of each op ``(kind, stage)``: every stage needs ``F``
+        and either ``B`` and ``W`` or ``BW``.
+    interval : float
+        Time between the starts of consecutive microbatches' copies.
+    durations : mapping of str to float, optional
+        Length of each kind in the block's time unit (default F = B = W = 1,
+        BW = 2).
+    name : str, optional
+        Label used for schedules built from the block.
+
+    Raises
+    ------
+    ValueError
+        If an op is missing, an offset breaks a dependency (naming the two
+        ops and their times), or two copies of the block collide on a device
+        (naming the ops and the device).
+    """
+
+    placement: tuple
+    offsets: Mapping
+    interval: float
+    durations: Mapping = field(default_factory=lambda: {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0})
+    name: str = "block"
+
+    def __post_init__(self):
+        placement = tuple(int(d) for d in self.placement)
+        if not placement or min(placement) < 0:
+            raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+        object.__setattr__(self, "placement", placement)
+        offsets = {(str(k), int(s)): float(t) for (k, s), t in dict(self.offsets).items()}
+        object.__setattr__(self, "offsets", offsets)
+        durations = {str(k): float(v) for k, v in dict(self.durations).items()}
+        object.__setattr__(self, "durations", durations)
+        if not (isinstance(self.interval, (int, float)) and math.isfinite(self.interval)
+                and self.interval > 0):
+            raise ValueError(f"'interval' must be a finite number > 0 (got {self.interval!r})")
+        for kind, d in durations.items():
+            if kind not in _KIND_ORDER or not (math.isfinite(d) and d > 0):
+                raise ValueError(f"'durations' must map F, B, W, BW to times > 0 (got {kind}: {d})")
+        self._check_ops()
+        self._check_dependencies()
+        self._check_collisions()
+
+    # -- facts ------------------------------------------------------------
+    @property
+    def stages(self) -> int:
+        """int: number of stages."""
+        return len(self.placement)
+
+    @property
+    def devices(self) -> int:
+        """int: number of devices (largest device index + 1)."""
+        return max(self.placement) + 1
+
+    def duration(self, kind: str) -> float:
+        """Length of an op of ``kind`` in block time units.
+
+        Parameters
+        ----------
+        kind : str
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        KeyError
+            If the block has no duration for that kind.
+        """
+        return self.durations[kind]
+
+    def end(self, kind, stage) -> float:
+        """End offset of op ``(kind, stage)``.
+
+        Parameters
+        ----------
+        kind : str
+        stage : int
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        KeyError
+            If the block has no such op.
+        """
+        return self.offsets[(kind, stage)] + self.durations[kind]
+
+    def _last_backward(self, stage):
+        return "BW" if ("BW", stage) in self.offsets else "W"
+
+    def lifespan(self, stage: int) -> float:
+        """Time from the stage's F start to the end of its last backward op.
+
+        Parameters
+        ----------
+        stage : int
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        KeyError
+            If the stage is not in the block.
+        """
+        return self.end(self._last_backward(stage), stage) - self.offsets[("F", stage)]
+
+    def memory_bound(self, activation=None) -> np.ndarray:
+        """Upper bound on each device's peak activation.
+
+        Parameters
+        ----------
+        activation : array_like, optional
+            Activation of each stage; default ``devices / stages`` (one M
+            per device share, split evenly over its chunks).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``sum(ceil(lifespan / interval) * activation)`` per device.
+
+        Raises
+        ------
+        IndexError
+            If ``activation`` has fewer entries than stages.
+        """
+        S = self.stages
+        act = np.full(S, self.devices / S) if activation is None else np.asarray(activation, float)
+        out = np.zeros(self.devices)
+        for s in range(S):
+            out[self.placement[s]] += math.ceil(self.lifespan(s) / self.interval - 1e-9) * act[s]
+        return out
+
+    # -- checks -----------------------------------------------------------
+    def _check_ops(self):
+        for (kind, stage) in self.offsets:
+            if kind not in _KIND_ORDER:
+                raise ValueError(f"offset for unknown kind {kind!r} (stage {stage}); kinds are F, B, W, BW")
+            if not 0 <= stage < self.stages:
+                raise ValueError(f"offset for {kind} of stage {stage}, but the block has stages "
+                                 f"0..{self.stages - 1}")
+        for s in range(self.stages):
+            has = {k for (k, st) in self.offsets if st == s}
+            if "F" not in has or not (has == {"F", "BW"} or has == {"F", "B", "W"}):
+                raise ValueError(f"stage {s} has offsets for {sorted(has)}; it needs F and BW, "
+                                 f"or F, B and W")
+            kinds_needed = {"F", "BW"} if "BW" in has else {"F", "B", "W"}
+            for k in kinds_needed:
+                if k not in self.durations:
+                    raise ValueError(f"'durations' has no time for {k}")
+
+    def _check_dependencies(self):
+        S = self.stages
+        o = self.offsets
+
+        def need(later, earlier):
+            if o[later] < self.end(*earlier) - 1e-9:
+                raise ValueError(
+                    f"offsets break a dependency: {later[1]}{later[0]} starts at {o[later]:g} but "
+                    f"needs {earlier[1]}{earlier[0]}, which ends at {self.end(*earlier):g}")
+
+        for s in range(S):
+            back = "BW" if ("BW", s) in o else "B"
+            if s > 0:
+                need(("F", s), ("F", s - 1))
+            need((back, s), ("F", s))
+            if s < S - 1:
+                need((back, s), ("BW" if ("BW", s + 1) in o else "B", s + 1))
+            if back == "B":
+                need(("W", s), ("B", s))
+
+    def _check_collisions(self):
+        T = self.interval
+        for d in range(self.devices):
+            ops = sorted(((t % T, self.durations[k], k, s) for (k, s), t in self.offsets.items()
+                          if self.placement[s] == d))
+            busy = sum(x[1] for x in ops)
+            if busy > T + 1e-9:
+                raise ValueError(f"device {d} has {busy:g} time units of ops per microbatch but the "
+                                 f"interval is {T:g}: copies of the block must collide")
+            for a, b in zip(ops, ops[1:] + [(ops[0][0] + T,) + ops[0][1:]]):
+                if a is b:
+                    continue
+                if a[0] + a[1] > b[0] + 1e-9:
+                    raise ValueError(
+                        f"copies of the block collide on device {d}: {a[3]}{a[2]} occupies "
+                        f"[{a[0]:g}, {a[0] + a[1]:g}) modulo the interval {T:g} and "
+                        f"{b[3]}{b[2]} starts at {b[0] % T:g}")
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """A building block laid out for ``microbatches`` microbatches.
+
+    Attributes
+    ----------
+    block : BuildingBlock
+    microbatches : int
+    """
+
+    block: BuildingBlock
+    microbatches: int
+
+    def times(self) -> list:
+        """Every op with its unsqueezed start time.
+
+        Returns
+        -------
+        list of tuple
+            ``(start, device, kind, stage, microbatch)`` sorted by device,
+            then start time.
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        b = self.block
+        out = []
+        for j in range(self.microbatches):
+            for (k, s), t in b.offsets.items():
+                out.append((t + j * b.interval, b.placement[s], k, s, j))
+        out.sort(key=lambda x: (x[1], x[0], _KIND_ORDER[x[2]], x[3], x[4]))
+        return out
+
+    def squeeze(self, name: str | None = None, reorder: bool = True) -> Schedule:
+        """The schedule: each device's ops in the order of the layout.
+
+        Simulating it runs every op as early as dependencies and the device
+        allow, which removes the layout's idle time without changing any
+        device's order (the paper's squeezing). With ``reorder``, ops of the
+        warm-up and cool-down first move into earlier free slots of the
+        layout when their inputs are ready there and the device's peak does
+        not rise (the paper's optional reordering); the steady phase, where
+        the peak occurs, is untouched. Either way the memory bound holds.
+
+        Parameters
+        ----------
+        name : str, optional
+            Schedule name (default the block's).
+        reorder : bool, default True
+            Fill warm-up and cool-down gaps before squeezing.
+
+        Returns
+        -------
+        Schedule
+
+        Raises
+        ------
+        ScheduleError
+            Never for a valid block; the schedule is validated on construction.
+        """
+        b = self.block
+        ops = self.times()
+        if reorder:
+            ops = _reorder(b, ops)
+        programs = [[] for _ in range(b.devices)]
+        for _t, d, k, s, j in ops:
+            programs[d].append((k, s, j))
+        if reorder:
+            programs = _greedy_cooldown(b, programs)
+        return Schedule.from_programs(programs, name=name or b.name, devices=b.devices)
+
+
+def _producers(kind, stage, j, stages, offsets):
+    """The ops (kind, stage, microbatch) that op (kind, stage, j) waits for."""
+    if kind == "F":
+        return [("F", stage - 1, j)] if stage > 0 else []
+    if kind == "W":
+        return [("B", stage, j)]
+    out = [("F", stage, j)]
+    if stage < stages - 1:
+        out.append(("BW" if ("BW", stage + 1) in offsets else "B", stage + 1, j))
+    return out
+
+
+def _reorder(block, ops):
+    """Move warm-up and cool-down ops into earlier free slots (see Repeated.squeeze).
+
+    Works on the block's integer time grid: a device's busy slots are kept
+    in a set and its activation curve (alive from F's start to the end of
+    the stage's last backward op) in an array, so each tentative move costs
+    the length of the move, not a pass over the device's ops.
+    """
+    dur = block.durations
+    if any(t != int(t) for t in block.offsets.values()) or any(d != int(d) for d in dur.values()):
+        return ops  # reordering needs the integer grid; squeezing alone still applies
+    dur = {k: int(v) for k, v in dur.items()}
+    start = {(k, s, j): int(t) for t, _d, k, s, j in ops}
+    placement = block.placement
+    S = block.stages
+    act = block.devices / S
+    last = {s: ("BW" if ("BW", s) in block.offsets else "W") for s in range(S)}
+    horizon = max(start[op] + dur[op[0]] for op in start) + 1
+    occupied = [dict() for _ in range(block.devices)]
+    memory = [np.zeros(horizon) for _ in range(block.devices)]
+    for op, t in start.items():
+        k, s, j = op
+        d = placement[s]
+        for u in range(t, t + dur[k]):
+            occupied[d][u] = op
+        if k == "F":
+            memory[d][t:start[(last[s], s, j)] + dur[last[s]]] += act
+    limits = [float(mem.max()) for mem in memory]
+
+    def free(d, lo, length, op):
+        return all(occupied[d].get(u, op) == op for u in range(lo, lo + length))
+
+    def move(op, new):
+        k, s, j = op
+        d = placement[s]
+        old = start[op]
+        for u in range(old, old + dur[k]):
+            del occupied[d][u]
+        for u in range(new, new + dur[k]):
+            occupied[d][u] = op
+        start[op] = new
+        if k == "F":
+            memory[d][new:old] += act
+        elif k == last[s]:
+            memory[d][new + dur[k]:old + dur[k]] -= act
+
+    # Phases (per the paper): warm-up until device 0's first backward of
+    # stage 0, cool-down after device 0's last forward of stage 0.
+    m = max(j for _t, _d, _k, _s, j in ops) + 1
+    back0 = "BW" if ("BW", 0) in block.offsets else "B"
+    warm_end = start[(back0, 0, 0)]
+    cool_start = start[("F", 0, m - 1)]
+    candidates = [op for op in start if not warm_end <= start[op] <= cool_start]
+    for _round in range(3):
+        moved = False
+        for op in sorted(candidates, key=lambda o: start[o]):
+            k, s, j = op
+            d = placement[s]
+            t = start[op]
+            ready = max((start[q] + dur[q[0]] for q in _producers(k, s, j, S, block.offsets)),
+                        default=0)
+            for slot in range(ready, t):
+                if not free(d, slot, dur[k], op):
+                    continue
+                # An earlier F keeps its activation alive longer; others only free earlier.
+                if k == "F" and memory[d][slot:t].max(initial=0.0) + act > limits[d] + 1e-9:
+                    continue
+                move(op, slot)
+                moved = True
+                break
+        if not moved:
+            break
+    out = [(float(start[(k, s, j)]), d, k, s, j) for _t, d, k, s, j in ops]
+    out.sort(key=lambda x: (x[1], x[0], _KIND_ORDER[x[2]], x[3], x[4]))
+    return out
+
+
+def _greedy_cooldown(block, programs):
+    """Re-order each device's ops after its last forward: a ready backward
+    (B or BW) first, else the oldest pending W, else wait.
+
+    After its last F a device only frees memory, so any order of its
+    remaining B and W keeps the peak; running the backward chain first and
+    filling waits with W is how the zero-bubble schedules end. Devices are
+    advanced in order of the time they become free; a device that cannot
+    run anything waits until one of the ops it needs finishes.
+    """
+    dur = block.durations
+    S = block.stages
+    p = len(programs)
+    fixed, tail = [], []
+    for prog in programs:
+        last_f = max((i for i, op in enumerate(prog) if op[0] == "F"), default=-1)
+        fixed.append(prog[: last_f + 1])
+        tail.append(prog[last_f + 1:])
+    rank = {op: i for prog in tail for i, op in enumerate(prog)}
+    producers = {op: _producers(op[0], op[1], op[2], S, block.offsets)
+                 for prog in programs for op in prog}
+    done = {}
+    out = [[] for _ in range(p)]
+    free_at = [0.0] * p
+    pos = [0] * p
+    pending = [list(t) for t in tail]
+    waiters = {}
+    heap = [(0.0, d) for d in range(p)]
+    total = sum(len(x) for x in programs)
+
+    def ready_at(op):
+        t = 0.0
+        for q in producers[op]:
+            if q not in done:
+                return None
+            t = max(t, done[q])
+        return t
+
+    def wait(d, ops):
+        for op in ops:
+            for q in producers[op]:
+                if q not in done:
+                    waiters.setdefault(q, set()).add(d)
+
+    while heap:
+        now, d = heapq.heappop(heap)
+        if now != free_at[d]:
+            continue  # stale entry
+        if pos[d] < len(fixed[d]):
+            op = fixed[d][pos[d]]
+            t = ready_at(op)
+            if t is None:
+                wait(d, [op])
+                continue
+            pos[d] += 1
+        else:
+            best = None
+            for cand in pending[d]:
+                t = ready_at(cand)
+                if t is None:
+                    continue
+                key = (max(t, now), cand[0] == "W", rank[cand])
+                if best is None or key < best[0]:
+                    best = (key, cand, t)
+            if best is None:
+                if pending[d]:
+                    wait(d, pending[d])
+                continue
+            _key, op, t = best
+            pending[d].remove(op)
+        begin = max(now, t)
+        free_at[d] = begin + dur[op[0]]
+        done[op] = free_at[d]
+        out[d].append(op)
+        if pos[d] < len(fixed[d]) or pending[d]:
+            heapq.heappush(heap, (free_at[d], d))
+        for e in waiters.pop(op, ()):
+            if e != d:
+                heapq.heappush(heap, (free_at[e], e))
+    if len(done) < total:  # pragma: no cover - the layout order is always feasible
+        raise RuntimeError("cool-down reordering stalled")
+    return out
+
+
+def repeat(block: BuildingBlock, microbatches: int) -> Repeated:
+    """Repeat a block for ``microbatches`` microbatches at its interval.
+
+    Parameters
+    ----------
+    block : BuildingBlock
+    microbatches : int
+        m >= 1.
+
+    Returns
+    -------
+    Repeated
+        Call ``.squeeze()`` for the schedule.
+
+    Raises
+    ------
+    ValueError
+        If ``microbatches`` is not an int >= 1.
+    """
+    if not isinstance(block, BuildingBlock):
+        raise ValueError(f"'block' must be a BuildingBlock (got {type(block).__name__})")
+    return Repeated(block, _check_int("microbatches", microbatches, minimum=1))
+
+
+def _place_w(offsets, placement, stage_order, interval):
+    """Put each W in the first free unit slot after its B (slots modulo the interval)."""
+    T = int(interval)
+    for s in stage_order:
+        d = placement[s]
+        taken = {int(t) % T for (k, st), t in offsets.items() if placement[st] == d}
+        t = int(offsets[("B", s)]) + 1
+        while t % T in taken:
+            t += 1
+        offsets[("W", s)] = float(t)
+
+
+def v_block(devices: int, down: int, up: int, turn_bottom: int, turn_top: int, shift: int,
+            name: str, turn_bottom_back: int | None = None) -> BuildingBlock:
+    """A V-shaped block with uniform offsets, unit op times and interval 6.
+
+    Device d holds stages d (chunk 0) and 2p-1-d (chunk 1). Forward chunk 0
+    goes down the devices with offset ``down``, turns at device p-1 after
+    ``turn_bottom`` and comes back up with offset ``up``; the backward of
+    chunk 1 starts ``1 + shift`` after the last forward, goes down with
+    ``down``, turns after ``turn_bottom_back`` (default ``turn_bottom``) and
+    goes up with ``up``. Each W takes the first free slot after its B.
+
+    Parameters
+    ----------
+    devices : int
+        p >= 1.
+    down, up : int
+        Offsets between neighbouring devices for passes moving down (F of
+        chunk 0, B of chunk 1) and up (F of chunk 1, B of chunk 0).
+    turn_bottom, turn_top : int
+        Offsets at the bottom turn (F of stage p-1 to F of stage p) and at
+        the top (F of stage 2p-1 to B of stage 2p-1, before ``shift``).
+    shift : int
+        Extra delay before the backward of the last stage (avoids
+        collisions).
+    name : str
+        Label of the block.
+    turn_bottom_back : int, optional
+        Offset from B of stage p to B of stage p-1.
+
+    Returns
+    -------
+    BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If the offsets make copies collide or break a dependency.
+    """
+    p = _check_int("devices", devices, minimum=1)
+    S = 2 * p
+    placement = [s if s < p else 2 * p - 1 - s for s in range(S)]
+    o = {}
+    for s in range(p):
+        o[("F", s)] = down * s
+    for s in range(p, S):
+        o[("F", s)] = down * (p - 1) + turn_bottom + up * (s - p)
+    o[("B", S - 1)] = o[("F", S - 1)] + turn_top + shift
+    for s in range(S - 2, p - 1, -1):
+        o[("B", s)] = o[("B", s + 1)] + down
+    back_turn = turn_bottom if turn_bottom_back is None else turn_bottom_back
+    o[("B", p - 1)] = o[("B", p)] + back_turn
+    for s in range(p - 2, -1, -1):
+        o[("B", s)] = o[("B", s + 1)] + up
+    # W fills free slots in the order the B ops run.
+    order = sorted(range(S), key=lambda s: o[("B", s)])
+    _place_w(o, placement, order, 6)
+    return BuildingBlock(tuple(placement), o, 6.0, name=name)
+
+
+def v_min(devices: int) -> BuildingBlock:
+    """V-Min: offsets of 1 everywhere; peak (p+4)//3 M.
+
+    From the paper's offset table for V-Min (by d mod 3): when p is a
+    multiple of 3 the last stage's backward waits 2 more slots so the copies
+    do not collide. The stated bubble needs W + 2B >= 2F and W + 2F >= 2B.
+
+    Parameters
+    ----------
+    devices : int
+
+    Returns
+    -------
+    BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If ``devices`` is not an int >= 1.
+    """
+    p = devices
+    return v_block(p, down=1, up=1, turn_bottom=1, turn_top=1, shift=2 if p % 3 == 0 else 0,
+                   name="v-min")
+
+
+def v_half(devices: int) -> BuildingBlock:
+    """V-Half: offset 2 down, 1 up; peak (p+2)//2 M.
+
+    From the paper's offset table for V-Half (by d parity): with p even the
+    last stage's backward waits 3 more slots; the backward turns at the
+    bottom after 2 slots.
+
+    Parameters
+    ----------
+    devices : int
+
+    Returns
+    -------
+    BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If ``devices`` is not an int >= 1.
+    """
+    p = devices
+    return v_block(p, down=2, up=1, turn_bottom=1, turn_top=1, shift=3 if p % 2 == 0 else 0,
+                   name="v-half", turn_bottom_back=2)
+
+
+def v_zb(devices: int) -> BuildingBlock:
+    """V-ZB: offset 4 down, 2 up; peak p M and no bubble in the steady phase.
+
+    The turns (3 slots at the bottom, 1 at the top) are those of ZB-V's
+    steady phase, which this block repeats.
+
+    Parameters
+    ----------
+    devices : int
+
+    Returns
+    -------
+    BuildingBlock
+
+    Raises
+    ------
+    ValueError
+        If ``devices`` is not an int >= 1.
+    """
+    return v_block(devices, down=4, up=2, turn_bottom=3, turn_top=1, shift=0, name="v-zb")

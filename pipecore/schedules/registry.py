@@ -1,0 +1,245 @@
+"""The registry of schedule families that :func:`pipecore.build` reads.
+
+Each family lives in its own module and registers a :class:`Family`: a
+builder (devices, microbatches, chunks -> Schedule) and a closed-form
+formula for its makespan and peak activation.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..core.schedule import Schedule, _check_int
+
+__all__ = ["Family", "register", "build", "schedules", "family"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A schedule family.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (lower case).
+    builder : callable
+        ``builder(devices, microbatches, chunks) -> Schedule``.
+    formula : callable
+        ``formula(devices, microbatches, chunks, costs) -> dict`` (scalar
+        costs) with ``makespan``, ``bubble_time`` (idle time within the
+        longest per-device span), ``peak_activation`` (per device, in the
+        units of ``costs.activation``) and ``exact`` (False where the
+        formula is only an approximation for these costs).
+    chunks : bool
+        Whether the family takes ``chunks`` (stages per device) > 1.
+    default_chunks : int
+        What ``chunks`` is when not given.
+    summary : str
+        One line for listings.
+    split : bool
+        Whether the family splits the backward into B and W.
+    fixed_chunks : int or None
+        The only ``chunks`` the family takes (2 for the V shapes).
+    options : tuple of str
+        Extra keyword options :func:`build` accepts for this family.
+    resolve : callable, optional
+        ``resolve(chunks, options) -> chunks``: turns the options into the
+        chunks to build with (and checks them).
+    tune_options : dict, optional
+        Values of each option that :func:`pipecore.tune` tries (options not
+        listed keep their default there).
+    """
+
+    name: str
+    builder: Callable
+    formula: Callable
+    chunks: bool = False
+    default_chunks: int = 1
+    summary: str = ""
+    split: bool = False
+    fixed_chunks: int | None = None
+    options: tuple = ()
+    resolve: Callable | None = None
+    tune_options: dict = field(default_factory=dict)
+
+    def chunks_for(self, requested: int | None) -> int:
+        """The chunks this family uses when ``requested`` is asked for.
+
+        Parameters
+        ----------
+        requested : int or None
+            The caller's ``chunks`` (None for the family's default).
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        None
+            Nothing beyond errors of the objects it is given.
+        """
+        if self.fixed_chunks is not None:
+            return self.fixed_chunks
+        if not self.chunks:
+            return 1
+        return self.default_chunks if requested is None else requested
+
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(fam: Family) -> Family:
+    """Add a family to the registry.
+
+    Parameters
+    ----------
+    fam : Family
+
+    Returns
+    -------
+    Family
+
+    Raises
+    ------
+    ValueError
+        If the name is taken.
+    """
+    key = fam.name.lower()
+    if key in _REGISTRY:
+        raise ValueError(f"schedule family {fam.name!r} is already registered")
+    _REGISTRY[key] = fam
+    return fam
+
+
+def schedules() -> list[str]:
+    """Names that :func:`build` accepts.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
+    """
+    return sorted(_REGISTRY)
+
+
+def family(name: str) -> Family:
+    """Look up a family by name, case-insensitively.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    Family
+
+    Raises
+    ------
+    ValueError
+        If the name is unknown; the message lists the valid names.
+    """
+    key = str(name).strip().lower()
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown schedule {name!r}; valid names: {', '.join(schedules())}")
+    return _REGISTRY[key]
+
+
+def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
+          **options) -> Schedule:
+    """Build a schedule of a named family.
+
+    Parameters
+    ----------
+    name : str
+        Family name, case-insensitive; see :func:`schedules`.
+    devices : int
+        Pipeline devices p >= 1.
+    microbatches : int
+        Microbatches m >= 1 (some families need more, e.g. a multiple of p).
+    chunks : int, optional
+        Stages per device v for the interleaved families (default 2);
+        must be 1 or None for single-chunk families.
+    **options
+        Family-specific options, e.g. ``waves`` for ``hanayo`` (see
+        :attr:`Family.options`).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (listing the valid ones) or arguments the family
+        cannot take.
+    """
+    fam = family(name)
+    devices = _check_int("devices", devices, minimum=1)
+    microbatches = _check_int("microbatches", microbatches, minimum=1)
+    unknown = sorted(set(options) - set(fam.options))
+    if unknown:
+        valid = ", ".join(fam.options) if fam.options else "none"
+        raise ValueError(f"'{fam.name}' takes no option {', '.join(map(repr, unknown))} "
+                         f"(its options: {valid})")
+    if fam.resolve is not None:
+        chunks = fam.resolve(chunks, options)
+    if chunks is None:
+        chunks = fam.chunks_for(None)
+    chunks = _check_int("chunks", chunks, minimum=1)
+    if fam.fixed_chunks is not None and chunks != fam.fixed_chunks:
+        raise ValueError(f"'{fam.name}' places {fam.fixed_chunks} stages per device: 'chunks' "
+                         f"must be {fam.fixed_chunks} (got {chunks})")
+    if not fam.chunks and chunks != 1:
+        raise ValueError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
+                         f"(got {chunks}); interleaved families take chunks")
+    # Builders allocate millions of small tuples for big shapes; the cyclic
+    # collector would rescan them over and over (half the time at 16M ops),
+    # and they hold no cycles, so it pauses while a builder runs.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        sched = fam.builder(devices, microbatches, chunks, **options)
+    finally:
+        if paused:
+            gc.enable()
+    sched.params.update({"family": fam.name, "devices": devices,
+                         "microbatches": microbatches, "chunks": chunks, **options})
+    return sched
+
+
+class ProgramBuilder:
+    """One device's program, numbering each stage's microbatches in order.
+
+    ``emit(kind, stage)`` appends ``(kind, stage, j)`` where j counts the
+    earlier ops of that kind and stage, which is how schedules that visit
+    microbatches in order (most of them) are written most plainly.
+    """
+
+    def __init__(self):
+        self.ops = []
+        self.count = {}
+
+    def emit(self, kind, stage):
+        """Append the next op of ``kind`` on ``stage``; return the stage."""
+        j = self.count.get((kind, stage), 0)
+        self.count[(kind, stage)] = j + 1
+        self.ops.append((kind, stage, j))
+        return stage
+
+    def issued(self, kind, stage):
+        """How many ops of ``kind`` on ``stage`` were emitted."""
+        return self.count.get((kind, stage), 0)
+
+
+def _programs_to_schedule(name, programs, devices):
+    return Schedule.from_programs(programs, name=name, devices=devices)
+
+
+# Importing the family modules registers them.

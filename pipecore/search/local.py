@@ -1,0 +1,143 @@
+"""Local search over per-device program orders.
+
+Starting from a valid schedule, ops are moved within one device's program
+(two ops up to ``window`` places apart swap, or one op moves up to
+``window`` places earlier or later), and a move is kept when the schedule stays valid, its
+worst device fits the memory limit, and the objective improves. Every
+candidate order is simulated by a Numba list scheduler that reads the
+programs through a permutation, with the same semantics as
+``pipecore.simulate`` (docs/semantics.md); the kept schedule is checked by
+``pipecore.simulate`` itself before it is returned.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..core.costs import Costs, Network, fits
+from ..core.schedule import KINDS, Schedule
+from ..core.simulate import compile_schedule, simulate, validate
+from ..kernels.localsearch import climb as _climb
+
+__all__ = ["local_search"]
+
+
+
+
+
+
+
+def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: float | None = None,
+                 network: Network | None = None, objective: str = "makespan", window: int = 4,
+                 max_evals: int = 200_000, restarts: int = 0, kick: int = 3, seed: int = 0,
+                 name: str | None = None) -> Schedule:
+    """Improve a schedule by moving ops within their device's program.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        A valid schedule without overlapped F&B pairs or all-reduces.
+    costs : Costs, optional
+        Default ``Costs()``.
+    memory_limit : float, optional
+        Per-device limit on peak activation plus weights; a move that breaks
+        it is refused. None means no limit.
+    network : Network, optional
+        Links with contention, as in :func:`pipecore.simulate`.
+    objective : {"makespan", "span"}
+        As in :func:`pipecore.tune`.
+    window : int
+        How far (in program positions) one move takes an op.
+    max_evals : int
+        Simulations allowed in all (climbs and restarts together).
+    restarts : int
+        Iterated local search: after the first climb, this many times swap
+        ``kick`` random pairs of nearby ops on random devices of the best
+        order found, climb again, and keep the result if it is better.
+    kick : int
+        Random swaps per restart.
+    seed : int
+        Seed of the restarts' random swaps.
+    name : str, optional
+        Label of the result (default: the input's name plus ``"+ls"``).
+
+    Returns
+    -------
+    Schedule
+        A valid schedule no worse than the input under the objective, whose
+        worst device fits the limit if the input did.
+
+    Raises
+    ------
+    ValueError
+        For overlapped pairs or all-reduces (not moved by this search), bad
+        arguments, or a starting schedule that breaks the memory limit.
+    ScheduleError
+        If the input is not a valid schedule.
+    """
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    if objective not in ("makespan", "span"):
+        raise ValueError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"'window' must be an int >= 1 (got {window!r})")
+    if isinstance(max_evals, bool) or not isinstance(max_evals, int) or max_evals < 1:
+        raise ValueError(f"'max_evals' must be an int >= 1 (got {max_evals!r})")
+    costs = Costs() if costs is None else costs
+    validate(schedule)
+    st = schedule._info()
+    if (schedule.kind_codes >= 6).any():
+        raise ValueError("local_search keeps memory in program order: schedules that offload "
+                         "activations (O and L ops) are not supported")
+    if st["paired"].any() or (schedule.kind_codes == 4).any():
+        raise ValueError("local_search moves single ops: schedules with overlapped F&B pairs or "
+                         "all-reduces are not supported")
+    limit = math.inf if memory_limit is None else float(memory_limit)
+    start = simulate(schedule, costs, network)
+    start_mem = float((start.peak_activation + start.static_memory).max())
+    if not fits(start_mem, limit):
+        raise ValueError(f"the starting schedule needs {start_mem:g}, above memory_limit "
+                         f"{limit:g}")
+    c = compile_schedule(schedule, costs, network)
+    p = schedule.devices
+    static = np.asarray(start.static_memory, dtype=np.float64)
+    row_dev = np.repeat(np.arange(p), np.diff(c.dev_ptr)).astype(np.int64)
+    for name_, value in (("restarts", restarts), ("kick", kick), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"'{name_}' must be an int >= 0 (got {value!r})")
+    args = (c.dev_ptr, c.op_class, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst, c.x_link,
+            c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, c.ckpt, static,
+            objective == "span", limit * (1 + 1e-9), window)
+    order = np.arange(c.op_kind.shape[0], dtype=np.int64)
+    best, used = _climb(order, *args, max_evals, row_dev)
+    rng = np.random.default_rng(seed)
+    ptr = c.dev_ptr
+    busy_devices = np.flatnonzero(np.diff(ptr) >= 2)
+    for _ in range(restarts):
+        if used >= max_evals or busy_devices.size == 0:
+            break
+        trial = order.copy()
+        for _ in range(kick):
+            d = busy_devices[rng.integers(busy_devices.size)]
+            i = int(rng.integers(ptr[d], ptr[d + 1] - 1))
+            j = min(int(ptr[d + 1]) - 1, i + int(rng.integers(1, 4)))
+            trial[i], trial[j] = trial[j], trial[i]
+        value, spent = _climb(trial, *args, max_evals - used, row_dev)
+        used += spent
+        if value < best * (1 - 1e-12):
+            best = value
+            order = trial
+    kind = schedule.kind_codes
+    stage = schedule._column("stage")
+    mb = schedule._column("microbatch")
+    programs = [[(KINDS[kind[r]], int(stage[r]), int(mb[r]))
+                 for r in order[c.dev_ptr[d]:c.dev_ptr[d + 1]]] for d in range(p)]
+    label = name or f"{schedule.name}+ls"
+    out = Schedule.from_programs(programs, name=label, devices=p, replicated=schedule.replicated)
+    validate(out)
+    res = simulate(out, costs, network)
+    if not fits((res.peak_activation + res.static_memory).max(), limit):  # the kernel's promise
+        raise RuntimeError("internal: local search returned an order over the memory limit")
+    return out
