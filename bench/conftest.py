@@ -4,6 +4,7 @@ import sys
 
 # The pure-Python oracle lives in tests/; bench compares against it in the same run.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))  # bench/limit.py
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -21,14 +22,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         configs = (getattr(bench, "extra_info", None) or {}).get("configs", 1)
         median = statistics.median(data) / configs
         groups.setdefault(bench.group, []).append((bench.name, median, configs))
-    terminalreporter.section("pipecore: medians and ratios vs the pure-Python reference")
+    terminalreporter.section("pipecore: medians, ratios vs the pure-Python reference and "
+                             "fractions of the limit kernel")
     for group, rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
         ref = [m for name, m, _ in rows if "reference" in name]
+        lim = [m for name, m, _ in rows if name.startswith("limit kernel")]
         terminalreporter.write_line(f"[{group}]")
         for name, median, configs in sorted(rows, key=lambda r: r[1]):
             ratio = ""
             if ref and "reference" not in name:
                 ratio = f"  {ref[0] / median:8.1f}x faster than reference"
+            if lim and not name.startswith("limit kernel"):
+                # The tracked figure: this rate over the limit kernel's, same run.
+                ratio += f"  {lim[0] / median:6.3f} of the limit kernel"
             rate = f"  {1 / median:12,.0f} configs/s" if configs > 1 else ""
             per = "/config" if configs > 1 else "       "
             terminalreporter.write_line(
