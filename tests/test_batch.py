@@ -105,3 +105,22 @@ def test_per_stage_network_bytes_are_refused():
     with pytest.raises(ValueError, match="scalar Network 'bytes'"):
         pc.simulate_many(pc.build("1f1b", 2, 2), {"f": [1.0]},
                          pc.Network.uniform([1.0, 2.0], 1.0))
+
+
+@pytest.mark.parametrize("name,p,m", [("zb-h1", 4, 8), ("dualpipev", 4, 8), ("interleaved-1f1b", 4, 8)])
+def test_constant_memory_costs_take_the_fast_path_exactly(name, p, m):
+    # Same memory costs in every row: memory is tracked once per structure, not per
+    # lane (issue 14). Every row must still equal pc.simulate, memory included.
+    sched = pc.build(name, p, m)
+    rng = np.random.default_rng(3)
+    n = 70  # a full group of 64 lanes and a partial one
+    table = {"f": rng.uniform(0.5, 2, n), "b": rng.uniform(0.5, 2, n), "w": rng.uniform(0, 1, n),
+             "comm": rng.uniform(0, 0.1, n), "activation": np.full(n, 1.5),
+             "activation_w": np.full(n, 0.5), "weights": np.full(n, 2.0)}
+    net = pc.Network.uniform(bytes=1.0, bandwidth=4.0, latency=0.01)
+    rows = pc.simulate_many(sched, table, net).to_pylist()
+    for k in (0, 1, 63, 64, 69):
+        res = pc.simulate(sched, pc.Costs(**{c: float(table[c][k]) for c in table}), net)
+        assert rows[k]["makespan"] == res.makespan
+        assert rows[k]["peak_activation_max"] == res.peak_activation.max()
+        assert rows[k]["memory_max"] == (res.peak_activation + res.static_memory).max()

@@ -182,12 +182,29 @@ class Pack:
         g_struct = c_struct[run_lo[g_run]]
         G = len(g_lo)
         n_chunks = int(min(G, max(1, 8 * n_threads)))
+        # Memory depends only on the structure and the memory costs: when those
+        # are the same in every configuration (the usual sweep), track it once
+        # per structure instead of in every lane of every group.
+        mem_rows = params[[_replay.P_ACT, _replay.P_ACTW, _replay.P_CKPT, _replay.P_WEIGHTS]]
+        track = not bool((mem_rows == mem_rows[:, :1]).all())
+        self._replay_groups(g_struct, g_lo, g_hi, n_chunks, params, out, track)
+        if not track:
+            first = run_lo[np.unique(c_struct[run_lo], return_index=True)[1]]
+            one = np.zeros((out.shape[0], len(first)))
+            self._replay_groups(c_struct[first], np.arange(len(first)), np.arange(1, len(first) + 1),
+                                1, np.ascontiguousarray(params[:, first]), one, True)
+            which = np.searchsorted(c_struct[first], c_struct)
+            for row in (_replay.O_PEAK_ACT, _replay.O_PEAK_TOTAL):
+                out[row] = one[row][which]
+
+    def _replay_groups(self, g_struct, g_lo, g_hi, n_chunks, params, out, track_mem):
         _replay.replay_groups(
             self.s_u0, self.s_u1, self.s_x0, self.s_d0, self.s_p, self.s_nl, self.s_S,
             self.s_cdiv, self.u_dev, self.u_k1, self.u_k2, self.u_first, self.u_in_ptr,
             self.in_x, self.u_out0, self.u_out1, self.x_link, self.x_code, self.d_copies,
-            self.d_has, g_struct.astype(np.int64), g_lo.astype(np.int64), g_hi.astype(np.int64),
-            n_chunks, self.max_p, self.max_nl, self.max_nx, params, out)
+            self.d_has, np.asarray(g_struct, dtype=np.int64), np.asarray(g_lo, dtype=np.int64),
+            np.asarray(g_hi, dtype=np.int64), n_chunks, self.max_p, self.max_nl, self.max_nx,
+            params, out, track_mem)
 
     def list_schedule(self, c_struct, params, out, status, n_threads):
         """Run ``list_groups``: the full list scheduler per configuration."""

@@ -121,7 +121,7 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                   u_dev, u_k1, u_k2, u_first, u_in_ptr, in_x, u_out0, u_out1,
                   x_link, x_code, d_copies, d_has,
                   g_struct, g_lo, g_hi, n_chunks, max_p, max_nl, max_nx,
-                  params, out):
+                  params, out, track_mem):
     """Replay each structure's execution order for groups of up to LANES
     configurations that share it.
 
@@ -129,7 +129,9 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
     ``params`` and ``out``) of structure ``g_struct[g]``; unused lanes
     repeat the group's last configuration and are not written.
     ``x_code`` is 2 * (all-reduce) + (crosses nodes) per transfer: it picks
-    the bytes (activation or gradient) and the link level.
+    the bytes (activation or gradient) and the link level. With
+    ``track_mem`` False the memory rows of ``out`` are not written (the
+    caller fills them when every configuration has the same memory costs).
     """
     G = g_struct.shape[0]
     L = LANES
@@ -153,6 +155,7 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
         t = np.empty(L)
         ff = np.empty(L)
         col = np.empty(L, dtype=np.int64)
+        ser_any = np.empty(4, dtype=np.bool_)
         for g in range(g_begin, g_end):
             s = g_struct[g]
             p = s_p[s]
@@ -185,6 +188,13 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 ser[3, lane] = params[P_GRAD, k] / params[P_IBW, k]
                 lat[0, lane] = params[P_COMM, k] + params[P_LAT, k]
                 lat[1, lane] = params[P_COMM, k] + params[P_ILAT, k]
+            # Links that never serialise in this group skip the contention
+            # branch: the lane loops stay branch-free (and vectorise).
+            for code in range(4):
+                ser_any[code] = False
+                for lane in range(L):
+                    if ser[code, lane] != 0.0:
+                        ser_any[code] = True
             for d in range(p):
                 for lane in range(L):
                     dev_free[d, lane] = 0.0
@@ -222,6 +232,10 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                     code = x_code[x0 + x]
                     link = x_link[x0 + x]
                     level = code & 1
+                    if not ser_any[code]:
+                        for lane in range(L):
+                            arr[x, lane] = ff[lane] + lat[level, lane]
+                        continue
                     for lane in range(L):
                         sr = ser[code, lane]
                         if sr == 0.0:
@@ -231,6 +245,8 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                             e = st + sr
                             link_free[link, lane] = e
                             arr[x, lane] = e + lat[level, lane]
+                if not track_mem:
+                    continue
                 # Activation total in program order (same arithmetic as peak_memory).
                 for r in range(2):
                     k = k1 if r == 0 else k2
@@ -291,8 +307,9 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 out[O_BUSY_SUM, k] = total
                 out[O_BUSY_MAX, k] = most
                 out[O_SPAN_MAX, k] = widest
-                out[O_PEAK_ACT, k] = best
-                out[O_PEAK_TOTAL, k] = whole
+                if track_mem:
+                    out[O_PEAK_ACT, k] = best
+                    out[O_PEAK_TOTAL, k] = whole
 
 
 @njit(cache=True, parallel=True)
