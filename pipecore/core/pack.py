@@ -57,6 +57,15 @@ class Structure:
         self.u_k1 = kind[heads].astype(np.int8)
         self.u_k2 = np.where(is_pair, kind[last], -1).astype(np.int8)
         self.u_first = heads == dev_ptr[self.u_dev]
+        # Busy time per device from counts of (device, unit cost code): the
+        # replay adds count * cost per code instead of a lane loop per unit.
+        code = np.where(is_pair, _replay.N_CLS + _replay.N_CLS * kind[heads] + kind[last],
+                        kind[heads]).astype(np.int64)
+        key = self.u_dev.astype(np.int64) * (_replay.N_CLS * (_replay.N_CLS + 1)) + code
+        keys, counts = np.unique(key, return_counts=True)
+        self.b_dev = (keys // (_replay.N_CLS * (_replay.N_CLS + 1))).astype(np.int64)
+        self.b_code = (keys % (_replay.N_CLS * (_replay.N_CLS + 1))).astype(np.int64)
+        self.b_cnt = counts.astype(np.float64)
         ins = np.stack([xfer[heads, 0], xfer[heads, 1],
                         np.where(is_pair, xfer[last, 0], -1),
                         np.where(is_pair, xfer[last, 1], -1)], axis=1)
@@ -134,6 +143,11 @@ class Pack:
         self.s_cdiv = np.array([s.chunks_div for s in structs], dtype=np.int64)
         self.s_m = np.array([s.microbatches for s in structs], dtype=np.int64)
         in_base = offsets([len(s.in_x) for s in structs])
+        self.s_b0 = offsets([len(s.b_dev) for s in structs])
+        self.s_b1 = self.s_b0 + np.array([len(s.b_dev) for s in structs], dtype=np.int64)
+        self.b_dev = _cat([s.b_dev for s in structs], np.int64)
+        self.b_code = _cat([s.b_code for s in structs], np.int64)
+        self.b_cnt = _cat([s.b_cnt for s in structs], np.float64)
         self.u_dev = _cat([s.u_dev for s in structs], np.int32)
         self.u_k1 = _cat([s.u_k1 for s in structs], np.int8)
         self.u_k2 = _cat([s.u_k2 for s in structs], np.int8)
@@ -202,7 +216,8 @@ class Pack:
             self.s_u0, self.s_u1, self.s_x0, self.s_d0, self.s_p, self.s_nl, self.s_S,
             self.s_cdiv, self.u_dev, self.u_k1, self.u_k2, self.u_first, self.u_in_ptr,
             self.in_x, self.u_out0, self.u_out1, self.x_link, self.x_code, self.d_copies,
-            self.d_has, np.asarray(g_struct, dtype=np.int64), np.asarray(g_lo, dtype=np.int64),
+            self.d_has, self.s_b0, self.s_b1, self.b_dev, self.b_code, self.b_cnt,
+            np.asarray(g_struct, dtype=np.int64), np.asarray(g_lo, dtype=np.int64),
             np.asarray(g_hi, dtype=np.int64), n_chunks, self.max_p, self.max_nl, self.max_nx,
             params, out, track_mem)
 
@@ -213,5 +228,6 @@ class Pack:
             self.s_r0, self.s_o0, self.s_x0, self.s_d0, self.s_dp0, self.s_p, self.s_nl,
             self.s_S, self.s_cdiv, self.dev_ptr, self.op_kind, self.dep, self.xfer,
             self.out_ptr, self.x_dst_dev, self.x_link, self.x_code, self.paired, self.d_copies,
+            self.s_b0, self.s_b1, self.b_dev, self.b_code, self.b_cnt,
             np.ascontiguousarray(c_struct, dtype=np.int64), n_chunks, self.max_n, self.max_nx,
             self.max_nl, self.max_p, params, out, status)

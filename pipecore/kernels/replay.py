@@ -119,7 +119,7 @@ def _share(value, cdiv, p, n_stages):
 @njit(cache=True, parallel=True)
 def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                   u_dev, u_k1, u_k2, u_first, u_in_ptr, in_x, u_out0, u_out1,
-                  x_link, x_code, d_copies, d_has,
+                  x_link, x_code, d_copies, d_has, s_b0, s_b1, b_dev, b_code, b_cnt,
                   g_struct, g_lo, g_hi, n_chunks, max_p, max_nl, max_nx,
                   params, out, track_mem):
     """Replay each structure's execution order for groups of up to LANES
@@ -132,6 +132,9 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
     the bytes (activation or gradient) and the link level. With
     ``track_mem`` False the memory rows of ``out`` are not written (the
     caller fills them when every configuration has the same memory costs).
+    Busy time per device is ``sum(b_cnt * cost of b_code)`` over the
+    structure's entries ``s_b0[s]..s_b1[s]-1`` (units counted by device and
+    cost code), not summed unit by unit.
     """
     G = g_struct.shape[0]
     L = LANES
@@ -223,7 +226,6 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                     for lane in range(L):
                         ff[lane] = t[lane] + (cost[k1, lane] + cost[k2, lane]) * fb[lane]
                 for lane in range(L):
-                    busy[d, lane] += ff[lane] - t[lane]
                     dev_free[d, lane] = ff[lane]
                 if u_first[u]:
                     for lane in range(L):
@@ -274,6 +276,18 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                             tot = mem[d, lane] + ckpt[lane]
                             mem[d, lane] = tot
                             peak[d, lane] = max(peak[d, lane], tot)
+            for e in range(s_b0[s], s_b1[s]):
+                d = b_dev[e]
+                c = b_code[e]
+                n_e = b_cnt[e]
+                if c < N_CLS:
+                    for lane in range(L):
+                        busy[d, lane] += n_e * cost[c, lane]
+                else:
+                    c1 = (c - N_CLS) // N_CLS
+                    c2 = (c - N_CLS) % N_CLS
+                    for lane in range(L):
+                        busy[d, lane] += n_e * ((cost[c1, lane] + cost[c2, lane]) * fb[lane])
             d0 = s_d0[s]
             for lane in range(L):
                 k = col[lane]
@@ -315,8 +329,8 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
 @njit(cache=True, parallel=True)
 def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                 dev_ptr, op_kind, dep, xfer, out_ptr, x_dst_dev, x_link, x_code,
-                paired, d_copies, c_struct, n_chunks, max_n, max_nx, max_nl, max_p,
-                params, out, status):
+                paired, d_copies, s_b0, s_b1, b_dev, b_code, b_cnt, c_struct, n_chunks,
+                max_n, max_nx, max_nl, max_p, params, out, status):
     """Full list scheduling of configuration k on structure ``c_struct[k]``.
 
     Structures are concatenated: rows ``s_r0[s]..``, transfers ``s_x0[s]..``,
@@ -388,7 +402,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                       kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
                       d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
                       w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
-                      memo, no_after, no_shared, w_pend)
+                      memo, no_after, no_shared, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt)
 
 
 @njit(cache=True)
@@ -396,7 +410,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
               op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
               d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
               w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo,
-              no_after, no_shared, w_pend):
+              no_after, no_shared, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt):
     s = c_struct[k]
     p = s_p[s]
     S = s_S[s]
@@ -444,8 +458,12 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     status[k] = st
     if st != STATUS_OK:
         return
-    # Per device, the scheduler summed the busy time in program order and
-    # kept the last finish, which is its largest (finishes never decrease).
+    # Busy time from unit counts, as replay_groups computes it (bit for bit).
+    for d in range(p):
+        busy[d] = 0.0
+    for e in range(s_b0[s], s_b1[s]):
+        busy[b_dev[e]] += b_cnt[e] * dur[b_code[e]]
+    # The last finish per device is its largest (finishes never decrease).
     top = 0.0
     total = 0.0
     most = 0.0
