@@ -10,10 +10,12 @@ Makespans are checked equal before timing.
 import numpy as np
 import pytest
 from limit import Limit
+from sizes import pick
 
 import pipecore as pc
 
-CASES = {"zb-h1 p8-m32": ("zb-h1", 8, 32, 1_000_000), "1f1b p64-m256": ("1f1b", 64, 256, 20_000)}
+CASES = {"zb-h1 p8-m32": ("zb-h1", 8, 32, pick(1_000_000, 500)),
+         "1f1b p64-m256": ("1f1b", 64, 256, pick(20_000, 100))}
 
 
 def _settings(n, seed=0):

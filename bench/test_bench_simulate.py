@@ -7,6 +7,7 @@ the same run, and the summary prints the ratio of medians.
 
 import pytest
 from reference import simulate_reference
+from sizes import pick
 
 import pipecore as pc
 
@@ -98,7 +99,9 @@ def test_study_default_grid(benchmark):
 
     benchmark.group = "study"
     benchmark.name = "study() default grid (15 families x p 4,8 x m 8..256 x 3x3)"
-    table = benchmark.pedantic(study, rounds=1, iterations=1)
+    # The smoke run: one shape, one grid cell.
+    kwargs = pick({}, {"devices": (4,), "microbatches": (8,), "factors": (1.0,)})
+    table = benchmark.pedantic(study, kwargs=kwargs, rounds=1, iterations=1)
     assert table.num_rows > 0
 
 
@@ -108,7 +111,7 @@ def test_simulate_many_p8_m32(benchmark):
     import numpy as np
 
     sched = pc.build("zb-h1", 8, 32)
-    n = 20000
+    n = pick(20000, 100)
     rng = np.random.default_rng(0)
     table = {"f": rng.uniform(0.5, 2, n), "b": rng.uniform(0.5, 2, n), "w": rng.uniform(0, 1, n)}
     pc.simulate_many(sched, table)

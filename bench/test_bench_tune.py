@@ -6,6 +6,7 @@ ms), M_W = 0.366 M_B, limit p * M_B (1F1B's activation memory).
 """
 
 import pytest
+from sizes import pick
 
 import pipecore as pc
 
@@ -13,7 +14,7 @@ COSTS = pc.Costs(f=18.522, b=18.086, w=9.337, comm=0.601, activation=1.0, activa
                  weights=0.0)
 
 
-@pytest.mark.parametrize("p,m,rounds", [(8, 32, 3), (32, 128, 1)])
+@pytest.mark.parametrize("p,m,rounds", [(8, 32, 3), pick((32, 128, 1), (8, 16, 1))])
 def test_tune(benchmark, p, m, rounds):
     benchmark.group = "tune"
     benchmark.name = f"pc.tune p={p} m={m}, limit p*M_B (all families, generated, polished)"
