@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.structure import structure_fbw
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 
 #: Cost-and-memory class of a row as the kernels see it: the kind code, but
@@ -16,6 +17,11 @@ from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 #: is class F_DROP: it takes F's time and keeps only the checkpoint.
 F_DROP = 8
 N_CLASSES = 9
+
+#: Schedules with at least this many ops are checked by the one-pass kernel
+#: (``kernels.structure``) when they hold only F, B, W and BW ops; smaller
+#: ones use numpy, which needs no compile.
+FAST_MIN_OPS = 1 << 18
 
 
 def _error(schedule, rule, row, detail, mark=None):
@@ -35,12 +41,17 @@ def _error(schedule, rule, row, detail, mark=None):
                          microbatch=mb, kind=kind)
 
 
-def structure(schedule):
+def structure(schedule, fast=None):
     """Validate a schedule's rules and derive its dependency structure.
 
     Parameters
     ----------
     schedule : Schedule
+    fast : bool, optional
+        Use the one-pass kernel where it applies (only F, B, W, BW ops);
+        by default for schedules of :data:`FAST_MIN_OPS` ops or more. Its
+        result equals the numpy path's; on a broken rule the numpy path
+        runs and explains it.
 
     Returns
     -------
@@ -67,6 +78,10 @@ def structure(schedule):
         Naming the rule, device, slot, stage and microbatch, with the
         per-device programs rendered and the bad op marked.
     """
+    if fast or (fast is None and schedule.num_ops >= FAST_MIN_OPS):
+        out = _structure_fast(schedule)
+        if out is not None:
+            return out
     dev = schedule._column("device").astype(np.int64)
     slot = schedule._column("slot").astype(np.int64)
     stage = schedule._column("stage").astype(np.int64)
@@ -362,4 +377,63 @@ def structure(schedule):
         "x_src": x_src.astype(np.int32),
         "x_dst": x_dst.astype(np.int32),
         "out_ptr": out_ptr.astype(np.int64),
+    }
+
+
+def _structure_fast(schedule):
+    """The kernel path of :func:`structure`, or None where it does not apply
+    or a rule is broken (the numpy path then finds and names it)."""
+    n = schedule.num_ops
+    if n == 0:
+        return None
+    kind = schedule.kind_codes
+    if int(kind.min()) < 0 or int(kind.max()) > BW:
+        return None
+    dev = schedule._column("device")
+    slot = schedule._column("slot")
+    stage = schedule._column("stage")
+    mb = schedule._column("microbatch")
+    p = schedule.devices
+    if int(stage.min()) < 0 or int(mb.min()) < 0 or p > 8192:
+        return None
+    S = int(stage.max()) + 1
+    m = int(mb.max()) + 1
+    if S * m > 50_000_000:
+        return None
+    (status, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links,
+     dev_ptr) = structure_fbw(dev, slot, kind, stage, mb, p, S, m, bool(schedule.replicated))
+    if status != 0:
+        return None
+    if schedule.replicated:
+        stage_dev = dev[f_idx.reshape(S, m)]
+        placement = stage_dev[:, 0].astype(np.int32)
+        stage_devices = [tuple(int(x) for x in np.unique(row)) for row in stage_dev]
+    else:
+        # Every op of a stage runs on its one device (checked): any row tells.
+        placement = np.empty(S, dtype=np.int32)
+        placement[stage] = dev
+        stage_devices = [(int(d),) for d in placement]
+    nx = len(x_src)
+    return {
+        "stages": S,
+        "op_class": np.array(kind, dtype=np.int8),
+        "paired": paired,
+        "x_is_ar": np.zeros(nx, dtype=bool),
+        "x_host": np.zeros(nx, dtype=np.int8),
+        "x_after": np.full(nx, -1, dtype=np.int32),
+        "op_kind": np.array(kind, dtype=np.int8),
+        "op_stage": np.array(stage, dtype=np.int32),
+        "x_src_dev": dev[x_src].astype(np.int64),
+        "x_dst_dev": dev[x_dst].astype(np.int32, copy=False),
+        "x_link": x_link,
+        "n_links": int(n_links),
+        "microbatches": m,
+        "placement": placement,
+        "stage_devices": stage_devices,
+        "dev_ptr": dev_ptr,
+        "dep": dep,
+        "xfer": xfer,
+        "x_src": x_src,
+        "x_dst": x_dst,
+        "out_ptr": out_ptr,
     }

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..kernels.structure import rows_sorted
 from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules use)
     _KIND_DICTIONARY,
     _KIND_TYPE,
@@ -26,7 +27,7 @@ from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules 
     _check_int,
     op_label,
 )
-from .rules import structure
+from .rules import FAST_MIN_OPS, structure
 
 __all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_label"]
 
@@ -124,15 +125,16 @@ class Schedule:
         """
         kind = np.asarray(kind)
         if kind.dtype.kind in "iu":
-            codes = kind.astype(np.int64)
-            bad = np.flatnonzero((codes < 0) | (codes >= len(KINDS)))
-            if bad.size:
+            codes = kind
+            out_of_range = int(codes.min(initial=0)) < 0 or int(codes.max(initial=0)) >= len(KINDS)
+            bad = np.flatnonzero((codes < 0) | (codes >= len(KINDS))) if out_of_range else []
+            if len(bad):
                 raise ScheduleError(
                     f"kind: op {int(bad[0])} has kind code {int(codes[bad[0]])}; "
                     f"codes are 0..{len(KINDS) - 1} for {', '.join(KINDS)}",
                     rule="kind")
             kind_arr = pa.DictionaryArray.from_arrays(
-                pa.array(codes.astype(np.int8)), _KIND_DICTIONARY)
+                pa.array(codes.astype(np.int8, copy=False)), _KIND_DICTIONARY)
         else:
             kind_arr = pa.array([str(k) for k in kind], type=pa.string())
         table = pa.table(
@@ -465,9 +467,10 @@ def _int_column(name, values):
         return pa.array(np.zeros(0, np.int32))
     if arr.dtype.kind not in "iu":
         raise ValueError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
-    if arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max:
+    if arr.dtype != np.int32 and (arr.min() < np.iinfo(np.int32).min
+                                  or arr.max() > np.iinfo(np.int32).max):
         raise ValueError(f"column '{name}' has values outside int32")
-    return pa.array(arr.astype(np.int32))
+    return pa.array(arr.astype(np.int32, copy=False))
 
 
 def _normalise_table(table: pa.Table) -> pa.Table:
@@ -483,14 +486,16 @@ def _normalise_table(table: pa.Table) -> pa.Table:
             raise ValueError(f"column '{name}' must be an integer type (got {col.type})")
         cols[name] = col.cast(pa.int32())
     kind = table.column("kind").combine_chunks()
-    if pa.types.is_dictionary(kind.type):
-        kind = kind.dictionary_decode()
-    if not (pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type)):
-        raise ValueError(f"column 'kind' must hold strings (got {kind.type})")
-    names = kind.to_numpy(zero_copy_only=False)
-    codes = np.full(len(names), -1, dtype=np.int8)
-    for k, c in KIND_CODE.items():
-        codes[names == k] = c
+    codes = _own_codes(kind)
+    if codes is None:
+        if pa.types.is_dictionary(kind.type):
+            kind = kind.dictionary_decode()
+        if not (pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type)):
+            raise ValueError(f"column 'kind' must hold strings (got {kind.type})")
+        names = kind.to_numpy(zero_copy_only=False)
+        codes = np.full(len(names), -1, dtype=np.int8)
+        for k, c in KIND_CODE.items():
+            codes[names == k] = c
     if (codes < 0).any():
         i = int(np.flatnonzero(codes < 0)[0])
         dev = cols["device"].to_numpy()[i]
@@ -502,11 +507,26 @@ def _normalise_table(table: pa.Table) -> pa.Table:
     out = pa.table({n: cols[n] for n in SCHEMA.names}, schema=SCHEMA)
     dev = cols["device"].to_numpy()
     slot = cols["slot"].to_numpy()
-    # Within a slot (an overlapped F&B pair) the F row comes first.
+    # Within a slot (an overlapped F&B pair) the F row comes first. Builders
+    # emit rows in order; checking that is one pass, sorting is not.
+    if len(codes) >= FAST_MIN_OPS and rows_sorted(dev, slot, codes):
+        return out
     order = np.lexsort((codes, slot, dev))
     if not np.array_equal(order, np.arange(len(order))):
         out = out.take(pa.array(order))
     return out
+
+
+def _own_codes(kind):
+    """The int8 codes of a kind column that already uses pipecore's own
+    dictionary (no nulls), without decoding millions of strings; else None."""
+    if (not pa.types.is_dictionary(kind.type) or kind.type.index_type != pa.int8()
+            or kind.null_count or not kind.dictionary.equals(_KIND_DICTIONARY)):
+        return None
+    codes = kind.indices.to_numpy(zero_copy_only=False).astype(np.int8, copy=False)
+    if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(KINDS)):
+        return None
+    return codes
 
 
 def _render(schedule: Schedule, mark: list[int], width: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Family, _programs_to_schedule, register
+from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
 
 
 def build_looped_bfs(devices, microbatches, chunks=2):
@@ -32,6 +32,18 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     None
         Every shape that :func:`pipecore.build` accepts works.
     """
+    p, m, v = devices, microbatches, chunks
+    # Op i of a device's forward half is chunk i // m, microbatch i % m; its
+    # backward half runs the same (chunk, microbatch)s in reverse.
+    i = np.arange(v * m, dtype=np.int64)[None, :]
+    d = np.arange(p, dtype=np.int64)[:, None]
+    stage = (i // m) * p + d
+    return _slots_to_schedule("looped-bfs", p, 2 * v * m,
+                              [(0, stage, i % m, i), (3, stage, i % m, 2 * v * m - 1 - i)])
+
+
+def _looped_bfs_reference(devices, microbatches, chunks=2):
+    """Per-op reference of :func:`build_looped_bfs` (the tests compare the two)."""
     p, m, v = devices, microbatches, chunks
     programs = []
     for d in range(p):

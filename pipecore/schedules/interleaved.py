@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Family, ProgramBuilder, _programs_to_schedule, register
+from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
 
 
 def build_interleaved(devices, microbatches, chunks=2):
@@ -39,6 +39,23 @@ def build_interleaved(devices, microbatches, chunks=2):
     if m % p != 0:
         raise ValueError(f"'interleaved-1f1b' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
+    total = m * v
+    d = np.arange(p, dtype=np.int64)[:, None]
+    warm = np.full((p, 1), total) if m == p else np.minimum(2 * (p - d - 1) + (v - 1) * p, total)
+    k = np.arange(total, dtype=np.int64)[None, :]
+    chunk = (k // p) % v
+    mb = (k // (p * v)) * p + k % p
+    # The k-th forward fills slot k during warm-up, then every other slot;
+    # the k-th backward follows the forward it is paired with, then drains.
+    f_slot = np.where(k < warm, k, 2 * k - warm)
+    b_slot = np.where(k < total - warm, warm + 2 * k + 1, total + k)
+    return _slots_to_schedule("interleaved-1f1b", p, 2 * total,
+                              [(0, chunk * p + d, mb, f_slot), (3, (v - 1 - chunk) * p + d, mb, b_slot)])
+
+
+def _interleaved_reference(devices, microbatches, chunks=2):
+    """Per-op reference of :func:`build_interleaved` (the tests compare the two)."""
+    p, m, v = devices, microbatches, chunks
     total = m * v
 
     def fwd(d, k):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Family, _programs_to_schedule, register
+from .registry import Family, _slots_to_schedule, register
 
 
 def _one_f_one_b(devices, microbatches, warmup):
     """Warm-up forwards, then alternate backward/forward, then drain.
 
-    ``warmup[d]`` forwards run before device d's first backward.
+    ``warmup[d]`` forwards run before device d's first backward. The per-op
+    reference of :func:`_one_f_one_b_slots` (tests compare the two).
     """
     programs = []
     m = microbatches
@@ -23,6 +24,21 @@ def _one_f_one_b(devices, microbatches, warmup):
         prog += [("BW", d, j) for j in range(m - k, m)]
         programs.append(prog)
     return programs
+
+
+def _one_f_one_b_slots(name, devices, microbatches, warmup):
+    """:func:`_one_f_one_b` from the closed-form slot of every op.
+
+    With k = warmup[d]: F(j) is in slot j for j < k, else 2j - k + 1 (after
+    BW(j - k)); BW(j) is in slot k + 2j while forwards remain, then m + j.
+    """
+    m = microbatches
+    k = np.asarray(warmup, dtype=np.int64)[:, None]
+    j = np.arange(m, dtype=np.int64)[None, :]
+    stage = np.arange(devices, dtype=np.int64)[:, None]
+    f_slot = np.where(j < k, j, 2 * j - k + 1)
+    b_slot = np.where(j < m - k, k + 2 * j, m + j)
+    return _slots_to_schedule(name, devices, 2 * m, [(0, stage, j, f_slot), (3, stage, j, b_slot)])
 
 
 def build_1f1b(devices, microbatches, chunks=1):
@@ -47,7 +63,7 @@ def build_1f1b(devices, microbatches, chunks=1):
         Every shape that :func:`pipecore.build` accepts works.
     """
     warm = [min(devices - d, microbatches) for d in range(devices)]
-    return _programs_to_schedule("1f1b", _one_f_one_b(devices, microbatches, warm), devices)
+    return _one_f_one_b_slots("1f1b", devices, microbatches, warm)
 
 
 def build_eager_1f1b(devices, microbatches, chunks=1):
@@ -75,7 +91,7 @@ def build_eager_1f1b(devices, microbatches, chunks=1):
         Every shape that :func:`pipecore.build` accepts works.
     """
     warm = [min(2 * (devices - d) - 1, microbatches) for d in range(devices)]
-    return _programs_to_schedule("eager-1f1b", _one_f_one_b(devices, microbatches, warm), devices)
+    return _one_f_one_b_slots("eager-1f1b", devices, microbatches, warm)
 
 
 def formula_1f1b(p, m, v, c):

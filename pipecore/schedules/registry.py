@@ -11,6 +11,8 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..core.schedule import Schedule, _check_int
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
@@ -240,6 +242,34 @@ class ProgramBuilder:
 
 def _programs_to_schedule(name, programs, devices):
     return Schedule.from_programs(programs, name=name, devices=devices)
+
+
+def _slots_to_schedule(name, devices, length, parts):
+    """A schedule from the closed-form slot of every op.
+
+    Every device's program has ``length`` slots; ``parts`` is a list of
+    ``(kind_code, stage, microbatch, slot)`` where the last three broadcast
+    to ``(devices, k)``: op i of that part on device d is
+    ``(kind, stage[d, i], microbatch[d, i])`` in slot ``slot[d, i]``. The
+    parts must fill every slot exactly once (the tests compare each
+    vectorised builder with its per-op reference builder).
+    """
+    p = devices
+    kind = np.full((p, length), -1, dtype=np.int8)
+    stage = np.empty((p, length), dtype=np.int32)
+    mb = np.empty((p, length), dtype=np.int32)
+    rows = np.arange(p)[:, None]
+    for code, st, j, sl in parts:
+        sl = np.broadcast_to(sl, np.broadcast_shapes(np.shape(sl), np.shape(st), np.shape(j)))
+        kind[rows, sl] = code
+        stage[rows, sl] = st
+        mb[rows, sl] = j
+    if int(kind.min(initial=0)) < 0:
+        raise RuntimeError(f"internal error: the {name} builder left a slot empty")
+    device = np.repeat(np.arange(p, dtype=np.int32), length)
+    slot = np.tile(np.arange(length, dtype=np.int32), p)
+    return Schedule.from_arrays(device, slot, kind.reshape(-1), stage.reshape(-1),
+                                mb.reshape(-1), name=name, devices=p)
 
 
 # Importing the family modules registers them.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Family, _programs_to_schedule, register
+from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
 
 
 def split_1f1b(devices, microbatches, warmup, lag, name):
@@ -38,6 +38,32 @@ def split_1f1b(devices, microbatches, warmup, lag, name):
     return _programs_to_schedule(name, programs, devices)
 
 
+def split_1f1b_slots(devices, microbatches, warmup, lag, name):
+    """:func:`split_1f1b` from the closed-form slot of every op.
+
+    With k = min(warmup[d], m) and lag L: B(j) is in slot
+    g(j) = k + j + max(0, j - L) + min(j, m - k) (k warm-up forwards, then
+    per earlier iteration a B, a W once j >= L, an F while forwards
+    remain); W(i) follows B(i + L) when i + L < m, else it is in the tail
+    at 2m + i; F(i) is in slot i in the warm-up, else after B(i - k) and
+    its W.
+    """
+    m = microbatches
+    k = np.minimum(np.asarray(warmup, dtype=np.int64), m)[:, None]
+    lag = np.asarray(lag, dtype=np.int64)[:, None]
+    j = np.arange(m, dtype=np.int64)[None, :]
+    stage = np.arange(devices, dtype=np.int64)[:, None]
+
+    def g(i):
+        return k + i + np.maximum(0, i - lag) + np.minimum(i, m - k)
+
+    b_slot = g(j)
+    w_slot = np.where(j + lag < m, g(j + lag) + 1, 2 * m + j)
+    f_slot = np.where(j < k, j, g(j - k) + 1 + (j - k >= lag))
+    return _slots_to_schedule(name, devices, 3 * m,
+                              [(0, stage, j, f_slot), (1, stage, j, b_slot), (2, stage, j, w_slot)])
+
+
 def build_zb_h1(devices, microbatches, chunks=1):
     """ZB-H1: 1F1B's warm-up (p - d forwards on device d); W lags B by d microbatches.
 
@@ -62,7 +88,7 @@ def build_zb_h1(devices, microbatches, chunks=1):
         Every shape that :func:`pipecore.build` accepts works.
     """
     p = devices
-    return split_1f1b(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
+    return split_1f1b_slots(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
 
 
 def build_zb_h2(devices, microbatches, chunks=1):
@@ -89,8 +115,8 @@ def build_zb_h2(devices, microbatches, chunks=1):
         Every shape that :func:`pipecore.build` accepts works.
     """
     p = devices
-    return split_1f1b(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
-                      [2 * d for d in range(p)], "zb-h2")
+    return split_1f1b_slots(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
+                            [2 * d for d in range(p)], "zb-h2")
 
 
 def _split_peak(p, m, warmup, lag, c):

@@ -1,0 +1,163 @@
+"""Validation and dependency structure of large schedules in one pass.
+
+``core.rules.structure`` checks the rules with numpy over whole columns. At
+millions of ops its temporaries (int64 copies, masks, a sort) cost seconds
+and gigabytes; these kernels do the common case (kinds F, B, W, BW, no
+all-reduce) in a few linear passes that allocate only their outputs. They
+never explain a failure: on any broken rule they return a nonzero status and
+the numpy path, which names the rule, device, slot and op, runs instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Kind codes (core.ops): F=0, B=1, W=2, BW=3.
+
+
+@njit(cache=True)
+def rows_sorted(dev, slot, kind):
+    """True when rows are in (device, slot, kind) order, non-decreasing."""
+    for r in range(1, dev.size):
+        if dev[r] != dev[r - 1]:
+            if dev[r] < dev[r - 1]:
+                return False
+        elif slot[r] != slot[r - 1]:
+            if slot[r] < slot[r - 1]:
+                return False
+        elif kind[r] < kind[r - 1]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
+    """Structure of a schedule made of F, B, W and BW ops only.
+
+    Rows must be sorted by (device, slot, kind). ``S`` and ``m`` are one
+    more than the largest stage and microbatch. Returns ``(status, f_idx
+    (F row per key, only when replicated),
+    paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr)``;
+    status 0 means every rule holds and the arrays equal the numpy path's.
+    """
+    n = dev.size
+    nkey = S * m
+    # Rows of F, B, W, BW per (stage, microbatch), side by side: one cache
+    # line per key instead of four scattered ones.
+    idx = np.full((nkey, 4), -1, np.int32)
+    paired = np.zeros(n, np.bool_)
+    e_dep = np.empty((0, 2), np.int32)
+    e_i32 = np.empty(0, np.int32)
+    e_i64 = np.empty(0, np.int64)
+    fail = (1, e_i32, paired, e_dep, e_dep, e_i32, e_i32, e_i64, e_i32, 0, e_i64)
+    n_f = 0
+    for r in range(n):
+        k = kind[r]
+        if k < 0 or k > 3 or slot[r] < 0 or stage[r] < 0 or mb[r] < 0:
+            return fail
+        if dev[r] < 0 or dev[r] >= p or stage[r] >= S or mb[r] >= m:
+            return fail
+        if r > 0 and dev[r] == dev[r - 1] and slot[r] == slot[r - 1]:
+            # Only an overlapped F&B pair shares a slot, F first, never three.
+            if kind[r - 1] != 0 or (k != 1 and k != 3) or paired[r - 1]:
+                return fail
+            paired[r] = True
+        key = stage[r] * m + mb[r]
+        if idx[key, k] >= 0:
+            return fail
+        idx[key, k] = r
+        if k == 0:
+            n_f += 1
+        else:
+            # In a valid schedule the F (and, for a W, its B) ran earlier on
+            # this same device: anything else breaks placement or order.
+            f = idx[key, 0]
+            if f < 0 or dev[f] != dev[r]:
+                return fail
+            if k == 2 and idx[key, 1] < 0:
+                return fail
+    if n_f != nkey:
+        return fail
+    dep = np.full((n, 2), -1, np.int32)
+    # Transfers counted per producer (shifted by one for the prefix sum).
+    out_ptr = np.zeros(n + 1, np.int64)
+    first_dev = np.empty(S, np.int32)
+    for s in range(S):
+        first_dev[s] = dev[idx[s * m, 0]]
+    for r in range(n):
+        k = kind[r]
+        key = stage[r] * m + mb[r]
+        q0 = -1
+        q1 = -1
+        if k == 0:
+            # Exactly one backward (BW, or B and W) per (stage, microbatch).
+            if idx[key, 3] >= 0:
+                if idx[key, 1] >= 0 or idx[key, 2] >= 0:
+                    return fail
+            elif idx[key, 1] < 0 or idx[key, 2] < 0:
+                return fail
+            if not replicated and dev[r] != first_dev[stage[r]]:
+                return fail
+            if stage[r] > 0:
+                q0 = idx[key - m, 0]
+        elif k == 2:
+            q0 = idx[key, 1]
+        else:
+            q0 = idx[key, 0]
+            if stage[r] < S - 1:
+                q1 = idx[key + m, 3]
+                if q1 < 0:
+                    q1 = idx[key + m, 1]
+        dep[r, 0] = q0
+        dep[r, 1] = q1
+        for q in (q0, q1):
+            if q < 0:
+                continue
+            if paired[r] and q == r - 1:
+                return fail
+            if dev[q] == dev[r]:
+                if q > r:
+                    return fail
+            else:
+                out_ptr[q + 1] += 1
+    for r in range(n):
+        out_ptr[r + 1] += out_ptr[r]
+    nx = out_ptr[n]
+    x_src = np.empty(nx, np.int32)
+    x_dst = np.empty(nx, np.int32)
+    xfer = np.full((n, 2), -1, np.int32)
+    # Consumers visited in row order: each producer's transfers come out
+    # sorted by consumer, as the numpy path's lexsort orders them.
+    # out_ptr[q] serves as producer q's fill cursor, then shifts back.
+    link_id = np.full(p * p, -1, np.int32)
+    for r in range(n):
+        for j in range(2):
+            q = dep[r, j]
+            if q >= 0 and dev[q] != dev[r]:
+                i = out_ptr[q]
+                out_ptr[q] = i + 1
+                x_src[i] = q
+                x_dst[i] = r
+                xfer[r, j] = i
+                link_id[dev[q] * p + dev[r]] = 0
+    for r in range(n, 0, -1):
+        out_ptr[r] = out_ptr[r - 1]
+    out_ptr[0] = 0
+    # Directed links with traffic, numbered in (source, destination) order.
+    n_links = 0
+    for c in range(p * p):
+        if link_id[c] == 0:
+            link_id[c] = n_links
+            n_links += 1
+    x_link = np.empty(nx, np.int32)
+    for i in range(nx):
+        x_link[i] = link_id[dev[x_src[i]] * p + dev[x_dst[i]]]
+    dev_ptr = np.zeros(p + 1, np.int64)
+    for r in range(n):
+        dev_ptr[dev[r] + 1] += 1
+    for d in range(p):
+        dev_ptr[d + 1] += dev_ptr[d]
+    # The F rows are only needed to list a replicated stage's devices.
+    f_idx = idx[:, 0].copy() if replicated else e_i32
+    return (0, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr)

@@ -1,0 +1,147 @@
+"""Building and validating at scale: the closed-form (vectorised) builders
+equal their per-op reference builders op for op, and the one-pass structure
+kernel equals the numpy rules on valid schedules and defers to them (same
+error) on broken ones.
+
+The references are the per-op loops each family was first written as (kept
+beside the vectorised builders); nothing here is computed by the code under
+test.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pipecore as pc
+from pipecore.core.ops import ScheduleError
+from pipecore.core.rules import structure
+from pipecore.core.schedule import Schedule
+from pipecore.schedules import bfs, gpipe, interleaved, onef1b, registry, zerobubble
+from pipecore.testing import schedules
+
+
+def _reference(name, p, m, v):
+    """The per-op reference builder of each vectorised family."""
+    progs = registry._programs_to_schedule
+    if name == "1f1b":
+        return progs(name, onef1b._one_f_one_b(p, m, [min(p - d, m) for d in range(p)]), p)
+    if name == "eager-1f1b":
+        return progs(name, onef1b._one_f_one_b(p, m, [min(2 * (p - d) - 1, m) for d in range(p)]), p)
+    if name == "zb-h1":
+        return zerobubble.split_1f1b(p, m, [p - d for d in range(p)], list(range(p)), name)
+    if name == "zb-h2":
+        return zerobubble.split_1f1b(p, m, [2 * (p - d) - 1 for d in range(p)],
+                                     [2 * d for d in range(p)], name)
+    if name == "gpipe":
+        return gpipe._gpipe_reference(p, m)
+    if name == "interleaved-1f1b":
+        return interleaved._interleaved_reference(p, m, v)
+    if name == "looped-bfs":
+        return bfs._looped_bfs_reference(p, m, v)
+    raise AssertionError(name)
+
+
+def _same_structure(a, b):
+    assert a.keys() == b.keys()
+    for key, want in b.items():
+        got = a[key]
+        if isinstance(want, np.ndarray):
+            assert got.dtype == want.dtype, key
+            assert got.shape == want.shape, key
+            assert np.array_equal(got, want), key
+        else:
+            assert got == want, key
+
+
+VECTORISED = ["1f1b", "eager-1f1b", "zb-h1", "zb-h2", "gpipe", "interleaved-1f1b", "looped-bfs"]
+
+
+@pytest.mark.parametrize("name", VECTORISED)
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(1, 9), m=st.integers(1, 24), v=st.integers(1, 3))
+def test_vectorised_builders_equal_their_references(name, p, m, v):
+    if name == "interleaved-1f1b":
+        m = p * max(1, m // p)  # the family needs m to be a multiple of p
+        sched = pc.build(name, p, m, chunks=v)
+    elif name == "looped-bfs":
+        sched = pc.build(name, p, m, chunks=v)
+    else:
+        v = 1
+        sched = pc.build(name, p, m)
+    ref = _reference(name, p, m, v)
+    assert sched.table.equals(ref.table)
+    _same_structure(structure(sched, fast=True), structure(ref, fast=False))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sched=schedules(recompute=False, offload=False))
+def test_structure_kernel_equals_numpy_rules(sched):
+    # Replicated layouts and fused F&B pairs included; schedules with an
+    # all-reduce take the numpy path in both calls (the kernel declines).
+    _same_structure(structure(sched, fast=True), structure(sched, fast=False))
+
+
+def _error(table, fast, **kwargs):
+    sched = Schedule(table, validate=False, **kwargs)
+    with pytest.raises(ScheduleError) as info:
+        structure(sched, fast=fast)
+    return str(info.value), info.value.rule
+
+
+def _mutate(table, row, **cols):
+    data = {c: table.column(c).to_pylist() for c in ("device", "slot", "stage", "microbatch")}
+    kinds = [str(k) for k in table.column("kind").to_pylist()]
+    for name, value in cols.items():
+        if name == "kind":
+            kinds[row] = value
+        else:
+            data[name][row] = value
+    return Schedule.from_arrays(data["device"], data["slot"], kinds, data["stage"],
+                                data["microbatch"], validate=False).table
+
+
+@pytest.mark.parametrize("row, change, rule", [
+    (5, {"microbatch": 0}, "duplicate-op"),        # a second F of (stage 0, mb 0)
+    (3, {"stage": 1}, "duplicate-op"),             # a second op of another stage's key
+    (17, {"device": 1}, "slot-unique"),            # two ops in one slot
+    (0, {"kind": "B"}, "duplicate-op"),            # an F turned into a second B
+])
+def test_broken_rules_give_the_numpy_error_on_the_kernel_path(row, change, rule):
+    table = pc.build("zb-h1", 3, 6).table
+    bad = _mutate(table, row, **change)
+    fast_msg, fast_rule = _error(bad, True)
+    slow_msg, slow_rule = _error(bad, False)
+    assert (fast_msg, fast_rule) == (slow_msg, slow_rule)
+    assert fast_rule in (rule, "missing-op", "order", "placement", "slot-unique")
+
+
+def test_order_and_placement_errors_are_the_same_on_both_paths():
+    # Swap F and B of one microbatch on device 0: the B then runs before
+    # the F it needs (rule "order").
+    progs = pc.build("1f1b", 2, 4).programs()
+    i_f = progs[0].index(("F", 0, 0))
+    i_b = progs[0].index(("BW", 0, 0))
+    progs[0][i_f], progs[0][i_b] = progs[0][i_b], progs[0][i_f]
+    bad = Schedule.from_programs(progs, validate=False).table
+    assert _error(bad, True) == _error(bad, False)
+    assert _error(bad, True)[1] == "order"
+    # Move one BW to the other device (rule "placement").
+    progs = pc.build("1f1b", 2, 4).programs()
+    op = progs[0].pop(progs[0].index(("BW", 0, 3)))
+    progs[1].append(op)
+    bad = Schedule.from_programs(progs, validate=False).table
+    assert _error(bad, True) == _error(bad, False)
+    assert _error(bad, True)[1] == "placement"
+
+
+def test_large_schedules_take_the_kernel_path_by_default(monkeypatch):
+    # Above FAST_MIN_OPS the kernel runs; its result is the numpy path's.
+    import pipecore.core.rules as rules
+    monkeypatch.setattr(rules, "FAST_MIN_OPS", 100)
+    calls = []
+    real = rules._structure_fast
+    monkeypatch.setattr(rules, "_structure_fast", lambda s: calls.append(1) or real(s))
+    sched = pc.build("zb-h1", 8, 32)
+    assert calls and sched.num_ops == 8 * 32 * 3
+    _same_structure(structure(sched), structure(sched, fast=False))
