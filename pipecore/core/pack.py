@@ -184,32 +184,43 @@ class Pack:
         N = c_struct.shape[0]
         if N == 0:
             return
-        cuts = np.flatnonzero(np.diff(c_struct)) + 1
-        run_lo = np.concatenate([[0], cuts])
-        run_hi = np.concatenate([cuts, [N]])
         L = _replay.LANES
-        per_run = (run_hi - run_lo + L - 1) // L
-        g_run = np.repeat(np.arange(len(run_lo)), per_run)
-        g_idx = np.arange(len(g_run)) - np.repeat(np.cumsum(per_run) - per_run, per_run)
-        g_lo = run_lo[g_run] + g_idx * L
-        g_hi = np.minimum(g_lo + L, run_hi[g_run])
-        g_struct = c_struct[run_lo[g_run]]
+        if c_struct[0] == c_struct[-1]:  # one structure (sorted): no run search
+            run_lo = np.zeros(1, dtype=np.int64)
+            g_lo = np.arange(0, N, L, dtype=np.int64)
+            g_hi = np.minimum(g_lo + L, N)
+            g_struct = np.full(len(g_lo), c_struct[0], dtype=np.int64)
+        else:
+            cuts = np.flatnonzero(np.diff(c_struct)) + 1
+            run_lo = np.concatenate([[0], cuts])
+            run_hi = np.concatenate([cuts, [N]])
+            per_run = (run_hi - run_lo + L - 1) // L
+            g_run = np.repeat(np.arange(len(run_lo)), per_run)
+            g_idx = np.arange(len(g_run)) - np.repeat(np.cumsum(per_run) - per_run, per_run)
+            g_lo = run_lo[g_run] + g_idx * L
+            g_hi = np.minimum(g_lo + L, run_hi[g_run])
+            g_struct = c_struct[run_lo[g_run]]
         G = len(g_lo)
         n_chunks = int(min(G, max(1, 8 * n_threads)))
         # Memory depends only on the structure and the memory costs: when those
         # are the same in every configuration (the usual sweep), track it once
         # per structure instead of in every lane of every group.
-        mem_rows = params[[_replay.P_ACT, _replay.P_ACTW, _replay.P_CKPT, _replay.P_WEIGHTS]]
-        track = not bool((mem_rows == mem_rows[:, :1]).all())
+        track = any(params[r].min() != params[r].max()
+                    for r in (_replay.P_ACT, _replay.P_ACTW, _replay.P_CKPT, _replay.P_WEIGHTS))
         self._replay_groups(g_struct, g_lo, g_hi, n_chunks, params, out, track)
         if not track:
-            first = run_lo[np.unique(c_struct[run_lo], return_index=True)[1]]
+            first = (run_lo if len(run_lo) == 1 else
+                     run_lo[np.unique(c_struct[run_lo], return_index=True)[1]])
             one = np.zeros((out.shape[0], len(first)))
             self._replay_groups(c_struct[first], np.arange(len(first)), np.arange(1, len(first) + 1),
                                 1, np.ascontiguousarray(params[:, first]), one, True)
-            which = np.searchsorted(c_struct[first], c_struct)
-            for row in (_replay.O_PEAK_ACT, _replay.O_PEAK_TOTAL):
-                out[row] = one[row][which]
+            if len(first) == 1:
+                for row in (_replay.O_PEAK_ACT, _replay.O_PEAK_TOTAL):
+                    out[row] = one[row, 0]
+            else:
+                which = np.searchsorted(c_struct[first], c_struct)
+                for row in (_replay.O_PEAK_ACT, _replay.O_PEAK_TOTAL):
+                    out[row] = one[row][which]
 
     def _replay_groups(self, g_struct, g_lo, g_hi, n_chunks, params, out, track_mem):
         _replay.replay_groups(

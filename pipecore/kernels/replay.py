@@ -114,6 +114,60 @@ def _share(value, cdiv, p, n_stages):
     return value * p / n_stages
 
 
+@njit(cache=True, parallel=True)
+def fill_row(dst, row, src, value, lo, hi, n_chunks):
+    """``dst[row] = src`` (or ``value`` where ``src`` is empty), over all
+    threads; chunk c's smallest and largest value go to ``lo[c]``,
+    ``hi[c]`` (NaN when the chunk holds a NaN), so the caller checks a
+    million-row column with two tiny reductions."""
+    n = dst.shape[1]
+    const = src.shape[0] == 0
+    for c in prange(n_chunks):
+        a = c * n // n_chunks
+        b = (c + 1) * n // n_chunks
+        mn = np.inf
+        mx = -np.inf
+        nan = False
+        for k in range(a, b):
+            v = value if const else src[k]
+            dst[row, k] = v
+            if v != v:
+                nan = True
+            if v < mn:
+                mn = v
+            if v > mx:
+                mx = v
+        lo[c] = np.nan if nan else mn
+        hi[c] = np.nan if nan else mx
+
+
+@njit(cache=True, parallel=True)
+def sweep_metrics(out, devices, microbatches, ratio, rate, throughput):
+    """Bubble ratio, bubble rate and throughput per configuration from the
+    output rows, in one pass (the formulas of ``scan.batch.metrics_from``)."""
+    for k in prange(out.shape[1]):
+        makespan = out[O_MAKESPAN, k]
+        if makespan > 0:
+            ratio[k] = 1.0 - out[O_BUSY_SUM, k] / (devices * makespan)
+            throughput[k] = microbatches / makespan
+        else:
+            ratio[k] = 0.0
+            throughput[k] = np.inf
+        span = out[O_SPAN_MAX, k]
+        rate[k] = (span - out[O_BUSY_MAX, k]) / span if span > 0 else 0.0
+
+
+@njit(cache=True, inline="always")
+def _shares(params, row, col, cdiv, p, n_stages, dst):
+    # _share for every lane of a group, the cdiv branch outside the lane loop.
+    if cdiv > 0:
+        for lane in range(dst.shape[0]):
+            dst[lane] = params[row, col[lane]] / cdiv
+    else:
+        for lane in range(dst.shape[0]):
+            dst[lane] = params[row, col[lane]] * p / n_stages
+
+
 # Monte Carlo's per-op-scaled replay is replay_scaled below, not a flag here:
 # see the comment there.
 @njit(cache=True, parallel=True)
@@ -159,6 +213,17 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
         ff = np.empty(L)
         col = np.empty(L, dtype=np.int64)
         ser_any = np.empty(4, dtype=np.bool_)
+        fs_ = np.empty(L)
+        bs_ = np.empty(L)
+        ws_ = np.empty(L)
+        rs_ = np.empty(L)
+        wsh = np.empty(L)
+        e_top = np.empty(L)
+        e_total = np.empty(L)
+        e_most = np.empty(L)
+        e_widest = np.empty(L)
+        e_best = np.empty(L)
+        e_whole = np.empty(L)
         for g in range(g_begin, g_end):
             s = g_struct[g]
             p = s_p[s]
@@ -169,22 +234,28 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 if k >= g_hi[g]:
                     k = g_hi[g] - 1
                 col[lane] = k
-                fs = _share(params[P_F, k], cdiv, p, n_stages)
-                bs = _share(params[P_B, k], cdiv, p, n_stages)
-                ws = _share(params[P_W, k], cdiv, p, n_stages)
-                cost[0, lane] = fs
-                cost[1, lane] = bs
-                cost[2, lane] = ws
-                cost[3, lane] = bs + ws
+            # Parameters row by row with the lane loop inside (packed loads
+            # and divisions; the cdiv branch is per group, not per lane).
+            _shares(params, P_F, col, cdiv, p, n_stages, fs_)
+            _shares(params, P_B, col, cdiv, p, n_stages, bs_)
+            _shares(params, P_W, col, cdiv, p, n_stages, ws_)
+            _shares(params, P_R, col, cdiv, p, n_stages, rs_)
+            _shares(params, P_ACT, col, cdiv, p, n_stages, act)
+            _shares(params, P_ACTW, col, cdiv, p, n_stages, actw)
+            _shares(params, P_CKPT, col, cdiv, p, n_stages, ckpt)
+            _shares(params, P_WEIGHTS, col, cdiv, p, n_stages, wsh)
+            for lane in range(L):
+                k = col[lane]
+                cost[0, lane] = fs_[lane]
+                cost[1, lane] = bs_[lane]
+                cost[2, lane] = ws_[lane]
+                cost[3, lane] = bs_[lane] + ws_[lane]
                 cost[4, lane] = 0.0
-                cost[5, lane] = _share(params[P_R, k], cdiv, p, n_stages)
+                cost[5, lane] = rs_[lane]
                 cost[6, lane] = 0.0
                 cost[7, lane] = 0.0
-                cost[8, lane] = fs
+                cost[8, lane] = fs_[lane]
                 fb[lane] = params[P_FB, k]
-                act[lane] = _share(params[P_ACT, k], cdiv, p, n_stages)
-                actw[lane] = _share(params[P_ACTW, k], cdiv, p, n_stages)
-                ckpt[lane] = _share(params[P_CKPT, k], cdiv, p, n_stages)
                 ser[0, lane] = params[P_BYTES, k] / params[P_BW, k]
                 ser[1, lane] = params[P_BYTES, k] / params[P_IBW, k]
                 ser[2, lane] = params[P_GRAD, k] / params[P_BW, k]
@@ -288,42 +359,47 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                     c2 = (c - N_CLS) % N_CLS
                     for lane in range(L):
                         busy[d, lane] += n_e * ((cost[c1, lane] + cost[c2, lane]) * fb[lane])
+            # Per-configuration metrics, devices outer and lanes inner (the
+            # same comparisons and sums, in the same order, per lane).
             d0 = s_d0[s]
+            for lane in range(L):
+                e_top[lane] = 0.0
+                e_total[lane] = 0.0
+                e_most[lane] = 0.0
+                e_widest[lane] = 0.0
+                e_best[lane] = 0.0
+                e_whole[lane] = 0.0
+            for d in range(p):
+                has = d_has[d0 + d]
+                copies = d_copies[d0 + d]
+                for lane in range(L):
+                    fin = dev_free[d, lane]
+                    if fin > e_top[lane]:
+                        e_top[lane] = fin
+                    bz = busy[d, lane]
+                    e_total[lane] += bz
+                    if bz > e_most[lane]:
+                        e_most[lane] = bz
+                    static = 0.0
+                    for _ in range(copies):
+                        static += wsh[lane]
+                    if has and fin - first[d, lane] > e_widest[lane]:
+                        e_widest[lane] = fin - first[d, lane]
+                    if peak[d, lane] > e_best[lane]:
+                        e_best[lane] = peak[d, lane]
+                    if peak[d, lane] + static > e_whole[lane]:
+                        e_whole[lane] = peak[d, lane] + static
             for lane in range(L):
                 k = col[lane]
                 if lane > 0 and k == col[lane - 1]:
                     continue  # padding lane
-                wsh = _share(params[P_WEIGHTS, k], cdiv, p, n_stages)
-                top = 0.0
-                total = 0.0
-                most = 0.0
-                widest = 0.0
-                best = 0.0
-                whole = 0.0
-                for d in range(p):
-                    fin = dev_free[d, lane]
-                    if fin > top:
-                        top = fin
-                    bz = busy[d, lane]
-                    total += bz
-                    if bz > most:
-                        most = bz
-                    static = 0.0
-                    for _ in range(d_copies[d0 + d]):
-                        static += wsh
-                    if d_has[d0 + d] and fin - first[d, lane] > widest:
-                        widest = fin - first[d, lane]
-                    if peak[d, lane] > best:
-                        best = peak[d, lane]
-                    if peak[d, lane] + static > whole:
-                        whole = peak[d, lane] + static
-                out[O_MAKESPAN, k] = top
-                out[O_BUSY_SUM, k] = total
-                out[O_BUSY_MAX, k] = most
-                out[O_SPAN_MAX, k] = widest
+                out[O_MAKESPAN, k] = e_top[lane]
+                out[O_BUSY_SUM, k] = e_total[lane]
+                out[O_BUSY_MAX, k] = e_most[lane]
+                out[O_SPAN_MAX, k] = e_widest[lane]
                 if track_mem:
-                    out[O_PEAK_ACT, k] = best
-                    out[O_PEAK_TOTAL, k] = whole
+                    out[O_PEAK_ACT, k] = e_best[lane]
+                    out[O_PEAK_TOTAL, k] = e_whole[lane]
 
 
 @njit(cache=True, parallel=True)

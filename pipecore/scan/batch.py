@@ -88,16 +88,29 @@ def param_matrix(data, n, network_defaults):
     """
     defaults = Costs()
     params = np.empty((_replay.N_PARAMS, n))
+    # Filled and range-checked in one threaded pass per row; the element-wise
+    # checks below only run to name the first bad row.
+    n_chunks = max(1, min(threads() * 4, n // 65536))
+    lo, hi = np.empty(n_chunks), np.empty(n_chunks)
+    none = np.empty(0)
     for name, row in _PARAM_ROW.items():
         col = data.get(name)
         if col is None:
             if name == "r":
                 continue  # filled from f below
             value = network_defaults[name] if name in network_defaults else float(getattr(defaults, name))
-            params[row] = value
+            _replay.fill_row(params, row, none, float(value), lo, hi, n_chunks)
             continue
-        col = np.asarray(col, dtype=np.float64)
+        col = np.ascontiguousarray(col, dtype=np.float64)
+        if col.shape != (n,):  # the kernel does not bounds-check
+            raise ValueError(f"column '{name}' has shape {col.shape}; expected ({n},)")
         positive = name in _POSITIVE
+        _replay.fill_row(params, row, col, 0.0, lo, hi, n_chunks)
+        # NaN makes both comparisons false.
+        low, high = (float(lo.min()), float(hi.max())) if n else (1.0, 1.0)
+        if (low > 0 if positive else low >= 0) and (high < np.inf or (high == np.inf
+                                                                   and name in _INFINITE_OK)):
+            continue
         finite = np.isfinite(col) | (np.isposinf(col) & (name in _INFINITE_OK))
         bad = np.flatnonzero(~finite | (col < 0) | ((col == 0) & positive))
         if bad.size:
@@ -105,10 +118,11 @@ def param_matrix(data, n, network_defaults):
             rule = "> 0" if positive else ">= 0"
             rule = ("finite or inf and " if name in _INFINITE_OK else "finite and ") + rule
             raise ValueError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
-        params[row] = col
     if data.get("r") is None:
         params[_replay.P_R] = params[_replay.P_F]
     for name, row in (("activation_w", _replay.P_ACTW), ("checkpoint", _replay.P_CKPT)):
+        if name not in data and "activation" not in data:
+            continue  # both rows hold the checked defaults
         over = np.flatnonzero(params[row] > params[_replay.P_ACT])
         if over.size:
             i = int(over[0])
@@ -120,11 +134,18 @@ def param_matrix(data, n, network_defaults):
 def metrics_from(out, devices, microbatches):
     """Metric columns from the kernels' output rows (see METRIC_COLUMNS)."""
     makespan = out[_replay.O_MAKESPAN]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(makespan > 0, 1.0 - out[_replay.O_BUSY_SUM] / (devices * makespan), 0.0)
-        span = out[_replay.O_SPAN_MAX]
-        rate = np.where(span > 0, (span - out[_replay.O_BUSY_MAX]) / span, 0.0)
-        throughput = np.where(makespan > 0, microbatches / makespan, np.inf)
+    if np.ndim(devices) == 0 and np.ndim(microbatches) == 0:
+        # One shape for every row (simulate_many): one pass, no temporaries.
+        n = makespan.shape[0]
+        ratio, rate, throughput = np.empty(n), np.empty(n), np.empty(n)
+        _replay.sweep_metrics(out, float(devices), float(microbatches), ratio, rate, throughput)
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(makespan > 0, 1.0 - out[_replay.O_BUSY_SUM] / (devices * makespan),
+                             0.0)
+            span = out[_replay.O_SPAN_MAX]
+            rate = np.where(span > 0, (span - out[_replay.O_BUSY_MAX]) / span, 0.0)
+            throughput = np.where(makespan > 0, microbatches / makespan, np.inf)
     return {"makespan": makespan, "bubble_ratio": ratio, "bubble_rate": rate,
             "throughput": throughput, "peak_activation_max": out[_replay.O_PEAK_ACT],
             "memory_max": out[_replay.O_PEAK_TOTAL]}
