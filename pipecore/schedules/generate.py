@@ -18,6 +18,7 @@ import numpy as np
 from ..core.costs import Costs
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import validate
+from ..kernels import greedy as _greedy
 
 __all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
 
@@ -412,6 +413,34 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
         For a bad placement, costs or warm-up, or a limit below what one
         microbatch needs on some device (naming the device).
     """
+    g = _greedy_setup(placement, microbatches, costs, memory_limit, warmup)
+    m, p = g["m"], g["p"]
+    st_ptr = np.zeros(p + 1, dtype=np.int64)
+    st_ptr[1:] = np.cumsum([len(x) for x in g["stages_of"]])
+    st_list = np.array([s for x in g["stages_of"] for s in x], dtype=np.int64)
+    width = 3 * m * max(len(x) for x in g["stages_of"])
+    kind = np.empty((p, width), dtype=np.int64)
+    stage = np.empty((p, width), dtype=np.int64)
+    mb = np.empty((p, width), dtype=np.int64)
+    count = np.zeros(p, dtype=np.int64)
+    status = _greedy.memory_greedy_kernel(
+        np.asarray(g["placement"], dtype=np.int64), st_ptr, st_list, m, g["tf"], g["tb"],
+        g["tw"], g["comm"], g["act"], g["act_w"], np.asarray(g["static"], dtype=np.float64),
+        np.asarray(g["reserve"], dtype=np.float64), g["limit"] * (1 + 1e-9),
+        np.asarray(g["cap"], dtype=np.int64), float(w_fill), kind, stage, mb, count)
+    if status != 0:
+        # Stuck: the reference names the waiting devices (same steps, same state).
+        return _memory_greedy_reference(placement, microbatches, costs, memory_limit, warmup,
+                                        w_fill, name)
+    keep = np.arange(width)[None, :] < count[:, None]
+    device = np.repeat(np.arange(p, dtype=np.int64), count)
+    slot = np.concatenate([np.arange(c, dtype=np.int64) for c in count])
+    return Schedule.from_arrays(device, slot, kind[keep], stage[keep], mb[keep], name=name,
+                                devices=p)
+
+
+def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
+    """Checked inputs of :func:`memory_greedy` as per-stage arrays."""
     placement = [int(d) for d in placement]
     if not placement or min(placement) < 0:
         raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
@@ -444,6 +473,20 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
         if len(cap) != p:
             raise ValueError(f"'warmup' has {len(cap)} entries for {p} devices")
 
+    return {"placement": placement, "S": S, "m": m, "p": p, "tf": tf, "tb": tb, "tw": tw,
+            "comm": comm, "act": act, "act_w": act_w, "stages_of": stages_of, "static": static,
+            "limit": limit, "reserve": reserve, "cap": cap}
+
+
+def _memory_greedy_reference(placement, microbatches, costs=None, memory_limit=None,
+                             warmup=None, w_fill=1.0, name="memory-greedy"):
+    """:func:`memory_greedy` in plain Python, step by step (the kernel in
+    ``kernels.greedy`` must equal it: tests/test_generate.py)."""
+    g = _greedy_setup(placement, microbatches, costs, memory_limit, warmup)
+    placement, S, m, p = g["placement"], g["S"], g["m"], g["p"]
+    tf, tb, tw, comm, act, act_w = g["tf"], g["tb"], g["tw"], g["comm"], g["act"], g["act_w"]
+    stages_of, static, limit, reserve, cap = (g["stages_of"], g["static"], g["limit"],
+                                              g["reserve"], g["cap"])
     f_done = np.full((S, m), np.nan)  # finish times
     b_done = np.full((S, m), np.nan)
     next_f = [0] * S
@@ -502,8 +545,9 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
     for _ in range(total):
         live = [(pr[0], d) for d, pr in enumerate(proposals) if pr is not None]
         if not live:
-            stuck = [d for d in range(p) if next_f[stages_of[d][0]] < m or pending_w[d]] \
-                if stages_of[0] else []
+            # Devices with work left (a device may hold no stage at all).
+            stuck = [d for d in range(p) if any(next_b[s] < m for s in stages_of[d])
+                     or pending_w[d]]
             raise ValueError(f"memory_greedy cannot continue: devices {stuck or 'all'} wait on "
                              f"each other under memory_limit {limit:g} and warmup {cap}")
         t, d = min(live)
