@@ -17,7 +17,7 @@ import pipecore as pc
 from pipecore.core.ops import ScheduleError
 from pipecore.core.rules import structure
 from pipecore.core.schedule import Schedule
-from pipecore.schedules import bfs, gpipe, interleaved, onef1b, registry, zerobubble
+from pipecore.schedules import bfs, gpipe, interleaved, onef1b, registry, vshape, zerobubble
 from pipecore.testing import schedules
 
 
@@ -39,6 +39,8 @@ def _reference(name, p, m, v):
         return interleaved._interleaved_reference(p, m, v)
     if name == "looped-bfs":
         return bfs._looped_bfs_reference(p, m, v)
+    if name == "zb-v":
+        return vshape._zb_v_reference(p, m)
     raise AssertionError(name)
 
 
@@ -54,7 +56,8 @@ def _same_structure(a, b):
             assert got == want, key
 
 
-VECTORISED = ["1f1b", "eager-1f1b", "zb-h1", "zb-h2", "gpipe", "interleaved-1f1b", "looped-bfs"]
+VECTORISED = ["1f1b", "eager-1f1b", "zb-h1", "zb-h2", "gpipe", "interleaved-1f1b", "looped-bfs",
+              "zb-v"]
 
 
 @pytest.mark.parametrize("name", VECTORISED)

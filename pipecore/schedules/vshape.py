@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.schedule import Schedule
 from .blocks import repeat, v_half, v_min, v_zb
 from .registry import Family, ProgramBuilder, _programs_to_schedule, register
 
@@ -61,6 +62,68 @@ def build_zb_v(devices, microbatches, chunks=2):
     None
         Every shape that :func:`pipecore.build` accepts works.
     """
+    return _zb_v_slots(devices, microbatches)
+
+
+def _zb_v_slots(p, m):
+    """:func:`build_zb_v` from the closed-form position of every op.
+
+    Positions in device d's unfiltered program (n = max(m, 2p-1) microbatches,
+    a = 2(p-d)-1 warm-up forwards, K = n-2p+d+1 steady iterations with a
+    chunk-0 forward, T = n-p steady iterations in all, iteration t starting
+    at P4 + 6 min(t, K) + 5 max(0, t-K)) follow the five phases of the
+    docstring above; ops of microbatches >= m are then dropped, keeping the
+    order (every device keeps 6m ops).
+    """
+    n = max(m, 2 * p - 1)
+    d = np.arange(p, dtype=np.int64)[:, None]
+    j = np.arange(n, dtype=np.int64)[None, :]
+    a = 2 * (p - d) - 1
+    K = n - 2 * p + d + 1
+    T = n - p
+    P3 = a + 2 * d
+    P4 = P3 + 3 * (p - d)
+    P5 = P4 + 6 * K + 5 * (T - K)
+    P5b = P5 + 2 * d
+    P5c = P5b + 2 * (p - d)
+    P5d = P5c + d
+
+    def start(t):
+        return P4 + 6 * np.minimum(t, K) + 5 * np.maximum(0, t - K)
+
+    def steady(t, early, late):  # offset of an op within steady iteration t
+        return start(t) + np.where(t < K, early, late)
+
+    f0 = np.where(j < a, j, np.where(j < a + d, a + 2 * (j - a) + 1, P4 + 6 * (j - (a + d))))
+    f1 = np.where(j < d, a + 2 * j, np.where(j < p, P3 + 3 * (j - d), steady(j - p, 3, 2)))
+    b1 = np.where(j < p - d, P3 + 3 * j + 1,
+                  np.where(j < n - d, steady(j - (p - d), 4, 3), P5 + 2 * (j - (n - d)) + 1))
+    w1 = np.where(j < p - d, P3 + 3 * j + 2,
+                  np.where(j < n - d, steady(j - (p - d), 5, 4), P5c + (j - (n - d))))
+    b0 = np.where(j < T, steady(j, 1, 0),
+                  np.where(j < T + d, P5 + 2 * (j - T), P5b + 2 * (j - T - d)))
+    w0 = np.where(j < T, steady(j, 2, 1),
+                  np.where(j < n - d, P5b + 2 * (j - T) + 1, P5d + (j - (n - d))))
+    c0, c1 = d, 2 * p - 1 - d
+    full = 6 * n
+    kind = np.empty((p, full), dtype=np.int8)
+    stage = np.empty((p, full), dtype=np.int32)
+    mb = np.empty((p, full), dtype=np.int32)
+    rows = np.arange(p)[:, None]
+    for code, st, pos in ((0, c0, f0), (0, c1, f1), (1, c0, b0), (1, c1, b1), (2, c0, w0),
+                          (2, c1, w1)):
+        kind[rows, pos] = code
+        stage[rows, pos] = st
+        mb[rows, pos] = j
+    keep = mb < m
+    length = 6 * m
+    return Schedule.from_arrays(np.repeat(np.arange(p, dtype=np.int32), length),
+                                np.tile(np.arange(length, dtype=np.int32), p),
+                                kind[keep], stage[keep], mb[keep], name="zb-v", devices=p)
+
+
+def _zb_v_reference(devices, microbatches):
+    """Per-op reference of :func:`build_zb_v` (the tests compare the two)."""
     p, m = devices, microbatches
     n = max(m, 2 * p - 1)
     programs = []
