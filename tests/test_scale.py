@@ -41,6 +41,8 @@ def _reference(name, p, m, v):
         return bfs._looped_bfs_reference(p, m, v)
     if name == "zb-v":
         return vshape._zb_v_reference(p, m)
+    if name == "interleaved-zb":
+        return interleaved._interleaved_zb_reference(p, m, v)
     raise AssertionError(name)
 
 
@@ -57,7 +59,7 @@ def _same_structure(a, b):
 
 
 VECTORISED = ["1f1b", "eager-1f1b", "zb-h1", "zb-h2", "gpipe", "interleaved-1f1b", "looped-bfs",
-              "zb-v"]
+              "zb-v", "interleaved-zb"]
 
 
 @pytest.mark.parametrize("name", VECTORISED)
@@ -68,6 +70,12 @@ def test_vectorised_builders_equal_their_references(name, p, m, v):
         m = p * max(1, m // p)  # the family needs m to be a multiple of p
         sched = pc.build(name, p, m, chunks=v)
     elif name == "looped-bfs":
+        sched = pc.build(name, p, m, chunks=v)
+    elif name == "interleaved-zb":
+        rounds = max(1, m // p)
+        m -= m % rounds  # the family needs m to be a multiple of max(1, m // p)
+        if m % max(1, m // p):
+            return
         sched = pc.build(name, p, m, chunks=v)
     else:
         v = 1

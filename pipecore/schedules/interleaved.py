@@ -141,6 +141,39 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
                          f"max(1, microbatches // devices) = {rounds} (got microbatches={m})")
     r = m // rounds
     total = m * v
+    d = np.arange(p, dtype=np.int64)[:, None]
+    k = np.arange(total, dtype=np.int64)[None, :]
+    warm = np.minimum((v - 1) * r + p - 1 - d, total)
+    # The k-th forward is chunk (k // r) % v, the k-th B chunk v-1-(k // r) % v;
+    # each stage takes its microbatches in order.
+    chunk = (k // r) % v
+    mb = (k // (r * v)) * r + k % r
+
+    def loop_pos(i):  # slot of steady iteration i's first op
+        return warm + np.minimum(i, total - warm) + i + np.maximum(0, i - d)
+
+    has_f = (warm + k < total).astype(np.int64)
+    f_slot = np.where(k < warm, k, warm + 2 * (k - warm) + np.maximum(0, k - warm - d))
+    b_slot = loop_pos(k) + has_f
+    w_iter = k + d  # the W of the k-th B follows the (k+d)-th B, or drains at the end
+    w_slot = np.where(w_iter < total,
+                      loop_pos(np.minimum(w_iter, total - 1))
+                      + (warm + np.minimum(w_iter, total - 1) < total) + 1, 2 * total + k)
+    b_stage = (v - 1 - chunk) * p + d
+    return _slots_to_schedule("interleaved-zb", p, 3 * total,
+                              [(0, chunk * p + d, mb, f_slot), (1, b_stage, mb, b_slot),
+                               (2, b_stage, mb, w_slot)])
+
+
+def _interleaved_zb_reference(devices, microbatches, chunks=2):
+    """Per-op reference of :func:`build_interleaved_zb` (the tests compare the two)."""
+    p, m, v = devices, microbatches, chunks
+    rounds = max(1, m // p)
+    if m % rounds != 0:
+        raise ValueError(f"'interleaved-zb' needs microbatches to be a multiple of "
+                         f"max(1, microbatches // devices) = {rounds} (got microbatches={m})")
+    r = m // rounds
+    total = m * v
     programs = []
     for d in range(p):
         warm = min((v - 1) * r + p - 1 - d, total)
