@@ -135,11 +135,7 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
         If m is not a multiple of the number of rounds.
     """
     p, m, v = devices, microbatches, chunks
-    rounds = max(1, m // p)
-    if m % rounds != 0:
-        raise ValueError(f"'interleaved-zb' needs microbatches to be a multiple of "
-                         f"max(1, microbatches // devices) = {rounds} (got microbatches={m})")
-    r = m // rounds
+    r = _zb_round(p, m)
     total = m * v
     d = np.arange(p, dtype=np.int64)[:, None]
     k = np.arange(total, dtype=np.int64)[None, :]
@@ -165,14 +161,19 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
                                (2, b_stage, mb, w_slot)])
 
 
-def _interleaved_zb_reference(devices, microbatches, chunks=2):
-    """Per-op reference of :func:`build_interleaved_zb` (the tests compare the two)."""
-    p, m, v = devices, microbatches, chunks
+def _zb_round(p, m):
+    """Microbatches per round of interleaved-zb, after checking m splits evenly."""
     rounds = max(1, m // p)
     if m % rounds != 0:
         raise ValueError(f"'interleaved-zb' needs microbatches to be a multiple of "
                          f"max(1, microbatches // devices) = {rounds} (got microbatches={m})")
-    r = m // rounds
+    return m // rounds
+
+
+def _interleaved_zb_reference(devices, microbatches, chunks=2):
+    """Per-op reference of :func:`build_interleaved_zb` (the tests compare the two)."""
+    p, m, v = devices, microbatches, chunks
+    r = _zb_round(p, m)
     total = m * v
     programs = []
     for d in range(p):
