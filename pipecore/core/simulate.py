@@ -127,11 +127,14 @@ class Compiled:
                                              self.x_link, self.x_dst_dev, self.x_after,
                                              np.zeros(max(self.n_links, 1), dtype=np.uint8))
         if op_scale is None:
-            op_scale = np.ones(n)
+            op_scale = np.empty(0)  # the kernel's "no scale"
+        else:
+            op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
+            if op_scale.shape != (n,):  # the kernel does not bounds-check
+                raise ValueError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
         status = _kernels.run_units(
             self.units, self.op_class, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
-            self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head,
-            np.ascontiguousarray(op_scale, dtype=np.float64))
+            self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head, op_scale)
         return status, start, finish, x_start, x_arrival, head
 
 

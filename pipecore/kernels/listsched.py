@@ -40,7 +40,7 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after,
                        np.zeros(n_links, dtype=np.uint8))
     return run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
-                     start, finish, x_start, x_arrival, head, np.ones(op_kind.shape[0]))
+                     start, finish, x_start, x_arrival, head, np.empty(0))
 
 
 @njit(cache=True)
@@ -70,36 +70,46 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
 
     ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
     cost classes of ``core.rules`` with a matching table. Each op's time is
-    multiplied by ``op_scale`` (stragglers, jitter; ones for none); an
+    multiplied by ``op_scale`` (stragglers, jitter; an empty array for none,
+    which skips a multiplication by one that would not change a bit); an
     overlapped pair takes ``(F * its scale + B * its scale) * fb_factor``."""
     nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32, x_after, shared = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst32.shape[0]
+    scaled = op_scale.shape[0] > 0
+    # Without overlapped pairs unit u is row u: write the outputs directly
+    # (at millions of ops two fewer arrays to allocate and copy).
+    direct = nu == n
     dur = np.empty(n)
-    u_start = np.empty(n)
-    u_finish = np.empty(n)
+    u_start = start if direct else np.empty(n)
+    u_finish = finish if direct else np.empty(n)
     u_head = np.empty(p, dtype=np.uint32)
     for u in range(nu):
         h = u_row[u]
-        cost = stage_cost[op_kind[h], op_stage[h]] * op_scale[h]
+        cost = stage_cost[op_kind[h], op_stage[h]]
+        if scaled:
+            cost = cost * op_scale[h]
         if u_row[u + 1] - h == 1:
             dur[u] = cost
         else:
-            dur[u] = (cost + stage_cost[op_kind[h + 1], op_stage[h + 1]] * op_scale[h + 1]) \
-                * fb_factor
+            cost2 = stage_cost[op_kind[h + 1], op_stage[h + 1]]
+            if scaled:
+                cost2 = cost2 * op_scale[h + 1]
+            dur[u] = (cost + cost2) * fb_factor
     status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
                         x_link32, x_dst32, x_after, shared, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
                         np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32))
-    for u in range(nu):
-        h = u_row[u]
-        start[h] = u_start[u]
-        finish[h] = u_finish[u]
-        if u_row[u + 1] - h == 2:
-            start[h + 1] = u_start[u]
-            finish[h + 1] = u_finish[u]
+    if not direct:
+        for u in range(nu):
+            h = u_row[u]
+            start[h] = u_start[u]
+            finish[h] = u_finish[u]
+            if u_row[u + 1] - h == 2:
+                start[h + 1] = u_start[u]
+                finish[h + 1] = u_finish[u]
     for d in range(p):
         head[d] = u_row[u_head[d]]
     return status
