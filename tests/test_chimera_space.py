@@ -77,6 +77,9 @@ def test_explicit_defaults_equal_frozen_chimera(case):
     (dict(down_layers=[1, 1, 1, 1], up_layers=[2, 2, 2, 2]),
      r"sums must be equal \(got 4 for down_layers=\[1, 1, 1, 1\] and 8"),
     (dict(variant="forward-doubling", down=3), r"forward doubling takes only the default placement"),
+    (dict(order="greedy"), r"order must be None, 'chimera' or 'list' \(got 'greedy'\)"),
+    (dict(order="chimera", down=3), r"holds only an even microbatch split \(down = microbatches / 2 = 4\)"),
+    (dict(order="list", variant="forward-doubling"), r"order='list' needs variant='direct'"),
 ])
 def test_bad_knobs_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -104,6 +107,19 @@ def test_both_replicas_on_one_device_share_weights_and_skip_allreduce():
     assert "AR" not in {a[-2:] for prog in sched.to_actions().values() for a in prog}
     res = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, weights=1.0))
     assert res.static_memory.tolist() == [1.0] * 4
+
+
+def test_list_order_of_the_symmetric_placement():
+    # Same placement and split as Chimera, other order: same work, weights and
+    # all-reduce pairs, a different program.
+    chim = pc.build("chimera", 4, 8)
+    lst = pc.build("chimera", 4, 8, order="list")
+    assert lst.to_actions() != chim.to_actions()
+    assert lst.stage_devices == chim.stage_devices == [(0, 3), (1, 2), (1, 2), (0, 3)]
+    c = pc.Costs(f=1.0, b=2.0, weights=1.0)
+    a, b = pc.simulate(chim, c), pc.simulate(lst, c)
+    np.testing.assert_array_equal(a.busy, b.busy)
+    np.testing.assert_array_equal(a.static_memory, b.static_memory)
 
 
 def test_down_split_moves_microbatches():
@@ -148,7 +164,7 @@ def variants(draw):
                                 unique=True))) if total - 1 >= p - 1 else list(range(1, p))
     up_layers = [b - a for a, b in zip([0] + cuts, cuts + [total])]
     use_layers = draw(st.sampled_from(["none", "down", "both"]))
-    kw = {"down": down, "up_placement": up}
+    kw = {"down": down, "up_placement": up, "order": draw(st.sampled_from([None, "list"]))}
     if use_layers == "down":
         kw["down_layers"] = down_layers
     elif use_layers == "both":

@@ -171,7 +171,7 @@ def _expand(ops, ranges):
 
 
 def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
-                  up_placement=None, down_layers=None, up_layers=None):
+                  up_placement=None, down_layers=None, up_layers=None, order=None):
     """Chimera with direct concatenation of basic units, and its placement space.
 
     With h = p/2, device d runs "own" and "other" pipelines: for d < h own is
@@ -247,6 +247,15 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
         stage, for :meth:`pipecore.Model.costs`. Weights are counted per
         segment replica a device holds; each segment held on two devices
         has its own gradient all-reduce between them.
+    order : {None, "chimera", "list"}, optional
+        How ops are ordered on each device. ``"chimera"`` is the authors'
+        order above and holds only settings whose two replicas of a stage
+        are equal and on devices i and p-1-i with an even microbatch split;
+        ``"list"`` is the list-scheduling order described above, for any
+        setting (with the defaults it gives a symmetric Chimera placement
+        in that order, the baseline that separates an order's gain from an
+        asymmetry's). None (default) picks ``"chimera"`` where it holds and
+        ``"list"`` otherwise.
 
     Returns
     -------
@@ -280,6 +289,15 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     g, S, ranges = _segments(dl, ul, p)
     symmetric = (k == m // 2 and placement == list(range(p - 1, -1, -1))
                  and ranges["down"] == ranges["up"])
+    if order not in (None, "chimera", "list"):
+        raise ValueError(f"'chimera' order must be None, 'chimera' or 'list' (got {order!r})")
+    if order == "chimera" and not symmetric:
+        raise ValueError("'chimera' order='chimera' holds only an even microbatch split (down = "
+                         f"microbatches / 2 = {m // 2}), the reversed up_placement and equal "
+                         "down_layers and up_layers; use order='list' (or None) for this setting")
+    if order == "list" and variant != "direct":
+        raise ValueError("'chimera' order='list' needs variant='direct'")
+    symmetric = symmetric and order != "list"
     if variant != "direct" and not (symmetric and g is None):
         raise ValueError("'chimera' forward doubling takes only the default placement: leave "
                          "down, up_placement, down_layers and up_layers unset (or use "
@@ -429,6 +447,6 @@ def formula_chimera(p, m, v, c, variant="direct"):
 
 
 register(Family("chimera", build_chimera, formula_chimera,
-                options=("variant", "down", "up_placement", "down_layers", "up_layers"),
+                options=("variant", "down", "up_placement", "down_layers", "up_layers", "order"),
                 tune_options={"variant": ("direct", "forward-doubling")},
                 summary="bidirectional pipelines, stages replicated (2x weights)"))
