@@ -86,6 +86,19 @@ def test_bad_knobs_are_named(kwargs, match):
         pc.build("chimera", 4, 8, **kwargs)
 
 
+def test_formula_only_for_the_symmetric_placement():
+    c = pc.Costs(f=1.0, b=2.0)
+    plain = pc.formula(pc.build("chimera", 4, 8), c)["makespan"]
+    # (p-2)/2 (f + b) of bubble beside m (f + b) of work.
+    assert plain == 8 * 3 + 1 * 3
+    explicit = pc.build("chimera", 4, 8, down=4, up_placement=(3, 2, 1, 0), down_layers=[2] * 4)
+    assert pc.formula(explicit, c)["makespan"] == plain
+    for kw in (dict(down=3), dict(order="list"), dict(down_layers=[1, 2, 2, 3]),
+               dict(up_placement=[1, 0, 3, 2])):
+        with pytest.raises(ValueError, match="closed form only for the symmetric placement"):
+            pc.formula(pc.build("chimera", 4, 8, **kw), c)
+
+
 def test_unknown_option_still_refused():
     with pytest.raises(ValueError, match="takes no option 'down_split'"):
         pc.build("chimera", 4, 8, down_split=3)

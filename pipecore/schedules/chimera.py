@@ -409,7 +409,8 @@ def _chimera_programs(p, m, variant):
 
 
 
-def formula_chimera(p, m, v, c, variant="direct"):
+def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
+                    down_layers=None, up_layers=None, order=None):
     """Bubble ratio (p-2)/(2m+p-2): p-2 idle slots per device beside 2m busy
     ones, counted with F and B in equal slots (the paper's unit-slot
     figures); exact when T_F = T_B + T_W, or with forward doubling when the
@@ -424,6 +425,9 @@ def formula_chimera(p, m, v, c, variant="direct"):
         Scalar costs.
     variant : str
         ``"direct"`` or ``"forward-doubling"``.
+    down, up_placement, down_layers, up_layers, order
+        :func:`build_chimera`'s placement knobs; the closed form exists only
+        for their symmetric values (the published Chimera).
 
     Returns
     -------
@@ -432,9 +436,16 @@ def formula_chimera(p, m, v, c, variant="direct"):
 
     Raises
     ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    ValueError
+        For an asymmetric setting or the list order, which have no closed form.
     """
+    layers = [list(x) for x in (down_layers, up_layers) if x is not None]
+    even = all(x == [x[0]] * len(x) for x in layers) and all(x == layers[0] for x in layers)
+    reversal = up_placement is None or list(up_placement) == list(range(p - 1, -1, -1))
+    if down not in (None, m // 2) or order == "list" or not even or not reversal:
+        raise ValueError("'chimera' has a closed form only for the symmetric placement (down = "
+                         "microbatches / 2, reversed up_placement, equal layer shares, Chimera's "
+                         "order); simulate this setting instead")
     f, bw = c.f, c.b + c.w
     t = f + bw
     d = np.arange(p)
