@@ -105,8 +105,9 @@ def _segments(down_layers, up_layers, p):
 def _greedy_programs(p, k, m, up_placement, ranges):
     """Each stage replica runs its pipeline's microbatches 1F1B-style (fused
     backward); each device interleaves the replicas it holds by list
-    scheduling at F = share, BW = 2 share and free transfers (the earliest
-    ready op first, a backward before a forward, the down pipeline first).
+    scheduling at F = share, BW = 2 share and free transfers (the op that
+    can start first; on a tie a backward, then the later stage, then the
+    down pipeline: this matches Chimera's makespan at m = p, F = 1, BW = 2).
     The order comes from an execution, so no costs can deadlock it."""
     size = {pipe: [(hi - lo) * p / ranges[pipe][-1][1] for lo, hi in ranges[pipe]]
             for pipe in ("down", "up")}
@@ -144,7 +145,7 @@ def _greedy_programs(p, k, m, up_placement, ranges):
                     continue
                 ready = done[need] if need is not None else 0.0
                 begin = max(free[d], ready)
-                rank = (begin, kind != "BW", pipe != "down", d, i)
+                rank = (begin, kind != "BW", -i, pipe != "down", d)
                 if best is None or rank < best[0]:
                     best = (rank, d, qi)
         _rank, d, qi = best
@@ -202,8 +203,8 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     microbatches 1F1B-style (p - i forwards in flight at stage i, fused
     backward), a device interleaves the replicas it holds by taking the
     op that can start first in an execution at F = 1, BW = 2 per stage
-    share and free transfers (a backward first on a tie, then the down
-    pipeline), and every all-reduce moves to the end of its device's
+    share and free transfers (on a tie a backward first, then the op of
+    the later stage, then the down pipeline), and every all-reduce moves to the end of its device's
     program, which keeps every setting free of deadlock.
 
     Parameters
