@@ -135,6 +135,21 @@ def test_list_order_of_the_symmetric_placement():
     np.testing.assert_array_equal(a.static_memory, b.static_memory)
 
 
+@pytest.mark.parametrize("p", [4, 8])
+def test_list_order_tie_rule(p):
+    # The docstring's claim: at m = p, F = 1, BW = 2 the list order takes as long
+    # as Chimera's; at m = 4p it is shorter (no unit-boundary slots). With
+    # F = BW the paper's formula m (f+b) + (p-2)(f+b)/2 is exact for Chimera.
+    c = pc.Costs(f=1.0, b=2.0)
+    assert (pc.simulate(pc.build("chimera", p, p, order="list"), c).makespan
+            == pc.simulate(pc.build("chimera", p, p), c).makespan)
+    assert (pc.simulate(pc.build("chimera", p, 4 * p, order="list"), c).makespan
+            < pc.simulate(pc.build("chimera", p, 4 * p), c).makespan)
+    if p == 4:
+        unit = pc.Costs(f=1.0, b=1.0)
+        assert pc.simulate(pc.build("chimera", 4, 4, order="list"), unit).makespan == 4 * 2 + 1 * 2
+
+
 def test_down_split_moves_microbatches():
     sched = pc.build("chimera", 4, 8, down=3)
     stage0 = {d: {a for a in acts if a.startswith("0F")} for d, acts in sched.to_actions().items()}

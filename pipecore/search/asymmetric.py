@@ -361,6 +361,16 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None) -> str:
                      f"{100 * r['gain_vs_symmetric']:>+10.2f}%  "
                      f"{r['best_reading']:<22}  {r['chimera_peak'] / gb:>8.2f} -> "
                      f"{r['best_peak'] / gb:>6.2f}  {r['min_peak'] / gb:>8.2f}")
+    mid = [r for r in table.to_pylist() if r["error"] is None and r["compute"] == 1.0
+           and r["network"] == 1.0]
+    if mid:
+        lines.append("per-device peaks (GB), symmetric Chimera -> fastest variant, compute and "
+                     "network x1:")
+        for r in mid:
+            sym = " ".join(f"{x / gb:.1f}" for x in r["chimera_device_peaks"])
+            best = " ".join(f"{x / gb:.1f}" for x in r["best_device_peaks"])
+            lines.append(f"  S={r['devices']} m={r['microbatches']}: [{sym}] -> [{best}]  "
+                         f"{r['best_variant']}")
     skipped = sorted({(r["devices"], r["microbatches"]) for r in table.to_pylist()
                       if r["error"] is not None})
     if skipped:
