@@ -260,3 +260,24 @@ def test_every_variant_matches_reference(v, net):
     np.testing.assert_allclose(res.static_memory, weights, rtol=1e-12)
     total_f = sum(1 for prog in programs for a in prog if a[0] == "F")
     assert total_f == S * m
+
+
+def test_stage_layers_feed_model_costs():
+    # A uniform 8-layer model on unit hardware: each layer takes F = 0.5, B = 1,
+    # W = 0.25 and holds 1 byte of activation and 2 of weights. Per-stage Costs
+    # from pc.Model for the schedule's segments must give what scalar Costs of
+    # one device share (8 / 4 = 2 layers) give.
+    model = pc.Model.uniform(8, f=0.5, b=1.0, w=0.25, activation=1.0, weights=2.0)
+    hw = pc.Hardware(flops=1.0, memory_bandwidth=float("inf"), link_bandwidth=1.0,
+                     link_latency=0.0)
+    sched = pc.build("chimera", 4, 8, down_layers=[1, 2, 2, 3], up_layers=[3, 2, 2, 1])
+    per_stage = model.costs(sched.params["stage_layers"], hw)
+    scalar = pc.Costs(f=1.0, b=2.0, w=0.5, activation=2.0, weights=4.0)
+    a, b = pc.simulate(sched, per_stage), pc.simulate(sched, scalar)
+    np.testing.assert_allclose(a.finish, b.finish, rtol=1e-12)
+    np.testing.assert_allclose(a.peak_activation, b.peak_activation, rtol=1e-12)
+    np.testing.assert_allclose(a.static_memory, b.static_memory, rtol=1e-12)
+    # Device 0 holds down stage 0 (layer 0) and up stage 3 (layer 7); device 1
+    # layers 1-2 and 5-6; device 2 both replicas of layers 3-4 (one copy);
+    # device 3 layers 5-7 and 0-2. Two bytes of weights per layer.
+    assert a.static_memory.tolist() == [4.0, 8.0, 4.0, 12.0]
