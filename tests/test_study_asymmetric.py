@@ -153,3 +153,19 @@ def test_cli_study_asymmetric(tmp_path):
     assert "5. asymmetric Chimera-style placement" in text and "NOT EVALUATED" not in text.split("5. ")[1]
     for name in ("study.parquet", "asymmetric.parquet", "asymmetric.txt", "findings.txt"):
         assert (tmp_path / name).exists()
+
+
+def test_asymmetric_claim_without_buildable_shapes():
+    table, _info = asymmetric_study(devices=[3], microbatches=[6], factors=[1.0])
+    assert "even number of devices" in table.to_pylist()[0]["error"]
+    assert findings(_study_table(), table)[4]["verdict"] == "not evaluated"
+
+
+def test_cli_study_without_asymmetric_says_what_claim_five_needs(tmp_path):
+    out = io.StringIO()
+    assert main(["study", "--devices", "4", "--microbatches", "4", "--no-plot",
+                 "--out", str(tmp_path)], out=out) == 0
+    tail = out.getvalue().split("\n5. ")[1]
+    assert tail.startswith("asymmetric") and "NOT EVALUATED" in tail
+    assert "pipecore study --asymmetric" in tail
+    assert not (tmp_path / "asymmetric.parquet").exists()

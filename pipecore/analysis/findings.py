@@ -219,6 +219,9 @@ def _claim_asymmetric(asym):
         return {"verdict": "not evaluated", "cells": "none",
                 "rule": "needs `pipecore study --asymmetric`", "detail": ""}
     rows = [r for r in asym.to_pylist() if r["error"] is None]
+    if not rows:
+        return {"verdict": "not evaluated", "cells": "none",
+                "rule": "needs a shape Chimera can build", "detail": ""}
     grid = {}
     for r in rows:
         grid.setdefault((r["devices"], r["microbatches"]), []).append((r["compute"], r["network"]))
