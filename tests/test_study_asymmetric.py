@@ -66,6 +66,15 @@ def test_rows_agree_with_direct_simulation(small):
     assert "not buildable: S=4 m=6" in text and "variants evaluated" in text
 
 
+def test_tiny_budget_still_has_baselines():
+    table, info = asymmetric_study(devices=[4], microbatches=[4], factors=[1.0], budget=3)
+    (row,) = table.to_pylist()
+    assert info["evaluated"] == 3 and row["evaluated"] == 3
+    # The third variant is the first microbatch split, down = 1.
+    assert row["best_variant"] == "{'down': 1}"
+    assert row["best_time"] == pytest.approx(_sim(4, 4, {"down": 1}, 1.0, 1.0)[0], rel=1e-12)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match=r"grid factors must be > 0 \(got 0\)"):
         asymmetric_study(devices=[4], microbatches=[4], factors=[0])

@@ -193,7 +193,8 @@ def _claim_hanayo(groups, grid):
             if len(nets) < 2:
                 continue
             total += 1
-            effective = all(row[n] > 0 for n in nets if n >= 1.0) or (nets[-1] < 1.0 and row[nets[-1]] > 0)
+            fast = [n for n in nets if n >= 1.0] or nets[-1:]
+            effective = all(row[n] > 0 for n in fast)
             sensitive = row[nets[0]] < row[nets[-1]]
             if effective and sensitive:
                 good += [c for c in points if c[0] == p and c[2] == cf]

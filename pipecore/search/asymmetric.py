@@ -13,8 +13,9 @@ model: 8 of 128 layers at p = 4, 4 at p = 8), so the schedules stay small.
 The search, per shape:
 
 1. readings one at a time: every microbatch split ``down`` in 1..m-1;
-   every ``up_placement`` permutation at p = 4 and, at p = 8, each single
-   swap of the reversal, its rotations and the identity; for the layers,
+   every ``up_placement`` permutation at p = 4 (with every split too when
+   m <= 16) and, at p = 8, each single swap of the reversal, its rotations
+   and the identity; for the layers,
    every one-unit move between neighbouring stages of the down pipeline,
    the up pipeline or both, and a front-light ramp (first stage half the
    last, the summaries' "1:2") on either pipeline or both;
@@ -150,6 +151,10 @@ def _initial(p, m):
     keys += [(k, rev, even, even, None) for k in range(1, m) if k != h]
     if p <= 4:
         keys += [(h, tuple(x), even, even, None) for x in itertools.permutations(range(p))]
+    if p <= 4 and m <= 16:
+        # Small enough to take every split with every placement.
+        keys += [(k, tuple(x), even, even, None) for k in range(1, m)
+                 for x in itertools.permutations(range(p))]
     else:
         for i, j in itertools.combinations(range(p), 2):
             x = list(rev)
@@ -168,7 +173,7 @@ def _initial(p, m):
 
 
 def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None,
-                     hardware=None, factors=GRID_FACTORS, budget=400) -> tuple[pa.Table, dict]:
+                     hardware=None, factors=GRID_FACTORS, budget=800) -> tuple[pa.Table, dict]:
     """Search asymmetric Chimera-style placements over the compute x network grid.
 
     Parameters
@@ -183,8 +188,9 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
         Defaults to ``Hardware.preset("dgx-h100")``.
     factors : sequence of float
         Compute and network scale factors (the grid is their product).
-    budget : int, default 400
-        Most variants evaluated per shape (each in every cell at once).
+    budget : int, default 800
+        Most variants evaluated per shape (each in every cell at once); the
+        two symmetric baselines are always evaluated.
 
     Returns
     -------
@@ -248,9 +254,11 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
                                   float(out.column("peak_activation_max").to_numpy()[0]))
                 return cache[key]
 
-            for key in _initial(p, m)[:budget]:
+            initial = _initial(p, m)
+            sym = initial[0]
+            # The two symmetric baselines always; then the readings, within budget.
+            for key in initial[:max(budget, 2)]:
                 evaluate(key)
-            sym = _initial(p, m)[0]
             # Local search per cell from its best asymmetric variant so far.
             for c in range(len(cells)):
                 asym = [k for k in cache if cache[k] is not None and _reading(k, p, m) != "symmetric"]
