@@ -94,6 +94,12 @@ def _parser():
                    help="comma-separated microbatch counts (default 8,16,32,64,128,256)")
     y.add_argument("--out", default="pipecore_out", help="folder for study.parquet and plots")
     y.add_argument("--no-plot", action="store_true", help="do not draw the plots")
+    y.add_argument("--asymmetric", action="store_true",
+                   help="also search asymmetric Chimera-style placements (down split, up-pipeline "
+                        "placement, layer shares) and write asymmetric.parquet and "
+                        "asymmetric.txt; the fifth finding needs it")
+    y.add_argument("--asymmetric-microbatches", default="4,8,16,32,64",
+                   help="microbatch counts of the asymmetric search (default 4,8,16,32,64)")
 
     g = sub.add_parser("scan", help="evaluate a grid of configurations into a Parquet dataset")
     g.add_argument("grid", help="grid file (TOML; see README 'Scans')")
@@ -269,17 +275,43 @@ def _int_list(name, text):
 
 
 def _cmd_study(args, out):
+    import time
+
     import pyarrow.parquet as pq
 
+    from .analysis.findings import findings, format_findings
     from .analysis.study import study, summarize
     from .output.plots import plot_study
 
-    table = study(_int_list("devices", args.devices), _int_list("microbatches", args.microbatches))
+    t0 = time.perf_counter()
+    devices = _int_list("devices", args.devices)
+    table = study(devices, _int_list("microbatches", args.microbatches))
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, folder / "study.parquet")
     out.write(summarize(table) + "\n")
     out.write(f"wrote {folder / 'study.parquet'} ({table.num_rows} rows)\n")
+    asym = None
+    if args.asymmetric:
+        import warnings
+
+        from .schedules.chimera import PlacementWarning
+        from .search.asymmetric import asymmetric_study, summarize_asymmetric
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlacementWarning)  # the search tries shared devices
+            asym, info = asymmetric_study(
+                devices, _int_list("asymmetric-microbatches", args.asymmetric_microbatches))
+        text = summarize_asymmetric(asym, info)
+        pq.write_table(asym, folder / "asymmetric.parquet")
+        (folder / "asymmetric.txt").write_text(text + "\n")
+        out.write(text + "\n")
+        out.write(f"wrote {folder / 'asymmetric.parquet'} ({asym.num_rows} rows) and "
+                  f"{folder / 'asymmetric.txt'}\n")
+    text = format_findings(findings(table, asym))
+    (folder / "findings.txt").write_text(text + "\n")
+    out.write(text + "\n")
+    out.write(f"wrote {folder / 'findings.txt'}; study took {time.perf_counter() - t0:.1f} s\n")
     if not args.no_plot:
         from .output.writers import MissingDependencyError
 

@@ -11,14 +11,169 @@ More microbatches are handled by direct concatenation of units.
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 
 from ..core.schedule import Schedule
 from .registry import Family, register
 
 
-def build_chimera(devices, microbatches, chunks=1, variant="direct"):
-    """Chimera with direct concatenation of basic units.
+class PlacementWarning(UserWarning):
+    """A Chimera placement that puts two stages of one pipeline on one device."""
+
+
+def _check_down(down, m):
+    if down is None:
+        return m // 2
+    if isinstance(down, bool) or not isinstance(down, (int, np.integer)):
+        raise ValueError(f"'chimera' down must be an int (got {down!r})")
+    if not 1 <= down <= m - 1:
+        raise ValueError(f"'chimera' down must satisfy 1 <= down <= microbatches - 1 = {m - 1}, "
+                         f"so that each pipeline carries at least one microbatch (got down={down})")
+    return int(down)
+
+
+def _check_up_placement(up_placement, p):
+    default = list(range(p - 1, -1, -1))
+    if up_placement is None:
+        return default
+    try:
+        devs = list(up_placement)
+    except TypeError:
+        raise ValueError(f"'chimera' up_placement must be a sequence of {p} device indices "
+                         f"(got {up_placement!r})") from None
+    if len(devs) != p:
+        raise ValueError(f"'chimera' up_placement must give a device for each of the {p} up-pipeline "
+                         f"stages (got {len(devs)} entries: {devs!r})")
+    for i, x in enumerate(devs):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < p:
+            raise ValueError(f"'chimera' up_placement[{i}] must be a device index in 0..{p - 1} "
+                             f"(got {x!r})")
+    devs = [int(x) for x in devs]
+    if len(set(devs)) < p:
+        shared = sorted({d for d in devs if devs.count(d) > 1})
+        d = shared[0]
+        stages = [i for i, x in enumerate(devs) if x == d]
+        empty = sorted(set(range(p)) - set(devs))
+        warnings.warn(f"chimera up_placement={devs} puts up-pipeline stages {stages} on device {d}"
+                      f"{' (and more on devices ' + str(shared[1:]) + ')' if len(shared) > 1 else ''}"
+                      f": it is no longer one stage per pipeline per device; devices {empty} hold "
+                      f"no up-pipeline stage", PlacementWarning, stacklevel=4)
+    return devs
+
+
+def _check_layers(name, layers, p):
+    if layers is None:
+        return None
+    try:
+        counts = list(layers)
+    except TypeError:
+        raise ValueError(f"'chimera' {name} must be a sequence of {p} ints (got {layers!r})") from None
+    if len(counts) != p:
+        raise ValueError(f"'chimera' {name} must give the share of each of the {p} stages "
+                         f"(got {len(counts)} entries: {counts!r})")
+    for i, c in enumerate(counts):
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+            raise ValueError(f"'chimera' {name}[{i}] must be an int >= 1: every stage holds part "
+                             f"of the model (got {c!r})")
+    return [int(c) for c in counts]
+
+
+def _segments(down_layers, up_layers, p):
+    """Split the model into equal segments that both pipelines' stage bounds fall on.
+
+    Returns the segment size in layers, the number of segments, and the
+    segment ranges of each stage of each pipeline."""
+    if down_layers is None and up_layers is None:
+        return None, p, {pipe: [(i, i + 1) for i in range(p)] for pipe in ("down", "up")}
+    down_layers = up_layers if down_layers is None else down_layers
+    up_layers = down_layers if up_layers is None else up_layers
+    if sum(down_layers) != sum(up_layers):
+        raise ValueError(f"'chimera' down_layers and up_layers split one model: their sums must "
+                         f"be equal (got {sum(down_layers)} for down_layers={down_layers} and "
+                         f"{sum(up_layers)} for up_layers={up_layers})")
+    g = math.gcd(*down_layers, *up_layers)
+    ranges = {}
+    for pipe, counts in (("down", down_layers), ("up", up_layers)):
+        ends = np.cumsum(counts) // g
+        ranges[pipe] = [(int(e - c // g), int(e)) for c, e in zip(counts, ends)]
+    return g, sum(down_layers) // g, ranges
+
+
+def _greedy_programs(p, k, m, up_placement, ranges):
+    """Each stage replica runs its pipeline's microbatches 1F1B-style (fused
+    backward); each device interleaves the replicas it holds by list
+    scheduling at F = share, BW = 2 share and free transfers (the op that
+    can start first; on a tie a backward, then the later stage, then the
+    down pipeline: this matches Chimera's makespan at m = p, F = 1, BW = 2).
+    The order comes from an execution, so no costs can deadlock it."""
+    size = {pipe: [(hi - lo) * p / ranges[pipe][-1][1] for lo, hi in ranges[pipe]]
+            for pipe in ("down", "up")}
+    place = {"down": list(range(p)), "up": list(up_placement)}
+    mbs = {"down": list(range(k)), "up": list(range(k, m))}
+    queues = []  # (pipe, stage, [(kind, j), ...])
+    for pipe in ("down", "up"):
+        n = len(mbs[pipe])
+        for i in range(p):
+            warm = min(n, p - i)
+            q = [("F", j) for j in range(warm)]
+            for j in range(n - warm):
+                q += [("BW", j), ("F", warm + j)]
+            q += [("BW", j) for j in range(n - warm, n)]
+            queues.append((pipe, i, q))
+    by_dev = [[qi for qi, (pipe, i, _q) in enumerate(queues) if place[pipe][i] == d] for d in range(p)]
+    pos = [0] * len(queues)
+    done = {}  # (kind, pipe, stage, local j) -> finish
+    free = [0.0] * p
+    order = [[] for _ in range(p)]
+    left = sum(len(q) for _p, _i, q in queues)
+    while left:
+        best = None
+        for d in range(p):
+            for qi in by_dev[d]:
+                pipe, i, q = queues[qi]
+                if pos[qi] == len(q):
+                    continue
+                kind, j = q[pos[qi]]
+                if kind == "F":
+                    need = ("F", pipe, i - 1, j) if i > 0 else None
+                else:
+                    need = ("BW", pipe, i + 1, j) if i < p - 1 else ("F", pipe, i, j)
+                if need is not None and need not in done:
+                    continue
+                ready = done[need] if need is not None else 0.0
+                begin = max(free[d], ready)
+                rank = (begin, kind != "BW", -i, pipe != "down", d)
+                if best is None or rank < best[0]:
+                    best = (rank, d, qi)
+        _rank, d, qi = best
+        pipe, i, q = queues[qi]
+        kind, j = q[pos[qi]]
+        pos[qi] += 1
+        left -= 1
+        dur = size[pipe][i] * (1.0 if kind == "F" else 2.0)
+        free[d] = _rank[0] + dur
+        done[(kind, pipe, i, j)] = free[d]
+        order[d].append((kind, pipe, i, mbs[pipe][j]))
+    return order, done
+
+
+def _expand(ops, ranges):
+    """Pipeline-stage ops -> segment ops: a forward runs its segments in model
+    order, a backward in reverse."""
+    out = []
+    for kind, pipe, i, mb in ops:
+        lo, hi = ranges[pipe][i]
+        segs = range(lo, hi) if kind == "F" else range(hi - 1, lo - 1, -1)
+        out += [(kind, s, mb) for s in segs]
+    return out
+
+
+def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
+                  up_placement=None, down_layers=None, up_layers=None, order=None):
+    """Chimera with direct concatenation of basic units, and its placement space.
 
     With h = p/2, device d runs "own" and "other" pipelines: for d < h own is
     down (stage d) and other is up (stage p-1-d), with a = h-d, b = d; for
@@ -32,19 +187,6 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct"):
     middle devices), the own pipeline's last. With a network, the exchange
     costs ``grad_bytes / bandwidth + latency``.
 
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
-
     With ``variant="forward-doubling"`` (the paper's answer to a backward
     twice as long as a forward) each step covers two units and runs
     forwards in pairs: a x [own F, own F] (a x [own BW, own F, own F] after
@@ -53,11 +195,80 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct"):
     step a x [own BW]. It needs m to be a multiple of 2p and holds about
     twice the activations.
 
+    The four placement knobs below span asymmetric Chimera-style
+    placements (docs/research/tabular.md). Left at their defaults they give
+    the schedule above op for op. ``down_layers`` and ``up_layers`` alone,
+    when equal, keep that order and only resize stages. Any other setting
+    orders ops by list scheduling: each stage replica runs its pipeline's
+    microbatches 1F1B-style (p - i forwards in flight at stage i, fused
+    backward), a device interleaves the replicas it holds by taking the
+    op that can start first in an execution at F = 1, BW = 2 per stage
+    share and free transfers (on a tie a backward first, then the op of
+    the later stage, then the down pipeline), and every all-reduce moves to the end of its device's
+    program, which keeps every setting free of deadlock.
+
+    Parameters
+    ----------
+    devices : int
+        Pipeline devices p (even).
+    microbatches : int
+        Microbatches m (a multiple of p).
+    chunks : int
+        Stages per device (fixed by the family where it takes none).
+    variant : {"direct", "forward-doubling"}
+        Concatenation of units; the knobs below need ``"direct"``.
+    down : int, optional
+        Microbatches the down pipeline carries; the up pipeline carries the
+        other ``m - down``. Default m/2 (the paper's even split). Any
+        ``1 <= down <= m - 1``; with a value other than m/2, microbatches
+        ``0..down-1`` go down and the rest up.
+    up_placement : sequence of int, optional
+        ``up_placement[i]`` is the device that runs stage i of the up
+        pipeline (the down pipeline always runs stage i on device i).
+        Default ``[p-1, ..., 0]``, Chimera's reversal. Any permutation is a
+        valid two-pipeline placement; a mapping that sends two up stages to
+        one device is accepted too, with a :class:`PlacementWarning`: that
+        device then holds three stage replicas and some device only one,
+        so it is no longer one stage per pipeline per device. Where a
+        device holds both replicas of the same layers it keeps one copy of
+        their weights and needs no all-reduce for them.
+    down_layers, up_layers : sequence of int, optional
+        The share of the model each stage of the down (up) pipeline holds,
+        as p positive ints in any unit (e.g. layers): stage i holds
+        ``down_layers[i] / sum(down_layers)`` of the model, and both lists
+        must have the same sum. One given alone is used for both pipelines
+        (the two replicas of a stage stay equal). They change each stage's
+        F, B, W time, activation and weights in proportion to its share: the
+        schedule's stages become equal segments of ``g`` units, g the
+        greatest common divisor of all the counts, and a pipeline stage
+        runs its segments back to back on its device (forwards in model
+        order, backwards in reverse), so a scalar :class:`~pipecore.Costs`
+        value, the time or memory of 1/p of the model, is spread by share.
+        ``schedule.params["stage_layers"]`` lists the units per schedule
+        stage, for :meth:`pipecore.Model.costs`. Weights are counted per
+        segment replica a device holds; each segment held on two devices
+        has its own gradient all-reduce between them.
+    order : {None, "chimera", "list"}, optional
+        How ops are ordered on each device. ``"chimera"`` is the authors'
+        order above and holds only settings whose two replicas of a stage
+        are equal and on devices i and p-1-i with an even microbatch split;
+        ``"list"`` is the list-scheduling order described above, for any
+        setting (with the defaults it gives a symmetric Chimera placement
+        in that order, the baseline that separates an order's gain from an
+        asymmetry's). None (default) picks ``"chimera"`` where it holds and
+        ``"list"`` otherwise.
+
+    Returns
+    -------
+    Schedule
+        Replicated (each stage on up to two devices).
+
     Raises
     ------
     ValueError
-        If p is odd, m is not a multiple of p (2p for forward doubling), or
-        the variant is unknown.
+        If p is odd, m is not a multiple of p (2p for forward doubling), the
+        variant is unknown, or a knob breaks its rule above (the message
+        names the value and the rule).
     """
     p, m = devices, microbatches
     if variant not in ("direct", "forward-doubling"):
@@ -72,6 +283,71 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct"):
     if m % p:
         raise ValueError(f"'chimera' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
+    k = _check_down(down, m)
+    placement = _check_up_placement(up_placement, p)
+    dl = _check_layers("down_layers", down_layers, p)
+    ul = _check_layers("up_layers", up_layers, p)
+    g, S, ranges = _segments(dl, ul, p)
+    symmetric = (k == m // 2 and placement == list(range(p - 1, -1, -1))
+                 and ranges["down"] == ranges["up"])
+    if order not in (None, "chimera", "list"):
+        raise ValueError(f"'chimera' order must be None, 'chimera' or 'list' (got {order!r})")
+    if order == "chimera" and not symmetric:
+        raise ValueError("'chimera' order='chimera' holds only an even microbatch split (down = "
+                         f"microbatches / 2 = {m // 2}), the reversed up_placement and equal "
+                         "down_layers and up_layers; use order='list' (or None) for this setting")
+    if order == "list" and variant != "direct":
+        raise ValueError("'chimera' order='list' needs variant='direct'")
+    symmetric = symmetric and order != "list"
+    if variant != "direct" and not (symmetric and g is None):
+        raise ValueError("'chimera' forward doubling takes only the default placement: leave "
+                         "down, up_placement, down_layers and up_layers unset (or use "
+                         "variant='direct')")
+    if symmetric:
+        base = _chimera_programs(p, m, variant)
+        if g is None:
+            return Schedule.from_programs(base, name="chimera", devices=p, replicated=True)
+        programs = []
+        for prog in base:
+            out = []
+            for kind, stage, mb in prog:
+                lo, hi = ranges["down"][stage]
+                if kind == "AR":  # both replicas of every segment of the stage
+                    out += [("AR", s, None) for s in range(hi - 1, lo - 1, -1)]
+                else:
+                    segs = range(lo, hi) if kind == "F" else range(hi - 1, lo - 1, -1)
+                    out += [(kind, s, mb) for s in segs]
+            programs.append(out)
+    else:
+        order, done = _greedy_programs(p, k, m, placement, ranges)
+        programs = [_expand(ops, ranges) for ops in order]
+        # Where each segment's replicas live, and when each replica's last
+        # backward ends in the list-scheduling run (to order the ARs).
+        holder = {}
+        for pipe in ("down", "up"):
+            for i, (lo, hi) in enumerate(ranges[pipe]):
+                d = i if pipe == "down" else placement[i]
+                n = k if pipe == "down" else m - k
+                for s in range(lo, hi):
+                    holder.setdefault(s, {})[pipe] = (d, done[("BW", pipe, i, n - 1)])
+        for d in range(p):
+            ars = []
+            for s, reps in holder.items():
+                (dd, td), (du, tu) = reps["down"], reps["up"]
+                if dd == du:
+                    continue
+                if d == dd:
+                    ars.append((tu, -s))
+                elif d == du:
+                    ars.append((td, -s))
+            programs[d] += [("AR", -ns, None) for _t, ns in sorted(ars)]
+    sched = Schedule.from_programs(programs, name="chimera", devices=p, replicated=True)
+    if g is not None:
+        sched.params["stage_layers"] = [g] * S
+    return sched
+
+def _chimera_programs(p, m, variant):
+    """Today's Chimera programs over (kind, stage, microbatch); checks done by the caller."""
     h = p // 2
     units = m // p
     down = [k * p + j for k in range(units) for j in range(h)]
@@ -130,10 +406,12 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct"):
             prog.append(("AR", other[1], None))
         prog.append(("AR", own[1], None))
         programs.append(prog)
-    return Schedule.from_programs(programs, name="chimera", devices=p, replicated=True)
+    return programs
 
 
-def formula_chimera(p, m, v, c, variant="direct"):
+
+def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
+                    down_layers=None, up_layers=None, order=None):
     """Bubble ratio (p-2)/(2m+p-2): p-2 idle slots per device beside 2m busy
     ones, counted with F and B in equal slots (the paper's unit-slot
     figures); exact when T_F = T_B + T_W, or with forward doubling when the
@@ -148,6 +426,9 @@ def formula_chimera(p, m, v, c, variant="direct"):
         Scalar costs.
     variant : str
         ``"direct"`` or ``"forward-doubling"``.
+    down, up_placement, down_layers, up_layers, order
+        :func:`build_chimera`'s placement knobs; the closed form exists only
+        for their symmetric values (the published Chimera).
 
     Returns
     -------
@@ -156,9 +437,16 @@ def formula_chimera(p, m, v, c, variant="direct"):
 
     Raises
     ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
+    ValueError
+        For an asymmetric setting or the list order, which have no closed form.
     """
+    layers = [list(x) for x in (down_layers, up_layers) if x is not None]
+    even = all(x == [x[0]] * len(x) for x in layers) and all(x == layers[0] for x in layers)
+    reversal = up_placement is None or list(up_placement) == list(range(p - 1, -1, -1))
+    if down not in (None, m // 2) or order == "list" or not even or not reversal:
+        raise ValueError("'chimera' has a closed form only for the symmetric placement (down = "
+                         "microbatches / 2, reversed up_placement, equal layer shares, Chimera's "
+                         "order); simulate this setting instead")
     f, bw = c.f, c.b + c.w
     t = f + bw
     d = np.arange(p)
@@ -170,6 +458,7 @@ def formula_chimera(p, m, v, c, variant="direct"):
             "peak_activation": peak, "exact": bool(exact and m % p == 0)}
 
 
-register(Family("chimera", build_chimera, formula_chimera, options=("variant",),
+register(Family("chimera", build_chimera, formula_chimera,
+                options=("variant", "down", "up_placement", "down_layers", "up_layers", "order"),
                 tune_options={"variant": ("direct", "forward-doubling")},
                 summary="bidirectional pipelines, stages replicated (2x weights)"))
