@@ -51,24 +51,25 @@ def run(folder, repeats):
                     sched = pc.build(name, p, m)
                     res = pt.run(sched, model=model, hidden=shape["hidden"], layers=shape["layers"],
                                  batch=shape["rows"] * m, steps=STEPS, check=False, profile=out)
-                    (out / "steps.json").write_text(json.dumps(res.step_times))
+                    (out / "steps.txt").write_text(json.dumps(res.step_times))
                     print(out.name, [round(t * 1e3, 1) for t in res.step_times], flush=True)
 
 
-def _runs(folder):
+def _runs(folder, sends="occupy"):
     from pipecore.bindings import torch as pt
 
     out = {}
     for d in sorted(Path(folder).iterdir()):
         if not (d / "pipecore-run.json").exists():
             continue
-        model, p, name, rep = d.name.rsplit("-", 3)[0], None, None, None
+        if (d / "steps.json").exists():  # older layout: keep only traces as *.json
+            (d / "steps.json").rename(d / "steps.txt")
         parts = d.name.split("-")
         rep = int(parts[-1][1:])
         i = parts.index(next(x for x in parts if x.startswith("p") and x[1:].isdigit()))
         model, p, name = "-".join(parts[:i]), int(parts[i][1:]), "-".join(parts[i + 1:-1])
         try:
-            prof = pt.from_profile(d)
+            prof = pt.from_profile(d, sends=sends)
         except ValueError as exc:
             print(f"{d.name}: {exc}", file=sys.stderr)
             continue
@@ -76,8 +77,8 @@ def _runs(folder):
     return out
 
 
-def report(folder, json_path=None):
-    runs = _runs(folder)
+def report(folder, json_path=None, sends="occupy"):
+    runs = _runs(folder, sends)
     rows = []
     for (model, p, name, rep), prof in sorted(runs.items()):
         pred = prof.predict(prof.schedule).makespan
@@ -149,8 +150,9 @@ if __name__ == "__main__":
     ap.add_argument("folder")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--sends", default="occupy", choices=("occupy", "wait"))
     a = ap.parse_args()
     if a.phase == "run":
         run(a.folder, a.repeats)
     else:
-        report(a.folder, a.json)
+        report(a.folder, a.json, a.sends)

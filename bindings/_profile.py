@@ -296,7 +296,7 @@ def _median(values, default=0.0):
     return statistics.median(values) if values else default
 
 
-def from_profile(path_or_paths) -> Profile:
+def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
     """Fit pipecore costs to torch.profiler traces of a pipelined run.
 
     Parameters
@@ -305,6 +305,15 @@ def from_profile(path_or_paths) -> Profile:
         A folder of per-rank Chrome (Kineto JSON) traces, or the files. A
         file's rank is its ``distributedInfo.rank`` (torch writes it), else
         the ``rankN`` in its name, else its position.
+    sends : {"occupy", "wait"}
+        How a send's time counts. ``"occupy"`` (default): all of it is the
+        sending rank's own time and goes into ``overhead`` (gloo's send of
+        an activation returns only once the receiver has posted its receive,
+        which torch's runtime does just before the consuming action, so the
+        sender is held; pipecore's transfers never hold the sender, and
+        this is the closest its model gets). ``"wait"``: only the rank's
+        25th percentile of its send postings counts, the rest is taken as
+        waiting on the peer.
 
     Returns
     -------
@@ -334,6 +343,9 @@ def from_profile(path_or_paths) -> Profile:
     """
     from pipecore.core.schedule import from_actions
 
+    if sends not in ("occupy", "wait"):
+        raise ValueError(f"from_profile: 'sends' must be 'occupy' or 'wait' (got {sends!r})")
+    occupy = sends == "occupy"
     files = _paths(path_or_paths)
     traces = {}
     world = None
@@ -388,7 +400,7 @@ def from_profile(path_or_paths) -> Profile:
                     n_compute += 1
                     stage_rank[stage] = t.rank
                     microbatches = max(microbatches, mb + 1)
-                elif kind == "other":
+                elif kind == "other" or (kind in ("SEND_F", "SEND_B") and occupy):
                     own += b - a
                 else:
                     own += post_q

@@ -218,3 +218,9 @@ def test_tiny_transformer_split_backward_gradients():
 def test_tiny_transformer_bad_width():
     with pytest.raises(ValueError, match=r"hidden \(30\) must be a multiple of the 4 heads"):
         pt.run(pc.build("1f1b", 2, 2), model="tiny-transformer", hidden=30)
+
+
+def test_sends_mode_checked(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=())
+    with pytest.raises(ValueError, match=r"'sends' must be 'occupy' or 'wait' \(got 'x'\)"):
+        pt.from_profile(tmp_path, sends="x")
