@@ -244,8 +244,8 @@ class Profile:
             x = np.linspace(0.0, 1.0, self.stages + 1)
             edges = np.interp(np.linspace(0.0, 1.0, stages + 1), x, cum)
             out[name] = np.diff(edges)
-        return Costs(**out, comm=c.comm, overhead=c.overhead, activation=c.activation,
-                     activation_w=c.activation_w, weights=c.weights)
+        return Costs(**out, comm=c.comm, overhead=c.overhead, fb_factor=c.fb_factor,
+                     activation=c.activation, activation_w=c.activation_w, weights=c.weights)
 
     def predict(self, schedule, microbatches: int | None = None, chunks: int | None = None):
         """Predicted step time (seconds) of a schedule on the profiled setup.
@@ -307,9 +307,9 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
         the ``rankN`` in its name, else its position.
     sends : {"occupy", "wait"}
         How a send's time counts. ``"occupy"`` (default): all of it is the
-        sending rank's own time and goes into ``overhead`` (gloo's send of
-        an activation returns only once the receiver has posted its receive,
-        which torch's runtime does just before the consuming action, so the
+        sending rank's own time and goes into ``overhead`` (in gloo traces
+        a send lasts until the receiver has posted its receive, which
+        torch's runtime does just before the consuming action, so the
         sender is held; pipecore's transfers never hold the sender, and
         this is the closest its model gets). ``"wait"``: only the rank's
         25th percentile of its send postings counts, the rest is taken as

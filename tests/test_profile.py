@@ -107,6 +107,7 @@ def test_predict_other_family_uses_resampled_stages(tmp_path):
     prof = pt.from_profile(tmp_path)
     c4 = prof.costs_for(4)  # stage 0's forward work (1.0) splits over two halves
     np.testing.assert_allclose(c4.f, [0.5, 0.5, 1.5, 1.5])
+    assert (c4.overhead, c4.fb_factor) == (prof.costs.overhead, prof.costs.fb_factor)
     assert prof.predict("interleaved-1f1b").makespan > 0
 
 
