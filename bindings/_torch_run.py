@@ -27,7 +27,50 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-MODELS = ("mlp",)
+MODELS = ("mlp", "tiny-transformer")
+
+#: tiny-transformer's shape: vocabulary, tokens per row, attention heads.
+VOCAB, SEQ, HEADS = 256, 16, 4
+
+
+class _Block(nn.Module):
+    """Pre-norm transformer block: self-attention then a 4x MLP, each residual."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, HEADS, batch_first=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class _Embed(nn.Module):
+    """Token and learned position embeddings."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Parameter(torch.zeros(SEQ, d))
+
+    def forward(self, ids):
+        return self.tok(ids) + self.pos[: ids.shape[1]]
+
+
+class _Head(nn.Module):
+    """Final norm and the projection to the vocabulary (logits, flattened for the loss)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.out = nn.Linear(d, VOCAB)
+
+    def forward(self, x):
+        return self.out(self.ln(x)).reshape(-1, VOCAB)
 
 
 def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
@@ -39,11 +82,16 @@ def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
     name : str
         ``"mlp"``: ``layers`` blocks of ``Linear(hidden, hidden)`` and
         ``Tanh`` (the last block has no ``Tanh``), ``layers / stages``
-        consecutive blocks per stage.
+        consecutive blocks per stage. ``"tiny-transformer"``: a token
+        embedding (vocabulary 256, 16 positions) on the first stage,
+        ``layers`` pre-norm blocks (4-head attention, 4x MLP) of width
+        ``hidden``, ``layers / stages`` per stage, and the norm and
+        vocabulary head on the last stage: the first and last stages carry
+        more work than the others.
     stages : int
         Number of stages S.
     hidden : int
-        Width of every layer.
+        Width of every layer (a multiple of 4 for the transformer's heads).
     seed : int
         Seed of the weights.
     layers : int, optional
@@ -57,8 +105,8 @@ def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
     Raises
     ------
     ValueError
-        For an unknown model name, a count below 1, or layers not a
-        multiple of stages.
+        For an unknown model name, a count below 1, layers not a multiple
+        of stages, or a transformer width not a multiple of the heads.
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; models: {', '.join(MODELS)}")
@@ -67,6 +115,17 @@ def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
         raise ValueError(f"stages, hidden and layers must be >= 1 (got {stages}, {hidden}, {layers})")
     if layers % stages:
         raise ValueError(f"layers ({layers}) must be a multiple of stages ({stages})")
+    if name == "tiny-transformer":
+        if hidden % HEADS:
+            raise ValueError(f"tiny-transformer: hidden ({hidden}) must be a multiple of the "
+                             f"{HEADS} heads")
+        torch.manual_seed(seed)  # torch's own initialisation, seeded: the same on every rank
+        blocks = [_Block(hidden) for _ in range(layers)]
+        per = layers // stages
+        mods = [list(blocks[s * per:(s + 1) * per]) for s in range(stages)]
+        mods[0].insert(0, _Embed(hidden))
+        mods[-1].append(_Head(hidden))
+        return [nn.Sequential(*m) for m in mods]
     gen = torch.Generator().manual_seed(seed)
     blocks = []
     for i in range(layers):
@@ -79,14 +138,23 @@ def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
     return [nn.Sequential(*blocks[s * per:(s + 1) * per]) for s in range(stages)]
 
 
-def make_batch(batch: int, hidden: int, seed: int = 0):
-    """Inputs and targets of a run (seeded, the same on every rank)."""
+def make_batch(batch: int, hidden: int, seed: int = 0, model: str = "mlp"):
+    """Inputs and targets of a run (seeded, the same on every rank).
+
+    For ``tiny-transformer``: token ids ``(batch, SEQ)`` and next-token
+    targets flattened to ``(batch * SEQ,)``."""
     gen = torch.Generator().manual_seed(seed + 1)
+    if model == "tiny-transformer":
+        ids = torch.randint(0, VOCAB, (batch, SEQ + 1), generator=gen)
+        return ids[:, :-1].contiguous(), ids[:, 1:].reshape(-1).contiguous()
     return torch.randn(batch, hidden, generator=gen), torch.randn(batch, hidden, generator=gen)
 
 
 def loss_fn(output, target):
-    """Mean squared error of one microbatch (torch then divides the sum by m)."""
+    """Mean loss of one microbatch (torch then divides the sum by m): MSE, or cross
+    entropy when the target holds token ids."""
+    if target.dtype == torch.long:
+        return torch.nn.functional.cross_entropy(output, target)
     return torch.nn.functional.mse_loss(output, target)
 
 
@@ -160,7 +228,7 @@ def _worker(rank, cfg):
     try:
         S, m = cfg["stages"], cfg["microbatches"]
         modules = build_model(cfg["model"], S, cfg["hidden"], cfg["seed"], cfg["layers"])
-        x, y = make_batch(cfg["batch"], cfg["hidden"], cfg["seed"])
+        x, y = make_batch(cfg["batch"], cfg["hidden"], cfg["seed"], cfg["model"])
         mine = cfg["stages_of_rank"][rank]
         stages = [PipelineStage(modules[s], s, S, torch.device("cpu")) for s in mine]
         runtime = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=loss_fn)
@@ -172,20 +240,35 @@ def _worker(rank, cfg):
         args = (x,) if 0 in mine else ()
         target = y if S - 1 in mine else None
         step_times, grads, op_times = [], None, []
+        prof = None
+        if cfg.get("profile"):
+            from torch.profiler import ProfilerActivity, profile
+            prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         for i in range(cfg["steps"]):
             for s in mine:
                 modules[s].zero_grad(set_to_none=True)
             dist.barrier()
             log.clear()
+            if prof is not None and i == 1:  # the first step sets torch's stages up
+                prof.start()
             # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the machine.
             t0 = time.perf_counter()
-            runtime.step(*args, target=target)
+            if prof is not None and i >= 1:
+                # The label torch.profiler's own step() writes, so user traces read the same way.
+                with torch.profiler.record_function(f"ProfilerStep#{i}"):
+                    runtime.step(*args, target=target)
+            else:
+                runtime.step(*args, target=target)
             step_times.append((t0, time.perf_counter()))
             dist.barrier()
             if i == 0:
                 grads = {s: {n: p.grad.detach().clone() for n, p in modules[s].named_parameters()}
                          for s in mine}
             op_times.append(list(log))
+        if prof is not None:
+            prof.stop()
+            Path(cfg["profile"]).mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(Path(cfg["profile"]) / f"rank{rank}.json"))
         transfer = None
         if cfg["measure_transfer"] and rank in (0, 1) and cfg["ranks"] >= 2:
             transfer = _ping_pong(rank, 1 - rank, (cfg["batch"] // m, cfg["hidden"]), 50)
@@ -264,7 +347,7 @@ class RunResult:
 
 def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, layers=None,
             batch=None, steps=1, seed=0, timeout=120.0, check=True,
-            measure_transfer=False) -> RunResult:
+            measure_transfer=False, profile=None) -> RunResult:
     """Spawn one process per rank and run the CSV with torch's runtime (see ``pt.run``)."""
     ranks = len(stages_of_rank)
     batch = 2 * microbatches if batch is None else batch
@@ -275,7 +358,8 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                "model": model, "hidden": hidden, "layers": layers, "batch": batch, "seed": seed,
                "steps": steps,
                "timeout": timeout, "csv": str(csv_path), "stages_of_rank": stages_of_rank,
-               "out": out, "measure_transfer": measure_transfer}
+               "out": out, "measure_transfer": measure_transfer,
+               "profile": None if profile is None else str(Path(profile).resolve())}
         cfg_path = Path(out) / "config.json"
         cfg_path.write_text(json.dumps(cfg))
         procs = [subprocess.Popen([sys.executable, "-m", __name__, str(cfg_path), str(r)],
@@ -312,7 +396,7 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
     transfer = next((p["transfer"] for p in parts if p["transfer"] is not None), None)
     reference = err = match = None
     if check:
-        x, y = make_batch(batch, hidden, seed)
+        x, y = make_batch(batch, hidden, seed, model)
         reference = reference_grads(build_model(model, stages, hidden, seed, layers), x, y,
                                     microbatches)
         err, match = 0.0, True

@@ -62,12 +62,14 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
 from pipecore.core.costs import Costs
 from pipecore.core.schedule import Schedule, ScheduleError
 
+from ._profile import Profile, format_what_if, from_profile, what_if
 from ._torch_run import RunResult
 
 __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
     "from_csv", "read_csv", "from_torch", "run", "RunResult", "calibrate", "costs_from_run", "fidelity",
-    "format_fidelity", "ranking_agreement",
+    "format_fidelity", "ranking_agreement", "from_profile", "Profile", "what_if",
+    "format_what_if",
 ]
 
 #: The torch release these bindings were written and tested against.
@@ -498,7 +500,8 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
 
 def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int = 32,
         layers: int | None = None, batch: int | None = None, steps: int = 1, seed: int = 0,
-        timeout: float = 120.0, check: bool = True, measure_transfer: bool = False):
+        timeout: float = 120.0, check: bool = True, measure_transfer: bool = False,
+        profile=None):
     """Run a schedule for real with torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
 
     One fresh Python process per rank is started (``MASTER_ADDR``
@@ -516,7 +519,10 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
         Must equal the schedule's devices when given (a check for the CLI).
     model : str
         ``"mlp"``: blocks of ``Linear(hidden, hidden)`` + ``Tanh``, split
-        evenly into the schedule's stages.
+        evenly into the schedule's stages; ``"tiny-transformer"``: token
+        embedding, pre-norm attention blocks, vocabulary head (see
+        ``_torch_run.build_model``), embedding on the first stage and head
+        on the last.
     hidden : int
         Layer width.
     layers : int, optional
@@ -536,6 +542,11 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
         Compare gradients with the model trained without pipelining.
     measure_transfer : bool
         Also time a ping-pong of one activation between ranks 0 and 1.
+    profile : str or os.PathLike, optional
+        A folder: every rank profiles its steps after the first with
+        ``torch.profiler`` (CPU activities, shapes recorded), each step
+        inside a ``ProfilerStep#i`` label, and writes ``rank{r}.json``
+        (Chrome/Kineto trace) there; read them with :func:`from_profile`.
 
     Returns
     -------
@@ -570,12 +581,24 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     stages_of_rank = [[s for s in sorted(mapping) if mapping[s] == r] for r in range(sched.devices)]
     kwargs = dict(stages=sched.stages, microbatches=sched.microbatches, model=model, hidden=hidden,
                   layers=layers, batch=batch, steps=steps, seed=seed, timeout=timeout, check=check,
-                  measure_transfer=measure_transfer)
+                  measure_transfer=measure_transfer, profile=profile)
     if path is not None:
-        return _torch_run.run_csv(path, stages_of_rank, **kwargs)
-    with tempfile.TemporaryDirectory(prefix="pipecore-csv-") as tmp:
-        csv_path = to_csv(sched, Path(tmp) / "schedule.csv")
-        return _torch_run.run_csv(csv_path, stages_of_rank, **kwargs)
+        result = _torch_run.run_csv(path, stages_of_rank, **kwargs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="pipecore-csv-") as tmp:
+            csv_path = to_csv(sched, Path(tmp) / "schedule.csv")
+            result = _torch_run.run_csv(csv_path, stages_of_rank, **kwargs)
+    if profile is not None:
+        # What `pipecore what-if --check` needs to run other schedules on the same setup.
+        import json
+
+        from ._profile import RUN_FILE
+
+        (Path(profile) / RUN_FILE).write_text(json.dumps(
+            {"schedule": sched.name, "ranks": sched.devices, "stages": sched.stages,
+             "microbatches": sched.microbatches, "model": model, "hidden": hidden,
+             "layers": layers, "batch": batch, "steps": steps, "seed": seed}, indent=1))
+    return result
 
 
 def _stage_times(mod, x, first, repeats, warmup):

@@ -153,7 +153,13 @@ def _parser():
                                          "(gloo; needs pipecore[torch])")
     r.add_argument("csv", help="compute_only schedule CSV (pipecore.bindings.torch.to_csv)")
     r.add_argument("--ranks", type=_positive_int, required=True, help="processes (one per CSV line)")
-    r.add_argument("--model", default="mlp", choices=("mlp",), help="model split into stages")
+    r.add_argument("--model", default="mlp", choices=("mlp", "tiny-transformer"),
+                   help="model split into stages (default mlp)")
+    r.add_argument("--layers", type=_positive_int, default=None,
+                   help="blocks in the whole model (default one per stage; a multiple of stages)")
+    r.add_argument("--profile", default=None, metavar="DIR",
+                   help="write per-rank torch.profiler traces (rankN.json) of the steps after the "
+                        "first to DIR, for pipecore what-if")
     r.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
     r.add_argument("--batch", type=_positive_int, default=None,
                    help="rows per step (default 2 per microbatch)")
@@ -162,6 +168,20 @@ def _parser():
     r.add_argument("--no-check", action="store_true",
                    help="do not compare gradients with the non-pipelined model")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    w = sub.add_parser("what-if", help="rank every schedule family by its predicted step time "
+                                       "from one profiled run's torch.profiler traces")
+    w.add_argument("profile_dir", help="folder of per-rank traces (run-torch --profile DIR)")
+    w.add_argument("--schedules", default="all",
+                   help="'all' or comma-separated family names (default all)")
+    w.add_argument("--microbatches", type=_positive_int, default=None,
+                   help="microbatches to predict for (default: the profiled run's)")
+    w.add_argument("--check", action="store_true",
+                   help="run the top three for real (needs the run's pipecore-run.json and "
+                        "pipecore[torch]) and print predicted against measured")
+    w.add_argument("--steps", type=_positive_int, default=6,
+                   help="steps per --check run (default 6; the first two are left out)")
+    w.add_argument("--json", action="store_true", help="print the rows as JSON")
     return parser
 
 
@@ -384,7 +404,8 @@ def _cmd_run_torch(args, out):
         print(f"pipecore: {exc}", file=sys.stderr)
         return 2
     res = pt.run(args.csv, ranks=args.ranks, model=args.model, hidden=args.hidden, batch=args.batch,
-                 steps=args.steps, seed=args.seed, check=not args.no_check)
+                 steps=args.steps, seed=args.seed, check=not args.no_check, layers=args.layers,
+                 profile=args.profile)
     summary = {"csv": args.csv, "ranks": res.ranks, "stages": res.stages,
                "microbatches": res.microbatches, "grads_match": res.grads_match,
                "max_abs_error": res.max_abs_error, "step_times": res.step_times}
@@ -395,6 +416,59 @@ def _cmd_run_torch(args, out):
         for key, value in summary.items():
             out.write(f"{key:<14} {value}\n")
     return 1 if res.grads_match is False else 0
+
+
+def _cmd_what_if(args, out):
+    try:
+        from pipecore.bindings import torch as pt
+    except ImportError as exc:
+        print(f"pipecore: {exc}", file=sys.stderr)
+        return 2
+    names = "all" if args.schedules == "all" else [s.strip() for s in args.schedules.split(",")
+                                                  if s.strip()]
+    prof = pt.from_profile(args.profile_dir)
+    rows = pt.what_if(prof, names, microbatches=args.microbatches)
+    measured = {}
+    notes = []
+    if args.check:
+        measured, notes = _check_top(pt, args, rows[:3])
+    if args.json:
+        json.dump({"rows": rows, "measured": measured, "profiled_step": prof.measured,
+                   "notes": notes}, out, indent=1)
+        out.write("\n")
+        return 0
+    out.write(f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
+              f"microbatches, median step {prof.measured * 1e3:.2f} ms; overhead "
+              f"{float(prof.costs.overhead) * 1e6:.0f} us per op\n")
+    out.write(pt.format_what_if(rows, measured) + "\n")
+    for note in notes:
+        out.write(note + "\n")
+    return 0
+
+
+def _check_top(pt, args, rows):
+    """Run the given rows' schedules for real on the profiled run's setup."""
+    import statistics
+
+    from .schedules.registry import build
+
+    run_file = Path(args.profile_dir) / "pipecore-run.json"
+    if not run_file.exists():
+        raise ValueError(f"--check needs {run_file} (written by run-torch --profile) to know the "
+                         f"model and shape of the run")
+    cfg = json.loads(run_file.read_text())
+    measured, notes = {}, []
+    for r in rows:
+        sched = build(r["schedule"], cfg["ranks"], args.microbatches or cfg["microbatches"])
+        layers = cfg["layers"] or cfg["stages"]
+        if layers % sched.stages:
+            notes.append(f"{r['schedule']}: not run ({sched.stages} stages do not divide the "
+                         f"model's {layers} blocks)")
+            continue
+        res = pt.run(sched, model=cfg["model"], hidden=cfg["hidden"], layers=layers,
+                     batch=cfg["batch"], steps=args.steps, seed=cfg["seed"], check=False)
+        measured[r["schedule"]] = statistics.median(res.step_times[2:] or res.step_times)
+    return measured, notes
 
 
 def main(argv=None, out=None) -> int:
@@ -434,6 +508,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_tune(args, out)
         if args.command == "run-torch":
             return _cmd_run_torch(args, out)
+        if args.command == "what-if":
+            return _cmd_what_if(args, out)
         if args.command == "list":
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")

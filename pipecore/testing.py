@@ -304,7 +304,7 @@ def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
 
 
 @st.composite
-def costs(draw, stages: int | None = None, comm: bool = True):
+def costs(draw, stages: int | None = None, comm: bool = True, op_times: bool = False):
     """Random :class:`~pipecore.Costs`; per-stage vectors when ``stages`` is given.
 
     Parameters
@@ -313,6 +313,10 @@ def costs(draw, stages: int | None = None, comm: bool = True):
         When given, each time may be drawn as a vector of that length.
     comm : bool
         Whether to draw a non-zero communication latency.
+    op_times : bool
+        Whether to draw a fused-backward time ``bw`` and a per-op
+        ``overhead`` too (left at their defaults otherwise, so strategies
+        of callers that do not ask draw the same examples as before).
 
     Returns
     -------
@@ -329,7 +333,11 @@ def costs(draw, stages: int | None = None, comm: bool = True):
         return draw(times(allow_zero))
 
     act = draw(times(allow_zero=False, max_value=4.0))
-    return Costs(f=value(), b=value(), w=value(), comm=value() if comm else 0.0,
+    extra = {}
+    if op_times:
+        extra = {"bw": draw(st.none()) if draw(st.booleans()) else value(),
+                 "overhead": value()}
+    return Costs(**extra, f=value(), b=value(), w=value(), comm=value() if comm else 0.0,
                  activation=act, activation_w=draw(st.floats(0.0, 1.0)) * act,
                  fb_factor=draw(st.sampled_from([1.0, 0.75, 0.5]) | st.floats(0.1, 1.0)),
                  r=draw(st.none() | times()), offload=draw(times()),

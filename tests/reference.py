@@ -11,7 +11,9 @@ Floating-point arithmetic follows the contract literally so results are
 reproducible by any other implementation doing the same operations:
 
 * op:        ``start = max(prev finish or 0.0, availabilities)``,
-             ``finish = start + duration`` (``BW`` duration is ``b[s] + w[s]``)
+             ``finish = start + duration`` (``BW`` duration is ``bw[s]``,
+             default ``b[s] + w[s]``; every F, B, W, BW and R adds
+             ``overhead[s]``)
 * F&B pair:  one unit of a device program running the forward of one
              microbatch and the backward (``B`` or ``BW``) of another
              together (DualPipe's overlapped "F&B"). Both ops get
@@ -81,7 +83,7 @@ def _is_pair(entry):
 
 
 def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_link=None,
-                       r=None, ckpt=None, offload=None):
+                       r=None, ckpt=None, offload=None, bw=None, overhead=None):
     """Simulate per-device programs exactly as docs/semantics.md says.
 
     Parameters
@@ -134,6 +136,13 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         recomputed F keeps (default 0.0).
     offload : sequence of float, optional
         Per stage: the time of one host copy (required with O and L ops).
+    bw : sequence of float, optional
+        Per stage: the time of a fused BW op (default ``b[s] + w[s]``,
+        computed in that order).
+    overhead : sequence of float, optional
+        Per stage: a time added to every F, B, W, BW and R op of the stage
+        (default 0.0): ``duration = base + overhead[s]``; AR, O and L stay
+        0.0.
 
     Returns
     -------
@@ -179,7 +188,11 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     num_devices = len(programs)
     r_dur = list(f) if r is None else [float(x) for x in r]
     ckpt_mem = [0.0] * num_stages if ckpt is None else [float(x) for x in ckpt]
-    for name, vec in (("f", f), ("b", b), ("w", w), ("r", r_dur)):
+    bw_dur = ([b[s] + w[s] for s in range(num_stages)] if bw is None
+              else [float(x) for x in bw])
+    extra = [0.0] * num_stages if overhead is None else [float(x) for x in overhead]
+    for name, vec in (("f", f), ("b", b), ("w", w), ("r", r_dur), ("bw", bw_dur),
+                      ("overhead", extra)):
         if len(vec) != num_stages:
             raise ValueError("%s has %d stages, f has %d" % (name, len(vec), num_stages))
         for s, x in enumerate(vec):
@@ -307,7 +320,7 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
                 raise ValueError("L(stage %d, mb %r) is not on its O's device" % (s, mb))
             producers[g].append(pg)
         elif kind == "B" or kind == "BW":
-            duration[g] = b[s] if kind == "B" else b[s] + w[s]
+            duration[g] = b[s] if kind == "B" else bw_dur[s]
             if (s, mb) in load_of:
                 producers[g].append(load_of[(s, mb)])
             elif (s, mb) in recompute_of:
@@ -323,6 +336,10 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
                 raise ValueError("W(stage %d, mb %r) but the backward is a BW" % (s, mb))
             producers[g].append(pg)
         # AR: duration 0.0, producer set below
+
+    for g in range(n):
+        if op_kind[g] in ("F", "B", "W", "BW", "R"):
+            duration[g] = duration[g] + extra[op_stage[g]]
 
     # AR ops. The devices of a stage are those holding its non-AR ops; a
     # stage with AR ops must have exactly two, each holding exactly one AR

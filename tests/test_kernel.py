@@ -48,7 +48,9 @@ def run_both(sched, c, network):
                              arrays["activation"], arrays["activation_w"],
                              link_function(network, c.comm, S), fb_factor=c.fb_factor,
                              ar_link=link_function(network, c.comm, S, gradients=True),
-                             r=arrays["r"], ckpt=arrays["checkpoint"], offload=arrays["offload"])
+                             r=arrays["r"], ckpt=arrays["checkpoint"], offload=arrays["offload"],
+                             bw=None if c.bw is None else arrays["bw"],
+                             overhead=arrays["overhead"])
     return ref
 
 
@@ -282,3 +284,12 @@ def test_deterministic():
     b = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, w=0.5), net)
     np.testing.assert_array_equal(a.start, b.start)
     assert math.isfinite(a.makespan)
+
+
+@SETTINGS
+@given(data=st.data(), sched=family_schedules(recompute=True))
+def test_kernel_equals_reference_with_fused_backward_and_overhead(data, sched):
+    # Costs.bw and Costs.overhead against the oracle's own bw/overhead arithmetic.
+    c = data.draw(costs(stages=sched.stages, op_times=True))
+    net = data.draw(networks(devices=sched.devices))
+    assert_same(sched, c, net)

@@ -85,7 +85,7 @@ class Costs:
     f : float or array_like, default 1.0
         Forward time.
     b : float or array_like, default 2.0
-        Backward time for inputs (B). A fused BW takes ``b + w``.
+        Backward time for inputs (B).
     w : float or array_like, default 0.0
         Backward time for weights (W). With 0, W ops take no time.
     comm : float or array_like, default 0.0
@@ -121,6 +121,17 @@ class Costs:
         copy takes ``offload / v``) over a device's host link, to host (O)
         or back (L). Each device has its own link, one copy at a time per
         direction, in issue order. Required by schedules with O and L ops.
+    bw : float or array_like, optional
+        Time of a fused backward (BW op, PyTorch's full backward), per
+        device share like ``b``. Defaults to ``b + w``; a fused backward
+        is often cheaper than B then W (one pass over the graph).
+    overhead : float or array_like, default 0.0
+        A fixed time added to every compute op (F, B, W, BW, R): the
+        runtime's per-op work (dispatch, bookkeeping) that does not shrink
+        with the stage. Not divided by chunks: a vector is indexed by
+        stage, a scalar applies to every op. AR, O and L ops stay free.
+        An overlapped F&B pair takes ``fb_factor * (F + overhead + B +
+        overhead)``.
     host_link_devices : int, default 1
         Devices that share one host link: devices ``[k*n, (k+1)*n)`` send
         their copies over one link per direction, one copy at a time, in
@@ -145,14 +156,17 @@ class Costs:
     checkpoint: float = 0.0
     offload: float | None = None
     host_link_devices: int = 1
+    bw: float | None = None
+    overhead: float = 0.0
 
     def __post_init__(self):
-        for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights", "checkpoint"):
+        for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights", "checkpoint",
+                     "overhead"):
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
         n = self.host_link_devices
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"Costs 'host_link_devices' must be an int >= 1 (got {n!r})")
-        for name in ("r", "offload"):
+        for name in ("r", "offload", "bw"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
         factor = _check_value("Costs", "fb_factor", self.fb_factor, positive=True)
@@ -181,8 +195,8 @@ class Costs:
         dict of str to numpy.ndarray
             Keys ``f``, ``b``, ``w``, ``comm``, ``activation``,
             ``activation_w``, ``weights``, ``r`` (``f`` when unset),
-            ``checkpoint`` and ``offload`` (None when unset), each of
-            length S.
+            ``checkpoint``, ``offload`` (None when unset), ``bw`` (``b + w``
+            when unset) and ``overhead``, each of length S.
 
         Raises
         ------
@@ -197,6 +211,9 @@ class Costs:
         out["offload"] = (None if self.offload is None else
                           per_stage("Costs", "offload", self.offload, stages, devices))
         out["comm"] = per_stage_direct("Costs", "comm", self.comm, stages)
+        out["bw"] = (out["b"] + out["w"] if self.bw is None
+                     else per_stage("Costs", "bw", self.bw, stages, devices))
+        out["overhead"] = per_stage_direct("Costs", "overhead", self.overhead, stages)
         for name in ("activation_w", "checkpoint"):
             bad = np.flatnonzero(out[name] > out["activation"])
             if bad.size:

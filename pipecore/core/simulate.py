@@ -178,16 +178,19 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     p = schedule.devices
     arrays = costs.stage_arrays(S, p)
     # Rows by cost class (core.rules.op_class): the kinds, then a dropped F.
+    # Compute classes take their time plus the per-op overhead (x + 0.0 == x,
+    # so the default leaves every time bit-identical).
+    o = arrays["overhead"]
     stage_cost = np.empty((N_CLASSES, S), dtype=np.float64)
-    stage_cost[0] = arrays["f"]
-    stage_cost[1] = arrays["b"]
-    stage_cost[2] = arrays["w"]
-    stage_cost[3] = arrays["b"] + arrays["w"]
+    stage_cost[0] = arrays["f"] + o
+    stage_cost[1] = arrays["b"] + o
+    stage_cost[2] = arrays["w"] + o
+    stage_cost[3] = arrays["bw"] + o
     stage_cost[4] = 0.0  # an all-reduce's cost is its gradient transfer
-    stage_cost[5] = arrays["r"]
+    stage_cost[5] = arrays["r"] + o
     stage_cost[6] = 0.0  # O and L only issue copies on the host link
     stage_cost[7] = 0.0
-    stage_cost[F_DROP] = arrays["f"]
+    stage_cost[F_DROP] = arrays["f"] + o
 
     x_src = st["x_src"]
     ser, lat = _transfer_arrays(st, network, S, arrays["comm"])

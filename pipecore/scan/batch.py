@@ -11,10 +11,11 @@ import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
 from ..core.pack import Pack, structure_of
-from ..core.schedule import R, Schedule, ScheduleError
+from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
 from ..kernels import replay as _replay
 
-__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS", "METRIC_COLUMNS"]
+__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS",
+           "OP_TIME_COLUMNS", "METRIC_COLUMNS"]
 
 #: Per-configuration cost columns (scalars per device share, as in Costs).
 COST_COLUMNS = ("f", "b", "w", "comm", "fb_factor", "activation", "activation_w", "weights")
@@ -27,6 +28,9 @@ METRIC_COLUMNS = ("makespan", "bubble_ratio", "bubble_rate", "throughput",
 
 #: Recompute columns (Costs.r, Costs.checkpoint); ``r`` defaults to ``f``.
 RECOMPUTE_COLUMNS = ("r", "checkpoint")
+#: Fused-backward time and per-op overhead (Costs.bw, Costs.overhead); folded
+#: into the f, b, w, r rows before the kernels run (see _fold_op_times).
+OP_TIME_COLUMNS = ("bw", "overhead")
 
 _PARAM_ROW = {name: i for i, name in enumerate(COST_COLUMNS + NETWORK_COLUMNS)}
 _PARAM_ROW.update(r=_replay.P_R, checkpoint=_replay.P_CKPT)
@@ -131,6 +135,53 @@ def param_matrix(data, n, network_defaults):
     return params
 
 
+def _fold_op_times(data, params, schedule, struct):
+    """Fold ``bw`` and ``overhead`` columns into the kernel's f, b, w, r rows.
+
+    The kernels price a BW as b + w and know no overhead; adding the
+    overhead times the chunk divisor to a per-device-share value adds it
+    once per op after the kernel's share. A schedule with BW ops and no B
+    or W ops gets b = bw (+ overhead) and w = 0, which only BW reads.
+    Exact (bit for bit with simulate) for 1, 2 or 4 chunks per device;
+    other divisors agree to rounding.
+    """
+    given = [name for name in OP_TIME_COLUMNS if name in data]
+    if not given:
+        return params
+    n = params.shape[1]
+    cols = {}
+    for name in given:
+        col = np.asarray(data[name], dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(col) | (col < 0))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"column '{name}' row {i}: must be finite and >= 0 (got {col[i]})")
+        cols[name] = col
+    o = cols.get("overhead", np.zeros(n))
+    k = struct.chunks_div if struct.chunks_div > 0 else struct.stages / struct.devices
+    codes = schedule.kind_codes
+    params = params.copy()
+    b, w = params[_replay.P_B].copy(), params[_replay.P_W].copy()
+    bw = cols.get("bw", b + w)
+    for row in (_replay.P_F, _replay.P_R, _replay.P_B, _replay.P_W):
+        params[row] = params[row] + o * k
+    if (codes == BW).any():
+        split = bool(((codes == B) | (codes == W)).any())
+        if split:
+            wrong = np.flatnonzero((o != 0) | (bw != b + w))
+            if wrong.size:
+                i = int(wrong[0])
+                raise ValueError(
+                    f"row {i}: schedule {schedule.name!r} has both fused BW ops and split B/W ops; "
+                    f"simulate_many prices its BW as b + w, so it takes no 'overhead' and no 'bw' "
+                    f"other than b + w here (got overhead={o[i]}, bw={bw[i]}, b + w={b[i] + w[i]}); "
+                    f"use pipecore.simulate")
+        else:
+            params[_replay.P_B] = bw + o * k
+            params[_replay.P_W] = 0.0
+    return params
+
+
 def metrics_from(out, devices, microbatches):
     """Metric columns from the kernels' output rows (see METRIC_COLUMNS)."""
     makespan = out[_replay.O_MAKESPAN]
@@ -213,7 +264,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     if method not in ("replay", "list"):
         raise ValueError(f"'method' must be 'replay' or 'list' (got {method!r})")
     data = _as_columns(costs_table)
-    allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + ("memory_limit",)
+    allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + OP_TIME_COLUMNS + ("memory_limit",)
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are "
@@ -228,7 +279,8 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     if n == 0:
         raise ValueError("'costs_table' has no rows")
     net_defaults, dpn = _network_defaults(network)
-    params = param_matrix(data, n, net_defaults)
+    params = param_matrix({k: v for k, v in data.items() if k not in OP_TIME_COLUMNS}, n,
+                          net_defaults)
     limit = None
     if "memory_limit" in data:
         limit = np.asarray(data["memory_limit"], dtype=np.float64)
@@ -240,11 +292,12 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     pack = Pack([(struct, dpn)])
     out = np.zeros((_replay.N_OUT, n))
     c_struct = np.zeros(n, dtype=np.int64)
+    run = _fold_op_times(data, params, schedule, struct)
     if method == "replay":
-        pack.replay(c_struct, params, out, threads())
+        pack.replay(c_struct, run, out, threads())
     else:
         status = np.zeros(n, dtype=np.int64)
-        pack.list_schedule(c_struct, params, out, status, threads())
+        pack.list_schedule(c_struct, run, out, status, threads())
         if (status != _replay.STATUS_OK).any():  # validation ran first; keep the promise anyway
             raise ScheduleError("deadlock in the batched list scheduler", rule="deadlock")
     cols = {name: params[_PARAM_ROW[name]] for name in COST_COLUMNS}
@@ -252,6 +305,9 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         cols.update({name: params[_PARAM_ROW[name]] for name in NETWORK_COLUMNS})
     if any(name in data for name in RECOMPUTE_COLUMNS) or (schedule.kind_codes == R).any():
         cols.update({name: params[_PARAM_ROW[name]] for name in RECOMPUTE_COLUMNS})
+    for name in OP_TIME_COLUMNS:
+        if name in data:
+            cols[name] = np.asarray(data[name], dtype=np.float64)
     if limit is not None:
         cols["memory_limit"] = limit
     metrics = metrics_from(out, struct.devices, struct.microbatches)

@@ -1,0 +1,577 @@
+"""Read torch.profiler traces of a pipelined run and fit pipecore costs to them.
+
+torch's ``_PipelineScheduleRuntime`` (2.13) wraps every action of a rank in
+``record_function("PP:" + str(action))``: ``PP:1F3`` (forward of stage 1,
+microbatch 3), ``PP:1I3`` (backward input), ``PP:1W3`` (backward weight),
+``PP:1B3`` (fused full backward), ``PP:1SEND_F3`` / ``PP:1RECV_F3`` /
+``PP:1SEND_B3`` / ``PP:1RECV_B3`` (posting a send or receive), and
+``PP:1UNSHARD``, ``PP:1RESHARD``, ``PP:1REDUCE_GRAD`` once per stage. A
+compute action first waits on its posted receive (no profiler event) and
+then runs its operators, so its compute time is taken from its first child
+operator's start to its end. Steps are ``ProfilerStep#N`` labels (what
+``torch.profiler.profile.step()`` writes); a trace without them is one step.
+Needs no torch: the traces are JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipecore.core.costs import Costs, Network
+from pipecore.core.schedule import Schedule
+
+__all__ = ["Profile", "from_profile", "what_if", "format_what_if", "RUN_FILE"]
+
+#: Written beside the traces by ``pt.run(profile=...)``: the run's model and shape.
+RUN_FILE = "pipecore-run.json"
+
+_LABEL = re.compile(r"^PP:(\d+)(F|I|W|B|SEND_F|RECV_F|SEND_B|RECV_B)(\d+)$")
+_OTHER = re.compile(r"^PP:(\d+)?(UNSHARD|RESHARD|REDUCE_GRAD)$")
+_OVERLAP = re.compile(r"^PP:\((.*)\)OVERLAP_F_B$")
+_SUB = re.compile(r"^(\d+)(F|I|B)(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_FILE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8,
+                "int": 4}
+# torch action letter -> pipecore kind (torch's B is the fused full backward).
+_KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}
+
+
+def _paths(path_or_paths):
+    if isinstance(path_or_paths, (str, Path)) or hasattr(path_or_paths, "__fspath__"):
+        p = Path(path_or_paths)
+        if p.is_dir():
+            files = sorted(q for q in p.iterdir() if q.name != RUN_FILE
+                       and (q.suffix == ".json" or q.name.endswith(".json.gz")))
+            if not files:
+                raise ValueError(f"from_profile: no trace files (*.json) in {p}")
+            return files
+        if not p.exists():
+            raise ValueError(f"from_profile: {p} does not exist")
+        return [p]
+    files = [Path(q) for q in path_or_paths]
+    if not files:
+        raise ValueError("from_profile: no trace files given")
+    for q in files:
+        if not q.exists():
+            raise ValueError(f"from_profile: {q} does not exist")
+    return files
+
+
+def _load(path):
+    try:
+        if path.name.endswith(".gz"):
+            import gzip
+
+            text = gzip.open(path, "rt").read()
+        else:
+            text = path.read_text()
+        data = json.loads(text)
+    except (json.JSONDecodeError, EOFError, OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"from_profile: {path} is not a complete JSON trace (truncated or "
+                         f"damaged?): {exc}") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError(f"from_profile: {path} has no 'traceEvents' list (not a Chrome/Kineto "
+                         f"trace)")
+    return data
+
+
+def _rank_of(path, data, index):
+    info = data.get("distributedInfo") or {}
+    if isinstance(info.get("rank"), int):
+        return info["rank"], info.get("world_size")
+    m = _RANK_FILE.search(path.name)
+    if m:
+        return int(m.group(1)), None
+    return index, None
+
+
+def _subs(label, path, rank):
+    """The (stage, pipecore kind, microbatch) of an OVERLAP_F_B label's F and backward."""
+    parts = _OVERLAP.match(label).group(1).split(";")
+    subs = [_SUB.match(x) for x in parts]
+    if len(subs) != 2 or None in subs or subs[0].group(2) != "F" or subs[1].group(2) == "F":
+        raise ValueError(f"from_profile: {path} (rank {rank}) has an overlapped action {label!r} "
+                         f"that is not one forward then one backward")
+    return [(int(m.group(1)), _KIND[m.group(2)], int(m.group(3))) for m in subs]
+
+
+def _nbytes(event):
+    args = event.get("args") or {}
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not dims or not isinstance(dims[0], list) or not dims[0]:
+        return None
+    shape = dims[0][0] if isinstance(dims[0][0], list) else dims[0]
+    size = _DTYPE_BYTES.get(types[0] if types else "float", 4) if types else 4
+    return float(np.prod(shape)) * size
+
+
+@dataclass
+class _RankTrace:
+    rank: int
+    path: Path
+    steps: list  # per step: list of (label, stage, kind, mb, start, end, compute_start)
+    step_spans: list  # per step: (start, end) in microseconds
+    sends: list  # (bytes, duration_us) of c10d send ops
+
+
+def _parse_rank(path, data, rank):
+    events = [e for e in data["traceEvents"]
+              if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
+    labels = [e for e in events if str(e.get("name", "")).startswith("PP:")]
+    if not labels:
+        raise ValueError(f"from_profile: {path} (rank {rank}) has no pipelining labels ('PP:1F0' "
+                         f"and the like, which torch's _PipelineScheduleRuntime records); profile "
+                         f"the run with torch.profiler around schedule.step()")
+    steps = sorted((e for e in events if _STEP.match(str(e.get("name", "")))), key=lambda e: e["ts"])
+    spans = ([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in steps] if steps else
+             [(min(float(e["ts"]) for e in labels),
+               max(float(e["ts"]) + float(e["dur"]) for e in labels))])
+    ops = sorted((e for e in events
+                  if not str(e.get("name", "")).startswith(("PP:", "ProfilerStep"))
+                  and e.get("cat") != "user_annotation"), key=lambda e: float(e["ts"]))
+    op_ts = np.array([float(e["ts"]) for e in ops])
+    per_step = [[] for _ in spans]
+    for e in sorted(labels, key=lambda e: float(e["ts"])):
+        name = e["name"]
+        t0, t1 = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        k = next((i for i, (a, b) in enumerate(spans) if a <= t0 <= b), None)
+        if k is None:
+            continue
+        m = _LABEL.match(name)
+        if m is None:
+            if _OTHER.match(name):
+                per_step[k].append((name, -1, "other", -1, t0, t1, t1))
+                continue
+            if _OVERLAP.match(name):
+                _subs(name, path, rank)  # checks the sub-actions now, with the file named
+                i = int(np.searchsorted(op_ts, t0))
+                first = float(op_ts[i]) if i < op_ts.size and op_ts[i] < t1 else t1
+                per_step[k].append((name, -1, "FB", -1, t0, t1, first))
+                continue
+            raise ValueError(f"from_profile: {path} (rank {rank}) has an unknown pipelining label "
+                             f"{name!r}")
+        stage, act, mb = int(m.group(1)), m.group(2), int(m.group(3))
+        kind = _KIND.get(act, act)
+        # Compute starts at the first operator inside the label (before it: the receive's wait).
+        i = int(np.searchsorted(op_ts, t0))
+        first = float(op_ts[i]) if i < op_ts.size and op_ts[i] < t1 else t1
+        per_step[k].append((name, stage, kind, mb, t0, t1, first if kind in _KIND.values() else t0))
+    sends = []
+    for e in ops:
+        if e.get("name") in ("c10d::send", "c10d::send_"):
+            nb = _nbytes(e)
+            if nb is not None:
+                sends.append((nb, float(e["dur"])))
+    return _RankTrace(rank, path, per_step, spans, sends)
+
+
+@dataclass
+class Profile:
+    """What a profiled pipelined run tells pipecore.
+
+    Attributes
+    ----------
+    costs : pipecore.Costs
+        Per-stage ``f``, ``b`` (backward input, I), ``w`` (backward weight)
+        and ``bw`` (fused backward, torch's B) in seconds, and the per-op
+        ``overhead``. A kind the run did not execute is estimated (see
+        :func:`from_profile`).
+    network : pipecore.Network
+        ``bytes`` per transfer (median activation size), ``latency`` and
+        ``bandwidth`` fitted to the send operators' durations and sizes.
+    schedule : pipecore.Schedule
+        The action order each rank ran, as a pipecore schedule.
+    ranks, stages, microbatches : int
+    step_times : list of float
+        Each profiled step's time in seconds (earliest start to latest end
+        over ranks).
+    measured : float
+        Median of ``step_times``.
+    labels : dict
+        Count of each pipelining action kind found.
+    """
+
+    costs: Costs
+    network: Network
+    schedule: Schedule
+    ranks: int
+    stages: int
+    microbatches: int
+    step_times: list
+    measured: float
+    labels: dict = field(default_factory=dict)
+
+    def costs_for(self, stages: int) -> Costs:
+        """The profile's costs resampled to another number of stages.
+
+        The model's per-stage work is spread evenly over each profiled
+        stage's share of the model and integrated over the new stages'
+        shares (an embedding on stage 0 stays near the front).
+
+        Parameters
+        ----------
+        stages : int
+            Stages of the schedule to predict.
+
+        Returns
+        -------
+        pipecore.Costs
+            Per-stage vectors of length ``stages``; the same overhead.
+
+        Raises
+        ------
+        ValueError
+            If ``stages`` is below 1.
+        """
+        if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or stages < 1:
+            raise ValueError(f"'stages' must be an int >= 1 (got {stages!r})")
+        if stages == self.stages:
+            return self.costs
+        c = self.costs
+        out = {}
+        for name in ("f", "b", "w", "bw"):
+            v = np.asarray(getattr(c, name), dtype=float)
+            cum = np.concatenate([[0.0], np.cumsum(v)])
+            x = np.linspace(0.0, 1.0, self.stages + 1)
+            edges = np.interp(np.linspace(0.0, 1.0, stages + 1), x, cum)
+            out[name] = np.diff(edges)
+        return Costs(**out, comm=c.comm, overhead=c.overhead, fb_factor=c.fb_factor,
+                     activation=c.activation, activation_w=c.activation_w, weights=c.weights)
+
+    def predict(self, schedule, microbatches: int | None = None, chunks: int | None = None):
+        """Predicted step time (seconds) of a schedule on the profiled setup.
+
+        Parameters
+        ----------
+        schedule : str or pipecore.Schedule
+            A family name (built for the profile's ranks and microbatches)
+            or a schedule with the profile's number of ranks.
+        microbatches : int, optional
+            Default: the profiled run's.
+        chunks : int, optional
+            Chunks per rank for families that take them.
+
+        Returns
+        -------
+        pipecore.Result
+            Its ``makespan`` is the predicted step time.
+
+        Raises
+        ------
+        ValueError
+            If the family cannot build this shape, or the schedule's ranks
+            differ from the profile's.
+        """
+        from pipecore.core.simulate import simulate
+        from pipecore.schedules.registry import build
+
+        m = self.microbatches if microbatches is None else microbatches
+        if isinstance(schedule, str):
+            sched = build(schedule, self.ranks, m, chunks=chunks)
+        elif isinstance(schedule, Schedule):
+            sched = schedule
+        else:
+            raise ValueError(f"'schedule' must be a family name or a pipecore.Schedule "
+                             f"(got {type(schedule).__name__})")
+        if sched.devices != self.ranks:
+            raise ValueError(f"the schedule has {sched.devices} devices but the profile "
+                             f"{self.ranks} ranks")
+        return simulate(sched, self.costs_for(sched.stages), self.network)
+
+
+def _quantile(values, q):
+    return float(np.quantile(values, q)) if values else 0.0
+
+
+def _median(values, default=0.0):
+    return statistics.median(values) if values else default
+
+
+def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
+    """Fit pipecore costs to torch.profiler traces of a pipelined run.
+
+    Parameters
+    ----------
+    path_or_paths : str, os.PathLike or sequence of them
+        A folder of per-rank Chrome (Kineto JSON) traces, or the files. A
+        file's rank is its ``distributedInfo.rank`` (torch writes it), else
+        the ``rankN`` in its name, else its position.
+    sends : {"occupy", "wait"}
+        How a send's time counts. ``"occupy"`` (default): all of it is the
+        sending rank's own time and goes into ``overhead`` (in gloo traces
+        a send lasts until the receiver has posted its receive, which
+        torch's runtime does just before the consuming action, so the
+        sender is held; pipecore's transfers never hold the sender, and
+        this is the closest its model gets). ``"wait"``: only the rank's
+        25th percentile of its send postings counts, the rest is taken as
+        waiting on the peer.
+
+    Returns
+    -------
+    Profile
+        Per stage, ``f``, ``b`` (I), ``w`` (W) and ``bw`` (fused B) are the
+        medians over microbatches and steps of each action's compute time
+        (its first operator's start to its end; the receive's wait comes
+        before). A run with only fused backwards gets ``b`` and ``w`` as
+        half of ``bw`` each; a run with only split ones gets ``bw = b + w``.
+        ``overhead`` is each rank's time in a step outside compute and
+        waits on peers, divided by its compute actions, median over steps
+        and ranks: the gaps between actions, the per-stage actions
+        (UNSHARD, RESHARD, REDUCE_GRAD), and for every posting of a send
+        or receive and every compute action's lead-in, the rank's 25th
+        percentile of those (gloo's posting blocks while the peer is not
+        ready, which is waiting, not overhead). The network's ``latency`` and ``bandwidth`` are a
+        least-squares line through the send operators' (bytes, duration);
+        with one size, latency is their median and bandwidth infinite.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and rank: a file that is not complete JSON
+        (truncated), a trace without pipelining labels, a rank missing
+        from the set (by ``world_size`` or a gap in the numbers), two
+        files of one rank, or a stage without a forward or a backward.
+    """
+    from pipecore.core.schedule import from_actions
+
+    if sends not in ("occupy", "wait"):
+        raise ValueError(f"from_profile: 'sends' must be 'occupy' or 'wait' (got {sends!r})")
+    occupy = sends == "occupy"
+    files = _paths(path_or_paths)
+    traces = {}
+    world = None
+    for i, path in enumerate(files):
+        data = _load(path)
+        rank, size = _rank_of(path, data, i)
+        if size is not None:
+            world = size
+        if rank in traces:
+            raise ValueError(f"from_profile: {path} and {traces[rank].path} are both rank {rank}")
+        traces[rank] = _parse_rank(path, data, rank)
+    expected = world if world is not None else max(traces) + 1
+    missing = sorted(set(range(expected)) - set(traces))
+    if missing:
+        raise ValueError(f"from_profile: no trace for rank(s) {missing} (the run has {expected} "
+                         f"ranks; found {sorted(traces)} in {', '.join(str(f) for f in files)})")
+    ranks = expected
+    n_steps = min(len(t.steps) for t in traces.values())
+    samples: dict = {}
+    overhead = []
+    stage_rank: dict = {}
+    microbatches = 0
+    counts: dict = {}
+    pairs: list = []
+    for t in traces.values():
+        # Posting a send or receive, and the start of a compute action, can block on the
+        # peer (gloo); their unblocked cost is a low quantile over the rank's actions.
+        post = [b - a for k in range(n_steps) for _n, _s, kind, _m, a, b, _c in t.steps[k]
+                if kind in ("SEND_F", "RECV_F", "SEND_B", "RECV_B")]
+        pre = [c0 - a for k in range(n_steps) for _n, _s, kind, _m, a, _b, c0 in t.steps[k]
+               if kind in ("F", "B", "W", "BW", "FB")]
+        post_q = _quantile(post, 0.25)
+        pre_q = _quantile(pre, 0.25)
+        for k in range(n_steps):
+            acts = t.steps[k]
+            lo, hi = t.step_spans[k]
+            inside = own = 0.0
+            n_compute = 0
+            for _name, stage, kind, mb, a, b, c0 in acts:
+                counts[kind] = counts.get(kind, 0) + (1 if k == 0 else 0)
+                inside += b - a
+                if kind == "FB":
+                    pairs.append((_subs(_name, t.path, t.rank), (b - c0) * 1e-6))
+                    for st, _kd, j in pairs[-1][0]:
+                        stage_rank[st] = t.rank
+                        microbatches = max(microbatches, j + 1)
+                    own += pre_q
+                    n_compute += 1
+                elif kind in ("F", "B", "W", "BW"):
+                    samples.setdefault((stage, kind), []).append((b - c0) * 1e-6)
+                    own += pre_q
+                    n_compute += 1
+                    stage_rank[stage] = t.rank
+                    microbatches = max(microbatches, mb + 1)
+                elif kind == "other" or (kind in ("SEND_F", "SEND_B") and occupy):
+                    own += b - a
+                else:
+                    own += post_q
+            if n_compute:
+                # Time between actions is the runtime's too (its Python loop, the loss).
+                own += max((hi - lo) - inside, 0.0)
+                overhead.append(own * 1e-6 / n_compute)
+    stages = max(stage_rank) + 1 if stage_rank else 0
+    med = {key: statistics.median(v) for key, v in samples.items()}
+    f, b, w, bw = [], [], [], []
+    for s in range(stages):
+        has_split = (s, "B") in med or (s, "W") in med
+        if (s, "F") not in med or not ((s, "BW") in med or has_split):
+            raise ValueError(f"from_profile: stage {s} (rank {stage_rank.get(s, '?')}) has no "
+                             f"{'forward' if (s, 'F') not in med else 'backward'} action in the "
+                             f"traces")
+        f.append(med[(s, "F")])
+        if has_split:
+            b.append(med.get((s, "B"), 0.0))
+            w.append(med.get((s, "W"), 0.0))
+        if (s, "BW") in med:
+            bw.append(med[(s, "BW")])
+            if not has_split:
+                b.append(bw[-1] / 2)
+                w.append(bw[-1] / 2)
+        else:
+            bw.append(b[-1] + w[-1])
+    o = _median(overhead)
+    fb_factor = 1.0
+    if pairs:
+        # A pair runs as one unit of (F + o + backward + o) * fb_factor (core.simulate):
+        # pairs whose backward also ran alone give fb_factor; then a fused backward
+        # that only ran in pairs is solved from its pairs.
+        solo = {(st, kd) for st, kd in med}
+        ratios = [(dur + o) / (f[sf] + (bw[sb] if kb == "BW" else b[sb]) + 2 * o)
+                  for ((sf, _kf, _mf), (sb, kb, _mb)), dur in pairs if (sb, kb) in solo]
+        if not ratios:
+            raise ValueError("from_profile: every overlapped F&B action's backward ran only "
+                             "in pairs; its time and the overlap cannot be told apart")
+        fb_factor = statistics.median(ratios)
+        only: dict = {}
+        for ((sf, _kf, _mf), (sb, kb, _mb)), dur in pairs:
+            if kb == "BW" and (sb, "BW") not in solo:
+                only.setdefault(sb, []).append((dur + o) / fb_factor - f[sf] - 2 * o)
+        for st, vals in only.items():
+            bw[st] = max(statistics.median(vals), 0.0)
+    sends = [x for t in traces.values() for x in t.sends]
+    nbytes = _median([x[0] for x in sends], 0.0)
+    latency, bandwidth = _fit_link(sends)
+    costs = Costs(f=np.array(f), b=np.array(b), w=np.array(w), bw=np.array(bw),
+                  overhead=o, fb_factor=fb_factor)
+    network = Network(bytes=nbytes, bandwidth=bandwidth, latency=latency)
+    programs = {t.rank: [_action(entry, t) for entry in t.steps[0]
+                         if entry[2] in ("F", "B", "W", "BW", "FB")] for t in traces.values()}
+    sched = from_actions({r: programs[r] for r in range(ranks)}, name="profiled")
+    step_times = []
+    for k in range(n_steps):
+        lo = min(t.step_spans[k][0] for t in traces.values())
+        hi = max(t.step_spans[k][1] for t in traces.values())
+        step_times.append((hi - lo) * 1e-6)
+    return Profile(costs, network, sched, ranks, stages, microbatches, step_times,
+                   statistics.median(step_times), counts)
+
+
+def _action(entry, trace):
+    """pipecore's action form of a profiled compute action ("0F3", "1BW2", "0F7&7B3")."""
+    name, stage, kind, mb = entry[:4]
+    if kind == "FB":
+        return "&".join(f"{s}{k}{j}" for s, k, j in _subs(name, trace.path, trace.rank))
+    return f"{stage}{kind}{mb}"
+
+
+def _fit_link(sends):
+    """Latency and bandwidth (bytes/s) of a line through (bytes, seconds) of the sends."""
+    if not sends:
+        return 0.0, float("inf")
+    x = np.array([s[0] for s in sends])
+    y = np.array([s[1] for s in sends]) * 1e-6
+    if np.unique(x).size < 2:
+        return float(np.median(y)), float("inf")
+    slope, icpt = np.polyfit(x, y, 1)
+    if slope <= 0:
+        return float(np.median(y)), float("inf")
+    return max(float(icpt), 0.0), float(1.0 / slope)
+
+
+def what_if(profile, schedules="all", microbatches: int | None = None) -> list[dict]:
+    """Every family that builds on the profiled setup, ranked by predicted step time.
+
+    Parameters
+    ----------
+    profile : Profile or str or os.PathLike
+        A :class:`Profile`, or what :func:`from_profile` reads.
+    schedules : "all" or sequence of str
+        Family names; ``"all"`` is every registered family.
+    microbatches : int, optional
+        Default: the profiled run's.
+
+    Returns
+    -------
+    list of dict
+        Fastest first: ``schedule``, ``stages``, ``predicted`` (s),
+        ``peak_activation`` (worst device, in units of one device share's
+        activation for one microbatch; the profile has no memory sizes) and
+        ``profiled`` (True for the schedule family that ran). Families that
+        cannot build the shape, and those that replicate a stage on two
+        ranks (torch's runtime cannot run them), are left out.
+
+    Raises
+    ------
+    ValueError
+        As :func:`from_profile`, for an unknown family name, or if no
+        family builds the shape.
+    """
+    from pipecore.schedules.registry import family
+    from pipecore.schedules.registry import schedules as all_names
+
+    prof = profile if isinstance(profile, Profile) else from_profile(profile)
+    names = list(all_names()) if schedules == "all" else list(schedules)
+    for n in names:
+        family(n)  # unknown names fail here, with the list of families
+    m = prof.microbatches if microbatches is None else microbatches
+    rows = []
+    ran = prof.schedule.to_actions()
+    for n in names:
+        try:
+            res = prof.predict(n, microbatches=m)
+        except ValueError:
+            continue  # the family does not fit this shape (ranks, microbatches)
+        if any(len(devs) > 1 for devs in res.schedule.stage_devices):
+            continue  # replicated stages: torch runs every stage on exactly one rank
+        rows.append({"schedule": n, "stages": res.schedule.stages, "predicted": res.makespan,
+                     "peak_activation": float(np.max(res.peak_activation)),
+                     "profiled": res.schedule.to_actions() == ran})
+    if not rows:
+        raise ValueError(f"no family builds {prof.ranks} ranks and {m} microbatches")
+    rows.sort(key=lambda r: r["predicted"])
+    return rows
+
+
+def format_what_if(rows, measured=None) -> str:
+    """The what-if table (milliseconds), with measured times when given.
+
+    Parameters
+    ----------
+    rows : list of dict
+        From :func:`what_if`.
+    measured : dict of str to float, optional
+        Measured step times (s) by schedule, e.g. from ``--check``.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    KeyError
+        If a row lacks a field.
+    """
+    measured = measured or {}
+    head = f"{'rank':>4} {'schedule':<17} {'stages':>6} {'predicted ms':>12} {'peak act':>8}"
+    if measured:
+        head += f" {'measured ms':>11} {'error':>7}"
+    lines = [head]
+    for i, r in enumerate(rows, 1):
+        line = (f"{i:>4} {r['schedule'] + (' *' if r['profiled'] else ''):<17} {r['stages']:>6} "
+                f"{r['predicted'] * 1e3:>12.2f} {r['peak_activation']:>8.2f}")
+        if r["schedule"] in measured:
+            got = measured[r["schedule"]]
+            line += f" {got * 1e3:>11.2f} {r['predicted'] / got - 1:>+7.1%}"
+        lines.append(line)
+    lines.append("* the profiled schedule; peak act: activations held at once on the worst "
+                 "device, in microbatch shares")
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""pt.from_profile on hand-built Kineto traces whose true costs are set here.
+
+The synthetic trace of a schedule is written from a pipecore simulation with
+known costs the way torch 2.13's runtime lays out a rank's actions: each
+action is a ``PP:<stage><type><mb>`` label; between actions the runtime
+spends the per-op overhead (a gap); inside a compute label it first waits
+for its input (no operator) and then runs operators for the compute time.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import pipecore as pc
+
+pytest.importorskip("torch", reason="needs torch: pip install 'pipecore[torch]'")
+from pipecore.bindings import torch as pt  # noqa: E402
+
+TORCH_TYPE = {"F": "F", "B": "I", "W": "W", "BW": "B"}
+US = 1e6  # trace times are microseconds
+
+
+def write_traces(folder, sched, costs, steps=3, sends=((4096, 50.0), (16384, 110.0)),
+                 world_size=True):
+    """One rankN.json per device: ``steps`` identical steps of the simulated schedule."""
+    res = pc.simulate(sched, costs)
+    ops = res.ops.to_pydict()
+    o = float(costs.overhead)
+    span = res.makespan
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in range(sched.devices):
+        events = []
+        rows = [i for i in range(len(ops["device"])) if ops["device"][i] == d]
+        rows.sort(key=lambda i: ops["start"][i])
+        end = max(ops["finish"][i] for i in rows)  # a rank's step() returns after its last action
+        for k in range(steps):
+            t0 = k * (span + 1.0)
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
+                           "ts": t0 * US, "dur": end * US, "pid": 1, "tid": 1})
+            prev = 0.0
+            units = {}
+            for i in rows:  # an overlapped F&B pair shares one slot: one torch action
+                units.setdefault(ops["slot"][i], []).append(i)
+            for slot in sorted(units):
+                unit = units[slot]
+                i = unit[0]
+                label = ";".join(f"{ops['stage'][j]}{TORCH_TYPE[ops['kind'][j]]}"
+                                 f"{ops['microbatch'][j]}" for j in unit)
+                label = f"({label})OVERLAP_F_B" if len(unit) == 2 else label
+                a = prev + o  # the runtime's own time between actions
+                c0 = ops["start"][i] + o  # after the wait for the input
+                e = ops["finish"][i]
+                events.append({"ph": "X", "cat": "user_annotation", "name": f"PP:{label}",
+                               "ts": (t0 + a) * US, "dur": (e - a) * US, "pid": 1, "tid": 1})
+                events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm",
+                               "ts": (t0 + c0) * US, "dur": (e - c0) * US, "pid": 1, "tid": 1})
+                prev = e
+        for j, (nbytes, dur) in enumerate(sends):
+            events.append({"ph": "X", "cat": "cpu_op", "name": "c10d::send",
+                           "ts": (steps * (span + 1.0) + j) * US, "dur": dur, "pid": 1, "tid": 1,
+                           "args": {"Input Dims": [[[nbytes // 4]], [], [], []],
+                                    "Input type": ["ScalarList", "Int", "Int", "Int"]}})
+        trace = {"schemaVersion": 1, "traceEvents": events}
+        if world_size:
+            trace["distributedInfo"] = {"backend": "gloo", "rank": d,
+                                        "world_size": sched.devices}
+        (folder / f"rank{d}.json").write_text(json.dumps(trace))
+    return res
+
+
+@pytest.mark.parametrize("name,p,m", [("gpipe", 2, 4), ("1f1b", 4, 8), ("zb-h1", 2, 6)])
+def test_fit_recovers_true_costs(tmp_path, name, p, m):
+    sched = pc.build(name, p, m)
+    f = np.array([1.0, 1.5, 0.75, 1.25][:p])
+    b = np.array([1.0, 1.25, 1.0, 0.5][:p])
+    w = np.array([0.5, 0.75, 0.25, 0.5][:p])
+    bw = np.array([1.25, 1.75, 1.0, 0.75][:p])
+    true = pc.Costs(f=f, b=b, w=w, bw=bw, overhead=0.125)
+    res = write_traces(tmp_path, sched, true, sends=())  # no send ops: free links
+    prof = pt.from_profile(tmp_path)
+    assert (prof.ranks, prof.stages, prof.microbatches) == (p, p, m)
+    np.testing.assert_allclose(prof.costs.f, f, rtol=1e-9)
+    if name == "zb-h1":
+        np.testing.assert_allclose(prof.costs.b, b, rtol=1e-9)
+        np.testing.assert_allclose(prof.costs.w, w, rtol=1e-9)
+    else:
+        np.testing.assert_allclose(prof.costs.bw, bw, rtol=1e-9)
+    # Most ops do not wait in these schedules, so the low quantile of the lead-in is 0.
+    assert prof.costs.overhead == pytest.approx(0.125, rel=1e-9)
+    assert prof.schedule.to_actions() == sched.to_actions()
+    assert prof.step_times == pytest.approx([res.makespan] * 3, rel=1e-9)
+    # Simulating the profiled schedule with the fitted costs gives back the trace's step.
+    assert prof.predict(prof.schedule).makespan == pytest.approx(res.makespan, rel=1e-9)
+
+
+def test_network_fit_from_send_sizes(tmp_path):
+    # Two sizes: 4096 B in 50 us, 16384 B in 110 us -> 30 us + bytes / (204.8e6 B/s).
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs())
+    net = pt.from_profile(tmp_path).network
+    assert net.latency == pytest.approx(30e-6, rel=1e-6)
+    assert net.bandwidth == pytest.approx(12288 / 60e-6, rel=1e-6)
+
+
+def test_predict_other_family_uses_resampled_stages(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 4), pc.Costs(f=[1.0, 3.0], b=1.0, w=1.0))
+    prof = pt.from_profile(tmp_path)
+    c4 = prof.costs_for(4)  # stage 0's forward work (1.0) splits over two halves
+    np.testing.assert_allclose(c4.f, [0.5, 0.5, 1.5, 1.5])
+    assert (c4.overhead, c4.fb_factor) == (prof.costs.overhead, prof.costs.fb_factor)
+    assert prof.predict("interleaved-1f1b").makespan > 0
+
+
+def test_labels_removed(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs())
+    path = tmp_path / "rank1.json"
+    path.write_text(path.read_text().replace('"PP:', '"step:'))
+    with pytest.raises(ValueError, match=r"rank1\.json \(rank 1\) has no pipelining labels"):
+        pt.from_profile(tmp_path)
+
+
+def test_truncated_file(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs())
+    path = tmp_path / "rank0.json"
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=r"rank0\.json is not a complete JSON trace"):
+        pt.from_profile(tmp_path)
+
+
+@pytest.mark.parametrize("world_size", [True, False])
+def test_missing_rank(tmp_path, world_size):
+    write_traces(tmp_path, pc.build("1f1b", 4, 4), pc.Costs(), world_size=world_size)
+    (tmp_path / "rank2.json").unlink()
+    with pytest.raises(ValueError, match=r"no trace for rank\(s\) \[2\] \(the run has 4 ranks"):
+        pt.from_profile(tmp_path)
+
+
+def test_last_rank_missing_is_caught_by_world_size(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs())
+    (tmp_path / "rank1.json").unlink()
+    with pytest.raises(ValueError, match=r"no trace for rank\(s\) \[1\]"):
+        pt.from_profile(tmp_path)
+
+
+def test_empty_folder_and_missing_path(tmp_path):
+    with pytest.raises(ValueError, match=r"no trace files"):
+        pt.from_profile(tmp_path)
+    with pytest.raises(ValueError, match=r"does not exist"):
+        pt.from_profile(tmp_path / "nope")
+
+
+def test_overlapped_pairs_fit_fb_factor(tmp_path):
+    # DualPipeV's F&B units appear as one PP:(..;..)OVERLAP_F_B action each.
+    sched = pc.build("dualpipev", 2, 8)
+    true = pc.Costs(f=[1.0, 1.25, 0.75, 1.0], b=1.0, w=0.5, bw=1.25, fb_factor=0.75,
+                    overhead=0.125)
+    res = write_traces(tmp_path, sched, true, sends=())
+    prof = pt.from_profile(tmp_path)
+    assert prof.costs.fb_factor == pytest.approx(0.75, rel=1e-9)
+    np.testing.assert_allclose(prof.costs.f, [1.0, 1.25, 0.75, 1.0], rtol=1e-9)
+    assert prof.schedule.to_actions() == sched.to_actions()
+    assert prof.predict(prof.schedule).makespan == pytest.approx(res.makespan, rel=1e-9)
+
+
+def test_what_if_ranks_families(tmp_path):
+    import io
+
+    from pipecore.cli import main
+
+    sched = pc.build("1f1b", 2, 4)
+    write_traces(tmp_path, sched, pc.Costs(f=1.0, b=1.0, w=1.0, bw=2.0), sends=())
+    rows = pt.what_if(tmp_path)
+    preds = [r["predicted"] for r in rows]
+    assert preds == sorted(preds)
+    names = [r["schedule"] for r in rows]
+    assert "dualpipe" not in names and "chimera" not in names  # replicated stages: torch cannot
+    one = next(r for r in rows if r["schedule"] == "1f1b")
+    assert one["profiled"] and one["predicted"] == pytest.approx((4 + 2 - 1) * 3.0)
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path), "--schedules", "all"], out=out) == 0
+    text = out.getvalue()
+    assert "1f1b *" in text and "zb-v" in text
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path), "--schedules", "gpipe,zb-h1", "--json"], out=out) == 0
+    assert {r["schedule"] for r in json.loads(out.getvalue())["rows"]} == {"gpipe", "zb-h1"}
+
+
+def test_what_if_check_needs_run_file(tmp_path, capsys):
+    from pipecore.cli import main
+
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=())
+    assert main(["what-if", str(tmp_path), "--check"]) == 2
+    assert "pipecore-run.json" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"unknown"):
+        pt.what_if(tmp_path, ["no-such-family"])
+
+
+def test_real_run_profile_round_trip(tmp_path):
+    # One short real run: torch writes PP: labels the parser maps, for every rank.
+    sched = pc.build("1f1b", 2, 2)
+    res = pt.run(sched, model="tiny-transformer", hidden=16, steps=2, profile=tmp_path)
+    assert res.grads_match
+    prof = pt.from_profile(tmp_path)
+    assert (prof.ranks, prof.stages, prof.microbatches) == (2, 2, 2)
+    assert prof.schedule.to_actions() == sched.to_actions()
+    assert prof.labels["F"] == 4 and prof.labels["BW"] == 4
+    assert prof.labels["SEND_F"] == 2 and prof.labels["RECV_B"] == 2
+    assert all(x > 0 for x in prof.costs.f) and prof.network.bytes > 0
+    assert json.loads((tmp_path / "pipecore-run.json").read_text())["model"] == "tiny-transformer"
+
+
+def test_tiny_transformer_split_backward_gradients():
+    # zb-v splits every backward into I and W, and puts embedding and head on rank 0.
+    res = pt.run(pc.build("zb-v", 2, 4), model="tiny-transformer", hidden=16)
+    assert res.grads_match, res.max_abs_error
+
+
+def test_tiny_transformer_bad_width():
+    with pytest.raises(ValueError, match=r"hidden \(30\) must be a multiple of the 4 heads"):
+        pt.run(pc.build("1f1b", 2, 2), model="tiny-transformer", hidden=30)
+
+
+def test_sends_mode_checked(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=())
+    with pytest.raises(ValueError, match=r"'sends' must be 'occupy' or 'wait' \(got 'x'\)"):
+        pt.from_profile(tmp_path, sends="x")
