@@ -2,10 +2,8 @@
 
 Two phases, so that the slow real runs and the fitting can be redone apart:
 
-    python -P bench/profile_fidelity.py run DIR [--repeats 3]   # real runs, traces under DIR
-    python -P bench/profile_fidelity.py report DIR [--json out.json]
-
-(``-P``: bench/fractions.py would shadow the standard library module.)
+    python bench/profile_fidelity.py run DIR [--repeats 3]   # real runs, traces under DIR
+    python bench/profile_fidelity.py report DIR [--json out.json]
 
 ``run``: every schedule of SCHEDULES at 2 and 4 ranks (m = 2p), for both
 models, ``--repeats`` times (a fresh set of processes each; the schedules are

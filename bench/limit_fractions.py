@@ -2,8 +2,8 @@
 
 Usage::
 
-    python bench/fractions.py OLD.json NEW.json     # two saved runs
-    python bench/fractions.py                       # the last two in .benchmarks/
+    python bench/limit_fractions.py OLD.json NEW.json     # two saved runs
+    python bench/limit_fractions.py                       # the last two in .benchmarks/
 
 Each run is a pytest-benchmark JSON file (``pytest bench/ --benchmark-only
 --benchmark-autosave`` writes one under ``.benchmarks/`` with the machine's
