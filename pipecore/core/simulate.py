@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..kernels import listsched as _kernels
 from ..kernels.memory import peak_memory
-from ..kernels.network import transfer_times
+from ..kernels.network import X_CLASSES, transfer_classes
 from .costs import Costs, Network, per_stage_direct
 from .rules import F_DROP, N_CLASSES
 from .schedule import KINDS, Schedule, ScheduleError, op_label
@@ -78,8 +78,8 @@ class Compiled:
     x_dst: np.ndarray
     x_dst_dev: np.ndarray
     x_link: np.ndarray
-    x_ser: np.ndarray
-    x_lat: np.ndarray
+    x_cls: np.ndarray
+    x_table: np.ndarray
     stage_cost: np.ndarray
     n_links: int
     act: np.ndarray
@@ -93,6 +93,26 @@ class Compiled:
     x_after: np.ndarray | None = None
     x_host: np.ndarray | None = None
     units: tuple | None = None  # make_units' arrays, shared by every compile of a schedule
+    op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
+    _x_times: tuple | None = None
+
+    # Transfer times are kept per class (see kernels.network.X_CLASSES); the
+    # per-transfer arrays are made only when something asks for them.
+    @property
+    def x_ser(self) -> np.ndarray:
+        """Serialisation time of every transfer (made on first use)."""
+        return self._per_transfer()[0]
+
+    @property
+    def x_lat(self) -> np.ndarray:
+        """Latency (comm plus link) of every transfer (made on first use)."""
+        return self._per_transfer()[1]
+
+    def _per_transfer(self):
+        if self._x_times is None:
+            self._x_times = (np.ascontiguousarray(self.x_table[0][self.x_cls]),
+                             np.ascontiguousarray(self.x_table[1][self.x_cls]))
+        return self._x_times
 
     def run(self, op_scale=None):
         """Run the list scheduler.
@@ -132,9 +152,11 @@ class Compiled:
             op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
             if op_scale.shape != (n,):  # the kernel does not bounds-check
                 raise ValueError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
+        op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
         status = _kernels.run_units(
-            self.units, self.op_class, self.op_stage, self.x_ser, self.x_lat, self.stage_cost,
-            self.n_links, self.fb_factor, start, finish, x_start, x_arrival, head, op_scale)
+            self.units, self.op_class, self.op_stage, op_code, self.x_cls, self.x_table[0],
+            self.x_table[1], self.stage_cost, self.n_links, self.fb_factor, start, finish,
+            x_start, x_arrival, head, op_scale)
         return status, start, finish, x_start, x_arrival, head
 
 
@@ -193,18 +215,17 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[F_DROP] = arrays["f"] + o
 
     x_src = st["x_src"]
-    ser, lat = _transfer_arrays(st, network, S, arrays["comm"])
-    host = st["x_host"] > 0
-    if host.any():
-        # Offload copies: one activation over the device's host link, no latency.
-        if arrays.get("offload") is None:
-            raise ValueError("the schedule offloads activations (O and L ops): set Costs.offload, "
-                             "the time of one activation copy over a host link")
-        ser[host] = arrays["offload"][st["op_stage"][x_src[host]]]
-        lat[host] = 0.0
+    if st["x_host"].any() and arrays.get("offload") is None:
+        raise ValueError("the schedule offloads activations (O and L ops): set Costs.offload, "
+                         "the time of one activation copy over a host link")
+    x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"))
+    if "_op_code" not in st:  # cost-independent; only schedules without pairs use it
+        st["_op_code"] = (np.empty(0, dtype=np.uint32) if st["paired"].any() else
+                          (st["op_class"].astype(np.uint32) * np.uint32(S)
+                           + st["op_stage"].astype(np.uint32)))
     x_link, n_links, units_key = st["x_link"], st["n_links"], "_units"
     group = int(costs.host_link_devices)
-    if host.any() and group > 1:
+    if st["x_host"].any() and group > 1:
         x_link, n_links, shared = _shared_host_links(st, schedule.devices, group)
         units_key = f"_units_shared_{group}"
     else:
@@ -223,8 +244,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         x_dst=st["x_dst"],
         x_dst_dev=st["x_dst_dev"],
         x_link=x_link,
-        x_ser=ser,
-        x_lat=lat,
+        x_cls=x_cls,
+        x_table=x_table,
         stage_cost=stage_cost,
         n_links=n_links,
         act=arrays["activation"],
@@ -238,6 +259,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         x_after=st["x_after"],
         x_host=st["x_host"],
         units=st[units_key],
+        op_code=st["_op_code"],
     )
 
 
@@ -257,9 +279,11 @@ def _shared_host_links(st, p, group):
     return x_link, n_links, shared
 
 
-def _transfer_arrays(st, network, stages, comm):
-    """Per-transfer serialisation and total latency (comm + link) in one kernel pass."""
-    nx = len(st["x_src"])
+def _transfer_arrays(st, network, stages, comm, offload):
+    """Every transfer's class (cached per schedule and node size) and the
+    table of serialisation and latency per class: ``(x_cls, (ser, lat))``.
+    Same arithmetic as per transfer: ``bytes / bandwidth`` and
+    ``comm + link latency``; an offload copy takes ``offload`` and no latency."""
     if network is not None and not isinstance(network, Network):
         raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     if network is None:  # free links: 0 / 1.0 serialisation, no link latency
@@ -269,18 +293,27 @@ def _transfer_arrays(st, network, stages, comm):
         nbytes = per_stage_direct("Network", "bytes", network.bytes, stages)
         grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, stages)
         bw, lat = float(network.bandwidth), float(network.latency)
-        per_node = network.devices_per_node or 0
+        per_node = int(network.devices_per_node or 0)
         ibw = float(network.inter_bandwidth) if per_node else bw
         ilat = float(network.inter_latency) if per_node else lat
-    ser = np.empty(nx)
-    x_lat = np.empty(nx)
-    transfer_times(st["x_src"], st["op_stage"], st["x_is_ar"], st["x_src_dev"],
-                            st["x_dst_dev"],
-                            np.ascontiguousarray(nbytes, dtype=np.float64),
-                            np.ascontiguousarray(grads, dtype=np.float64),
-                            np.ascontiguousarray(comm, dtype=np.float64),
-                            bw, lat, ibw, ilat, int(per_node), ser, x_lat)
-    return ser, x_lat
+    key = f"_x_cls_{per_node}"
+    if key not in st:
+        x_cls = np.empty(len(st["x_src"]), dtype=np.uint32)
+        transfer_classes(st["x_src"], st["op_stage"], st["x_is_ar"], st["x_host"],
+                         st["x_src_dev"], st["x_dst_dev"], per_node, x_cls)
+        st[key] = x_cls
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    grads = np.asarray(grads, dtype=np.float64)
+    comm = np.asarray(comm, dtype=np.float64)
+    ser = np.zeros((stages, X_CLASSES))
+    x_lat = np.zeros((stages, X_CLASSES))
+    ser[:, 0], x_lat[:, 0] = nbytes / bw, comm + lat
+    ser[:, 1], x_lat[:, 1] = nbytes / ibw, comm + ilat
+    ser[:, 2], x_lat[:, 2] = grads / bw, comm + lat
+    ser[:, 3], x_lat[:, 3] = grads / ibw, comm + ilat
+    if offload is not None:
+        ser[:, 4] = offload
+    return st[key], (ser.reshape(-1), x_lat.reshape(-1))
 
 
 def _deadlock_error(schedule, head):

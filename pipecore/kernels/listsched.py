@@ -39,8 +39,9 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     """
     units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after,
                        np.zeros(n_links, dtype=np.uint8))
-    return run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
-                     start, finish, x_start, x_arrival, head, np.empty(0))
+    none = np.empty(0, dtype=np.uint32)
+    return run_units(units, op_kind, op_stage, none, none, x_ser, x_lat, stage_cost, n_links,
+                     fb_factor, start, finish, x_start, x_arrival, head, np.empty(0))
 
 
 @njit(cache=True)
@@ -57,23 +58,29 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
     u_out = np.empty(n + 1, dtype=np.uint32)
     in_ptr = np.empty(n + 1, dtype=np.uint32)
     in_x = np.empty(nx, dtype=np.uint32)
-    ident = np.arange(max(n, nx), dtype=np.uint32)  # codes: one table entry per unit, transfer
     nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
-    return (nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link.astype(np.uint32),
+    return (nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link.astype(np.uint32),
             x_dst_dev.astype(np.uint32), x_after.astype(np.int32), link_shared.astype(np.uint8))
 
 
 @njit(cache=True)
-def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_factor,
-              start, finish, x_start, x_arrival, head, op_scale):
+def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost, n_links,
+              fb_factor, start, finish, x_start, x_arrival, head, op_scale):
     """``list_schedule`` on precomputed units (see ``make_units``).
 
     ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
     cost classes of ``core.rules`` with a matching table. Each op's time is
     multiplied by ``op_scale`` (stragglers, jitter; an empty array for none,
     which skips a multiplication by one that would not change a bit); an
-    overlapped pair takes ``(F * its scale + B * its scale) * fb_factor``."""
-    nu, u_ptr, u_row, u_out, in_ptr, in_x, ident, x_link32, x_dst32, x_after, shared = units
+    overlapped pair takes ``(F * its scale + B * its scale) * fb_factor``.
+
+    ``op_code`` (or empty) is ``op_kind * stages + op_stage`` per row: then
+    a schedule without pairs or scale reads its times from ``stage_cost``
+    itself instead of a per-op array. ``x_cls`` (or empty) is a class per
+    transfer, indexing ``x_ser`` and ``x_lat``; empty: they are per transfer.
+    At a million ops a per-op array costs more in fresh memory and cache
+    than the indirection (see bench/test_bench_simulate.py)."""
+    nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link32, x_dst32, x_after, shared = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst32.shape[0]
@@ -81,10 +88,21 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
     # Without overlapped pairs unit u is row u: write the outputs directly
     # (at millions of ops two fewer arrays to allocate and copy).
     direct = nu == n
-    dur = np.empty(n)
     u_start = start if direct else np.empty(n)
     u_finish = finish if direct else np.empty(n)
     u_head = np.empty(p, dtype=np.uint32)
+    x_coded = x_cls.shape[0] == nx and nx > 0
+    if direct and not scaled and op_code.shape[0] == n:
+        status = list_units(u_ptr, u_out, in_ptr, in_x, op_code, stage_cost.ravel(), x_cls,
+                            x_ser, x_lat, x_link32, x_dst32, x_after, shared, n_links,
+                            u_start, u_finish, x_start, x_arrival, u_head, np.empty(p),
+                            np.empty(p), np.empty(n_links), np.empty(p, dtype=np.uint32),
+                            np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32),
+                            True, x_coded)
+        for d in range(p):
+            head[d] = u_row[u_head[d]]
+        return status
+    dur = np.empty(nu)
     for u in range(nu):
         h = u_row[u]
         cost = stage_cost[op_kind[h], op_stage[h]]
@@ -97,11 +115,12 @@ def run_units(units, op_kind, op_stage, x_ser, x_lat, stage_cost, n_links, fb_fa
             if scaled:
                 cost2 = cost2 * op_scale[h + 1]
             dur[u] = (cost + cost2) * fb_factor
-    status = list_units(u_ptr, u_out, in_ptr, in_x, ident[:nu], dur, ident[:nx], x_ser, x_lat,
+    status = list_units(u_ptr, u_out, in_ptr, in_x, in_x[:0], dur, x_cls, x_ser, x_lat,
                         x_link32, x_dst32, x_after, shared, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
-                        np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32))
+                        np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32),
+                        False, x_coded)
     if not direct:
         for u in range(nu):
             h = u_row[u]
@@ -158,12 +177,14 @@ def program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, i
 @njit(cache=True)
 def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_link,
                x_dst_dev, x_after, link_shared, n_links, u_start, u_finish, x_start, x_arrival,
-               head, busy, dev_free, link_free, stack, wait, pend):
+               head, busy, dev_free, link_free, stack, wait, pend, u_coded, x_coded):
     """The list scheduler on ``program_units``' units; return a status code.
 
     Unit u takes ``dur[u_code[u]]``; transfer x has serialisation
     ``x_ser[x_cls[x]]`` and latency ``x_lat[x_cls[x]]`` (so a batch passes
-    small per-configuration tables). Writes each unit's start and finish,
+    small per-configuration tables). With ``u_coded`` (``x_coded``) false
+    the code of unit u (transfer x) is u (x) itself and ``u_code``
+    (``x_cls``) is not read: one array fewer to stream at scale. Writes each unit's start and finish,
     each transfer's start and arrival, and per device the first unit not
     run (``head``), the busy time summed in program order (``busy``) and
     the last finish (``dev_free``). ``link_free``, ``stack`` and ``wait``
@@ -224,12 +245,12 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
                     t = max(t, a)  # select(a > t, a, t), as the semantics' max
                 if blocked:
                     break
-                f = t + dur[u_code[u]]
+                f = t + dur[u_code[u] if u_coded else u]
                 u_start[u] = t
                 u_finish[u] = f
                 total += f - t
                 for x in range(u_out[u], u_out[u + 1]):
-                    cls = x_cls[x]
+                    cls = x_cls[x] if x_coded else x
                     ser = x_ser[cls]
                     if ser != 0.0 and link_shared[x_link[x]]:
                         x_start[x] = f  # its issue time, until it is placed below
@@ -271,7 +292,7 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
         x = pend[best]
         n_pend -= 1
         pend[best] = pend[n_pend]
-        cls = x_cls[x]
+        cls = x_cls[x] if x_coded else x
         s = x_start[x]
         y = x_after[x]
         if y >= 0:  # issued earlier by the same device, so already placed

@@ -1,27 +1,31 @@
-"""Transfer times: serialisation and latency of every transfer on one- or two-level links."""
+"""Transfer classes: the cost-independent key of every transfer's serialisation and latency."""
 
 from __future__ import annotations
 
 from numba import njit
 
+# Per sending stage s, class s * X_CLASSES + k with k: 0 activation within a
+# node, 1 activation between nodes, 2 and 3 the same for a gradient feeding
+# an all-reduce, 4 an offload copy over a host link.
+X_CLASSES = 5
+
 
 @njit(cache=True)
-def transfer_times(x_src, op_stage, x_is_ar, x_src_dev, x_dst_dev, nbytes, grads, comm,
-                   bw, lat, inter_bw, inter_lat, per_node, ser, x_lat):
-    """Serialisation time and latency of every transfer, in one pass.
+def transfer_classes(x_src, op_stage, x_is_ar, x_host, x_src_dev, x_dst_dev, per_node, out):
+    """Write every transfer's class into ``out`` (see ``X_CLASSES``).
 
-    ``nbytes``, ``grads`` and ``comm`` are per sending stage; a transfer
-    feeding an all-reduce carries ``grads``. With ``per_node`` > 0, links
-    between nodes (device // per_node differs) use the inter values. Same
-    arithmetic as before this kernel: ``bytes / bandwidth`` and
-    ``comm + link latency``.
+    With ``per_node`` > 0, a transfer between devices whose
+    ``device // per_node`` differ crosses nodes. A table of X_CLASSES
+    entries per stage then gives serialisation and latency, so times are
+    computed once per class instead of once per transfer.
     """
     for x in range(x_src.shape[0]):
-        s = op_stage[x_src[x]]
-        size = grads[s] if x_is_ar[x] else nbytes[s]
-        if per_node > 0 and x_src_dev[x] // per_node != x_dst_dev[x] // per_node:
-            ser[x] = size / inter_bw
-            x_lat[x] = comm[s] + inter_lat
+        k = 0
+        if x_host[x] > 0:
+            k = 4
         else:
-            ser[x] = size / bw
-            x_lat[x] = comm[s] + lat
+            if x_is_ar[x]:
+                k = 2
+            if per_node > 0 and x_src_dev[x] // per_node != x_dst_dev[x] // per_node:
+                k += 1
+        out[x] = op_stage[x_src[x]] * X_CLASSES + k

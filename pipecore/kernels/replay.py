@@ -530,7 +530,8 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     st = list_units(up, u_out[o0:o0 + nu + 1], in_ptr[o0:o0 + nu + 1], in_x[x0:x0 + nx],
                     u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat, x_link[x0:x0 + nx],
                     x_dst_dev[x0:x0 + nx], no_after[:nx], no_shared, s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
-                    w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait, w_pend)
+                    w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait, w_pend,
+                    True, True)
     status[k] = st
     if st != STATUS_OK:
         return
