@@ -220,9 +220,13 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
                          "the time of one activation copy over a host link")
     x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"))
     if "_op_code" not in st:  # cost-independent; only schedules without pairs use it
-        st["_op_code"] = (np.empty(0, dtype=np.uint32) if st["paired"].any() else
-                          (st["op_class"].astype(np.uint32) * np.uint32(S)
-                           + st["op_stage"].astype(np.uint32)))
+        if st["paired"].any():
+            code = np.empty(0, dtype=np.uint32)
+        else:  # in place: one array of the schedule's size, not four
+            code = st["op_class"].astype(np.uint32)
+            code *= np.uint32(S)
+            np.add(code, st["op_stage"], out=code, casting="unsafe")  # stages are >= 0
+        st["_op_code"] = code
     x_link, n_links, units_key = st["x_link"], st["n_links"], "_units"
     group = int(costs.host_link_devices)
     if st["x_host"].any() and group > 1:

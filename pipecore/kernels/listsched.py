@@ -49,18 +49,39 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
     """The cost-independent unit arrays ``run_units`` takes (a tuple); a
     schedule's are computed once and reused across simulations.
     ``link_shared[l]`` marks a link with several senders (a host link
-    shared by devices), served in issue order (see ``list_units``)."""
+    shared by devices), served in issue order (see ``list_units``).
+
+    Without overlapped pairs unit u is row u: the tuple then carries
+    ``xfer`` and ``out_ptr`` themselves and empty unit arrays, so nothing
+    of the schedule's size is allocated or copied (at 25M ops that was
+    about 0.6 GB of fresh memory).
+    """
     p = dev_ptr.shape[0] - 1
     n = xfer.shape[0]
     nx = x_dst_dev.shape[0]
+    # Indices are never negative: the unsigned views let Numba drop its
+    # negative-index fix-up without a copy.
+    x_link32 = x_link.view(np.uint32)
+    x_dst32 = x_dst_dev.view(np.uint32)
     u_ptr = np.empty(p + 1, dtype=np.uint32)
+    has_pairs = False
+    for r in range(n):
+        if paired[r]:
+            has_pairs = True
+            break
+    if not has_pairs:
+        for d in range(p + 1):
+            u_ptr[d] = dev_ptr[d]
+        none = np.empty(0, dtype=np.uint32)
+        return (n, u_ptr, np.empty(0, dtype=np.int64), none, none, none, x_link32, x_dst32,
+                x_after, link_shared, xfer, out_ptr)
     u_row = np.empty(n + 1, dtype=np.int64)
     u_out = np.empty(n + 1, dtype=np.uint32)
     in_ptr = np.empty(n + 1, dtype=np.uint32)
     in_x = np.empty(nx, dtype=np.uint32)
     nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
-    return (nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link.astype(np.uint32),
-            x_dst_dev.astype(np.uint32), x_after.astype(np.int32), link_shared.astype(np.uint8))
+    return (nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link32, x_dst32, x_after, link_shared,
+            xfer[:0], out_ptr[:0])
 
 
 @njit(cache=True)
@@ -80,7 +101,7 @@ def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost
     transfer, indexing ``x_ser`` and ``x_lat``; empty: they are per transfer.
     At a million ops a per-op array costs more in fresh memory and cache
     than the indirection (see bench/test_bench_simulate.py)."""
-    nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link32, x_dst32, x_after, shared = units
+    nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link32, x_dst32, x_after, shared, xfer, out_ptr = units
     p = u_ptr.shape[0] - 1
     n = op_kind.shape[0]
     nx = x_dst32.shape[0]
@@ -88,34 +109,37 @@ def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost
     # Without overlapped pairs unit u is row u: write the outputs directly
     # (at millions of ops two fewer arrays to allocate and copy).
     direct = nu == n
+    rows = u_row.shape[0] > 0  # else unit u is row u (make_units' no-pairs form)
     u_start = start if direct else np.empty(n)
     u_finish = finish if direct else np.empty(n)
     u_head = np.empty(p, dtype=np.uint32)
     x_coded = x_cls.shape[0] == nx and nx > 0
     if direct and not scaled and op_code.shape[0] == n:
-        status = list_units(u_ptr, u_out, in_ptr, in_x, op_code, stage_cost.ravel(), x_cls,
+        status = list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, op_code,
+                            stage_cost.ravel(), x_cls,
                             x_ser, x_lat, x_link32, x_dst32, x_after, shared, n_links,
                             u_start, u_finish, x_start, x_arrival, u_head, np.empty(p),
                             np.empty(p), np.empty(n_links), np.empty(p, dtype=np.uint32),
                             np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32),
                             True, x_coded)
         for d in range(p):
-            head[d] = u_row[u_head[d]]
+            head[d] = u_row[u_head[d]] if rows else u_head[d]
         return status
     dur = np.empty(nu)
     for u in range(nu):
-        h = u_row[u]
+        h = u_row[u] if rows else u
         cost = stage_cost[op_kind[h], op_stage[h]]
         if scaled:
             cost = cost * op_scale[h]
-        if u_row[u + 1] - h == 1:
+        if not rows or u_row[u + 1] - h == 1:
             dur[u] = cost
         else:
             cost2 = stage_cost[op_kind[h + 1], op_stage[h + 1]]
             if scaled:
                 cost2 = cost2 * op_scale[h + 1]
             dur[u] = (cost + cost2) * fb_factor
-    status = list_units(u_ptr, u_out, in_ptr, in_x, in_x[:0], dur, x_cls, x_ser, x_lat,
+    status = list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, in_x[:0], dur, x_cls,
+                        x_ser, x_lat,
                         x_link32, x_dst32, x_after, shared, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
@@ -130,7 +154,7 @@ def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost
                 start[h + 1] = u_start[u]
                 finish[h + 1] = u_finish[u]
     for d in range(p):
-        head[d] = u_row[u_head[d]]
+        head[d] = u_row[u_head[d]] if rows else u_head[d]
     return status
 
 
@@ -175,7 +199,7 @@ def program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, i
 
 
 @njit(cache=True)
-def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_link,
+def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_ser, x_lat, x_link,
                x_dst_dev, x_after, link_shared, n_links, u_start, u_finish, x_start, x_arrival,
                head, busy, dev_free, link_free, stack, wait, pend, u_coded, x_coded):
     """The list scheduler on ``program_units``' units; return a status code.
@@ -184,7 +208,10 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
     ``x_ser[x_cls[x]]`` and latency ``x_lat[x_cls[x]]`` (so a batch passes
     small per-configuration tables). With ``u_coded`` (``x_coded``) false
     the code of unit u (transfer x) is u (x) itself and ``u_code``
-    (``x_cls``) is not read: one array fewer to stream at scale. Writes each unit's start and finish,
+    (``x_cls``) is not read: one array fewer to stream at scale. With
+    ``in_ptr`` empty, unit u is row u of a schedule without pairs: its
+    remote inputs are ``xfer[u]`` (-1 for none) and its transfers
+    ``out_ptr[u]..out_ptr[u+1]-1``. Writes each unit's start and finish,
     each transfer's start and arrival, and per device the first unit not
     run (``head``), the busy time summed in program order (``busy``) and
     the last finish (``dev_free``). ``link_free``, ``stack`` and ``wait``
@@ -212,6 +239,7 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
     """
     p = u_ptr.shape[0] - 1
     nx = x_link.shape[0]
+    by_row = in_ptr.shape[0] == 0
     x_arrival[:nx] = -1.0
     link_free[:n_links] = 0.0
     top = 0
@@ -235,8 +263,11 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
             while u < end:
                 t = t_free
                 blocked = False
-                for j in range(in_ptr[u], in_ptr[u + 1]):
-                    x = in_x[j]
+                j0, j1 = (0, 2) if by_row else (in_ptr[u], in_ptr[u + 1])
+                for j in range(j0, j1):
+                    x = xfer[u, j] if by_row else in_x[j]
+                    if x < 0:  # by_row only: no remote input in this column
+                        continue
                     a = x_arrival[x]
                     if a < 0.0:
                         wait[d] = x
@@ -249,7 +280,8 @@ def list_units(u_ptr, u_out, in_ptr, in_x, u_code, dur, x_cls, x_ser, x_lat, x_l
                 u_start[u] = t
                 u_finish[u] = f
                 total += f - t
-                for x in range(u_out[u], u_out[u + 1]):
+                o0, o1 = (out_ptr[u], out_ptr[u + 1]) if by_row else (u_out[u], u_out[u + 1])
+                for x in range(o0, o1):
                     cls = x_cls[x] if x_coded else x
                     ser = x_ser[cls]
                     if ser != 0.0 and link_shared[x_link[x]]:

@@ -454,6 +454,8 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
     x_dst_u = x_dst_dev.view(np.uint32)
     no_after = np.full(max_nx, -1, dtype=np.int32)  # packs hold no offload copies
     no_shared = np.zeros(max(max_nl, 1), dtype=np.uint8)  # nor shared host links
+    no_xfer = np.empty((0, 2), dtype=np.int32)  # list_units reads the unit arrays
+    no_out = np.empty(0, dtype=np.int64)
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
         w_us = np.empty(max_n)
@@ -478,7 +480,8 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                       kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
                       d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
                       w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
-                      memo, no_after, no_shared, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt)
+                      memo, no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev,
+                      b_code, b_cnt)
 
 
 @njit(cache=True)
@@ -486,7 +489,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
               op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
               d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
               w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo,
-              no_after, no_shared, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt):
+              no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt):
     s = c_struct[k]
     p = s_p[s]
     S = s_S[s]
@@ -528,8 +531,9 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     free = w_free[:p]
     u_start = w_us[:nu]
     st = list_units(up, u_out[o0:o0 + nu + 1], in_ptr[o0:o0 + nu + 1], in_x[x0:x0 + nx],
-                    u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat, x_link[x0:x0 + nx],
-                    x_dst_dev[x0:x0 + nx], no_after[:nx], no_shared, s_nl[s], u_start, w_uf[:nu], w_xs[:nx],
+                    no_xfer, no_out, u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat,
+                    x_link[x0:x0 + nx], x_dst_dev[x0:x0 + nx], no_after[:nx], no_shared, s_nl[s],
+                    u_start, w_uf[:nu], w_xs[:nx],
                     w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait, w_pend,
                     True, True)
     status[k] = st
