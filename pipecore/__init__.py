@@ -25,6 +25,7 @@ from .core.costs import Costs, Network
 from .core.schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
 from .output import writers as _writers  # noqa: F401  (registers Result's writers)
+from .output.report import report
 from .scan.batch import simulate_many
 from .scan.scans import Grid, ScanError, scan, write_scan
 from .schedules import adaptive, blocks, generate
@@ -47,7 +48,7 @@ __all__ = [
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
-    "critical_path", "device_share",
+    "critical_path", "device_share", "report",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,

@@ -36,9 +36,11 @@ def _shape_args(p, chunks_default):
 
 def _cost_args(p):
     g = p.add_argument_group("costs (per microbatch, per device share of the model)")
+    # f = b = w = 1: the zero-bubble papers' unit setting, where splitting the
+    # backward pays (with w = 0 every zero-bubble schedule looks like 1F1B).
     g.add_argument("--f", type=float, default=1.0, help="forward time (default 1)")
-    g.add_argument("--b", type=float, default=2.0, help="backward-for-inputs time (default 2)")
-    g.add_argument("--w", type=float, default=0.0, help="backward-for-weights time (default 0)")
+    g.add_argument("--b", type=float, default=1.0, help="backward-for-inputs time (default 1)")
+    g.add_argument("--w", type=float, default=1.0, help="backward-for-weights time (default 1)")
     g.add_argument("--comm", type=float, default=0.0, help="latency per transfer (default 0)")
     n = p.add_argument_group("network (optional: bandwidth-limited links with contention)")
     n.add_argument("--bytes", type=float, default=None, help="bytes per transfer")
@@ -69,6 +71,7 @@ def _parser():
     _cost_args(c)
     c.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
     c.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
+    c.add_argument("--no-report", action="store_true", help="do not write report.html")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     s = sub.add_parser("simulate", help="simulate one schedule")
@@ -82,6 +85,19 @@ def _parser():
     s.add_argument("--critical", action="store_true",
                    help="print the critical path and each device's share of it; mark it in "
                         "--trace and --gantt")
+
+    rp = sub.add_parser("report", help="write a self-contained HTML report of one schedule "
+                        "(FAMILY -p P -m M) or of a scan (its Parquet directory)")
+    rp.add_argument("target", help="a schedule name (see 'pipecore list') or a scan directory")
+    rp.add_argument("--devices", "-p", type=_positive_int, default=None, help="pipeline devices")
+    rp.add_argument("--microbatches", "-m", type=_positive_int, default=None,
+                    help="microbatches")
+    rp.add_argument("--chunks", "-v", type=_positive_int, default=None,
+                    help="stages per device for interleaved families")
+    _cost_args(rp)
+    rp.add_argument("--memory-limit", type=float, default=None,
+                    help="draw this per-device limit on the memory chart")
+    rp.add_argument("--out", default="report.html", help="HTML file (default report.html)")
 
     t = sub.add_parser("table", help="print the idealised devices x time-slots table")
     t.add_argument("name")
@@ -190,11 +206,11 @@ def _cmd_compare(args, out):
 
     rows = compare(args.devices, args.microbatches, chunks=args.chunks, costs=_costs(args),
                    network=_network(args))
+    from .output.writers import MissingDependencyError, write_gantt
+
     written = []
     gantt_note = None
     if not args.no_gantt:
-        from .output.writers import MissingDependencyError, write_gantt
-
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -204,9 +220,19 @@ def _cmd_compare(args, out):
                     written.append(str(write_gantt(r["result"], path)))
         except MissingDependencyError as exc:
             gantt_note = f"Gantt charts not written: {exc}"
+    page = None
+    if not args.no_report:
+        from .output.report import report
+
+        try:
+            page = report(rows, Path(args.out) / "report.html",
+                          title=f"pipecore compare: p={args.devices}, m={args.microbatches}")
+        except MissingDependencyError as exc:
+            print(f"report.html not written: {exc}", file=sys.stderr)
     if args.json:
         clean = [{k: v for k, v in r.items() if k != "result"} for r in rows]
-        json.dump({"rows": clean, "gantt": written}, out, indent=2)
+        json.dump({"rows": clean, "gantt": written, "report": str(page) if page else None},
+                  out, indent=2)
         out.write("\n")
     else:
         out.write(f"p={args.devices} m={args.microbatches} costs f={args.f:g} b={args.b:g} "
@@ -214,8 +240,30 @@ def _cmd_compare(args, out):
         out.write(format_compare(rows) + "\n")
         if written:
             out.write(f"Gantt charts: {len(written)} PNG files in {args.out}/\n")
+        if page:
+            out.write(f"Report (open in a browser): {page}\n")
     if gantt_note:
         print(gantt_note, file=sys.stderr)
+    return 0
+
+
+def _cmd_report(args, out):
+    from .output.report import report
+
+    target = Path(args.target)
+    if target.is_dir():
+        path = report(target, args.out)
+    else:
+        if args.target not in schedules():
+            raise ValueError(f"{args.target!r} is neither a schedule name (see 'pipecore list') "
+                             "nor a scan directory")
+        if args.devices is None or args.microbatches is None:
+            raise ValueError(f"report {args.target} needs --devices/-p and --microbatches/-m")
+        fam = family(args.target)
+        sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
+        res = simulate(sched, _costs(args), _network(args))
+        path = report(res, args.out, memory_limit=args.memory_limit)
+    out.write(f"wrote {path}\n")
     return 0
 
 
@@ -500,6 +548,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_simulate(args, out)
         if args.command == "table":
             return _cmd_table(args, out)
+        if args.command == "report":
+            return _cmd_report(args, out)
         if args.command == "study":
             return _cmd_study(args, out)
         if args.command == "scan":

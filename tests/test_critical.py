@@ -376,7 +376,7 @@ def test_cli_critical(tmp_path):
     from pipecore.cli import main
 
     out = io.StringIO()
-    code = main(["simulate", "gpipe", "-p", "2", "-m", "2", "--f", "1", "--b", "2",
+    code = main(["simulate", "gpipe", "-p", "2", "-m", "2", "--f", "1", "--b", "2", "--w", "0",
                  "--comm", "0.5", "--critical"], out=out)
     text = out.getvalue()
     assert code == 0

@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -85,7 +86,8 @@ def test_compare_flags_communication_and_unbuildable():
     # The simulation is slower than the formula once transfers cost time.
     assert by["1f1b"]["makespan"] > by["1f1b"]["formula_makespan"]
     text = format_compare(rows)
-    assert "n/a: 'interleaved-1f1b' needs microbatches" in text and "NO: sim vs formula" in text
+    assert "not built: 'interleaved-1f1b' needs microbatches" in text
+    assert re.search(r"^1f1b .* no \[\d+\]", text, re.M) and "] sim vs formula" in text
 
 
 def run_cli(args):
@@ -112,7 +114,7 @@ def test_cli_compare_json(tmp_path):
 def test_cli_simulate_outputs(tmp_path):
     trace, gantt, parquet = tmp_path / "t.json", tmp_path / "g.png", tmp_path / "o.parquet"
     code, text = run_cli(["simulate", "1f1b", "--devices", "4", "--microbatches", "8",
-                          "--f", "1", "--b", "2", "--json", "--trace", str(trace),
+                          "--f", "1", "--b", "2", "--w", "0", "--json", "--trace", str(trace),
                           "--gantt", str(gantt), "--parquet", str(parquet)])
     assert code == 0
     data = json.loads(text)
@@ -127,7 +129,7 @@ def test_cli_simulate_with_network_text():
     # Forward transfers hold link 0->1 for 4/2 = 2 each: start 1, 3, 5, land 3.5, 5.5, 7.5;
     # device 1 ends its forwards at 8.5; its zero-time backwards send gradients that
     # queue on link 1->0 (8.5, 10.5, 12.5) and land at 11, 13, 15: makespan 15.
-    code, text = run_cli(["simulate", "gpipe", "-p", "2", "-m", "3", "--f", "1", "--b", "0",
+    code, text = run_cli(["simulate", "gpipe", "-p", "2", "-m", "3", "--f", "1", "--b", "0", "--w", "0",
                           "--bytes", "4", "--bandwidth", "2", "--latency", "0.5"])
     assert code == 0 and "makespan             15\n" in text
 

@@ -327,6 +327,14 @@ class Schedule:
         return (f"Schedule(name={self.name!r}, devices={self.devices}, "
                 f"ops={self.num_ops})")
 
+    # Set by pipecore.output.report when it is imported (core cannot import up).
+    _html_view = None
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the device programs as a compact grid (see ``pc.report``)."""
+        view = type(self)._html_view
+        return view(self) if view is not None else f"<pre>{self!r}</pre>"
+
     def __eq__(self, other) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented

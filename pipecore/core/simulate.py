@@ -686,6 +686,10 @@ class Result:
         return (f"Result({self.name!r}, devices={self.devices}, makespan={self.makespan:g}, "
                 f"bubble_ratio={self.bubble_ratio:.4f})")
 
+    def _repr_html_(self) -> str:
+        """Jupyter: a static SVG Gantt and the headline numbers (see ``pc.report``)."""
+        return _plugin("result_html")(self)
+
 
 def _per_device_sum(values, dev_ptr):
     csum = np.concatenate(([0.0], np.cumsum(values)))

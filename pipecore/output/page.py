@@ -1,0 +1,33 @@
+"""What every HTML page of pipecore shares: the inlined plotly.js and the style sheet."""
+
+from __future__ import annotations
+
+from .writers import MissingDependencyError
+
+__all__ = ["CSS", "plotly_js"]
+
+
+def plotly_js() -> str:
+    """plotly.js, minified, to inline in a page (pages then open offline)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "HTML reports need plotly: pip install 'pipecore[plot]'") from exc
+    return get_plotlyjs()
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
+max-width:1400px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 6px;border-top:1px solid #ddd;
+padding-top:16px}.sub{color:#555;margin:0 0 14px}
+table{border-collapse:collapse;font-size:13px}th,td{padding:3px 9px;text-align:right;
+border-bottom:1px solid #eee}th:first-child,td:first-child{text-align:left}
+table.summary th{cursor:pointer;background:#f4f6f8;user-select:none}
+table.summary th:hover{background:#e6ebf0}.no{color:#b22222;font-weight:600}.yes{color:#2e7d32}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px;margin:8px 0;font-size:13px}
+.foot{font-size:12px;color:#555;margin:4px 0}.views{margin:6px 0 10px}
+.views td,.views th{text-align:right}.plot{width:100%}
+.legendtext{font-size:12px}
+"""

@@ -1,0 +1,619 @@
+"""Self-contained HTML reports: Gantt, memory and the three views, drawn with plotly.js.
+
+plotly was chosen over bokeh and vega-lite because one minified file
+(plotly.js, embedded once per page) gives zoom, pan, hover and legend
+toggles with no server, and its figures are plain JSON that pipecore
+writes directly from its arrays (no per-op Python objects). Pages make no
+request at view time: the library is inlined.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.schedule import Schedule
+from ..core.simulate import plug
+from .page import CSS as _CSS
+from .page import plotly_js as _plotly_js
+from .writers import _KIND_COLOURS, _UNKNOWN_COLOUR, _chunk_of
+
+__all__ = ["report", "result_views", "schedule_grid_html", "result_svg_html"]
+
+# Above this many ops a schedule's Gantt is drawn as busy fractions per
+# device and time bucket (a browser stays responsive; the page says so).
+MAX_OPS = 20_000
+BUCKETS = 240
+
+
+def _round(values: np.ndarray, digits: int = 6) -> list:
+    # Short numbers keep pages small; 6 significant digits are below what a
+    # person can read off a chart and hover shows the same rounding.
+    return [float(f"{v:.{digits}g}") for v in np.asarray(values, dtype=np.float64).tolist()]
+
+
+def _shade(colour: str, amount: float) -> str:
+    """Blend a #rrggbb colour towards white (0 unchanged, 1 white)."""
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
+    return "#" + "".join(f"{c:02x}" for c in mix)
+
+
+def _chunks(result: Any, ops: pa.Table | None = None) -> np.ndarray:
+    """Chunk of every op: the rank of its stage among its device's stages."""
+    ops = result.ops if ops is None else ops
+    return _chunk_of(ops.column("device").to_numpy(), ops.column("stage").to_numpy())
+
+
+def result_views(result: Any) -> dict:
+    """The three views of a simulated schedule: formula, ideal table, simulation.
+
+    Parameters
+    ----------
+    result : pipecore.Result
+        A result of :func:`pipecore.simulate`.
+
+    Returns
+    -------
+    dict
+        The keys of a :func:`pipecore.compare` row (``makespan``,
+        ``formula_makespan``, ``table_slots``, ``formula_slots``, bubble and
+        peak figures, ``flags``).
+
+    Raises
+    ------
+    ValueError
+        If ``result`` is not a Result.
+    """
+    from ..analysis.compare import three_views
+
+    _check_result(result)
+    try:
+        return three_views(result.schedule, result, result.costs, result.network)
+    except ValueError as exc:  # a custom schedule: no closed form, no family
+        peak = np.asarray(result.peak_activation, dtype=np.float64)
+        nan = float("nan")
+        return {"result": result, "makespan": result.makespan, "formula_makespan": nan,
+                "table_slots": "-", "formula_slots": nan, "bubble_ratio": result.bubble_ratio,
+                "formula_bubble_ratio": nan, "bubble_rate": result.bubble_rate,
+                "formula_bubble_rate": nan, "formula_exact": False,
+                "peak_max": float(peak.max()), "peak_min": float(peak.min()),
+                "formula_peak_max": nan, "formula_peak_min": nan,
+                "flags": [f"simulation only: {exc}"]}
+
+
+def _check_result(result: Any) -> None:
+    from ..core.simulate import Result
+
+    if not isinstance(result, Result):
+        raise ValueError(f"expected a pipecore Result (got {type(result).__name__})")
+
+
+def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str | None]:
+    """Plotly figure dict of the Gantt (or its aggregate) and a note when aggregated."""
+    ops = result.ops
+    p = int(result.devices)
+    start = ops.column("start").to_numpy()
+    finish = ops.column("finish").to_numpy()
+    device = ops.column("device").to_numpy()
+    kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
+    stage = ops.column("stage").to_numpy()
+    mb = ops.column("microbatch").to_numpy()
+    keep = finish > start  # zero-length ops (W with w = 0) would be invisible gaps
+    makespan = float(result.makespan)
+    layout = {
+        "barmode": "overlay", "height": max(220, 34 * p + 110) if p <= 32 else 900,
+        "margin": {"l": 70, "r": 20, "t": 30, "b": 45},
+        "xaxis": {"title": {"text": "time (cost units)"}, "range": [0, makespan * 1.01],
+                  "zeroline": False},
+        "yaxis": {"title": {"text": "device"}, "autorange": "reversed", "dtick": 1 if p <= 32 else None,
+                  "zeroline": False},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "hovermode": "closest", "plot_bgcolor": "#ffffff",
+        # Microbatch numbers only where they fit at a readable size.
+        "uniformtext": {"minsize": 9, "mode": "hide"},
+    }
+    traces = []
+    n_visible = int(keep.sum())
+    if n_visible > max_ops:
+        return _aggregate_figure(start[keep], finish[keep], device[keep], kind[keep], p,
+                                 makespan, layout), (
+            f"{n_visible:,} ops: drawn as the busy fraction of each device per time bucket "
+            f"({BUCKETS} buckets of {makespan / BUCKETS:.4g}) instead of one bar per op "
+            f"(above {max_ops:,} ops a browser slows down).")
+    chunk = _chunks(result)
+    n_chunks = int(chunk.max()) + 1 if chunk.size else 1
+    label = n_visible <= 3000
+    for k in [k for k in ("F", "B", "W", "BW", "R", "AR", "O", "L") if k in set(kind[keep])] + \
+            sorted(set(kind[keep]) - {"F", "B", "W", "BW", "R", "AR", "O", "L"}):
+        for c in range(n_chunks):
+            sel = keep & (kind == k) & (chunk == c)
+            if not sel.any():
+                continue
+            base = _KIND_COLOURS.get(k, _UNKNOWN_COLOUR)
+            name = k if n_chunks == 1 else f"{k} chunk {c}"
+            trace = {
+                "type": "bar", "orientation": "h", "name": name,
+                "y": device[sel].tolist(), "base": _round(start[sel]),
+                "x": _round(finish[sel] - start[sel]),
+                "customdata": np.stack([stage[sel], mb[sel]], axis=1).tolist(),
+                "marker": {"color": _shade(base, 0.45 * c / max(n_chunks - 1, 1)),
+                           "line": {"width": 0.5, "color": "#ffffff"}},
+                "width": 0.8,
+                "hovertemplate": (f"{k} stage %{{customdata[0]}} mb %{{customdata[1]}}"
+                                  + (f" chunk {c}" if n_chunks > 1 else "")
+                                  + "<br>device %{y}<br>start %{base}<br>duration %{x}"
+                                  "<extra></extra>"),
+            }
+            if label:
+                trace.update(text=mb[sel].tolist(), textposition="inside",
+                             insidetextanchor="middle", textfont={"size": 10},
+                             constraintext="inside")
+            traces.append(trace)
+    if critical:
+        traces.append(_critical_trace(result))
+    return {"data": traces, "layout": layout}, None
+
+
+def _critical_trace(result: Any) -> dict:
+    path = result.critical_path()
+    d = path.to_pydict()
+    xs: list = []
+    ys: list = []
+    for e, dev, dst, s, f in zip(d["element"], d["device"], d["dst_device"], d["start"],
+                                 d["finish"]):
+        if e == "op":
+            xs += [s, f, None]
+            ys += [dev, dev, None]
+        else:  # a transfer on the path: from its sender to its receiver
+            xs += [s, f, None]
+            ys += [dev, dst if dst >= 0 else dev, None]
+    return {"type": "scatter", "mode": "lines", "name": "critical path",
+            "x": [None if v is None else float(f"{v:.6g}") for v in xs], "y": ys,
+            "line": {"color": "#d62728", "width": 4}, "visible": "legendonly",
+            "hoverinfo": "skip"}
+
+
+def _aggregate_figure(start, finish, device, kind, p, makespan, layout) -> dict:
+    """Busy fraction per device and time bucket, as one heatmap."""
+    width = makespan / BUCKETS if makespan > 0 else 1.0
+    busy = np.zeros((p, BUCKETS))
+    # Each op adds its overlap with every bucket it touches; ops are short
+    # next to the makespan, so this loops over buckets per op only at the edges.
+    b0 = np.minimum((start / width).astype(np.int64), BUCKETS - 1)
+    b1 = np.minimum((finish / width).astype(np.int64), BUCKETS - 1)
+    same = b0 == b1
+    np.add.at(busy, (device[same], b0[same]), finish[same] - start[same])
+    for i in np.flatnonzero(~same):
+        for b in range(b0[i], b1[i] + 1):
+            lo = max(start[i], b * width)
+            hi = min(finish[i], (b + 1) * width)
+            if hi > lo:
+                busy[device[i], b] += hi - lo
+    frac = np.clip(busy / width, 0.0, 1.0)
+    centres = (np.arange(BUCKETS) + 0.5) * width
+    trace = {"type": "heatmap", "z": [[round(v, 3) for v in row] for row in frac.tolist()],
+             "x": _round(centres, 5), "y": list(range(p)), "zmin": 0, "zmax": 1,
+             "colorscale": [[0, "#ffffff"], [1, "#1f3b73"]], "colorbar": {"title": {"text": "busy"}},
+             "hovertemplate": "device %{y}<br>time %{x}<br>busy %{z:.0%}<extra></extra>"}
+    lay = dict(layout)
+    lay["yaxis"] = dict(layout["yaxis"], dtick=None)
+    lay["height"] = 520
+    return {"data": [trace], "layout": lay}
+
+
+def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> dict:
+    mem = result.memory
+    dev = mem.column("device").to_numpy()
+    time = mem.column("time").to_numpy()
+    act = mem.column("bytes").to_numpy()
+    static = np.asarray(result.static_memory, dtype=np.float64)
+    p = int(result.devices)
+    traces = []
+    envelope = len(dev) > max_points
+    ms = float(result.makespan)
+    width = ms / BUCKETS if ms > 0 else 1.0
+    shown = set(range(p)) if p <= 16 else {0, p // 4, p // 2, 3 * p // 4, p - 1}
+    for d in range(p):
+        sel = np.flatnonzero(dev == d)
+        if envelope:  # the maximum per time bucket: every peak survives, the page stays small
+            sel = sel[np.argsort(time[sel], kind="stable")]
+            b = np.minimum((time[sel] / width).astype(np.int64), BUCKETS - 1)
+            top = np.zeros(BUCKETS)
+            np.maximum.at(top, b, act[sel])
+            # A bucket also holds the level left by the last change before it.
+            before = np.searchsorted(b, np.arange(BUCKETS), side="left") - 1
+            level = np.where(before >= 0, act[sel][np.maximum(before, 0)], 0.0)
+            t = np.arange(BUCKETS + 1) * width
+            a = np.concatenate([np.maximum(top, level), [0.0]])
+        else:
+            t = np.concatenate([[0.0], time[sel], [ms]])
+            a = np.concatenate([[0.0], act[sel], [act[sel][-1] if sel.size else 0.0]])
+        traces.append({
+            "type": "scatter", "mode": "lines", "name": f"device {d}",
+            "x": _round(t), "y": _round(a + static[d]), "line": {"shape": "hv", "width": 1.5},
+            "hovertemplate": (f"device {d}<br>time %{{x}}<br>memory %{{y}} "
+                              f"(weights {static[d]:.4g})<extra></extra>"),
+            "visible": True if d in shown else "legendonly",
+        })
+    layout = {
+        "height": 320, "margin": {"l": 70, "r": 20, "t": 30, "b": 45},
+        "xaxis": {"title": {"text": "time (cost units)"}, "zeroline": False},
+        "yaxis": {"title": {"text": "memory (M): activation + weights"},
+                  "rangemode": "tozero"},
+        "hovermode": "closest", "plot_bgcolor": "#ffffff",
+        "legend": {"font": {"size": 10}},
+    }
+    if envelope:
+        layout["title"] = {"text": f"maximum per time bucket ({BUCKETS} buckets)",
+                           "font": {"size": 12}, "x": 0.01}
+    if p > 16:
+        layout["legend"]["title"] = {"text": "5 devices shown; click to add"}
+    if memory_limit is not None:
+        layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
+                             "y0": memory_limit, "y1": memory_limit,
+                             "line": {"color": "#d62728", "dash": "dash", "width": 2}}]
+        layout["annotations"] = [{"xref": "paper", "x": 1, "y": memory_limit, "yref": "y",
+                                  "text": f"limit {memory_limit:g}", "showarrow": False,
+                                  "xanchor": "right", "yanchor": "bottom",
+                                  "font": {"color": "#d62728"}}]
+    return {"data": traces, "layout": layout}
+
+
+def _transfer_figure(result: Any, max_ops: int) -> dict | None:
+    tr = result.transfers
+    if tr.num_rows == 0 or tr.num_rows > max_ops:
+        return None
+    src = tr.column("src_device").to_numpy()
+    dst = tr.column("dst_device").to_numpy()
+    start = tr.column("start").to_numpy()
+    finish = tr.column("finish").to_numpy()
+    arrival = tr.column("arrival").to_numpy()
+    if not (finish > start).any() and not (arrival > start).any():
+        return None
+    links = sorted(set(zip(src.tolist(), dst.tolist())))
+    names = [f"{a}\u2192{b}" for a, b in links]
+    index = {lk: i for i, lk in enumerate(links)}
+    y = [names[index[(a, b)]] for a, b in zip(src.tolist(), dst.tolist())]
+    span = np.maximum(arrival - start, 1e-12)
+    trace = {"type": "bar", "orientation": "h", "y": y, "base": _round(start),
+             "x": _round(span), "name": "transfer (start to arrival)",
+             "marker": {"color": "#7f7f7f"}, "width": 0.6,
+             "customdata": np.stack([tr.column("stage").to_numpy(),
+                                     tr.column("microbatch").to_numpy()], axis=1).tolist(),
+             "text": [str(k) for k in tr.column("kind").to_pylist()],
+             "textposition": "none",
+             "hovertemplate": ("%{text} stage %{customdata[0]} mb %{customdata[1]}<br>link %{y}"
+                               "<br>start %{base}<br>start to arrival %{x}<extra></extra>")}
+    return {"data": [trace], "layout": {
+        "height": max(200, 16 * len(links) + 90), "margin": {"l": 70, "r": 20, "t": 30, "b": 45},
+        "xaxis": {"title": {"text": "time (cost units)"}},
+        "yaxis": {"title": {"text": "link"}, "autorange": "reversed", "type": "category"},
+        "plot_bgcolor": "#ffffff", "showlegend": False}}
+
+
+def _fmt(v: Any, digits: int = 6) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, (float, np.floating)):
+        return f"{v:.{digits}g}"
+    return html.escape(str(v))
+
+
+def _views_table(row: dict) -> str:
+    r = row
+    lines = [("makespan", r["formula_makespan"], f"{r['table_slots']} slots "
+              f"(formula {_fmt(r['formula_slots'])})", r["makespan"]),
+             ("bubble ratio", r["formula_bubble_ratio"], "-", r["bubble_ratio"]),
+             ("bubble rate (zero-bubble papers)", r["formula_bubble_rate"], "-", r["bubble_rate"]),
+             ("peak activation, max device (M)", r["formula_peak_max"], "-", r["peak_max"]),
+             ("peak activation, min device (M)", r["formula_peak_min"], "-", r["peak_min"])]
+    body = "".join(f"<tr><th>{html.escape(a)}</th><td>{_fmt(b)}</td><td>{c}</td><td>{_fmt(d)}</td></tr>"
+                   for a, b, c, d in lines)
+    return ("<table class='views'><thead><tr><th></th><th>closed formula</th>"
+            "<th>ideal table (unit ops)</th><th>simulation</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def _slug(name: str, i: int) -> str:
+    return "s{}-{}".format(i, "".join(ch if ch.isalnum() else "-" for ch in name))
+
+
+_SORT_JS = """
+document.querySelectorAll('table.summary').forEach(function(t){
+ t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
+  var body=t.tBodies[0],rows=Array.from(body.rows),asc=th.dataset.asc!=='1';
+  rows.sort(function(a,b){var x=a.cells[i].dataset.v||a.cells[i].textContent,
+   y=b.cells[i].dataset.v||b.cells[i].textContent,nx=parseFloat(x),ny=parseFloat(y);
+   var c=(isNaN(nx)||isNaN(ny))?x.localeCompare(y):nx-ny;return asc?c:-c;});
+  rows.forEach(function(r){body.appendChild(r);});
+  t.querySelectorAll('th').forEach(function(h){h.dataset.asc='';});th.dataset.asc=asc?'1':'0';
+ });});});
+"""
+
+
+def _rows_for(obj: Any) -> list[dict]:
+    """Normalise what report() accepts into compare-like rows."""
+    from ..core.simulate import Result
+
+    if isinstance(obj, Result):
+        obj = [obj]
+    if isinstance(obj, dict):
+        obj = [obj]
+    if not isinstance(obj, (list, tuple)):
+        raise ValueError(
+            "report() takes a Result, a list of Results, the rows of pipecore.compare, a scan "
+            f"directory or a pyarrow Table of scan rows (got {type(obj).__name__})")
+    if not obj:
+        raise ValueError("report() was given an empty list: nothing to draw")
+    rows = []
+    for i, item in enumerate(obj):
+        if isinstance(item, Result):
+            row = result_views(item)
+            row.update(name=item.name, result=item, error=None,
+                       chunks=int(item.schedule.chunks))
+            rows.append(row)
+        elif isinstance(item, dict) and "name" in item and "result" in item:
+            rows.append(item)
+        else:
+            raise ValueError(f"report() item {i} is a {type(item).__name__}: expected a pipecore "
+                             "Result or a row of pipecore.compare")
+    return rows
+
+
+def report(obj: Any, path: str | Path, *, title: str | None = None,
+           memory_limit: float | None = None, critical: bool = True,
+           max_ops: int = MAX_OPS) -> Path:
+    """Write one self-contained HTML page (opens offline) for results or a scan.
+
+    Per schedule: a Gantt per device (zoom, pan, hover; colours by kind,
+    shades by chunk; the critical path as a legend toggle), transfers per
+    link when any takes time, memory per device over time (activation plus
+    weights), and the three views (closed formula, ideal table,
+    simulation) with their disagreements as footnotes. Several schedules
+    get a sortable summary table linking to each one.
+
+    Parameters
+    ----------
+    obj : Result, list of Result, list of dict, str, pathlib.Path or pyarrow.Table
+        A result of :func:`pipecore.simulate`, several, the rows of
+        :func:`pipecore.compare`, or a scan (its Parquet directory or its
+        rows as a table) for a Pareto page.
+    path : str or pathlib.Path
+        The HTML file to write (its folder is created).
+    title : str, optional
+        Page title.
+    memory_limit : float, optional
+        Drawn as a line on the memory charts.
+    critical : bool, default True
+        Offer the critical path as a toggle (costs one critical-path pass
+        per schedule).
+    max_ops : int, default 20000
+        Above this many ops a schedule's Gantt is aggregated per device and
+        time bucket, and the page says so.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    ValueError
+        If ``obj`` is none of the above, or a list item is not a Result.
+    MissingDependencyError
+        If plotly is not installed.
+    OSError
+        If the file cannot be written.
+    """
+    if isinstance(obj, (str, Path)) or isinstance(obj, pa.Table):
+        if isinstance(obj, (str, Path)) and not Path(obj).is_dir():
+            raise ValueError(f"report(): {str(obj)!r} is not a scan directory")
+        from .scanreport import scan_report
+
+        return scan_report(obj, path)
+    rows = _rows_for(obj)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    js = _plotly_js()
+    page_title = title or ("pipecore: " + (rows[0]["name"] if len(rows) == 1 else
+                                           f"{len(rows)} schedules"))
+    first = next((r["result"] for r in rows if r.get("result") is not None), None)
+    sub = ""
+    if first is not None:
+        s = first.schedule
+        c = first.costs
+        sub = (f"p={s.devices} devices, m={s.microbatches} microbatches; costs f={_fmt(c.f)} "
+               f"b={_fmt(c.b)} w={_fmt(c.w)} comm={_fmt(c.comm)} (times in cost units: f=1 is one "
+               "microbatch's forward on one stage); memory in M, one microbatch's activation"
+               + ("; with a network" if first.network is not None else ""))
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(page_title)}"
+             f"</title><style>{_CSS}</style><script>{js}</script></head><body>",
+             f"<h1>{html.escape(page_title)}</h1><p class='sub'>{html.escape(sub)}</p>"]
+    notes: dict[str, int] = {}
+    for r in rows:
+        for f in r.get("flags") or []:
+            notes.setdefault(f, len(notes) + 1)
+    if len(rows) > 1:
+        parts.append(_summary(rows, notes))
+    scripts = []
+    for i, r in enumerate(rows):
+        slug = _slug(r["name"], i)
+        parts.append(f"<h2 id='{slug}'>{html.escape(r['name'])}"
+                     + (f" (v={r['chunks']})" if r.get("chunks", 1) != 1 else "") + "</h2>")
+        if r.get("error") or r.get("result") is None:
+            parts.append(f"<p class='note'>not built: {html.escape(str(r.get('error')))}</p>")
+            continue
+        res = r["result"]
+        parts.append(_views_table(r))
+        if r.get("flags"):
+            parts.append("".join(f"<p class='foot'>[{notes[f]}] {html.escape(f)}</p>"
+                                 for f in r["flags"]))
+        else:
+            parts.append("<p class='foot'>The three views agree.</p>")
+        gantt, note = _gantt_figure(res, critical, max_ops)
+        if note:
+            parts.append(f"<p class='note aggregated'>{html.escape(note)}</p>")
+        figs = [("gantt", gantt), ("transfers", _transfer_figure(res, max_ops)),
+                ("memory", _memory_figure(res, memory_limit, max_points=100_000))]
+        for kind, fig in figs:
+            if fig is None:
+                continue
+            div = f"{slug}-{kind}"
+            parts.append(f"<div id='{div}' class='plot {kind}'></div>")
+            scripts.append(_new_plot(div, fig))
+    parts.append(f"<script>{_SORT_JS}\n{''.join(scripts)}</script></body></html>")
+    out.write_text("".join(parts), encoding="utf-8")
+    return out
+
+
+def _new_plot(div: str, fig: dict) -> str:
+    data = json.dumps(fig["data"], separators=(",", ":"))
+    layout = json.dumps(fig["layout"], separators=(",", ":"))
+    config = '{"responsive":true,"displaylogo":false}'
+    return f"Plotly.newPlot('{div}',{data},{layout},{config});\n"
+
+
+def _summary(rows: list[dict], notes: dict[str, int]) -> str:
+    head = ["schedule", "v", "makespan", "bubble ratio", "peak activation (M)", "agree"]
+    out = ["<table class='summary'><thead><tr>"
+           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for i, r in enumerate(rows):
+        slug = _slug(r["name"], i)
+        name = f"<a href='#{slug}'>{html.escape(r['name'])}</a>"
+        if r.get("error") or r.get("result") is None:
+            out.append(f"<tr><td>{name}</td><td>{r.get('chunks', '')}</td><td>-</td><td>-</td>"
+                       f"<td>-</td><td>not built</td></tr>")
+            continue
+        flags = r.get("flags") or []
+        agree = ("<span class='yes'>yes</span>" if not flags else
+                 "<span class='no'>no</span> " + ",".join(f"[{notes[f]}]" for f in flags))
+        out.append(f"<tr><td>{name}</td><td>{r['chunks']}</td>"
+                   f"<td class='makespan' data-v='{r['makespan']!r}'>{_fmt(r['makespan'])}</td>"
+                   f"<td data-v='{r['bubble_ratio']!r}'>{r['bubble_ratio']:.4f}</td>"
+                   f"<td data-v='{r['peak_max']!r}'>{_fmt(r['peak_max'], 4)}</td>"
+                   f"<td data-v='{len(flags)}'>{agree}</td></tr>")
+    out.append("</tbody></table>")
+    if notes:
+        out.append("<p class='foot'>agree: the closed formula, the ideal table and the "
+                   "simulation give the same makespan, bubble and peak. Where they do not:</p>")
+        out.extend(f"<p class='foot'>[{n}] {html.escape(f)}</p>" for f, n in notes.items())
+    out.append("<p class='foot'>Click a column header to sort; click a name to jump to its "
+               "charts.</p>")
+    return "".join(out)
+
+
+# --- Jupyter views: small static HTML, no JavaScript -------------------------
+
+def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
+    """An inline SVG Gantt and the headline numbers of a result (Jupyter).
+
+    Parameters
+    ----------
+    result : pipecore.Result
+    max_ops : int, default 5000
+        Above this many ops only the headline numbers are shown, with a
+        pointer to :func:`pipecore.report`.
+    width : int, default 720
+        Width of the drawing in pixels.
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
+    """
+    peak = np.asarray(result.peak_activation, dtype=np.float64)
+    head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(result.name)}"
+            f"</b>: p={result.devices}, makespan {result.makespan:.6g}, bubble ratio "
+            f"{result.bubble_ratio:.4f}, peak activation {peak.max() if peak.size else 0:.4g} M "
+            f"(max device)</div>")
+    ops = result.ops
+    if ops.num_rows > max_ops:
+        return head + (f"<div style='font-size:12px;color:#555'>{ops.num_rows:,} ops: too many "
+                       "to draw inline; pc.report(result, 'page.html') draws them.</div>")
+    p = int(result.devices)
+    start = ops.column("start").to_numpy()
+    finish = ops.column("finish").to_numpy()
+    device = ops.column("device").to_numpy()
+    kind = ops.column("kind").to_pylist()
+    chunk = _chunks(result)
+    n_chunks = int(chunk.max()) + 1 if chunk.size else 1
+    ms = float(result.makespan) or 1.0
+    row_h, left = 14, 28
+    sx = (width - left - 4) / ms
+    h = p * row_h + 4
+    rects = []
+    for i in np.flatnonzero(finish > start).tolist():
+        colour = _shade(_KIND_COLOURS.get(kind[i], _UNKNOWN_COLOUR),
+                        0.45 * chunk[i] / max(n_chunks - 1, 1))
+        rects.append(f"<rect x='{left + start[i] * sx:.1f}' y='{device[i] * row_h + 2}' "
+                     f"width='{max((finish[i] - start[i]) * sx - 0.4, 0.4):.1f}' "
+                     f"height='{row_h - 3}' fill='{colour}'/>")
+    labels = "".join(f"<text x='{left - 4}' y='{d * row_h + row_h - 2}' text-anchor='end'>{d}"
+                     "</text>" for d in range(p))
+    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{h}' "
+           f"font-size='10' font-family='sans-serif'>{labels}{''.join(rects)}</svg>")
+    return head + svg
+
+
+def schedule_grid_html(schedule: Any, max_ops: int = 4000) -> str:
+    """The per-device programs as a compact grid of op labels (Jupyter).
+
+    Parameters
+    ----------
+    schedule : pipecore.Schedule
+    max_ops : int, default 4000
+        Above this many ops only the first slots of each device are shown.
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Raises
+    ------
+    None
+        Nothing beyond errors of the objects it is given.
+    """
+    t = schedule.table
+    device = t.column("device").to_numpy()
+    kind = t.column("kind").to_pylist()
+    mb = t.column("microbatch").to_numpy()
+    stage = t.column("stage").to_numpy()
+    p = int(schedule.devices)
+    chunk = _chunks(None, t)
+    n_chunks = int(chunk.max()) + 1 if chunk.size else 1
+    limit = max(1, max_ops // max(p, 1))
+    progs: list[list[str]] = [[] for _ in range(p)]
+    for d, k, j, s, c in zip(device.tolist(), kind, mb.tolist(), stage.tolist(), chunk.tolist()):
+        if len(progs[d]) < limit:
+            # Light enough for black text; later chunks lighter still.
+            colour = _shade(_KIND_COLOURS.get(k, _UNKNOWN_COLOUR),
+                            0.45 + 0.35 * c / max(n_chunks - 1, 1))
+            progs[d].append(f"<td style='background:{colour};padding:0 2px;border:1px solid #fff'"
+                            f" title='{k} stage {s} mb {j}'>"
+                            f"{k}{j}</td>")
+    cut = any(int((device == d).sum()) > limit for d in range(p))
+    rows = "".join(f"<tr><th>{d}</th>{''.join(cells)}</tr>" for d, cells in enumerate(progs))
+    head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(schedule.name)}"
+            f"</b>: {p} devices, {schedule.microbatches} microbatches, {schedule.num_ops} ops "
+            "(device programs in order; F3 = forward of microbatch 3; lighter = later chunk)"
+            + (f"; first {limit} ops per device shown" if cut else "") + "</div>")
+    return (head + "<table style='border-collapse:collapse;font-size:10px;font-family:monospace'>"
+            + rows + "</table>")
+
+
+
+plug("result_html", result_svg_html)
+Schedule._html_view = staticmethod(schedule_grid_html)
