@@ -21,7 +21,8 @@ import sys
 import optuna
 
 import pipecore as pc
-from pipecore.study import Hardware, TransformerModel
+from pipecore.analysis.study import Hardware, TransformerModel
+from pipecore.core.progress import Progress, enabled
 
 LAYERS, HIDDEN, SEQ = 32, 4096, 2048
 GLOBAL_BATCH = 64  # sequences per iteration
@@ -71,7 +72,9 @@ def objective(trial):
 def main(trials=200, seed=0):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
-    study.optimize(objective, n_trials=trials)
+    bar = Progress(trials, enabled(None), unit="trials")  # the scans' bar, on a terminal
+    study.optimize(objective, n_trials=trials,
+                   callbacks=[lambda st, tr: bar.update(1, final=len(st.trials) == trials)])
     best = study.best_trial
     print(f"best of {len(study.trials)} trials: {best.params}")
     print(f"  {best.value:,.0f} tokens/s per GPU, iteration {best.user_attrs['iteration_s']:.3f} s, "

@@ -26,7 +26,7 @@ from .core.schedule import KINDS, Action, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
 from .output import writers as _writers  # noqa: F401  (registers Result's writers)
 from .output.report import report
-from .scan.batch import simulate_many
+from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, scan, write_scan
 from .schedules import adaptive, blocks, generate
 from .schedules.offload import offload
@@ -48,7 +48,7 @@ __all__ = [
     "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
-    "critical_path", "device_share", "report",
+    "critical_path", "device_share", "report", "product",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,

@@ -48,6 +48,14 @@ def _cost_args(p):
     n.add_argument("--latency", type=float, default=0.0, help="link latency (default 0)")
 
 
+def _progress_args(p):
+    bar = p.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="always show the progress bar (default: only on a terminal)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="never show the progress bar")
+
+
 def _costs(args):
     return Costs(f=args.f, b=args.b, w=args.w, comm=args.comm)
 
@@ -72,6 +80,7 @@ def _parser():
     c.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
     c.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
     c.add_argument("--no-report", action="store_true", help="do not write report.html")
+    _progress_args(c)
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     s = sub.add_parser("simulate", help="simulate one schedule")
@@ -116,6 +125,8 @@ def _parser():
                         "asymmetric.txt; the fifth finding needs it")
     y.add_argument("--asymmetric-microbatches", default="4,8,16,32,64",
                    help="microbatch counts of the asymmetric search (default 4,8,16,32,64)")
+
+    _progress_args(y)
 
     g = sub.add_parser("scan", help="evaluate a grid of configurations into a Parquet dataset")
     g.add_argument("grid", help="grid file (TOML; see README 'Scans')")
@@ -162,6 +173,7 @@ def _parser():
     u.add_argument("--top", type=_positive_int, default=10, help="rows in the report (default 10)")
     u.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
     u.add_argument("--actions", action="store_true", help="also print the winner's programs")
+    _progress_args(u)
 
     sub.add_parser("list", help="list schedule names")
 
@@ -213,11 +225,15 @@ def _cmd_compare(args, out):
     if not args.no_gantt:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
+        from .core.progress import Progress, enabled
+
+        drawn = [r for r in rows if r["result"] is not None]
+        bar = Progress(len(drawn), enabled(args.progress), unit="charts")
         try:
-            for r in rows:
-                if r["result"] is not None:
-                    path = folder / f"{r['name']}-p{args.devices}-m{args.microbatches}.png"
-                    written.append(str(write_gantt(r["result"], path)))
+            for r in drawn:
+                path = folder / f"{r['name']}-p{args.devices}-m{args.microbatches}.png"
+                written.append(str(write_gantt(r["result"], path)))
+                bar.update(1, final=r is drawn[-1])
         except MissingDependencyError as exc:
             gantt_note = f"Gantt charts not written: {exc}"
     page = None
@@ -353,7 +369,7 @@ def _cmd_study(args, out):
 
     t0 = time.perf_counter()
     devices = _int_list("devices", args.devices)
-    table = study(devices, _int_list("microbatches", args.microbatches))
+    table = study(devices, _int_list("microbatches", args.microbatches), progress=args.progress)
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, folder / "study.parquet")
@@ -425,7 +441,7 @@ def _cmd_tune(args, out):
     try:
         best = tune(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
                     network=_network(args), families=families, objective=args.objective,
-                    recompute=not args.no_recompute)
+                    recompute=not args.no_recompute, progress=args.progress)
     except TuneError as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 1

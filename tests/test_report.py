@@ -247,3 +247,30 @@ def test_gantt_png_title_legend_and_chunks(monkeypatch, tmp_path):
     one = pc.simulate(pc.build("1f1b", 4, 8), UNIT)
     assert not any(t.startswith("chunk") for t in _gantt_legend_and_title(
         monkeypatch, tmp_path, one)["legend"])
+
+
+def test_product_makes_every_combination():
+    import itertools
+
+    cols = pc.product(f=[1.0, 2.0], b=[1.0, 2.0, 3.0], w=0.5)
+    expected = list(itertools.product([1.0, 2.0], [1.0, 2.0, 3.0], [0.5]))  # the standard library's
+    assert list(zip(cols["f"], cols["b"], cols["w"])) == expected
+    sched = pc.build("1f1b", 4, 8)
+    out = pc.simulate_many(sched, cols)
+    # 1F1B's closed form: (m + p - 1)(f + b + w), row by row.
+    assert out.column("makespan").to_pylist() == [11 * (f + b + w) for f, b, w in expected]
+    with pytest.raises(ValueError, match="column 'b'"):
+        pc.product(f=[1.0], b=[])
+    with pytest.raises(ValueError, match="at least one column"):
+        pc.product()
+
+
+def test_tuned_repr_is_short_and_html_lists_candidates():
+    t = pc.tune(4, 8, UNIT, memory_limit=4.0)
+    assert len(repr(t)) < 160 and "pyarrow" not in repr(t)
+    page = t._repr_html_()
+    assert html_rows(page) >= 2 and t.label in page
+
+
+def html_rows(page: str) -> int:
+    return page.count("<tr>") - 1  # minus the header row

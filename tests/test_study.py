@@ -74,9 +74,29 @@ def test_cli_study(tmp_path):
     assert set(table.column("family").to_pylist()) == set(pc.schedules())
     assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
     assert "communication changes the winner" in out.getvalue()
-    assert summarize(table).count("\n") == 9 + 1  # header, 9 cells, closing line
+    assert summarize(table).count("\n") == 9 + 2  # header, 9 cells, closing line, legend
 
 
 def test_cli_study_bad_list(capsys):
     assert main(["study", "--devices", "4,x"]) == 2
     assert "--devices must be comma-separated integers" in capsys.readouterr().err
+
+
+def test_summary_marks_overturned_and_formula_ties():
+    # Hand-made rows (no pipecore computation): three settings.
+    import pyarrow as pa
+
+    from pipecore.analysis.study import summarize
+
+    def rows(mb, formula, sim):
+        return [{"devices": 4, "microbatches": mb, "compute": 1.0, "network": 1.0, "family": f,
+                 "formula_time": formula[f], "table_time": formula[f], "sim_time": sim[f],
+                 "error": None} for f in ("a", "b")]
+
+    table = pa.Table.from_pylist(
+        rows(8, {"a": 10, "b": 10}, {"a": 11, "b": 9})     # formula tie, sim picks b
+        + rows(16, {"a": 10, "b": 12}, {"a": 11, "b": 9})  # sim overturns the formula
+        + rows(32, {"a": 10, "b": 12}, {"a": 9, "b": 11}))  # both pick a
+    marks = [line.split()[-1] if not line.endswith("(tie)") else "tie"
+             for line in summarize(table).splitlines()[1:4]]
+    assert marks == ["tie", "yes", "no"]

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.costs import Costs, Network
+from ..core.progress import Progress, enabled
 from ..core.simulate import simulate
 from ..schedules.registry import build, family, schedules
 from .formulas import formula
@@ -130,7 +131,7 @@ class TransformerModel:
 
 
 def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, hardware=None,
-          names=None, factors=GRID_FACTORS) -> pa.Table:
+          names=None, factors=GRID_FACTORS, progress=None) -> pa.Table:
     """Evaluate every family three ways over a compute x network grid.
 
     Parameters
@@ -147,6 +148,8 @@ def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, ha
     factors : sequence of float
         Scale factors for compute and for network (the grid is their
         product).
+    progress : bool, optional
+        Show a progress bar per shape (default: when stderr is a terminal).
 
     Returns
     -------
@@ -171,8 +174,11 @@ def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, ha
         if not x > 0:
             raise ValueError(f"grid factors must be > 0 (got {x})")
     rows = []
+    devices, microbatches = list(devices), list(microbatches)
+    bar = Progress(len(devices) * len(microbatches), enabled(progress), unit="shapes")
     for p in devices:
         for m in microbatches:
+            bar.update(0)
             built = {}
             for name in names:
                 try:
@@ -208,6 +214,7 @@ def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, ha
                         order = sorted(group, key=lambda r, v=view: (r[v], r["family"]))
                         for rank, r in enumerate(order, 1):
                             r[view.split("_")[0] + "_rank"] = rank
+            bar.update(1, final=(p, m) == (devices[-1], microbatches[-1]))
     for r in rows:
         for key in ("formula_rank", "table_rank", "sim_rank"):
             r.setdefault(key, None)
@@ -248,10 +255,21 @@ def summarize(table: pa.Table) -> str:
         sim_best = min(g, key=lambda r: (r["sim_time"], r["family"]))
         flip = sim_best["formula_time"] > lowest * (1 + 1e-9)
         overturned += flip
+        if flip:
+            mark = "yes"
+        elif sim_best["family"] != best["formula_time"]:
+            mark = "no (tie)"  # the simulation's winner is one of the formula's tied best
+        else:
+            mark = "no"
         lines.append(f"{key[0]:>7}  {key[1]:>12}  {key[2]:>7g}  {key[3]:>7g}  "
                      f"{best['formula_time']:<16}  {best['table_time']:<16}  "
-                     f"{best['sim_time']:<16}  {'yes' if flip else ''}")
+                     f"{best['sim_time']:<16}  {mark}")
     lines.append(f"{overturned} of {len(groups)} settings: communication changes the winner "
                  f"the formula predicts")
+    lines.append("compute, network: factors on the compute costs (f, b, w) and on the "
+                 "communication costs; *-best: the fastest family under the closed formula, "
+                 "the ideal table and the simulation (ties by name); overturned: yes when the "
+                 "simulation's winner is not among the formula's best, 'no (tie)' when it is "
+                 "one of several the formula ties for best.")
     return "\n".join(lines)
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from .writers import MissingDependencyError
 
-__all__ = ["CSS", "plotly_js"]
+__all__ = ["CSS", "PALETTE", "plotly_js"]
+
+# Kelly's colours of maximum contrast (white and black left out): 20 that
+# stay apart, for the 17 families of a scan or a study.
+PALETTE = ["#0067a5", "#f38400", "#008856", "#be0032", "#875692", "#882d17", "#e68fac",
+           "#848482", "#8db600", "#a1caf1", "#f3c300", "#604e97", "#f99379", "#2b3d26",
+           "#b3446c", "#c2b280", "#e25822", "#654522", "#dcd300", "#f6a600"]
 
 
 def plotly_js() -> str:

@@ -14,14 +14,11 @@ import pyarrow.parquet as pq
 
 from ..analysis.frontier import pareto_front
 from .page import CSS as _CSS
+from .page import PALETTE as _PALETTE
 from .page import plotly_js as _plotly_js
 
 __all__ = ["scan_report"]
 
-# 20 distinct colours (a scan may hold all 17 families); no two alike.
-_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#7b4173",
-            "#e7ba52", "#3182bd", "#31a354", "#843c39", "#636363", "#9c9ede"]
 _NEEDED = ["schedule", "devices", "microbatches", "network", "memory_max", "makespan",
            "throughput"]
 _HOVER = ["chunks", "f", "b", "w", "comm", "memory_limit", "bubble_ratio"]

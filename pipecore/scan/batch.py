@@ -14,7 +14,7 @@ from ..core.pack import Pack, structure_of
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
 from ..kernels import replay as _replay
 
-__all__ = ["simulate_many", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS",
+__all__ = ["simulate_many", "product", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS",
            "OP_TIME_COLUMNS", "METRIC_COLUMNS"]
 
 #: Per-configuration cost columns (scalars per device share, as in Costs).
@@ -207,6 +207,41 @@ def threads():
     return numba.get_num_threads()
 
 
+def product(**columns) -> dict:
+    """Every combination of the given value lists, as columns for :func:`simulate_many`.
+
+    ``simulate_many`` zips its columns row by row; ``product(f=[1, 2],
+    b=[1, 2, 3])`` gives the 6 rows of every (f, b) pair, with the first
+    column varying slowest (the order of ``itertools.product``).
+
+    Parameters
+    ----------
+    **columns : sequence of float
+        Column name to its values (a scalar counts as one value).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One array per column, all of length the product of the lengths.
+
+    Raises
+    ------
+    ValueError
+        If no column is given or a column has no values.
+    """
+    if not columns:
+        raise ValueError("product() needs at least one column, e.g. product(f=[1, 2])")
+    values = {}
+    for name, v in columns.items():
+        arr = np.atleast_1d(np.asarray(v, dtype=np.float64))
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError(f"product(): column {name!r} needs a non-empty list of numbers "
+                             f"(got {v!r})")
+        values[name] = arr
+    grids = np.meshgrid(*values.values(), indexing="ij")
+    return {name: g.ravel() for name, g in zip(values, grids)}
+
+
 def simulate_many(schedule: Schedule, costs_table, network: Network | None = None,
                   method: str = "replay") -> pa.Table:
     """Simulate one schedule under many configurations in a single kernel call.
@@ -223,7 +258,9 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     ----------
     schedule : Schedule
     costs_table : pyarrow.Table or mapping of str to array_like
-        One row per configuration. Cost columns ``f``, ``b``, ``w``,
+        One row per configuration: columns are zipped row by row (all the
+        same length), not combined; :func:`product` makes every combination
+        of value lists. Cost columns ``f``, ``b``, ``w``,
         ``comm``, ``fb_factor``, ``activation``, ``activation_w``,
         ``weights`` (scalars per device share, as in Costs); network columns
         ``bytes``, ``grad_bytes``, ``bandwidth``, ``latency``,

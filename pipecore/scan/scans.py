@@ -13,7 +13,6 @@ number: a resumed scan writes exactly the rows an uninterrupted one would.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..analysis.frontier import pareto_front
+from ..core.progress import Progress as _Progress
 from ..output.plots import plot_pareto as _plot_pareto
 from .batch import threads
 from .grid import (  # noqa: F401  (re-exported: scan's public names and the parts ray reuses)
@@ -135,38 +135,6 @@ def _done_parts(folder):
 
 
 
-
-
-class _Progress:
-    def __init__(self, total, enabled, stream=None):
-        self.total = total
-        self.enabled = enabled
-        self.stream = sys.stderr if stream is None else stream  # looked up now, not at import
-        self.done = 0
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-
-    def update(self, n, final=False):
-        self.done += n
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if not final and now - self.last < 0.2:
-            return
-        if final and self.total == 0:
-            return
-        self.last = now
-        dt = max(now - self.t0, 1e-9)
-        rate = self.done / dt
-        left = (self.total - self.done) / rate if rate > 0 else math.inf
-        frac = self.done / self.total if self.total else 1.0
-        bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
-        eta = "--:--" if not math.isfinite(left) else time.strftime("%M:%S", time.gmtime(left))
-        self.stream.write(f"\r[{bar}] {100 * frac:5.1f}% {self.done:,}/{self.total:,} "
-                          f"{rate:,.0f} configs/s ETA {eta}  ")
-        if final:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def write_scan(grid, out, resume: bool = False, backend: str = "local", address=None,

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
+from ..core.progress import Progress, enabled
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import Result, simulate, validate
 from ..schedules.registry import build, family, schedules
@@ -135,7 +136,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
          memory_limit: float | None = None, network: Network | None = None,
          families=None, chunks=None, generated: bool = True,
          objective: str = "makespan", polish: bool = True, recompute: bool = True,
-         offload: bool = True) -> Tuned:
+         offload: bool = True, progress=None) -> Tuned:
     """The fastest schedule whose worst device fits the memory limit.
 
     Parameters
@@ -180,6 +181,9 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         to host memory (:func:`pipecore.offload`, copies back issued one or
         two units ahead of the backward), stage by stage on each device
         over the limit.
+    progress : bool, optional
+        Show a progress bar over the candidate builds (default: when stderr
+        is a terminal).
 
     Returns
     -------
@@ -215,11 +219,13 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         _check_int("chunks", c, minimum=1) for c in chunks)
 
     cands = list(_family_candidates(p, m, names, chunk_values))
+    bar = Progress(len(cands), enabled(progress), unit="builds")
     for cand in cands:
         try:
             cand.schedule = build(cand.family, p, m, chunks=cand.chunks, **cand.options)
         except (ValueError, ScheduleError) as exc:
             cand.error = str(exc).splitlines()[0]
+        bar.update(1, final=cand is cands[-1])
     if generated:
         for label, make in _generated(p, m, costs, limit):
             cand = _Candidate(label=label, source="generated", family=label, chunks=None,
@@ -553,6 +559,32 @@ class Tuned:
     network: Network | None
     seconds: float
     objective: str = "makespan"
+
+    def __repr__(self) -> str:
+        # Short: the candidates table is in .candidates and .report().
+        lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit:g}"
+        value = float(np.max(getattr(self.result, self.objective)))  # span is per device
+        return (f"Tuned({self.label!r}, {self.objective}={value:.6g}, memory_limit={lim}, "
+                f"candidates={self.candidates.num_rows})")
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the winner's line and the ranking of :meth:`report` as a table."""
+        import html
+
+        rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
+        key = self.objective
+        fit = sorted((r for r in rows if r["fits"]), key=lambda r: (r[key], r["memory"]))
+        over = sorted((r for r in rows if not r["fits"]), key=lambda r: r[key])
+        cells = "".join(
+            f"<tr><td style='text-align:left'>{html.escape(r['candidate'])}</td>"
+            f"<td>{r['makespan']:.6g}</td><td>{r['bubble_rate']:.4f}</td>"
+            f"<td>{r['memory']:.5g}</td><td>{'yes' if r['fits'] else 'no'}</td></tr>"
+            for r in fit[:10] + over[:5])
+        return (f"<div style='font-family:sans-serif;font-size:13px'><b>tune</b>: "
+                f"{html.escape(self.report(0).splitlines()[0])}</div>"
+                "<table style='font-size:12px;border-collapse:collapse'><thead><tr>"
+                "<th>candidate</th><th>makespan</th><th>bubble rate</th><th>memory (M)</th>"
+                f"<th>fits</th></tr></thead><tbody>{cells}</tbody></table>")
 
     def report(self, top: int = 10) -> str:
         """Why the winner won: the ranking of candidates that fit, and the
