@@ -213,12 +213,25 @@ def _parser():
     return parser
 
 
+def _draw_gantts(jobs, bar):
+    """Draw the charts one after the other (drawing them in forked workers
+    was slower here: each worker imports matplotlib again, and the two vCPUs
+    of this kind of machine do not double the speed)."""
+    from .output.writers import write_gantt
+
+    out = []
+    for i, (result, path) in enumerate(jobs):
+        out.append(str(write_gantt(result, path)))
+        bar.update(1, final=i == len(jobs) - 1)
+    return out
+
+
 def _cmd_compare(args, out):
     from .analysis.compare import compare, format_compare
 
     rows = compare(args.devices, args.microbatches, chunks=args.chunks, costs=_costs(args),
                    network=_network(args))
-    from .output.writers import MissingDependencyError, write_gantt
+    from .output.writers import MissingDependencyError
 
     written = []
     gantt_note = None
@@ -229,11 +242,10 @@ def _cmd_compare(args, out):
 
         drawn = [r for r in rows if r["result"] is not None]
         bar = Progress(len(drawn), enabled(args.progress), unit="charts")
+        jobs = [(r["result"], folder / f"{r['name']}-p{args.devices}-m{args.microbatches}.png")
+                for r in drawn]
         try:
-            for r in drawn:
-                path = folder / f"{r['name']}-p{args.devices}-m{args.microbatches}.png"
-                written.append(str(write_gantt(r["result"], path)))
-                bar.update(1, final=r is drawn[-1])
+            written = _draw_gantts(jobs, bar)
         except MissingDependencyError as exc:
             gantt_note = f"Gantt charts not written: {exc}"
     page = None

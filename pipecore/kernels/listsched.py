@@ -114,37 +114,30 @@ def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost
     u_finish = finish if direct else np.empty(n)
     u_head = np.empty(p, dtype=np.uint32)
     x_coded = x_cls.shape[0] == nx and nx > 0
-    if direct and not scaled and op_code.shape[0] == n:
-        status = list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, op_code,
-                            stage_cost.ravel(), x_cls,
-                            x_ser, x_lat, x_link32, x_dst32, x_after, shared, n_links,
-                            u_start, u_finish, x_start, x_arrival, u_head, np.empty(p),
-                            np.empty(p), np.empty(n_links), np.empty(p, dtype=np.uint32),
-                            np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32),
-                            True, x_coded)
-        for d in range(p):
-            head[d] = u_row[u_head[d]] if rows else u_head[d]
-        return status
-    dur = np.empty(nu)
-    for u in range(nu):
-        h = u_row[u] if rows else u
-        cost = stage_cost[op_kind[h], op_stage[h]]
-        if scaled:
-            cost = cost * op_scale[h]
-        if not rows or u_row[u + 1] - h == 1:
-            dur[u] = cost
-        else:
-            cost2 = stage_cost[op_kind[h + 1], op_stage[h + 1]]
+    # One call site, so Numba compiles list_units once for both cases.
+    by_code = direct and not scaled and op_code.shape[0] == n
+    if by_code:
+        table = stage_cost.ravel()
+    else:
+        table = np.empty(nu)
+        for u in range(nu):
+            h = u_row[u] if rows else u
+            cost = stage_cost[op_kind[h], op_stage[h]]
             if scaled:
-                cost2 = cost2 * op_scale[h + 1]
-            dur[u] = (cost + cost2) * fb_factor
-    status = list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, in_x[:0], dur, x_cls,
-                        x_ser, x_lat,
-                        x_link32, x_dst32, x_after, shared, n_links,
+                cost = cost * op_scale[h]
+            if not rows or u_row[u + 1] - h == 1:
+                table[u] = cost
+            else:
+                cost2 = stage_cost[op_kind[h + 1], op_stage[h + 1]]
+                if scaled:
+                    cost2 = cost2 * op_scale[h + 1]
+                table[u] = (cost + cost2) * fb_factor
+    status = list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, op_code, table, x_cls,
+                        x_ser, x_lat, x_link32, x_dst32, x_after, shared, n_links,
                         u_start, u_finish, x_start, x_arrival, u_head, np.empty(p), np.empty(p),
                         np.empty(n_links), np.empty(p, dtype=np.uint32),
                         np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32),
-                        False, x_coded)
+                        by_code, x_coded)
     if not direct:
         for u in range(nu):
             h = u_row[u]
