@@ -33,6 +33,7 @@ def test_gpipe_with_a_straggler_is_a_tandem_line(slow, s):
     if s != 1.0:
         assert w.per_device[slow] == pytest.approx(w.saved)
         assert f"device {slow}" in w.report()
+        assert f"device {slow}" in w._repr_html_() and len(repr(w)) < 120
     # The critical path: in each direction the tandem line's longest path
     # runs all m cells on the slowest device and one cell on each other one,
     # so with s > 1 the slow device computes m s (f + b) of the path.

@@ -437,6 +437,17 @@ class WhatIf:
         """float: makespan minus counterfactual."""
         return self.makespan - self.counterfactual
 
+    def __repr__(self) -> str:
+        # Short: the critical path tables are in .critical and .share.
+        return (f"WhatIf(makespan={self.makespan:.6g}, without {self.removed}="
+                f"{self.counterfactual:.6g}, devices={sorted(self.per_device)})")
+
+    def _repr_html_(self) -> str:
+        """Jupyter: :meth:`report` as preformatted text."""
+        import html
+
+        return f"<pre style='font-size:12px'>{html.escape(self.report())}</pre>"
+
     def report(self) -> str:
         """Plain-text summary, slowest contributors first.
 
