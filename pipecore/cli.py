@@ -320,12 +320,17 @@ def _cmd_simulate(args, out):
         json.dump({**metrics, **extra, "files": files}, out, indent=2)
         out.write("\n")
     else:
+        # Units as in the README: time in the costs' unit, memory in M (one activation).
+        units = {"makespan": "  (cost units)", "bubble_ratio": "  (idle fraction)",
+                 "bubble_rate": "  (idle fraction, longest span)",
+                 "peak_activation_max": "  (M)", "peak_activation_min": "  (M)"}
         for key in ("name", "devices", "microbatches", "stages", "ops", "transfers", "makespan",
                     "bubble_ratio", "bubble_rate", "peak_activation_max", "peak_activation_min"):
             value = metrics[key]
-            out.write(f"{key:<20} {value:.6g}\n" if isinstance(value, float)
-                      else f"{key:<20} {value}\n")
-        out.write(f"{'peak_activation':<20} {' '.join(f'{x:g}' for x in metrics['peak_activation'])}\n")
+            text = f"{value:.6g}" if isinstance(value, float) else f"{value}"
+            out.write(f"{key:<20} {text}{units.get(key, '')}\n")
+        out.write(f"{'peak_activation':<20} "
+                  f"{' '.join(f'{x:g}' for x in metrics['peak_activation'])}  (M, per device)\n")
         if extra:
             _write_critical(extra["critical_path"], out)
         for kind, path in files.items():

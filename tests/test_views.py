@@ -131,7 +131,7 @@ def test_cli_simulate_with_network_text():
     # queue on link 1->0 (8.5, 10.5, 12.5) and land at 11, 13, 15: makespan 15.
     code, text = run_cli(["simulate", "gpipe", "-p", "2", "-m", "3", "--f", "1", "--b", "0", "--w", "0",
                           "--bytes", "4", "--bandwidth", "2", "--latency", "0.5"])
-    assert code == 0 and "makespan             15\n" in text
+    assert code == 0 and "makespan             15  (cost units)\n" in text
 
 
 def test_cli_table_and_list():
