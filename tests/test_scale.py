@@ -156,3 +156,28 @@ def test_large_schedules_take_the_kernel_path_by_default(monkeypatch):
     sched = pc.build("zb-h1", 8, 32)
     assert calls and sched.num_ops == 8 * 32 * 3
     _same_structure(structure(sched), structure(sched, fast=False))
+
+
+def test_large_outputs_skip_the_hugepage_hint_and_restore_it(monkeypatch):
+    # The hint is numpy's global switch: turned off for one big output
+    # buffer, then back to what it was (True or False).
+    from pipecore.core.simulate import _NO_HUGEPAGE_ABOVE, _output_buffer
+
+    try:
+        from numpy._core import multiarray as ma
+    except ImportError:
+        from numpy.core import multiarray as ma
+    switch = getattr(ma, "_set_madvise_hugepage", None)
+    if switch is None:
+        pytest.skip("this numpy has no hugepage switch")
+    size = _NO_HUGEPAGE_ABOVE // 8 + 1
+    for state in (True, False):
+        before = switch(state)
+        try:
+            buf = _output_buffer(size)
+            assert buf.shape == (size,) and buf.dtype == np.float64
+            assert switch(state) is state  # unchanged by the call
+        finally:
+            switch(before)
+    monkeypatch.setenv("PIPECORE_HUGEPAGES", "1")
+    assert _output_buffer(16).shape == (16,)
