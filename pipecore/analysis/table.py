@@ -188,13 +188,15 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
                     progressed = True
         if not remaining:
             break
+        # Every op finishing after t is its device's current unit, so its
+        # finish is that device's free_at: the devices' times are all events
+        # (scanning done_at instead made this quadratic in the ops).
         upcoming = [x for x in free_at if x > t]
-        waiting = [done for done in done_at.values() if done > t]
-        if not upcoming and not waiting:
+        if not upcoming:
             dev_ptr = schedule._info()["dev_ptr"]
             raise _deadlock_error(schedule, np.array(
                 [dev_ptr[d] + _rows_before(units[d], head[d]) for d in range(len(units))]))
-        t = min(upcoming + waiting)
+        t = min(upcoming)
     length = max(free_at) if units else 0
     grid = np.full((schedule.devices, length), -1, dtype=np.int64)
     dev_ptr = schedule._info()["dev_ptr"]

@@ -45,6 +45,15 @@ def _shade(colour: str, amount: float) -> str:
     return "#" + "".join(f"{c:02x}" for c in mix)
 
 
+def _kind_codes(column) -> tuple[np.ndarray, list]:
+    """Per-row codes into a list of kind names (no Python string per op)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    names = arr.dictionary.to_pylist()
+    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), names
+
+
 def _chunks(result: Any, ops: pa.Table | None = None) -> np.ndarray:
     """Chunk of every op: the rank of its stage among its device's stages."""
     ops = result.ops if ops is None else ops
@@ -102,7 +111,7 @@ def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str 
     start = ops.column("start").to_numpy()
     finish = ops.column("finish").to_numpy()
     device = ops.column("device").to_numpy()
-    kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
+    code, names = _kind_codes(ops.column("kind"))
     stage = ops.column("stage").to_numpy()
     mb = ops.column("microbatch").to_numpy()
     keep = finish > start  # zero-length ops (W with w = 0) would be invisible gaps
@@ -122,7 +131,7 @@ def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str 
     traces = []
     n_visible = int(keep.sum())
     if n_visible > max_ops:
-        return _aggregate_figure(start[keep], finish[keep], device[keep], kind[keep], p,
+        return _aggregate_figure(start[keep], finish[keep], device[keep], p,
                                  makespan, layout), (
             f"{n_visible:,} ops: drawn as the busy fraction of each device per time bucket "
             f"({BUCKETS} buckets of {makespan / BUCKETS:.4g}) instead of one bar per op "
@@ -130,10 +139,12 @@ def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str 
     chunk = _chunks(result)
     n_chunks = int(chunk.max()) + 1 if chunk.size else 1
     label = n_visible <= 3000
-    for k in [k for k in ("F", "B", "W", "BW", "R", "AR", "O", "L") if k in set(kind[keep])] + \
-            sorted(set(kind[keep]) - {"F", "B", "W", "BW", "R", "AR", "O", "L"}):
+    present = {names[i] for i in np.unique(code[keep]).tolist()}
+    order = ("F", "B", "W", "BW", "R", "AR", "O", "L")
+    for k in [k for k in order if k in present] + sorted(present - set(order)):
+        is_k = code == names.index(k)
         for c in range(n_chunks):
-            sel = keep & (kind == k) & (chunk == c)
+            sel = keep & is_k & (chunk == c)
             if not sel.any():
                 continue
             base = _KIND_COLOURS.get(k, _UNKNOWN_COLOUR)
@@ -180,7 +191,7 @@ def _critical_trace(result: Any) -> dict:
             "hoverinfo": "skip"}
 
 
-def _aggregate_figure(start, finish, device, kind, p, makespan, layout) -> dict:
+def _aggregate_figure(start, finish, device, p, makespan, layout) -> dict:
     """Busy fraction per device and time bucket, as one heatmap."""
     width = makespan / BUCKETS if makespan > 0 else 1.0
     busy = np.zeros((p, BUCKETS))
@@ -546,7 +557,7 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     start = ops.column("start").to_numpy()
     finish = ops.column("finish").to_numpy()
     device = ops.column("device").to_numpy()
-    kind = ops.column("kind").to_pylist()
+    code, names = _kind_codes(ops.column("kind"))
     chunk = _chunks(result)
     n_chunks = int(chunk.max()) + 1 if chunk.size else 1
     ms = float(result.makespan) or 1.0
@@ -555,7 +566,7 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     h = p * row_h + 4
     rects = []
     for i in np.flatnonzero(finish > start).tolist():
-        colour = _shade(_KIND_COLOURS.get(kind[i], _UNKNOWN_COLOUR),
+        colour = _shade(_KIND_COLOURS.get(names[code[i]], _UNKNOWN_COLOUR),
                         0.45 * chunk[i] / max(n_chunks - 1, 1))
         rects.append(f"<rect x='{left + start[i] * sx:.1f}' y='{device[i] * row_h + 2}' "
                      f"width='{max((finish[i] - start[i]) * sx - 0.4, 0.4):.1f}' "
@@ -588,23 +599,30 @@ def schedule_grid_html(schedule: Any, max_ops: int = 4000) -> str:
     """
     t = schedule.table
     device = t.column("device").to_numpy()
-    kind = t.column("kind").to_pylist()
-    mb = t.column("microbatch").to_numpy()
-    stage = t.column("stage").to_numpy()
     p = int(schedule.devices)
     chunk = _chunks(None, t)
     n_chunks = int(chunk.max()) + 1 if chunk.size else 1
     limit = max(1, max_ops // max(p, 1))
+    # Only the shown ops become Python objects (a huge schedule stays quick).
+    counts = np.bincount(device, minlength=p)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    order = np.argsort(device, kind="stable")
+    rank = np.empty(device.size, dtype=np.int64)
+    rank[order] = np.arange(device.size) - first[device[order]]
+    shown = np.flatnonzero(rank < limit)
+    code, names = _kind_codes(t.column("kind"))
+    kind = [names[i] for i in code[shown].tolist()]
+    mb = t.column("microbatch").to_numpy()[shown]
+    stage = t.column("stage").to_numpy()[shown]
     progs: list[list[str]] = [[] for _ in range(p)]
-    for d, k, j, s, c in zip(device.tolist(), kind, mb.tolist(), stage.tolist(), chunk.tolist()):
-        if len(progs[d]) < limit:
-            # Light enough for black text; later chunks lighter still.
-            colour = _shade(_KIND_COLOURS.get(k, _UNKNOWN_COLOUR),
-                            0.45 + 0.35 * c / max(n_chunks - 1, 1))
-            progs[d].append(f"<td style='background:{colour};padding:0 2px;border:1px solid #fff'"
-                            f" title='{k} stage {s} mb {j}'>"
-                            f"{k}{j}</td>")
-    cut = any(int((device == d).sum()) > limit for d in range(p))
+    for d, k, j, s, c in zip(device[shown].tolist(), kind, mb.tolist(), stage.tolist(),
+                             chunk[shown].tolist()):
+        # Light enough for black text; later chunks lighter still.
+        colour = _shade(_KIND_COLOURS.get(k, _UNKNOWN_COLOUR),
+                        0.45 + 0.35 * c / max(n_chunks - 1, 1))
+        progs[d].append(f"<td style='background:{colour};padding:0 2px;border:1px solid #fff'"
+                        f" title='{k} stage {s} mb {j}'>{k}{j}</td>")
+    cut = bool((counts > limit).any())
     rows = "".join(f"<tr><th>{d}</th>{''.join(cells)}</tr>" for d, cells in enumerate(progs))
     head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(schedule.name)}"
             f"</b>: {p} devices, {schedule.microbatches} microbatches, {schedule.num_ops} ops "
