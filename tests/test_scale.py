@@ -181,3 +181,34 @@ def test_large_outputs_skip_the_hugepage_hint_and_restore_it(monkeypatch):
             switch(before)
     monkeypatch.setenv("PIPECORE_HUGEPAGES", "1")
     assert _output_buffer(16).shape == (16,)
+
+
+@pytest.mark.parametrize("name", VECTORISED)
+@settings(max_examples=10, deadline=None)
+@given(p=st.integers(1, 7), m=st.integers(1, 16), v=st.integers(1, 3))
+def test_scatter_kernel_equals_numpy_scatter(name, p, m, v):
+    # Large shapes write the columns with kernels.slots.scatter_slots; the
+    # numpy scatter (small shapes) is the reference here.
+    if name in ("interleaved-1f1b", "interleaved-zb"):
+        m = p * max(1, m // p)
+    kwargs = {"chunks": v} if name in ("interleaved-1f1b", "looped-bfs", "interleaved-zb") else {}
+    try:
+        ref = pc.build(name, p, m, **kwargs)
+    except ValueError:
+        return  # a shape the family refuses (same on both paths)
+    saved = registry.SCATTER_MIN_OPS
+    registry.SCATTER_MIN_OPS = 0
+    try:
+        got = pc.build(name, p, m, **kwargs)
+    finally:
+        registry.SCATTER_MIN_OPS = saved
+    assert got.table.equals(ref.table)
+
+
+def test_scatter_kernel_reports_a_builder_bug():
+    parts = [(0, np.zeros((2, 1)), np.arange(3)[None, :], np.array([[0, 1, 1], [0, 1, 2]]))]
+    with pytest.raises(RuntimeError, match="two ops in one slot"):
+        registry._slots_kernel("broken", 2, 3, parts)
+    parts = [(0, np.zeros((2, 1)), np.arange(2)[None, :], np.array([[0, 1], [0, 2]]))]
+    with pytest.raises(RuntimeError, match="left a slot empty"):
+        registry._slots_kernel("broken", 2, 3, parts)

@@ -38,7 +38,8 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
     Rows must be sorted by (device, slot, kind). ``S`` and ``m`` are one
     more than the largest stage and microbatch. Returns ``(status, f_idx
     (F row per key, only when replicated),
-    paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr)``;
+    paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr,
+    first_dev (device of each stage's microbatch 0), x_src_dev, x_dst_dev)``;
     status 0 means every rule holds and the arrays equal the numpy path's.
     """
     n = dev.size
@@ -50,7 +51,8 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
     e_dep = np.empty((0, 2), np.int32)
     e_i32 = np.empty(0, np.int32)
     e_i64 = np.empty(0, np.int64)
-    fail = (1, e_i32, paired, e_dep, e_dep, e_i32, e_i32, e_i64, e_i32, 0, e_i64)
+    fail = (1, e_i32, paired, e_dep, e_dep, e_i32, e_i32, e_i64, e_i32, 0, e_i64, e_i32,
+            e_i64, e_i32)
     n_f = 0
     for r in range(n):
         k = kind[r]
@@ -151,8 +153,15 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
             link_id[c] = n_links
             n_links += 1
     x_link = np.empty(nx, np.int32)
+    # The transfers' device columns too (gathers in numpy cost more).
+    x_src_dev = np.empty(nx, np.int64)
+    x_dst_dev = np.empty(nx, np.int32)
     for i in range(nx):
-        x_link[i] = link_id[dev[x_src[i]] * p + dev[x_dst[i]]]
+        a = dev[x_src[i]]
+        b = dev[x_dst[i]]
+        x_src_dev[i] = a
+        x_dst_dev[i] = b
+        x_link[i] = link_id[a * p + b]
     dev_ptr = np.zeros(p + 1, np.int64)
     for r in range(n):
         dev_ptr[dev[r] + 1] += 1
@@ -160,4 +169,5 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
         dev_ptr[d + 1] += dev_ptr[d]
     # The F rows are only needed to list a replicated stage's devices.
     f_idx = idx[:, 0].copy() if replicated else e_i32
-    return (0, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr)
+    return (0, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr,
+            first_dev, x_src_dev, x_dst_dev)

@@ -35,8 +35,8 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     p, m, v = devices, microbatches, chunks
     # Op i of a device's forward half is chunk i // m, microbatch i % m; its
     # backward half runs the same (chunk, microbatch)s in reverse.
-    i = np.arange(v * m, dtype=np.int64)[None, :]
-    d = np.arange(p, dtype=np.int64)[:, None]
+    i = np.arange(v * m, dtype=np.int32)[None, :]
+    d = np.arange(p, dtype=np.int32)[:, None]
     stage = (i // m) * p + d
     return _slots_to_schedule("looped-bfs", p, 2 * v * m,
                               [(0, stage, i % m, i), (3, stage, i % m, 2 * v * m - 1 - i)])

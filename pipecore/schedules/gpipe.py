@@ -29,8 +29,8 @@ def build_gpipe(devices, microbatches, chunks=1):
         Every shape that :func:`pipecore.build` accepts works.
     """
     m = microbatches
-    j = np.arange(m, dtype=np.int64)[None, :]
-    stage = np.arange(devices, dtype=np.int64)[:, None]
+    j = np.arange(m, dtype=np.int32)[None, :]
+    stage = np.arange(devices, dtype=np.int32)[:, None]
     return _slots_to_schedule("gpipe", devices, 2 * m, [(0, stage, j, j), (3, stage, j, m + j)])
 
 

@@ -40,9 +40,10 @@ def build_interleaved(devices, microbatches, chunks=2):
         raise ValueError(f"'interleaved-1f1b' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     total = m * v
-    d = np.arange(p, dtype=np.int64)[:, None]
-    warm = np.full((p, 1), total) if m == p else np.minimum(2 * (p - d - 1) + (v - 1) * p, total)
-    k = np.arange(total, dtype=np.int64)[None, :]
+    d = np.arange(p, dtype=np.int32)[:, None]
+    warm = (np.full((p, 1), total, dtype=np.int32) if m == p
+            else np.minimum(2 * (p - d - 1) + (v - 1) * p, total))
+    k = np.arange(total, dtype=np.int32)[None, :]
     chunk = (k // p) % v
     mb = (k // (p * v)) * p + k % p
     # The k-th forward fills slot k during warm-up, then every other slot;
@@ -137,8 +138,8 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     p, m, v = devices, microbatches, chunks
     r = _zb_round(p, m)
     total = m * v
-    d = np.arange(p, dtype=np.int64)[:, None]
-    k = np.arange(total, dtype=np.int64)[None, :]
+    d = np.arange(p, dtype=np.int32)[:, None]
+    k = np.arange(total, dtype=np.int32)[None, :]
     warm = np.minimum((v - 1) * r + p - 1 - d, total)
     # The k-th forward is chunk (k // r) % v, the k-th B chunk v-1-(k // r) % v;
     # each stage takes its microbatches in order.
@@ -148,7 +149,7 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     def loop_pos(i):  # slot of steady iteration i's first op
         return warm + np.minimum(i, total - warm) + i + np.maximum(0, i - d)
 
-    has_f = (warm + k < total).astype(np.int64)
+    has_f = (warm + k < total).astype(np.int32)
     f_slot = np.where(k < warm, k, warm + 2 * (k - warm) + np.maximum(0, k - warm - d))
     b_slot = loop_pos(k) + has_f
     w_iter = k + d  # the W of the k-th B follows the (k+d)-th B, or drains at the end

@@ -33,9 +33,9 @@ def _one_f_one_b_slots(name, devices, microbatches, warmup):
     BW(j - k)); BW(j) is in slot k + 2j while forwards remain, then m + j.
     """
     m = microbatches
-    k = np.asarray(warmup, dtype=np.int64)[:, None]
-    j = np.arange(m, dtype=np.int64)[None, :]
-    stage = np.arange(devices, dtype=np.int64)[:, None]
+    k = np.asarray(warmup, dtype=np.int32)[:, None]
+    j = np.arange(m, dtype=np.int32)[None, :]
+    stage = np.arange(devices, dtype=np.int32)[:, None]
     f_slot = np.where(j < k, j, 2 * j - k + 1)
     b_slot = np.where(j < m - k, k + 2 * j, m + j)
     return _slots_to_schedule(name, devices, 2 * m, [(0, stage, j, f_slot), (3, stage, j, b_slot)])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.schedule import Schedule, _check_int
+from ..kernels.slots import scatter_slots
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
 
@@ -255,6 +256,8 @@ def _slots_to_schedule(name, devices, length, parts):
     vectorised builder with its per-op reference builder).
     """
     p = devices
+    if p * length >= SCATTER_MIN_OPS:
+        return _slots_kernel(name, p, length, parts)
     kind = np.full((p, length), -1, dtype=np.int8)
     stage = np.empty((p, length), dtype=np.int32)
     mb = np.empty((p, length), dtype=np.int32)
@@ -270,6 +273,34 @@ def _slots_to_schedule(name, devices, length, parts):
     slot = np.tile(np.arange(length, dtype=np.int32), p)
     return Schedule.from_arrays(device, slot, kind.reshape(-1), stage.reshape(-1),
                                 mb.reshape(-1), name=name, devices=p)
+
+
+# From this many ops on, _slots_to_schedule writes the columns with a Numba
+# kernel (small shapes keep numpy and so compile nothing at cold start).
+SCATTER_MIN_OPS = 262_144
+
+
+def _as_2d(x):
+    return np.ascontiguousarray(np.asarray(x, dtype=np.int32).reshape(
+        (1, 1) if np.ndim(x) == 0 else np.shape(x) if np.ndim(x) == 2 else (1, -1)))
+
+
+def _slots_kernel(name, p, length, parts):
+    """:func:`_slots_to_schedule` through :func:`kernels.slots.scatter_slots`."""
+    n = p * length
+    device = np.empty(n, dtype=np.int32)
+    slot = np.empty(n, dtype=np.int32)
+    kind = np.full(n, -1, dtype=np.int8)
+    stage = np.empty(n, dtype=np.int32)
+    mb = np.empty(n, dtype=np.int32)
+    for code, st, j, sl in parts:
+        if scatter_slots(device, slot, kind, stage, mb, length, np.int8(code),
+                         _as_2d(st), _as_2d(j), _as_2d(sl)):
+            raise RuntimeError(f"internal error: the {name} builder put two ops in one slot "
+                               f"or one outside its {length} slots")
+    if int(kind.min(initial=0)) < 0:
+        raise RuntimeError(f"internal error: the {name} builder left a slot empty")
+    return Schedule.from_arrays(device, slot, kind, stage, mb, name=name, devices=p)
 
 
 # Importing the family modules registers them.

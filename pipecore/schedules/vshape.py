@@ -76,8 +76,8 @@ def _zb_v_slots(p, m):
     order (every device keeps 6m ops).
     """
     n = max(m, 2 * p - 1)
-    d = np.arange(p, dtype=np.int64)[:, None]
-    j = np.arange(n, dtype=np.int64)[None, :]
+    d = np.arange(p, dtype=np.int32)[:, None]
+    j = np.arange(n, dtype=np.int32)[None, :]
     a = 2 * (p - d) - 1
     K = n - 2 * p + d + 1
     T = n - p

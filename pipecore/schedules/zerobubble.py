@@ -49,10 +49,11 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
     its W.
     """
     m = microbatches
-    k = np.minimum(np.asarray(warmup, dtype=np.int64), m)[:, None]
-    lag = np.asarray(lag, dtype=np.int64)[:, None]
-    j = np.arange(m, dtype=np.int64)[None, :]
-    stage = np.arange(devices, dtype=np.int64)[:, None]
+    # int32 halves the temporaries (slots stay below 3m, far from overflow).
+    k = np.minimum(np.asarray(warmup, dtype=np.int32), m)[:, None]
+    lag = np.asarray(lag, dtype=np.int32)[:, None]
+    j = np.arange(m, dtype=np.int32)[None, :]
+    stage = np.arange(devices, dtype=np.int32)[:, None]
 
     def g(i):
         return k + i + np.maximum(0, i - lag) + np.minimum(i, m - k)
