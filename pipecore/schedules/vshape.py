@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.schedule import Schedule
 from .blocks import repeat, v_half, v_min, v_zb
-from .registry import Family, ProgramBuilder, _programs_to_schedule, register
+from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
 
 
 def v_placement(devices):
@@ -105,6 +105,10 @@ def _zb_v_slots(p, m):
     w0 = np.where(j < T, steady(j, 2, 1),
                   np.where(j < n - d, P5b + 2 * (j - T) + 1, P5d + (j - (n - d))))
     c0, c1 = d, 2 * p - 1 - d
+    if n == m:  # nothing to drop: every slot holds an op
+        return _slots_to_schedule("zb-v", p, 6 * m, [
+            (0, c0, j, f0), (0, c1, j, f1), (1, c0, j, b0), (1, c1, j, b1), (2, c0, j, w0),
+            (2, c1, j, w1)])
     full = 6 * n
     kind = np.empty((p, full), dtype=np.int8)
     stage = np.empty((p, full), dtype=np.int32)
