@@ -58,6 +58,7 @@ import numpy as np
 
 from ..core.costs import Costs
 from ..core.schedule import Schedule, _check_int
+from ..kernels import adaptive as _kernels
 
 __all__ = ["adaptive_v", "adaptive_blocks"]
 
@@ -214,7 +215,44 @@ def _layout(blk, chain, mb):
     return rows
 
 
+# Letters to the kernels' codes (None, an idle slot, becomes '.' then -1).
+_TO_CHAR = {None: ".", **{c: c for c in _LETTERS}}
+_FROM_CHAR = {".": None, **{c: c for c in _LETTERS}}
+_LETTER_BYTES = np.frombuffer(_LETTERS.encode("ascii"), dtype=np.uint8)
+_CODE_OF = np.full(128, -1, dtype=np.int8)
+for _i, _c in enumerate(_LETTERS):
+    _CODE_OF[ord(_c)] = _i
+
+
+def _encode(rows):
+    """Each row's letters as one flat int8 array of codes, and row offsets
+    (map and join run in C: the grids have thousands of slots per row)."""
+    lines = ["".join(map(_TO_CHAR.__getitem__, row)) for row in rows]
+    codes = _CODE_OF[np.frombuffer("".join(lines).encode("ascii"), dtype=np.uint8)]
+    # Row offsets among the ops (idle slots dropped).
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(line) - line.count(".") for line in lines])
+    return np.ascontiguousarray(codes[codes >= 0]), ptr
+
+
 def _squeeze(rows):
+    """Each op as early as its device order and its cross-device input allow
+    (one slot after the input's slot); :func:`_squeeze_reference` in Numba."""
+    codes, ptr = _encode(rows)
+    ok, slot = _kernels.squeeze_slots(codes, ptr)
+    if not ok:
+        return None  # a cross-device wait cycle: not a usable order
+    length = int(slot.max()) + 1 if slot.size else 0
+    out = []
+    for i in range(len(rows)):
+        line = np.full(length, ord("."), dtype=np.uint8)
+        a, b = ptr[i], ptr[i + 1]
+        line[slot[a:b]] = _LETTER_BYTES[codes[a:b]]
+        out.append(list(map(_FROM_CHAR.__getitem__, line.tobytes().decode("ascii"))))
+    return out
+
+
+def _squeeze_reference(rows):
     """Each op as early as its device order and its cross-device input allow
     (one slot after the input's slot)."""
     p = len(rows)
@@ -410,6 +448,22 @@ def _rebuild_cooldown(rows, m):
 def _fill_gaps(rows):
     """Pull a later op of the same device into each idle slot when its input
     is ready there and the device's peak does not rise (slot order, devices
+    ascending within a slot); :func:`_fill_gaps_reference` in Numba."""
+    n = len(rows[0]) if rows else 0
+    if any(len(row) != n for row in rows):
+        return _fill_gaps_reference(rows)  # ragged rows: the reference's own rules
+    codes = _CODE_OF[np.frombuffer("".join(
+        "".join(map(_TO_CHAR.__getitem__, row)) for row in rows).encode("ascii"),
+        dtype=np.uint8)].reshape(len(rows), n)
+    grid = _kernels.fill_gaps(np.ascontiguousarray(codes))
+    chars = np.where(grid >= 0, _LETTER_BYTES[np.maximum(grid, 0)], ord("."))
+    return [list(map(_FROM_CHAR.__getitem__, line.tobytes().decode("ascii")))
+            for line in chars.astype(np.uint8)]
+
+
+def _fill_gaps_reference(rows):
+    """Pull a later op of the same device into each idle slot when its input
+    is ready there and the device's peak does not rise (slot order, devices
     ascending within a slot)."""
     p = len(rows)
     peak = max(_peaks(rows))
@@ -552,6 +606,17 @@ def _build(blk, chain, m, limit_units):
 
 
 def _span(rows, f, b, w, c):
+    """Longest device span (first forward start to last op end) with per-chunk
+    costs f, b, w and a latency c on every hop between devices;
+    :func:`_span_reference` in Numba."""
+    codes, ptr = _encode(rows)
+    if len(rows) == 0:
+        return _span_reference(rows, f, b, w, c)
+    dur = np.array([f, f, b, b, w, w], dtype=np.float64)
+    return float(_kernels.span_times(codes, ptr, dur, float(c)))
+
+
+def _span_reference(rows, f, b, w, c):
     """Longest device span (first forward start to last op end) with per-chunk
     costs f, b, w and a latency c on every hop between devices."""
     p = len(rows)
