@@ -40,3 +40,22 @@ def test_zero_bubble_at_equal_times():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         zbv_greedy(**kwargs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(placement=st.lists(st.integers(0, 5), min_size=1, max_size=10), m=st.integers(1, 12))
+def test_greedy_kernel_equals_the_python_reference(placement, m):
+    # generate.greedy runs as a Numba kernel from GREEDY_KERNEL_MIN_OPS ops;
+    # the pure-Python loop it replaced is the reference.
+    from pipecore.schedules import generate
+
+    used = sorted(set(placement))
+    placement = [used.index(d) for d in placement]  # every device holds a stage
+    want = generate._greedy_reference(placement, m, "greedy")
+    saved = generate.GREEDY_KERNEL_MIN_OPS
+    generate.GREEDY_KERNEL_MIN_OPS = 0
+    try:
+        got = generate.greedy(placement, m)
+    finally:
+        generate.GREEDY_KERNEL_MIN_OPS = saved
+    assert got.table.equals(want.table)

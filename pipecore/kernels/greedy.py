@@ -9,6 +9,8 @@ tune's time. The Python version stays as the tested reference.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 from numba import njit
 
@@ -187,3 +189,78 @@ def memory_greedy_kernel(placement, st_ptr, st_list, m, tf, tb, tw, comm, act, a
                      cap, f_done, b_done, next_f, next_b, free, mem, ahead, w_head, w_tail,
                      w_stage, w_fill, prop)
     return 0
+
+
+@njit(cache=True)
+def earliest_first(placement, m, p):
+    """The unit-time list scheduler of ``schedules.generate.greedy``.
+
+    Fused F/BW ops of one time unit, free communication; the op that can
+    start earliest is committed next, ties to a backward, then the lower
+    microbatch, then the deeper stage. Returns the op table's columns in
+    (device, program position) order: ``(device, slot, kind (0=F, 3=BW),
+    stage, microbatch)``.
+    """
+    S = placement.size
+    n = 2 * S * m
+    done = np.full((2, S, m), -1, np.int64)  # finish time of F (0) and BW (1)
+    free = np.zeros(p, np.int64)
+    dev_ptr = np.zeros(p + 1, np.int64)
+    for s in range(S):
+        dev_ptr[placement[s] + 1] += 2 * m
+    for d in range(p):
+        dev_ptr[d + 1] += dev_ptr[d]
+    filled = np.zeros(p, np.int64)
+    device = np.empty(n, np.int32)
+    slot = np.empty(n, np.int32)
+    kind = np.empty(n, np.int8)
+    stage = np.empty(n, np.int32)
+    mb = np.empty(n, np.int32)
+    # Heap entries (start, 0 for BW / 1 for F, microbatch, -stage, op kind, stage).
+    heap = [(np.int64(0), np.int64(1), np.int64(j), np.int64(0), np.int64(0), np.int64(0))
+            for j in range(m)]
+    heapq.heapify(heap)
+    while len(heap) > 0:
+        t0, flag, j, neg, k, s = heapq.heappop(heap)
+        d = placement[s]
+        t = free[d]
+        if k == 0:
+            if s > 0:
+                t = max(t, done[0, s - 1, j])
+        else:
+            t = max(t, done[0, s, j])
+            if s < S - 1:
+                t = max(t, done[1, s + 1, j])
+        if t > t0:
+            heapq.heappush(heap, (t, flag, j, neg, k, s))  # the device got busy meanwhile
+            continue
+        done[k, s, j] = t + 1
+        free[d] = t + 1
+        r = dev_ptr[d] + filled[d]
+        device[r] = d
+        slot[r] = filled[d]
+        kind[r] = 0 if k == 0 else 3
+        stage[r] = s
+        mb[r] = j
+        filled[d] += 1
+        # The consumer, pushed once all its producers have finished.
+        if k == 0:
+            ck, cs = (0, s + 1) if s < S - 1 else (1, s)
+        elif s > 0:
+            ck, cs = 1, s - 1
+        else:
+            continue
+        if ck == 0:
+            ready = done[0, cs - 1, j]
+        else:
+            ready = done[0, cs, j]
+            if cs < S - 1:
+                if done[1, cs + 1, j] < 0:
+                    continue
+                ready = max(ready, done[1, cs + 1, j])
+        if ready < 0:
+            continue
+        start = max(ready, free[placement[cs]])
+        heapq.heappush(heap, (start, np.int64(0 if ck == 1 else 1), j, np.int64(-cs),
+                              np.int64(ck), np.int64(cs)))
+    return device, slot, kind, stage, mb

@@ -316,12 +316,27 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     ValueError
         If the placement is empty or has a negative device, or m < 1.
     """
-    import heapq
-
     placement = [int(d) for d in placement]
     if not placement or min(placement) < 0:
         raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
     m = _check_int("microbatches", microbatches, minimum=1)
+    S = len(placement)
+    p = max(placement) + 1
+    if 2 * S * m >= GREEDY_KERNEL_MIN_OPS:
+        cols = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p)
+        return Schedule.from_arrays(*cols, name=name, devices=p)
+    return _greedy_reference(placement, m, name)
+
+
+# From this many ops on, greedy runs as a Numba kernel; smaller schedules
+# (compare's hanayo at p=8) keep the Python loop and compile nothing.
+GREEDY_KERNEL_MIN_OPS = 16_384
+
+
+def _greedy_reference(placement, m, name):
+    """The pure-Python :func:`greedy` (the tests compare the kernel with it)."""
+    import heapq
+
     S = len(placement)
     p = max(placement) + 1
     done = {}
