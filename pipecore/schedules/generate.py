@@ -330,7 +330,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
 
 # From this many ops on, greedy runs as a Numba kernel; smaller schedules
 # (compare's hanayo at p=8) keep the Python loop and compile nothing.
-GREEDY_KERNEL_MIN_OPS = 16_384
+GREEDY_KERNEL_MIN_OPS = 2_048
 
 
 def _greedy_reference(placement, m, name):
