@@ -9,8 +9,6 @@ tune's time. The Python version stays as the tested reference.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 from numba import njit
 
@@ -191,6 +189,54 @@ def memory_greedy_kernel(placement, st_ptr, st_list, m, tf, tb, tw, comm, act, a
     return 0
 
 
+_BITS = 21
+_MASK = (1 << _BITS) - 1
+
+
+@njit(cache=True, inline="always")
+def _less(a1, a2, b1, b2):
+    return a1 < b1 or (a1 == b1 and a2 < b2)
+
+
+@njit(cache=True)
+def _push(h1, h2, size, k1, k2):
+    i = size
+    while i > 0:
+        up = (i - 1) >> 1
+        if not _less(k1, k2, h1[up], h2[up]):
+            break
+        h1[i] = h1[up]
+        h2[i] = h2[up]
+        i = up
+    h1[i] = k1
+    h2[i] = k2
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(h1, h2, size):
+    # Moves the last entry down from the root; the caller read the root first.
+    size -= 1
+    k1 = h1[size]
+    k2 = h2[size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and _less(h1[c + 1], h2[c + 1], h1[c], h2[c]):
+            c += 1
+        if not _less(h1[c], h2[c], k1, k2):
+            break
+        h1[i] = h1[c]
+        h2[i] = h2[c]
+        i = c
+    if size > 0:
+        h1[i] = k1
+        h2[i] = k2
+    return size
+
+
 @njit(cache=True)
 def earliest_first(placement, m, p):
     """The unit-time list scheduler of ``schedules.generate.greedy``.
@@ -199,7 +245,8 @@ def earliest_first(placement, m, p):
     start earliest is committed next, ties to a backward, then the lower
     microbatch, then the deeper stage. Returns the op table's columns in
     (device, program position) order: ``(device, slot, kind (0=F, 3=BW),
-    stage, microbatch)``.
+    stage, microbatch)``. Needs m and the stage count below 2**21 (the
+    tie-break key packs both into one int64).
     """
     S = placement.size
     n = 2 * S * m
@@ -216,12 +263,21 @@ def earliest_first(placement, m, p):
     kind = np.empty(n, np.int8)
     stage = np.empty(n, np.int32)
     mb = np.empty(n, np.int32)
-    # Heap entries (start, 0 for BW / 1 for F, microbatch, -stage, op kind, stage).
-    heap = [(np.int64(0), np.int64(1), np.int64(j), np.int64(0), np.int64(0), np.int64(0))
-            for j in range(m)]
-    heapq.heapify(heap)
-    while len(heap) > 0:
-        t0, flag, j, neg, k, s = heapq.heappop(heap)
+    # Heap of (start, tie) with tie = (0 for BW, 1 for F) | microbatch |
+    # deepest stage first. Each pop pushes at most one entry back, so it
+    # never holds more than the m first forwards it starts with.
+    h1 = np.empty(m, np.int64)
+    h2 = np.empty(m, np.int64)
+    size = 0
+    for j in range(m):
+        size = _push(h1, h2, size, 0, (1 << (2 * _BITS)) | (j << _BITS) | (S - 1))
+    while size > 0:
+        t0 = h1[0]
+        tie = h2[0]
+        size = _pop(h1, h2, size)
+        k = 1 if (tie >> (2 * _BITS)) == 0 else 0
+        j = (tie >> _BITS) & _MASK
+        s = S - 1 - (tie & _MASK)
         d = placement[s]
         t = free[d]
         if k == 0:
@@ -232,7 +288,7 @@ def earliest_first(placement, m, p):
             if s < S - 1:
                 t = max(t, done[1, s + 1, j])
         if t > t0:
-            heapq.heappush(heap, (t, flag, j, neg, k, s))  # the device got busy meanwhile
+            size = _push(h1, h2, size, t, tie)  # the device got busy meanwhile
             continue
         done[k, s, j] = t + 1
         free[d] = t + 1
@@ -261,6 +317,6 @@ def earliest_first(placement, m, p):
         if ready < 0:
             continue
         start = max(ready, free[placement[cs]])
-        heapq.heappush(heap, (start, np.int64(0 if ck == 1 else 1), j, np.int64(-cs),
-                              np.int64(ck), np.int64(cs)))
+        flag = 0 if ck == 1 else 1
+        size = _push(h1, h2, size, start, (flag << (2 * _BITS)) | (j << _BITS) | (S - 1 - cs))
     return device, slot, kind, stage, mb

@@ -322,7 +322,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     m = _check_int("microbatches", microbatches, minimum=1)
     S = len(placement)
     p = max(placement) + 1
-    if 2 * S * m >= GREEDY_KERNEL_MIN_OPS:
+    if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
         cols = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p)
         return Schedule.from_arrays(*cols, name=name, devices=p)
     return _greedy_reference(placement, m, name)
