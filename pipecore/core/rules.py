@@ -364,7 +364,7 @@ def structure(schedule, fast=None):
         "x_after": np.ascontiguousarray(x_after.astype(np.int32)),
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
         "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
-        "x_src_dev": src_dev,
+        "x_src_dev": src_dev.astype(np.int32),
         "x_dst_dev": np.ascontiguousarray(dst_dev.astype(np.int32)),
         "x_link": np.ascontiguousarray(x_link.reshape(-1).astype(np.int32)),
         "n_links": int(x_link.max()) + 1 if x_link.size else 0,
@@ -414,14 +414,17 @@ def _structure_fast(schedule):
         placement = first_dev
         stage_devices = [(int(d),) for d in placement]
     nx = len(x_src)
+    op_kind = np.array(kind, dtype=np.int8)
     return {
         "stages": S,
-        "op_class": np.array(kind, dtype=np.int8),
+        # No R ops here, so nothing turns an F into F_DROP: the kinds serve
+        # as the cost classes too (one array fewer at scale).
+        "op_class": op_kind,
         "paired": paired,
         "x_is_ar": np.zeros(nx, dtype=bool),
         "x_host": np.zeros(nx, dtype=np.int8),
         "x_after": np.full(nx, -1, dtype=np.int32),
-        "op_kind": np.array(kind, dtype=np.int8),
+        "op_kind": op_kind,
         "op_stage": np.array(stage, dtype=np.int32),
         "x_src_dev": x_src_dev,
         "x_dst_dev": x_dst_dev,

@@ -52,7 +52,7 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
     e_i32 = np.empty(0, np.int32)
     e_i64 = np.empty(0, np.int64)
     fail = (1, e_i32, paired, e_dep, e_dep, e_i32, e_i32, e_i64, e_i32, 0, e_i64, e_i32,
-            e_i64, e_i32)
+            e_i32, e_i32)
     n_f = 0
     for r in range(n):
         k = kind[r]
@@ -123,6 +123,9 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
                     return fail
             else:
                 out_ptr[q + 1] += 1
+    # The F rows are only needed to list a replicated stage's devices. Taken
+    # at idx's last use, so Numba frees idx before the transfer arrays.
+    f_idx = idx[:, 0].copy() if replicated else e_i32
     for r in range(n):
         out_ptr[r + 1] += out_ptr[r]
     nx = out_ptr[n]
@@ -154,7 +157,7 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
             n_links += 1
     x_link = np.empty(nx, np.int32)
     # The transfers' device columns too (gathers in numpy cost more).
-    x_src_dev = np.empty(nx, np.int64)
+    x_src_dev = np.empty(nx, np.int32)
     x_dst_dev = np.empty(nx, np.int32)
     for i in range(nx):
         a = dev[x_src[i]]
@@ -167,7 +170,5 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
         dev_ptr[dev[r] + 1] += 1
     for d in range(p):
         dev_ptr[d + 1] += dev_ptr[d]
-    # The F rows are only needed to list a replicated stage's devices.
-    f_idx = idx[:, 0].copy() if replicated else e_i32
     return (0, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr,
             first_dev, x_src_dev, x_dst_dev)
