@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from ..core.schedule import Schedule
+from ..kernels import chimera as _kernel
 from .registry import Family, register
 
 
@@ -304,6 +305,12 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
                          "down, up_placement, down_layers and up_layers unset (or use "
                          "variant='direct')")
     if symmetric:
+        if g is None and p * (2 * m + 2) >= CHIMERA_KERNEL_MIN_OPS:
+            ok, *cols = _kernel.chimera_columns(p, m, variant == "forward-doubling")
+            if not ok:
+                raise RuntimeError("internal error: the chimera kernel's programs came out "
+                                   f"at a length other than 2m + 2 (p={p}, m={m})")
+            return Schedule.from_arrays(*cols, name="chimera", devices=p, replicated=True)
         base = _chimera_programs(p, m, variant)
         if g is None:
             return Schedule.from_programs(base, name="chimera", devices=p, replicated=True)
@@ -345,6 +352,12 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     if g is not None:
         sched.params["stage_layers"] = [g] * S
     return sched
+
+# From this many ops on, symmetric Chimera is written by a Numba kernel
+# (kernels/chimera.py); smaller ones keep the per-op reference below and so
+# compile nothing (compare's p=8 chimera among them).
+CHIMERA_KERNEL_MIN_OPS = 16_384
+
 
 def _chimera_programs(p, m, variant):
     """Today's Chimera programs over (kind, stage, microbatch); checks done by the caller."""

@@ -1,0 +1,40 @@
+"""Symmetric Chimera from its Numba kernel (kernels/chimera.py) equals the
+per-op builder it replaced at scale (``schedules.chimera._chimera_programs``,
+kept as the reference), op for op, in both variants."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pipecore as pc
+from pipecore.schedules import chimera
+
+
+def _both(p, m, variant):
+    saved = chimera.CHIMERA_KERNEL_MIN_OPS
+    try:
+        chimera.CHIMERA_KERNEL_MIN_OPS = 10**12
+        want = pc.build("chimera", p, m, variant=variant)
+        chimera.CHIMERA_KERNEL_MIN_OPS = 0
+        got = pc.build("chimera", p, m, variant=variant)
+    finally:
+        chimera.CHIMERA_KERNEL_MIN_OPS = saved
+    return got, want
+
+
+@settings(max_examples=40, deadline=None)
+@given(h=st.integers(1, 6), units=st.integers(1, 5),
+       variant=st.sampled_from(["direct", "forward-doubling"]))
+def test_kernel_equals_the_per_op_builder(h, units, variant):
+    p = 2 * h
+    m = p * units * (2 if variant == "forward-doubling" else 1)
+    got, want = _both(p, m, variant)
+    assert got.table.equals(want.table)
+    assert got.replicated and want.replicated
+    assert got.params == want.params
+
+
+def test_large_shapes_take_the_kernel():
+    # 2m + 2 ops per device: p=8, m=1024 is 16,400 ops, over the threshold.
+    assert 8 * (2 * 1024 + 2) >= chimera.CHIMERA_KERNEL_MIN_OPS
+    got, want = _both(8, 1024, "direct")
+    assert got.table.equals(want.table)
