@@ -1,6 +1,6 @@
-"""Symmetric Chimera from its Numba kernel (kernels/chimera.py) equals the
-per-op builder it replaced at scale (``schedules.chimera._chimera_programs``,
-kept as the reference), op for op, in both variants."""
+"""Symmetric Chimera and BitPipe from their Numba kernels (kernels/bidirectional.py) equal the
+per-op builders they replaced at scale (``schedules.chimera._chimera_programs``,
+``schedules.bitpipe._bitpipe_reference``, kept as references), op for op."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,3 +38,21 @@ def test_large_shapes_take_the_kernel():
     assert 8 * (2 * 1024 + 2) >= chimera.CHIMERA_KERNEL_MIN_OPS
     got, want = _both(8, 1024, "direct")
     assert got.table.equals(want.table)
+
+
+@settings(max_examples=40, deadline=None)
+@given(h=st.integers(1, 6), units=st.integers(1, 5))
+def test_bitpipe_kernel_equals_the_per_op_builder(h, units):
+    # schedules.bitpipe._bitpipe_reference is the per-op builder the kernel replaced.
+    from pipecore.schedules import bitpipe
+
+    p, m = 2 * h, 2 * h * units
+    want = bitpipe._bitpipe_reference(p, m)
+    saved = bitpipe.BITPIPE_KERNEL_MIN_OPS
+    bitpipe.BITPIPE_KERNEL_MIN_OPS = 0
+    try:
+        got = pc.build("bitpipe", p, m)
+    finally:
+        bitpipe.BITPIPE_KERNEL_MIN_OPS = saved
+    assert got.table.equals(want.table)
+    assert got.replicated

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.schedule import Schedule
+from ..kernels import bidirectional as _kernel
 from .registry import Family, register
 
 
@@ -62,6 +63,20 @@ def build_bitpipe(devices, microbatches, chunks=2):
     if m % p:
         raise ValueError(f"'bitpipe' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
+    if p * (4 * m + 4) >= BITPIPE_KERNEL_MIN_OPS:
+        cols = _kernel.bitpipe_columns(p, m)
+        return Schedule.from_arrays(*cols, name="bitpipe", devices=p, replicated=True)
+    return _bitpipe_reference(p, m)
+
+
+# From this many ops on, BitPipe is written by a Numba kernel
+# (kernels/bidirectional.py); smaller ones keep the per-op reference below and so
+# compile nothing (compare's p=8 bitpipe among them).
+BITPIPE_KERNEL_MIN_OPS = 16_384
+
+
+def _bitpipe_reference(p, m):
+    """The per-op BitPipe builder (the reference the kernel is tested against)."""
     h = p // 2
     units = m // p
     programs = []

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from ..core.schedule import Schedule
-from ..kernels import chimera as _kernel
+from ..kernels import bidirectional as _kernel
 from .registry import Family, register
 
 
@@ -354,7 +354,7 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     return sched
 
 # From this many ops on, symmetric Chimera is written by a Numba kernel
-# (kernels/chimera.py); smaller ones keep the per-op reference below and so
+# (kernels/bidirectional.py); smaller ones keep the per-op reference below and so
 # compile nothing (compare's p=8 chimera among them).
 CHIMERA_KERNEL_MIN_OPS = 16_384
 

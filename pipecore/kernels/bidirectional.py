@@ -1,8 +1,10 @@
-"""Chimera's per-device programs (schedules.chimera, symmetric placement)
-written straight into the op table's columns.
+"""Two-pipeline schedules' per-device programs written straight into the
+op table's columns: symmetric Chimera (schedules.chimera) and BitPipe
+(schedules.bitpipe).
 
-The per-op builder (``schedules.chimera._chimera_programs``) stays as the
-tested reference; at p=1024, m=8192 it took tens of seconds in Python.
+The per-op builders (``schedules.chimera._chimera_programs``,
+``schedules.bitpipe._bitpipe_reference``) stay as the tested references; at
+p=1024, m=8192 they took tens of seconds in Python.
 """
 
 from __future__ import annotations
@@ -142,3 +144,119 @@ def chimera_columns(p, m, doubling):
             r = _emit(r, d, _AR, oth_st, -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
         r = _emit(r, d, _AR, own_st, -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
     return ok, o_dev, o_slot, o_kind, o_stage, o_mb
+
+
+@njit(cache=True)
+def bitpipe_columns(p, m):
+    """Columns of BitPipe (schedules.bitpipe, the authors' order) for even p
+    and m a multiple of p, rows in (device, slot) order; 4m + 4 ops per
+    device (F and BW on four stage replicas, four all-reduces)."""
+    h = p // 2
+    units = m // p
+    per = 4 * m + 4
+    n = p * per
+    o_dev = np.empty(n, np.int32)
+    o_slot = np.empty(n, np.int32)
+    o_kind = np.empty(n, np.int8)
+    o_stage = np.empty(n, np.int32)
+    o_mb = np.empty(n, np.int32)
+    role_stage = np.empty(4, np.int64)  # own1, oth1, own2, oth2
+    role_up = np.empty(4, np.int64)
+    fr = np.empty(2 * p, np.int64)
+    f_stage = np.empty(2 * p, np.int64)
+    f_ofs = np.empty(2 * p, np.int64)
+    b_stage = np.empty(2 * p, np.int64)
+    b_ofs = np.empty(2 * p, np.int64)
+    taken = np.empty(4, np.int64)
+    for d in range(p):
+        if d < h:
+            a, b = h - d, d
+            role_stage[0], role_stage[1] = d, p - 1 - d
+            role_stage[2], role_stage[3] = 2 * p - 1 - d, p + d
+            own_up = 0
+        else:
+            a = d - h + 1
+            b = h - a
+            role_stage[0], role_stage[1] = p - 1 - d, d
+            role_stage[2], role_stage[3] = p + d, 2 * p - 1 - d
+            own_up = 1
+        role_up[0] = own_up
+        role_up[2] = own_up
+        role_up[1] = 1 - own_up
+        role_up[3] = 1 - own_up
+        # The forward role list of one unit (see schedules.bitpipe).
+        i = 0
+        for _ in range(a):
+            fr[i] = 0
+            i += 1
+        for _ in range(b):
+            fr[i] = 1
+            fr[i + 1] = 0
+            i += 2
+        for _ in range(a):
+            fr[i] = 1
+            fr[i + 1] = 3
+            i += 2
+        for _ in range(b):
+            fr[i] = 2
+            fr[i + 1] = 3
+            i += 2
+        for _ in range(a):
+            fr[i] = 2
+            i += 1
+        for swap in range(2):
+            taken[:] = 0
+            for i in range(2 * p):
+                role = fr[i] if swap == 0 else (fr[i] + 2) % 4  # own1<->own2, oth1<->oth2
+                ofs = (h if role_up[role] else 0) + taken[role]
+                taken[role] += 1
+                if swap == 0:
+                    f_stage[i] = role_stage[role]
+                    f_ofs[i] = ofs
+                else:
+                    b_stage[i] = role_stage[role]
+                    b_ofs[i] = ofs
+        base = d * per
+        r = base
+        W = 2 * p - a
+        for i in range(W):
+            r = _emit(r, d, _F, f_stage[i], f_ofs[i], o_dev, o_slot, o_kind, o_stage, o_mb, base)
+        for j in range(units):
+            for i in range(a):
+                r = _emit(r, d, _F, f_stage[W + i], j * p + f_ofs[W + i],
+                          o_dev, o_slot, o_kind, o_stage, o_mb, base)
+                r = _emit(r, d, _BW, b_stage[i], j * p + b_ofs[i],
+                          o_dev, o_slot, o_kind, o_stage, o_mb, base)
+            if j < units - 1:
+                for i in range(a, W + 1):
+                    r = _emit(r, d, _BW, b_stage[i], j * p + b_ofs[i],
+                              o_dev, o_slot, o_kind, o_stage, o_mb, base)
+                for i in range(a - 1):
+                    r = _emit(r, d, _F, f_stage[i], (j + 1) * p + f_ofs[i],
+                              o_dev, o_slot, o_kind, o_stage, o_mb, base)
+                    r = _emit(r, d, _BW, b_stage[W + 1 + i], j * p + b_ofs[W + 1 + i],
+                              o_dev, o_slot, o_kind, o_stage, o_mb, base)
+                for i in range(a - 1, W):
+                    r = _emit(r, d, _F, f_stage[i], (j + 1) * p + f_ofs[i],
+                              o_dev, o_slot, o_kind, o_stage, o_mb, base)
+            else:
+                for i in range(a, 2 * p):
+                    r = _emit(r, d, _BW, b_stage[i], j * p + b_ofs[i],
+                              o_dev, o_slot, o_kind, o_stage, o_mb, base)
+        # Second-leg all-reduces before the last backward (after it on the
+        # two middle devices), first-leg ones at the very end.
+        if d == h - 1 or d == h:
+            r = _emit(r, d, _AR, role_stage[2], -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
+            r = _emit(r, d, _AR, role_stage[3], -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
+        else:
+            last_stage = o_stage[r - 1]
+            last_mb = o_mb[r - 1]
+            last_kind = o_kind[r - 1]
+            r -= 1
+            r = _emit(r, d, _AR, role_stage[2], -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
+            r = _emit(r, d, _AR, role_stage[3], -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
+            r = _emit(r, d, last_kind, last_stage, last_mb,
+                      o_dev, o_slot, o_kind, o_stage, o_mb, base)
+        r = _emit(r, d, _AR, role_stage[0], -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
+        r = _emit(r, d, _AR, role_stage[1], -1, o_dev, o_slot, o_kind, o_stage, o_mb, base)
+    return o_dev, o_slot, o_kind, o_stage, o_mb
