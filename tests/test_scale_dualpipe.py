@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from test_scale import _same_structure
 
 import pipecore as pc
+from pipecore.core import rules
+from pipecore.core.ops import ScheduleError
 from pipecore.core.rules import structure
+from pipecore.core.schedule import Schedule
 from pipecore.schedules import dualpipe
 
 
@@ -56,3 +59,33 @@ def test_structure_equals_reference(name, p, m):
 def test_bad_shapes_keep_their_errors(name, p, m, match):
     with pytest.raises(ValueError, match=match):
         pc.build(name, p, m)
+
+
+def test_all_reduces_take_the_kernel_path():
+    # The one-pass kernel takes replicated schedules with all-reduces too.
+    for p, m in ((2, 4), (4, 8), (16, 40)):
+        assert rules._structure_fast(pc.build("dualpipe", p, m)) is not None
+
+
+def _broken(edit):
+    progs = pc.build("dualpipe", 4, 8).programs()
+    edit(progs)
+    return Schedule.from_programs(progs, validate=False, replicated=True)
+
+
+@pytest.mark.parametrize("edit, rule", [
+    (lambda g: g[0].pop(), "all-reduce"),                       # one replica's AR missing
+    (lambda g: g[0].append(g[0][-1]), "all-reduce"),            # a second AR on a device
+    (lambda g: g[1].insert(3, g[1].pop()), "order"),            # AR before the stage's backwards
+    (lambda g: g[1].append(("AR", 0, None)), "all-reduce"),     # AR on a device without the stage
+])
+def test_broken_all_reduces_give_the_numpy_error_on_the_kernel_path(edit, rule):
+    sched = _broken(edit)
+    assert rules._structure_fast(sched) is None
+    errors = []
+    for fast in (True, False):
+        with pytest.raises(ScheduleError) as info:
+            structure(sched, fast=fast)
+        errors.append((str(info.value), info.value.rule))
+    assert errors[0] == errors[1]
+    assert errors[0][1] == rule

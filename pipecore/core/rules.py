@@ -19,8 +19,8 @@ F_DROP = 8
 N_CLASSES = 9
 
 #: Schedules with at least this many ops are checked by the one-pass kernel
-#: (``kernels.structure``) when they hold only F, B, W and BW ops; smaller
-#: ones use numpy, which needs no compile.
+#: (``kernels.structure``) when they hold only F, B, W and BW ops (and AR
+#: ops, if replicated); smaller ones use numpy, which needs no compile.
 FAST_MIN_OPS = 1 << 18
 
 
@@ -48,7 +48,8 @@ def structure(schedule, fast=None):
     ----------
     schedule : Schedule
     fast : bool, optional
-        Use the one-pass kernel where it applies (only F, B, W, BW ops);
+        Use the one-pass kernel where it applies (only F, B, W, BW ops, and
+        AR ops when the schedule is replicated);
         by default for schedules of :data:`FAST_MIN_OPS` ops or more. Its
         result equals the numpy path's; on a broken rule the numpy path
         runs and explains it.
@@ -387,17 +388,22 @@ def _structure_fast(schedule):
     if n == 0:
         return None
     kind = schedule.kind_codes
-    if int(kind.min()) < 0 or int(kind.max()) > BW:
+    top = int(kind.max())
+    if int(kind.min()) < 0 or top > AR or (top == AR and not schedule.replicated):
         return None
     dev = schedule._column("device")
     slot = schedule._column("slot")
     stage = schedule._column("stage")
     mb = schedule._column("microbatch")
     p = schedule.devices
-    if int(stage.min()) < 0 or int(mb.min()) < 0 or p > 8192:
+    if int(stage.min()) < 0 or p > 8192:
         return None
     S = int(stage.max()) + 1
-    m = int(mb.max()) + 1
+    # An all-reduce's microbatch is no key (the table stores -1).
+    mb_ops = mb[kind != AR] if top == AR else mb
+    if mb_ops.size == 0 or int(mb_ops.min()) < 0:
+        return None
+    m = int(mb_ops.max()) + 1
     if S * m > 50_000_000:
         return None
     (status, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links,
@@ -418,7 +424,7 @@ def _structure_fast(schedule):
         "stages": S,
         "op_class": np.array(kind, dtype=np.int8),
         "paired": paired,
-        "x_is_ar": np.zeros(nx, dtype=bool),
+        "x_is_ar": kind[x_dst] == AR if top == AR else np.zeros(nx, dtype=bool),
         "x_host": np.zeros(nx, dtype=np.int8),
         "x_after": np.full(nx, -1, dtype=np.int32),
         "op_kind": np.array(kind, dtype=np.int8),
