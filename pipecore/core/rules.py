@@ -263,7 +263,17 @@ def structure(schedule, fast=None):
     # replica's last backward op (whose transfer carries the gradient).
     ar_rows = np.flatnonzero(is_ar)
     if ar_rows.size:
-        is_back = is_b | is_w | is_bw
+        # Last backward row (B, W or BW) of each (stage, device), found once:
+        # a scan of every row per all-reduce is quadratic at scale.
+        back_rows = np.flatnonzero(is_b | is_w | is_bw)
+        back_key, last_at = np.unique((stage[back_rows] * p + dev[back_rows])[::-1],
+                                      return_index=True)
+        back_last = back_rows[::-1][last_at]
+
+        def last_back(s_, d):
+            i = int(np.searchsorted(back_key, s_ * p + d))
+            return int(back_last[i]) if i < back_key.size and back_key[i] == s_ * p + d else -1
+
         seen = {}
         for r in ar_rows:
             r = int(r)
@@ -278,16 +288,14 @@ def structure(schedule, fast=None):
                              f"a second all-reduce of stage {s_} on device {d}",
                              mark=[seen[(s_, d)], r])
             seen[(s_, d)] = r
-            local = np.flatnonzero(is_back & (stage == s_) & (dev == d))
-            if local.size and local.max() > r:
-                q = int(local.max())
+            q = last_back(s_, d)
+            if q > r:
                 raise _error(schedule, "order", r,
                              f"runs before {op_label(kind[q], s_, mb[q])} (slot {int(slot[q])}); "
                              f"an all-reduce comes after every backward op of its stage",
                              mark=[r, q])
             other = devices[1] if devices[0] == d else devices[0]
-            remote = np.flatnonzero(is_back & (stage == s_) & (dev == other))
-            dep[r, 0] = int(remote.max())
+            dep[r, 0] = last_back(s_, other)
         for (s_, d), r in seen.items():
             other = [x for x in stage_devices[s_] if x != d][0]
             if (s_, other) not in seen:
