@@ -415,7 +415,8 @@ def _structure_fast(schedule):
     if S * m > 50_000_000:
         return None
     (status, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links,
-     dev_ptr) = structure_fbw(dev, slot, kind, stage, mb, p, S, m, bool(schedule.replicated))
+     dev_ptr, x_src_dev, x_dst_dev) = structure_fbw(dev, slot, kind, stage, mb, p, S, m,
+                                                    bool(schedule.replicated))
     if status != 0:
         return None
     if schedule.replicated:
@@ -437,8 +438,8 @@ def _structure_fast(schedule):
         "x_after": np.full(nx, -1, dtype=np.int32),
         "op_kind": np.array(kind, dtype=np.int8),
         "op_stage": np.array(stage, dtype=np.int32),
-        "x_src_dev": dev[x_src].astype(np.int64),
-        "x_dst_dev": dev[x_dst].astype(np.int32, copy=False),
+        "x_src_dev": x_src_dev,
+        "x_dst_dev": x_dst_dev,
         "x_link": x_link,
         "n_links": int(n_links),
         "microbatches": m,

@@ -41,7 +41,8 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
     more than the largest stage and microbatch (of the non-AR rows; an
     AR's microbatch is ignored). Returns ``(status, f_idx
     (F row per key, only when replicated),
-    paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr)``;
+    paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr,
+    x_src_dev (int64), x_dst_dev (int32))``;
     status 0 means every rule holds and the arrays equal the numpy path's.
     """
     n = dev.size
@@ -53,7 +54,7 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
     e_dep = np.empty((0, 2), np.int32)
     e_i32 = np.empty(0, np.int32)
     e_i64 = np.empty(0, np.int64)
-    fail = (1, e_i32, paired, e_dep, e_dep, e_i32, e_i32, e_i64, e_i32, 0, e_i64)
+    fail = (1, e_i32, paired, e_dep, e_dep, e_i32, e_i32, e_i64, e_i32, 0, e_i64, e_i64, e_i32)
     # All-reduces (replicated only): a stage's two devices (from its F
     # rows; -2 in column 1 for three or more), the last backward row (B, W
     # or BW) of the stage on each, and the stage's AR row on each.
@@ -175,6 +176,10 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
     nx = out_ptr[n]
     x_src = np.empty(nx, np.int32)
     x_dst = np.empty(nx, np.int32)
+    # The devices of each transfer's ends, written here: gathering them
+    # afterwards in numpy costs a second random pass and a temporary.
+    x_src_dev = np.empty(nx, np.int64)
+    x_dst_dev = np.empty(nx, np.int32)
     xfer = np.full((n, 2), -1, np.int32)
     # Consumers visited in row order: each producer's transfers come out
     # sorted by consumer, as the numpy path's lexsort orders them.
@@ -188,6 +193,8 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
                 out_ptr[q] = i + 1
                 x_src[i] = q
                 x_dst[i] = r
+                x_src_dev[i] = dev[q]
+                x_dst_dev[i] = dev[r]
                 xfer[r, j] = i
                 link_id[dev[q] * p + dev[r]] = 0
     for r in range(n, 0, -1):
@@ -209,4 +216,5 @@ def structure_fbw(dev, slot, kind, stage, mb, p, S, m, replicated):
         dev_ptr[d + 1] += dev_ptr[d]
     # The F rows are only needed to list a replicated stage's devices.
     f_idx = idx[:, 0].copy() if replicated else e_i32
-    return (0, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr)
+    return (0, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links, dev_ptr,
+            x_src_dev, x_dst_dev)
