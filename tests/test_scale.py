@@ -88,8 +88,7 @@ def test_vectorised_builders_equal_their_references(name, p, m, v):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sched=schedules(recompute=False, offload=False))
 def test_structure_kernel_equals_numpy_rules(sched):
-    # Replicated layouts and fused F&B pairs included; schedules with an
-    # all-reduce take the numpy path in both calls (the kernel declines).
+    # Replicated layouts (with their all-reduces) and fused F&B pairs included.
     _same_structure(structure(sched, fast=True), structure(sched, fast=False))
 
 

@@ -19,8 +19,8 @@ F_DROP = 8
 N_CLASSES = 9
 
 #: Schedules with at least this many ops are checked by the one-pass kernel
-#: (``kernels.structure``) when they hold only F, B, W and BW ops; smaller
-#: ones use numpy, which needs no compile.
+#: (``kernels.structure``) when they hold only F, B, W and BW ops (and AR
+#: ops, if replicated); smaller ones use numpy, which needs no compile.
 FAST_MIN_OPS = 1 << 18
 
 
@@ -48,7 +48,8 @@ def structure(schedule, fast=None):
     ----------
     schedule : Schedule
     fast : bool, optional
-        Use the one-pass kernel where it applies (only F, B, W, BW ops);
+        Use the one-pass kernel where it applies (only F, B, W, BW ops, and
+        AR ops when the schedule is replicated);
         by default for schedules of :data:`FAST_MIN_OPS` ops or more. Its
         result equals the numpy path's; on a broken rule the numpy path
         runs and explains it.
@@ -262,7 +263,17 @@ def structure(schedule, fast=None):
     # replica's last backward op (whose transfer carries the gradient).
     ar_rows = np.flatnonzero(is_ar)
     if ar_rows.size:
-        is_back = is_b | is_w | is_bw
+        # Last backward row (B, W or BW) of each (stage, device), found once:
+        # a scan of every row per all-reduce is quadratic at scale.
+        back_rows = np.flatnonzero(is_b | is_w | is_bw)
+        back_key, last_at = np.unique((stage[back_rows] * p + dev[back_rows])[::-1],
+                                      return_index=True)
+        back_last = back_rows[::-1][last_at]
+
+        def last_back(s_, d):
+            i = int(np.searchsorted(back_key, s_ * p + d))
+            return int(back_last[i]) if i < back_key.size and back_key[i] == s_ * p + d else -1
+
         seen = {}
         for r in ar_rows:
             r = int(r)
@@ -277,16 +288,14 @@ def structure(schedule, fast=None):
                              f"a second all-reduce of stage {s_} on device {d}",
                              mark=[seen[(s_, d)], r])
             seen[(s_, d)] = r
-            local = np.flatnonzero(is_back & (stage == s_) & (dev == d))
-            if local.size and local.max() > r:
-                q = int(local.max())
+            q = last_back(s_, d)
+            if q > r:
                 raise _error(schedule, "order", r,
                              f"runs before {op_label(kind[q], s_, mb[q])} (slot {int(slot[q])}); "
                              f"an all-reduce comes after every backward op of its stage",
                              mark=[r, q])
             other = devices[1] if devices[0] == d else devices[0]
-            remote = np.flatnonzero(is_back & (stage == s_) & (dev == other))
-            dep[r, 0] = int(remote.max())
+            dep[r, 0] = last_back(s_, other)
         for (s_, d), r in seen.items():
             other = [x for x in stage_devices[s_] if x != d][0]
             if (s_, other) not in seen:
@@ -387,17 +396,22 @@ def _structure_fast(schedule):
     if n == 0:
         return None
     kind = schedule.kind_codes
-    if int(kind.min()) < 0 or int(kind.max()) > BW:
+    top = int(kind.max())
+    if int(kind.min()) < 0 or top > AR or (top == AR and not schedule.replicated):
         return None
     dev = schedule._column("device")
     slot = schedule._column("slot")
     stage = schedule._column("stage")
     mb = schedule._column("microbatch")
     p = schedule.devices
-    if int(stage.min()) < 0 or int(mb.min()) < 0 or p > 8192:
+    if int(stage.min()) < 0 or p > 8192:
         return None
     S = int(stage.max()) + 1
-    m = int(mb.max()) + 1
+    # An all-reduce's microbatch is no key (the table stores -1).
+    mb_ops = mb[kind != AR] if top == AR else mb
+    if mb_ops.size == 0 or int(mb_ops.min()) < 0:
+        return None
+    m = int(mb_ops.max()) + 1
     if S * m > 50_000_000:
         return None
     (status, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links,
@@ -421,7 +435,7 @@ def _structure_fast(schedule):
         # as the cost classes too (one array fewer at scale).
         "op_class": op_kind,
         "paired": paired,
-        "x_is_ar": np.zeros(nx, dtype=bool),
+        "x_is_ar": kind[x_dst] == AR if top == AR else np.zeros(nx, dtype=bool),
         "x_host": np.zeros(nx, dtype=np.int8),
         "x_after": np.full(nx, -1, dtype=np.int32),
         "op_kind": op_kind,

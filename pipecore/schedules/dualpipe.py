@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.schedule import Schedule
+from ..kernels.dualpipe import eight_steps
 from .registry import Family, _programs_to_schedule, register
 
 
@@ -133,6 +134,15 @@ def build_dualpipev(devices, microbatches, chunks=2):
     p, m = devices, microbatches
     if m < 2 * p:
         raise ValueError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+    d = np.arange(p, dtype=np.int64)
+    st = np.stack([d, 2 * p - 1 - d], axis=1)
+    return _eight_steps_schedule("dualpipev", p, m, d, st, np.zeros_like(st), d == p - 1,
+                                 with_ar=False)
+
+
+def _dualpipev_reference(devices, microbatches):
+    """Per-op reference of :func:`build_dualpipev` (the tests compare the two)."""
+    p, m = devices, microbatches
     programs = [_eight_steps(p, d, m, (d, 0), (2 * p - 1 - d, 0), split_first=(d == p - 1))
                 for d in range(p)]
     return _programs_to_schedule("dualpipev", programs, p)
@@ -175,6 +185,20 @@ def build_dualpipe(devices, microbatches, chunks=1):
     if m < 2 * p:
         raise ValueError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     P, M = p // 2, m // 2
+    d = np.arange(p, dtype=np.int64)
+    h = np.minimum(d, p - 1 - d)
+    # Phase 0 is the down pipeline (stage d, microbatches from 0) on the
+    # first half of the devices, the up one (stage p-1-d, from M) on the rest.
+    top = d < P
+    st = np.stack([np.where(top, d, p - 1 - d), np.where(top, p - 1 - d, d)], axis=1)
+    first = np.stack([np.where(top, 0, M), np.where(top, M, 0)], axis=1)
+    return _eight_steps_schedule("dualpipe", P, M, h, st, first, h == P - 1, with_ar=True)
+
+
+def _dualpipe_reference(devices, microbatches):
+    """Per-op reference of :func:`build_dualpipe` (the tests compare the two)."""
+    p, m = devices, microbatches
+    P, M = p // 2, m // 2
     programs = []
     for d in range(p):
         h = min(d, p - 1 - d)
@@ -184,6 +208,29 @@ def build_dualpipe(devices, microbatches, chunks=1):
         prog += [("AR", ph1[0], None), ("AR", ph0[0], None)]
         programs.append(prog)
     return Schedule.from_programs(programs, name="dualpipe", devices=p, replicated=True)
+
+
+def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
+    """The schedule of :func:`_eight_steps` on every device, from the kernel.
+
+    ``h``, ``split_first`` (per device) and ``st``, ``first`` (per device
+    and phase: stage and first microbatch) are :func:`_eight_steps`'s
+    arguments as arrays. A device runs 2M forwards, 2M backwards and one W
+    per B: P-h-1 in step 3, h+1 in step 6 and P-h-1 in step 7, so 2P-h-1.
+    """
+    p = len(h)
+    rows = 4 * M + 2 * P - h - 1 + (2 if with_ar else 0)
+    offset = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(rows, out=offset[1:])
+    n = int(offset[-1])
+    cols = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int8),
+            np.empty(n, np.int32), np.empty(n, np.int32))
+    if not eight_steps(P, M, np.ascontiguousarray(h, dtype=np.int64),
+                       np.ascontiguousarray(st, dtype=np.int64),
+                       np.ascontiguousarray(first, dtype=np.int64),
+                       np.ascontiguousarray(split_first, dtype=np.bool_), with_ar, offset, *cols):
+        raise RuntimeError(f"internal error: the {name} kernel's op count is off")
+    return Schedule.from_arrays(*cols, name=name, devices=p, replicated=with_ar)
 
 
 def formula_dualpipev(p, m, v, c):
