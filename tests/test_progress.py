@@ -35,7 +35,7 @@ def test_study_and_tune_progress(capsys):
 
 
 def test_compare_progress_flags(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="charts need the plot extra: pip install pipecore[plot]")
     assert main(["compare", "-p", "2", "-m", "4", "--out", str(tmp_path), "--no-report",
                  "--progress"], out=io.StringIO()) == 0
     charts = len(list(tmp_path.glob("*.png")))

@@ -23,7 +23,7 @@ from pipecore.cli import main
 from pipecore.output import report as R
 from pipecore.output.scanreport import scan_report
 
-pytest.importorskip("plotly")
+pytest.importorskip("plotly", reason="reports need plotly: pip install pipecore[plot]")
 
 UNIT = pc.Costs(f=1.0, b=1.0, w=1.0)
 

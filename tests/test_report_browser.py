@@ -19,7 +19,7 @@ import pipecore as pc
 from pipecore.analysis.compare import compare
 from pipecore.output.scanreport import scan_report
 
-pytest.importorskip("plotly")
+pytest.importorskip("plotly", reason="reports need plotly: pip install pipecore[plot]")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None,
                                 reason="chromium not installed (Debian: apt-get install chromium)")
