@@ -27,63 +27,22 @@ def _offsets(codes, ptr):
 
 
 @njit(cache=True)
-def squeeze_slots(codes, ptr):
-    """Each op one slot per op, as early as its device order and its input
-    on the neighbouring device (one slot after it) allow.
+def list_starts(codes, ptr, dur, hop):
+    """Each op's start when device programs run in order and an op waits for
+    its input on the neighbouring device (its end plus ``hop``); op code x
+    takes ``dur[x]``. With every duration 1 and ``hop`` 0 the starts are the
+    slots of the squeezed grid (one slot after the input's).
 
-    Returns ``(ok, slot)``: ``slot[r]`` is op r's slot; ``ok`` is False
-    when the programs wait on each other in a cycle.
+    Returns ``(ok, start)``; ``ok`` is False when the programs wait on each
+    other in a cycle.
     """
     p = ptr.size - 1
     n = codes.size
     off = _offsets(codes, ptr)
-    at = np.empty(n, np.int64)
+    end = np.empty(n, np.float64)  # by (device, letter, k) through off
     placed = np.zeros((p, 6), np.int64)
-    slot = np.zeros(n, np.int64)
-    free = np.zeros(p, np.int64)
-    head = ptr[:-1].copy()
-    done = 0
-    while done < n:
-        moved = False
-        for i in range(p):
-            k = head[i]
-            while k < ptr[i + 1]:
-                c = codes[k]
-                j = placed[i, c]
-                ready = 0
-                if (c == 0 or c == 2) and i > 0:
-                    if j >= placed[i - 1, c]:
-                        break
-                    ready = at[off[(i - 1) * 6 + c] + j] + 1
-                elif (c == 1 or c == 3) and i < p - 1:
-                    if j >= placed[i + 1, c]:
-                        break
-                    ready = at[off[(i + 1) * 6 + c] + j] + 1
-                t = max(ready, free[i])
-                at[off[i * 6 + c] + j] = t
-                placed[i, c] = j + 1
-                slot[k] = t
-                free[i] = t + 1
-                k += 1
-                done += 1
-                moved = True
-            head[i] = k
-        if not moved:
-            return False, slot
-    return True, slot
-
-
-@njit(cache=True)
-def span_times(codes, ptr, dur, hop):
-    """Longest device span (first start to last end) when op code x takes
-    ``dur[x]`` and every hop between devices ``hop``; inf on a wait cycle."""
-    p = ptr.size - 1
-    n = codes.size
-    off = _offsets(codes, ptr)
-    end = np.empty(n, np.float64)
-    placed = np.zeros((p, 6), np.int64)
+    start = np.zeros(n, np.float64)
     clock = np.zeros(p, np.float64)
-    first = np.full(p, np.nan)
     head = ptr[:-1].copy()
     done = 0
     while done < n:
@@ -103,8 +62,7 @@ def span_times(codes, ptr, dur, hop):
                         break
                     ready = end[off[(i + 1) * 6 + c] + j] + hop
                 t = max(ready, clock[i])
-                if first[i] != first[i]:
-                    first[i] = t
+                start[k] = t
                 clock[i] = t + dur[c]
                 end[off[i * 6 + c] + j] = clock[i]
                 placed[i, c] = j + 1
@@ -113,11 +71,8 @@ def span_times(codes, ptr, dur, hop):
                 moved = True
             head[i] = k
         if not moved:
-            return np.inf
-    best = -np.inf
-    for i in range(p):
-        best = max(best, clock[i] - first[i])
-    return best
+            return False, start
+    return True, start
 
 
 @njit(cache=True, inline="always")

@@ -239,7 +239,8 @@ def _squeeze(rows):
     """Each op as early as its device order and its cross-device input allow
     (one slot after the input's slot); :func:`_squeeze_reference` in Numba."""
     codes, ptr = _encode(rows)
-    ok, slot = _kernels.squeeze_slots(codes, ptr)
+    ok, start = _kernels.list_starts(codes, ptr, np.ones(6), 0.0)
+    slot = start.astype(np.int64)
     if not ok:
         return None  # a cross-device wait cycle: not a usable order
     length = int(slot.max()) + 1 if slot.size else 0
@@ -613,7 +614,13 @@ def _span(rows, f, b, w, c):
     if len(rows) == 0:
         return _span_reference(rows, f, b, w, c)
     dur = np.array([f, f, b, b, w, w], dtype=np.float64)
-    return float(_kernels.span_times(codes, ptr, dur, float(c)))
+    ok, start = _kernels.list_starts(codes, ptr, dur, float(c))
+    if not ok:
+        return math.inf
+    # A device's span: its first op's start to its last op's end.
+    spans = [start[b - 1] + dur[codes[b - 1]] - start[a]
+             for a, b in zip(ptr[:-1], ptr[1:]) if b > a]
+    return float(max(spans))
 
 
 def _span_reference(rows, f, b, w, c):
