@@ -98,11 +98,16 @@ def test_reference_matches_the_tables():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (8, 16), (8, 32), (16, 32)])
-def test_tune_meets_the_adaptive_scheduler(p, m):
+# The larger shapes tune without the local-search polish: it adds a variant
+# only when strictly better in span, never won at these points (0 of 43
+# limits, measured), and is 60% of tune's time here (18 s of 30 s at p=16).
+# The polished path is checked at the small shapes and in test_tune.
+@pytest.mark.parametrize("p,m,polish", [(4, 8, True), (4, 16, True), (8, 16, False),
+                                        (8, 32, False), (16, 32, False)])
+def test_tune_meets_the_adaptive_scheduler(p, m, polish):
     fails = []
     for units in range(p, 2 * p + 1):
-        t = pc.tune(p, m, UNIT, memory_limit=units / 2, objective="span")
+        t = pc.tune(p, m, UNIT, memory_limit=units / 2, objective="span", polish=polish)
         ref = _adaptive_reference(p, m, units)
         if t.result.bubble_rate > ref + 1e-9:
             fails.append((units / 2, round(t.result.bubble_rate, 4), round(ref, 4), t.label))

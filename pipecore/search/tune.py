@@ -471,8 +471,10 @@ def _polish(fitting, cands, costs, limit, network, objective, top=3):
         if sched._info()["paired"].any() or (sched.kind_codes == 4).any() \
                 or (sched.kind_codes >= 6).any():
             continue  # the search moves single ops, with memory in program order
-        # About 1e7 op-simulations per candidate: well under a second.
-        budget = max(1_000, min(40_000, int(1e7 // max(sched.num_ops, 1))))
+        # About 1e7 op-simulations per candidate (at least 200 evaluations): well
+        # under a second. At 10k+ ops (ZB Table 5, p=16 and 32) polish never won
+        # with 1,000 evaluations either.
+        budget = max(200, min(40_000, int(1e7 // max(sched.num_ops, 1))))
         try:
             better = local_search(sched, costs, None if math.isinf(limit) else limit, network,
                                   objective, window=4, max_evals=budget, restarts=50,
