@@ -308,9 +308,8 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
     sends : {"occupy", "wait"}
         How a send's time counts. ``"occupy"`` (default): all of it is the
         sending rank's own time and goes into ``overhead`` (in gloo traces
-        a send lasts until the receiver has posted its receive, which
-        torch's runtime does just before the consuming action, so the
-        sender is held; pipecore's transfers never hold the sender, and
+        a send is often held for milliseconds, on the peer or on the
+        machine's cores; pipecore's transfers never hold the sender, and
         this is the closest its model gets). ``"wait"``: only the rank's
         25th percentile of its send postings counts, the rest is taken as
         waiting on the peer.
