@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.structure import structure_fbw
+from ..kernels.structure import structure_fbw_deps, structure_fbw_links
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 
 #: Cost-and-memory class of a row as the kernels see it: the kind code, but
@@ -414,11 +414,29 @@ def _structure_fast(schedule):
     m = int(mb_ops.max()) + 1
     if S * m > 50_000_000:
         return None
-    (status, f_idx, paired, dep, xfer, x_src, x_dst, out_ptr, x_link, n_links,
-     dev_ptr, first_dev, x_src_dev, x_dst_dev) = structure_fbw(
-        dev, slot, kind, stage, mb, p, S, m, bool(schedule.replicated))
+    n = len(dev)
+    # Allocated here, not in the kernels: numpy backs large arrays with huge
+    # pages, Numba's allocator page by page (at 50M ops, 536k page faults,
+    # over a second on a VM).
+    idx = np.full((S * m, 4), -1, dtype=np.int32)
+    paired = np.zeros(n, dtype=bool)
+    dep = np.full((n, 2), -1, dtype=np.int32)
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    first_dev = np.empty(S, dtype=np.int32)
+    status, nx = structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m,
+                                    bool(schedule.replicated), idx, paired, dep, out_ptr,
+                                    first_dev)
     if status != 0:
         return None
+    # The F rows are only needed to list a replicated stage's devices.
+    f_idx = idx[:, 0].copy() if schedule.replicated else None
+    del idx
+    xfer = np.full((n, 2), -1, dtype=np.int32)
+    x_src, x_dst, x_src_dev, x_dst_dev, x_link = (np.empty(nx, dtype=np.int32)
+                                                  for _ in range(5))
+    dev_ptr = np.zeros(p + 1, dtype=np.int64)
+    n_links = structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_src_dev,
+                                  x_dst_dev, x_link, dev_ptr)
     if schedule.replicated:
         stage_dev = dev[f_idx.reshape(S, m)]
         placement = stage_dev[:, 0].astype(np.int32)
@@ -427,7 +445,6 @@ def _structure_fast(schedule):
         # Every op of a stage runs on its one device (checked by the kernel).
         placement = first_dev
         stage_devices = [(int(d),) for d in placement]
-    nx = len(x_src)
     op_kind = np.array(kind, dtype=np.int8)
     return {
         "stages": S,
