@@ -33,21 +33,18 @@ def _mb(pipe_up, k, p, h):
 
 
 @njit(cache=True)
-def chimera_columns(p, m, doubling):
+def chimera_columns(p, m, doubling, out):
     """Columns ``(device, slot, kind, stage, microbatch)`` of symmetric
     Chimera with even p and m a multiple of p (forward doubling: m a
     multiple of 2p); kinds F, BW and AR (microbatch -1), rows in (device,
-    slot) order. Returns ``(ok, ...)``; ok is False if a device's program
-    does not come out at 2m + 2 ops (a caller bug)."""
+    slot) order, written into ``out`` (five arrays of p(2m + 2) int32, int8
+    for the kind, allocated by the caller). Returns ``(ok, ...)``; ok is
+    False if a device's program does not come out at 2m + 2 ops (a caller
+    bug)."""
     h = p // 2
     units = m // p
     per = 2 * m + 2
-    n = p * per
-    o_dev = np.empty(n, np.int32)
-    o_slot = np.empty(n, np.int32)
-    o_kind = np.empty(n, np.int8)
-    o_stage = np.empty(n, np.int32)
-    o_mb = np.empty(n, np.int32)
+    o_dev, o_slot, o_kind, o_stage, o_mb = out
     ok = True
     for d in range(p):
         if d < h:
@@ -147,19 +144,15 @@ def chimera_columns(p, m, doubling):
 
 
 @njit(cache=True)
-def bitpipe_columns(p, m):
+def bitpipe_columns(p, m, out):
     """Columns of BitPipe (schedules.bitpipe, the authors' order) for even p
-    and m a multiple of p, rows in (device, slot) order; 4m + 4 ops per
-    device (F and BW on four stage replicas, four all-reduces)."""
+    and m a multiple of p, rows in (device, slot) order, written into
+    ``out`` (five arrays of p(4m + 4)); 4m + 4 ops per device (F and BW on
+    four stage replicas, four all-reduces)."""
     h = p // 2
     units = m // p
     per = 4 * m + 4
-    n = p * per
-    o_dev = np.empty(n, np.int32)
-    o_slot = np.empty(n, np.int32)
-    o_kind = np.empty(n, np.int8)
-    o_stage = np.empty(n, np.int32)
-    o_mb = np.empty(n, np.int32)
+    o_dev, o_slot, o_kind, o_stage, o_mb = out
     role_stage = np.empty(4, np.int64)  # own1, oth1, own2, oth2
     role_up = np.empty(4, np.int64)
     fr = np.empty(2 * p, np.int64)

@@ -238,18 +238,18 @@ def _pop(h1, h2, size):
 
 
 @njit(cache=True)
-def earliest_first(placement, m, p):
+def earliest_first(placement, m, p, out):
     """The unit-time list scheduler of ``schedules.generate.greedy``.
 
     Fused F/BW ops of one time unit, free communication; the op that can
     start earliest is committed next, ties to a backward, then the lower
-    microbatch, then the deeper stage. Returns the op table's columns in
-    (device, program position) order: ``(device, slot, kind (0=F, 3=BW),
-    stage, microbatch)``. Needs m and the stage count below 2**21 (the
+    microbatch, then the deeper stage. Fills and returns ``out``, the op
+    table's columns in (device, program position) order: ``(device, slot,
+    kind (0=F, 3=BW), stage, microbatch)``, 2 S m rows each, allocated by
+    the caller. Needs m and the stage count below 2**21 (the
     tie-break key packs both into one int64).
     """
     S = placement.size
-    n = 2 * S * m
     done = np.full((2, S, m), -1, np.int64)  # finish time of F (0) and BW (1)
     free = np.zeros(p, np.int64)
     dev_ptr = np.zeros(p + 1, np.int64)
@@ -258,11 +258,7 @@ def earliest_first(placement, m, p):
     for d in range(p):
         dev_ptr[d + 1] += dev_ptr[d]
     filled = np.zeros(p, np.int64)
-    device = np.empty(n, np.int32)
-    slot = np.empty(n, np.int32)
-    kind = np.empty(n, np.int8)
-    stage = np.empty(n, np.int32)
-    mb = np.empty(n, np.int32)
+    device, slot, kind, stage, mb = out
     # Heap of (start, tie) with tie = (0 for BW, 1 for F) | microbatch |
     # deepest stage first. Each pop pushes at most one entry back, so it
     # never holds more than the m first forwards it starts with.

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
-from .registry import Family, register
+from .registry import Family, column_buffers, register
 
 
 def build_bitpipe(devices, microbatches, chunks=2):
@@ -64,7 +64,7 @@ def build_bitpipe(devices, microbatches, chunks=2):
         raise ValueError(f"'bitpipe' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     if p * (4 * m + 4) >= BITPIPE_KERNEL_MIN_OPS:
-        cols = _kernel.bitpipe_columns(p, m)
+        cols = _kernel.bitpipe_columns(p, m, column_buffers(p * (4 * m + 4)))
         return Schedule.from_arrays(*cols, name="bitpipe", devices=p, replicated=True)
     return _bitpipe_reference(p, m)
 

@@ -19,6 +19,7 @@ from ..core.costs import Costs
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import validate
 from ..kernels import greedy as _greedy
+from .registry import column_buffers
 
 __all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
 
@@ -323,7 +324,8 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     S = len(placement)
     p = max(placement) + 1
     if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
-        cols = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p)
+        cols = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p,
+                                      column_buffers(2 * S * m))
         return Schedule.from_arrays(*cols, name=name, devices=p)
     return _greedy_reference(placement, m, name)
 

@@ -280,6 +280,15 @@ def _slots_to_schedule(name, devices, length, parts):
 SCATTER_MIN_OPS = 262_144
 
 
+def column_buffers(n):
+    """Five empty columns (device, slot, kind, stage, microbatch) of n rows
+    for a kernel to fill: allocated by numpy, which backs large arrays with
+    huge pages (a kernel's own allocation faults page by page, seconds at
+    tens of millions of ops on a VM)."""
+    return (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int8),
+            np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32))
+
+
 def _as_2d(x):
     return np.ascontiguousarray(np.asarray(x, dtype=np.int32).reshape(
         (1, 1) if np.ndim(x) == 0 else np.shape(x) if np.ndim(x) == 2 else (1, -1)))
