@@ -157,10 +157,11 @@ def test_large_schedules_take_the_kernel_path_by_default(monkeypatch):
     _same_structure(structure(sched), structure(sched, fast=False))
 
 
-def test_large_outputs_skip_the_hugepage_hint_and_restore_it(monkeypatch):
-    # The hint is numpy's global switch: turned off for one big output
-    # buffer, then back to what it was (True or False).
-    from pipecore.core.simulate import _NO_HUGEPAGE_ABOVE, _output_buffer
+def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypatch):
+    # core.buffers sets numpy's global huge-page switch for one allocation,
+    # then puts back what it was (True or False); PIPECORE_HUGEPAGES=0
+    # leaves the hint out.
+    from pipecore.core import buffers
 
     try:
         from numpy._core import multiarray as ma
@@ -169,17 +170,21 @@ def test_large_outputs_skip_the_hugepage_hint_and_restore_it(monkeypatch):
     switch = getattr(ma, "_set_madvise_hugepage", None)
     if switch is None:
         pytest.skip("this numpy has no hugepage switch")
-    size = _NO_HUGEPAGE_ABOVE // 8 + 1
+    size = (1 << 22) // 8 + 1  # above numpy's own 4 MB threshold
     for state in (True, False):
         before = switch(state)
         try:
-            buf = _output_buffer(size)
+            buf = buffers.empty(size)
             assert buf.shape == (size,) and buf.dtype == np.float64
             assert switch(state) is state  # unchanged by the call
+            full = buffers.full((3, 2), -1, np.int32)
+            assert full.dtype == np.int32 and (full == -1).all()
         finally:
             switch(before)
-    monkeypatch.setenv("PIPECORE_HUGEPAGES", "1")
-    assert _output_buffer(16).shape == (16,)
+    monkeypatch.delenv("PIPECORE_HUGEPAGES", raising=False)
+    assert buffers._huge(size * 8)
+    monkeypatch.setenv("PIPECORE_HUGEPAGES", "0")
+    assert not buffers._huge(size * 8) and buffers.empty(size).shape == (size,)
 
 
 @pytest.mark.parametrize("name", VECTORISED)

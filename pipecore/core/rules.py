@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.structure import structure_fbw_deps, structure_fbw_links
+from . import buffers
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 
 #: Cost-and-memory class of a row as the kernels see it: the kind code, but
@@ -415,13 +416,12 @@ def _structure_fast(schedule):
     if S * m > 50_000_000:
         return None
     n = len(dev)
-    # Allocated here, not in the kernels: numpy backs large arrays with huge
-    # pages, Numba's allocator page by page (at 50M ops, 536k page faults,
-    # over a second on a VM).
-    idx = np.full((S * m, 4), -1, dtype=np.int32)
-    paired = np.zeros(n, dtype=bool)
-    dep = np.full((n, 2), -1, dtype=np.int32)
-    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    # Allocated here, not in the kernels, under one page-size policy
+    # (core/buffers.py; a kernel's own allocations always get 4 KB pages).
+    idx = buffers.full((S * m, 4), -1, np.int32)
+    paired = buffers.full(n, False, bool)
+    dep = buffers.full((n, 2), -1, np.int32)
+    out_ptr = buffers.full(n + 1, 0, np.int64)
     first_dev = np.empty(S, dtype=np.int32)
     status, nx = structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m,
                                     bool(schedule.replicated), idx, paired, dep, out_ptr,
@@ -431,8 +431,8 @@ def _structure_fast(schedule):
     # The F rows are only needed to list a replicated stage's devices.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
     del idx
-    xfer = np.full((n, 2), -1, dtype=np.int32)
-    x_src, x_dst, x_src_dev, x_dst_dev, x_link = (np.empty(nx, dtype=np.int32)
+    xfer = buffers.full((n, 2), -1, np.int32)
+    x_src, x_dst, x_src_dev, x_dst_dev, x_link = (buffers.empty(nx, np.int32)
                                                   for _ in range(5))
     dev_ptr = np.zeros(p + 1, dtype=np.int64)
     n_links = structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_src_dev,

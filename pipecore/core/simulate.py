@@ -4,7 +4,6 @@ and wrap the answer in a :class:`Result`."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -15,6 +14,7 @@ import pyarrow as pa
 from ..kernels import listsched as _kernels
 from ..kernels.memory import peak_memory
 from ..kernels.network import X_CLASSES, transfer_classes
+from . import buffers
 from .costs import Costs, Network, per_stage_direct
 from .rules import F_DROP, N_CLASSES
 from .schedule import KINDS, Schedule, ScheduleError, op_label
@@ -161,30 +161,9 @@ class Compiled:
         return status, start, finish, x_start, x_arrival, head
 
 
-# Above this size the outputs of one simulation skip numpy's transparent
-# hugepage hint. Measured on this project's 2-vCPU VM: touching fresh memory
-# cost 1.43 ns/B in 2 MB pages against 0.39 ns/B in 4 KB pages, while the
-# list scheduler ran 10-20% slower on 4 KB pages; at 25M ops (ZB-H1, p=1024,
-# m=8192) that is 1.7-2.0 s instead of 2.6-2.7 s. On hosts where a fresh
-# huge page costs little, set PIPECORE_HUGEPAGES=1 to keep the hint.
-_NO_HUGEPAGE_ABOVE = 1 << 26  # bytes
-
-
 def _output_buffer(size: int) -> np.ndarray:
-    if size * 8 < _NO_HUGEPAGE_ABOVE or os.environ.get("PIPECORE_HUGEPAGES") == "1":
-        return np.empty(size)
-    try:
-        from numpy._core import multiarray as ma
-    except ImportError:  # numpy < 2
-        from numpy.core import multiarray as ma
-    switch = getattr(ma, "_set_madvise_hugepage", None)
-    if switch is None:
-        return np.empty(size)
-    before = switch(False)
-    try:
-        return np.empty(size)
-    finally:
-        switch(before)
+    # Page-size policy and its measurements: core/buffers.py.
+    return buffers.empty(size)
 
 
 def _check_costs(costs):

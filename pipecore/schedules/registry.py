@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core import buffers
 from ..core.schedule import Schedule, _check_int
 from ..kernels.slots import scatter_slots
 
@@ -282,11 +283,9 @@ SCATTER_MIN_OPS = 262_144
 
 def column_buffers(n):
     """Five empty columns (device, slot, kind, stage, microbatch) of n rows
-    for a kernel to fill: allocated by numpy, which backs large arrays with
-    huge pages (a kernel's own allocation faults page by page, seconds at
-    tens of millions of ops on a VM)."""
-    return (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int8),
-            np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32))
+    for a kernel to fill, under the page-size policy of core/buffers.py."""
+    return (buffers.empty(n, np.int32), buffers.empty(n, np.int32), buffers.empty(n, np.int8),
+            buffers.empty(n, np.int32), buffers.empty(n, np.int32))
 
 
 def _as_2d(x):
@@ -297,11 +296,8 @@ def _as_2d(x):
 def _slots_kernel(name, p, length, parts):
     """:func:`_slots_to_schedule` through :func:`kernels.slots.scatter_slots`."""
     n = p * length
-    device = np.empty(n, dtype=np.int32)
-    slot = np.empty(n, dtype=np.int32)
-    kind = np.full(n, -1, dtype=np.int8)
-    stage = np.empty(n, dtype=np.int32)
-    mb = np.empty(n, dtype=np.int32)
+    device, slot, kind, stage, mb = column_buffers(n)
+    kind.fill(-1)
     for code, st, j, sl in parts:
         if scatter_slots(device, slot, kind, stage, mb, length, np.int8(code),
                          _as_2d(st), _as_2d(j), _as_2d(sl)):
