@@ -36,7 +36,12 @@ def test_tune_no_worse_than_zb_auto(row, budget):
     m_w = 0.366 if model == "1.5B" else 0.432
     costs = pc.Costs(f=f, b=b, w=w, comm=comm, activation=1.0, activation_w=m_w, weights=0.0)
     limit = float(p if budget == "1p" else 2 * p)
-    best = pc.tune(p, m, costs, memory_limit=limit, objective="span")
+    # tune adds polished candidates to the constructive ones and keeps the
+    # best, so passing without polish implies passing with it. At p >= 16
+    # polish never won in these rows (2026-11-25: same label and rate in all
+    # 12) and took 40-55% of the time, so those rows run without it; the
+    # smaller rows keep tune's default.
+    best = pc.tune(p, m, costs, memory_limit=limit, objective="span", polish=p < 16)
     published = PUBLISHED[(model, m)][0 if budget == "1p" else 1]
     res = pc.simulate(best.schedule, costs)
     assert res.peak_activation.max() <= limit * (1 + 1e-9)
