@@ -6,9 +6,11 @@ re-orders each device's ops after its last forward, as
 ``blocks._greedy_cooldown`` does. Both equal the Python versions (kept as
 the tested references) op for op.
 
-Ops are numbered ``j * K + bi``: microbatch j, op bi of the block's K ops
-(``(kind, stage)`` pairs). A producer or consumer of an op is an op of the
-same microbatch, so the block's K-row tables describe every op.
+Ops are numbered ``bi * m + j``: op bi of the block's K ops (``(kind,
+stage)`` pairs), microbatch j. A producer or consumer of an op is an op of
+the same microbatch, so the block's K-row tables describe every op; a
+device's ops run through consecutive ids, which keeps the memory accesses
+close together.
 """
 
 from __future__ import annotations
@@ -19,6 +21,63 @@ from numba import njit
 # Kind codes (core.ops): F=0, B=1, W=2, BW=3.
 
 
+# Alive counts are kept in blocks of 2**_SHIFT slots with a per-block
+# maximum and pending add, so a move or a check over a long range costs
+# about its length / 32 plus two partial blocks.
+_SHIFT = 5
+_BLOCK = 1 << _SHIFT
+
+
+@njit(cache=True)
+def _block_max(alive, bmax, d, blk):
+    x = alive[d, blk << _SHIFT]
+    for u in range((blk << _SHIFT) + 1, (blk + 1) << _SHIFT):
+        if alive[d, u] > x:
+            x = alive[d, u]
+    bmax[d, blk] = x
+
+
+@njit(cache=True)
+def _add(alive, bmax, lazy, d, a, b, v):
+    """Add v to device d's alive counts on [a, b)."""
+    if a >= b:
+        return
+    ba = a >> _SHIFT
+    bb = (b - 1) >> _SHIFT
+    if ba == bb:
+        for u in range(a, b):
+            alive[d, u] += v
+        _block_max(alive, bmax, d, ba)
+        return
+    for u in range(a, (ba + 1) << _SHIFT):
+        alive[d, u] += v
+    _block_max(alive, bmax, d, ba)
+    for blk in range(ba + 1, bb):
+        lazy[d, blk] += v
+    for u in range(bb << _SHIFT, b):
+        alive[d, u] += v
+    _block_max(alive, bmax, d, bb)
+
+
+@njit(cache=True)
+def _last_at_least(alive, bmax, lazy, d, a, b, level):
+    """The last slot u in [a, b) where device d's alive count is >= level, or -1."""
+    u = b - 1
+    while u >= a:
+        blk = u >> _SHIFT
+        first = blk << _SHIFT
+        if first >= a and u == first + _BLOCK - 1 and bmax[d, blk] + lazy[d, blk] < level:
+            u = first - 1
+            continue
+        lz = lazy[d, blk]
+        stop = max(a, first)
+        while u >= stop:
+            if alive[d, u] + lz >= level:
+                return u
+            u -= 1
+    return -1
+
+
 @njit(cache=True)
 def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
                  horizon, warm_end, cool_start, rounds):
@@ -26,9 +85,9 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
 
     ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
     ``alive[d, u]`` the number of activations alive there (an F's lives from
-    its start to the end of the stage's last backward, ``l_last``). A move
-    costs its length; an F may only move to slots that keep every alive
-    count it passes at or below the device's initial peak.
+    its start to the end of the stage's last backward, ``l_last``). An F
+    may only move to slots that keep every alive count it passes at or
+    below the device's initial peak.
 
     Returns
     -------
@@ -40,23 +99,26 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
     n = K * m
     start = np.empty(n, np.int32)
     occ = np.full((devices, horizon), -1, np.int32)
-    alive = np.zeros((devices, horizon + 1), np.int32)
-    for j in range(m):
-        for bi in range(K):
-            op = j * K + bi
+    nblk = (horizon + _BLOCK) >> _SHIFT
+    alive = np.zeros((devices, nblk << _SHIFT), np.int32)
+    for bi in range(K):
+        d = l_dev[bi]
+        for j in range(m):
+            op = bi * m + j
             t = l_off[bi] + j * interval
             start[op] = t
-            d = l_dev[bi]
             for u in range(t, t + l_dur[bi]):
                 occ[d, u] = op
-    for j in range(m):
-        for bi in range(K):
-            if l_is_f[bi]:
-                d = l_dev[bi]
-                alive[d, start[j * K + bi]] += 1
-                z = l_last[bi]
-                alive[d, start[j * K + z] + l_dur[z]] -= 1
+    for bi in range(K):
+        if l_is_f[bi]:
+            d = l_dev[bi]
+            z = l_last[bi]
+            for j in range(m):
+                alive[d, start[bi * m + j]] += 1
+                alive[d, start[z * m + j] + l_dur[z]] -= 1
     limit = np.zeros(devices, np.int32)
+    bmax = np.empty((devices, nblk), np.int32)
+    lazy = np.zeros((devices, nblk), np.int32)
     for d in range(devices):
         c = 0
         for u in range(horizon):
@@ -64,6 +126,9 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
             alive[d, u] = c
             if c > limit[d]:
                 limit[d] = c
+        alive[d, horizon] = 0
+        for blk in range(nblk):
+            _block_max(alive, bmax, d, blk)
     # Warm-up and cool-down ops; the steady phase between them stays.
     n_cand = 0
     for op in range(n):
@@ -81,13 +146,13 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         # version's stable sort of a list ordered by (device, start).
         for i in range(n_cand):
             op = cand[i]
-            key[i] = np.int64(start[op]) * devices + l_dev[op % K]
+            key[i] = np.int64(start[op]) * devices + l_dev[op // m]
         visit = np.argsort(key)
         moved = False
         for i in range(n_cand):
             op = cand[visit[i]]
-            bi = op % K
-            base = op - bi
+            bi = op // m
+            j = op - bi * m
             d = l_dev[bi]
             t = start[op]
             ln = l_dur[bi]
@@ -95,16 +160,15 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
             for r in range(l_prod.shape[1]):
                 q = l_prod[bi, r]
                 if q >= 0:
-                    e = start[base + q] + l_dur[q]
+                    e = start[q * m + j] + l_dur[q]
                     if e > ready:
                         ready = e
+            if ready >= t:
+                continue
             lo = ready
             if l_is_f[bi]:
                 # An earlier F is alive over [slot, t): those counts must stay <= the peak.
-                for u in range(t - 1, ready - 1, -1):
-                    if alive[d, u] + 1 > limit[d]:
-                        lo = u + 1
-                        break
+                lo = max(ready, _last_at_least(alive, bmax, lazy, d, ready, t, limit[d]) + 1)
             for slot in range(lo, t):
                 free = True
                 for u in range(slot, slot + ln):
@@ -120,11 +184,9 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
                     occ[d, u] = op
                 start[op] = slot
                 if l_is_f[bi]:
-                    for u in range(slot, t):
-                        alive[d, u] += 1
+                    _add(alive, bmax, lazy, d, slot, t, 1)
                 elif l_is_last[bi]:
-                    for u in range(slot + ln, t + ln):
-                        alive[d, u] -= 1
+                    _add(alive, bmax, lazy, d, slot + ln, t + ln, -1)
                 moved = True
                 break
         if not moved:
@@ -173,6 +235,13 @@ def _dev_pop(ht, hd, size):
     size -= 1
     ht[0], ht[size] = ht[size], ht[0]
     hd[0], hd[size] = hd[size], hd[0]
+    _dev_sift(ht, hd, size)
+    return size
+
+
+@njit(cache=True)
+def _dev_sift(ht, hd, size):
+    """Move the top entry down to its place in the heap ht/hd[:size]."""
     i = 0
     while True:
         a = 2 * i + 1
@@ -188,7 +257,6 @@ def _dev_pop(ht, hd, size):
             i = c
         else:
             break
-    return size
 
 
 @njit(cache=True)
@@ -245,7 +313,7 @@ def _key_pop(kt, kc, ki, lo, size):
 
 
 @njit(cache=True)
-def greedy_cooldown(order, dptr, l_kind, l_stage, l_dev, l_dur, l_prod, l_cons, devices):
+def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     """Each device's program with its ops after the last F re-ordered.
 
     Event-driven like the Python version: devices are taken from a heap
@@ -263,33 +331,37 @@ def greedy_cooldown(order, dptr, l_kind, l_stage, l_dev, l_dur, l_prod, l_cons, 
 
     Returns
     -------
-    kind : int8, stage, microbatch, device, slot : int32 arrays
-        The op table's columns, device by device in run order.
+    out : int32 array
+        Op ids, device by device in run order (``dptr`` as for ``order``).
+    ran : int
+        Ops run (all of them unless the programs deadlock).
     """
-    K = l_dev.shape[0]
     n = order.shape[0]
+    m = n // l_dev.shape[0]
     p = devices
     split = np.empty(p, np.int64)  # first op after device d's last F
+    tail = np.zeros(p + 1, np.int64)  # device d's tail heaps: [tail[d], tail[d + 1])
     rank = np.full(n, -1, np.int32)
     for d in range(p):
         split[d] = dptr[d]
         for i in range(dptr[d], dptr[d + 1]):
-            if l_kind[order[i] % K] == 0:
+            if l_kind[order[i] // m] == 0:
                 split[d] = i + 1
         for i in range(split[d], dptr[d + 1]):
             rank[order[i]] = i - split[d]
+        tail[d + 1] = tail[d] + dptr[d + 1] - split[d]
     done = np.full(n, np.nan)
     pos = dptr[:-1].copy()
     left = np.empty(p, np.int64)  # tail ops not run yet
     for d in range(p):
         left[d] = dptr[d + 1] - split[d]
     # Per-device heaps of ready tail ops, in the device's slice of the tail.
-    kt = np.empty(n, np.float64)
-    kc = np.empty(n, np.int64)
-    ki = np.empty(n, np.int32)
-    nt = np.zeros(n, np.float64)
-    nc = np.empty(n, np.int64)
-    ni = np.empty(n, np.int32)
+    kt = np.empty(tail[p], np.float64)
+    kc = np.empty(tail[p], np.int64)
+    ki = np.empty(tail[p], np.int32)
+    nt = np.zeros(tail[p], np.float64)
+    nc = np.empty(tail[p], np.int64)
+    ni = np.empty(tail[p], np.int32)
     later = np.zeros(p, np.int64)
     now_n = np.zeros(p, np.int64)
     ht = np.empty(p, np.float64)
@@ -300,39 +372,39 @@ def greedy_cooldown(order, dptr, l_kind, l_stage, l_dev, l_dur, l_prod, l_cons, 
     for d in range(p):
         size = _dev_push(ht, hd, size, 0.0, d)
         queued[d] = True
-    kind = np.empty(n, np.int8)
-    stage = np.empty(n, np.int32)
-    mb = np.empty(n, np.int32)
-    dev = np.empty(n, np.int32)
-    slot = np.empty(n, np.int32)
+    out = np.empty(n, np.int32)
     written = dptr[:-1].copy()
     ran = 0
     while size > 0:
-        size = _dev_pop(ht, hd, size)
-        now = ht[size]
-        d = hd[size]
-        queued[d] = False
+        # The device at the top stays there while it runs: its next turn
+        # replaces the entry (one sift instead of a pop and a push).
+        now = ht[0]
+        d = hd[0]
         if now != free_at[d]:
+            size = _dev_pop(ht, hd, size)
+            queued[d] = False
             continue
         if pos[d] < split[d]:
             op = order[pos[d]]
-            bi = op % K
-            base = op - bi
+            bi = op // m
+            j = op - bi * m
             t = 0.0
             ok = True
             for r in range(l_prod.shape[1]):
                 q = l_prod[bi, r]
                 if q >= 0:
-                    x = done[base + q]
+                    x = done[q * m + j]
                     if x != x:
                         ok = False
                         break
                     t = max(t, x)
             if not ok:
+                size = _dev_pop(ht, hd, size)
+                queued[d] = False
                 continue
             pos[d] += 1
         else:
-            lo = split[d]
+            lo = tail[d]
             while later[d] > 0 and kt[lo] <= now:
                 later[d] = _key_pop(kt, kc, ki, lo, later[d])
                 y = lo + later[d]
@@ -346,29 +418,31 @@ def greedy_cooldown(order, dptr, l_kind, l_stage, l_dev, l_dur, l_prod, l_cons, 
                 op = ki[lo + later[d]]
                 t = kt[lo + later[d]]
             else:
+                size = _dev_pop(ht, hd, size)
+                queued[d] = False
                 continue
             left[d] -= 1
-        bi = op % K
-        base = op - bi
+        bi = op // m
+        j = op - bi * m
         begin = max(now, t)
         free_at[d] = begin + l_dur[bi]
         done[op] = free_at[d]
-        w = written[d]
-        kind[w] = l_kind[bi]
-        stage[w] = l_stage[bi]
-        mb[w] = op // K
-        dev[w] = d
-        slot[w] = w - dptr[d]
-        written[d] = w + 1
+        # Only the id here: five columns written at p places at once cost
+        # more than the whole list scheduling; ``columns`` writes them after.
+        out[written[d]] = op
+        written[d] += 1
         ran += 1
-        if (pos[d] < split[d] or left[d] > 0) and not queued[d]:
-            size = _dev_push(ht, hd, size, free_at[d], d)
-            queued[d] = True
+        if pos[d] < split[d] or left[d] > 0:
+            ht[0] = free_at[d]
+            _dev_sift(ht, hd, size)
+        else:
+            size = _dev_pop(ht, hd, size)
+            queued[d] = False
         for r in range(l_cons.shape[1]):
             c = l_cons[bi, r]
             if c < 0:
                 continue
-            cop = base + c
+            cop = c * m + j
             e = l_dev[c]
             if rank[cop] >= 0:
                 t = 0.0
@@ -376,7 +450,7 @@ def greedy_cooldown(order, dptr, l_kind, l_stage, l_dev, l_dur, l_prod, l_cons, 
                 for r2 in range(l_prod.shape[1]):
                     q = l_prod[c, r2]
                     if q >= 0:
-                        x = done[base + q]
+                        x = done[q * m + j]
                         if x != x:
                             ok = False
                             break
@@ -385,8 +459,31 @@ def greedy_cooldown(order, dptr, l_kind, l_stage, l_dev, l_dur, l_prod, l_cons, 
                     code = np.int64(rank[cop])
                     if l_kind[c] == 2:
                         code += n
-                    later[e] = _key_push(kt, kc, ki, split[e], later[e], t, code, cop)
+                    later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
             if e != d and not queued[e]:
                 size = _dev_push(ht, hd, size, free_at[e], e)
                 queued[e] = True
-    return kind, stage, mb, dev, slot, ran
+    return out, ran
+
+
+@njit(cache=True)
+def columns(order, dptr, l_kind, l_stage):
+    """The op table's columns (device, slot, kind, stage, microbatch) of
+    the programs ``order[dptr[d]:dptr[d + 1]]``."""
+    n = order.shape[0]
+    m = n // l_kind.shape[0]
+    dev = np.empty(n, np.int32)
+    slot = np.empty(n, np.int32)
+    kind = np.empty(n, np.int8)
+    stage = np.empty(n, np.int32)
+    mb = np.empty(n, np.int32)
+    for d in range(dptr.shape[0] - 1):
+        for i in range(dptr[d], dptr[d + 1]):
+            op = order[i]
+            bi = op // m
+            dev[i] = d
+            slot[i] = i - dptr[d]
+            kind[i] = l_kind[bi]
+            stage[i] = l_stage[bi]
+            mb[i] = op - bi * m
+    return dev, slot, kind, stage, mb

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.schedule import Schedule, _check_int
-from ..kernels.vblocks import greedy_cooldown, reorder_grid
+from ..kernels.vblocks import columns, greedy_cooldown, reorder_grid
 
 __all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
 
@@ -405,12 +405,12 @@ def _squeeze_kernels(t):
                                        t["l_is_last"], t["l_last"], t["m"], t["interval"],
                                        t["devices"], t["horizon"], t["warm_end"],
                                        t["cool_start"], 3)
-    kind, stage, mb, dev, slot, ran = greedy_cooldown(
-        order, dptr, t["l_kind"], t["l_stage"], t["l_dev"], t["l_dur"].astype(np.float64),
-        t["l_prod"], t["l_cons"], t["devices"])
+    out, ran = greedy_cooldown(order, dptr, t["l_kind"], t["l_dev"], t["l_dur"].astype(np.float64),
+                               t["l_prod"], t["l_cons"], t["devices"])
     if ran < len(order):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
-    return dev, slot, kind, stage, mb
+    del order
+    return columns(out, dptr, t["l_kind"], t["l_stage"])
 
 
 def _producers(kind, stage, j, stages, offsets):
