@@ -140,17 +140,34 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         if not (warm_end <= start[op] <= cool_start):
             cand[i] = op
             i += 1
-    key = np.empty(n_cand, np.int64)
+    by_dev = np.empty(n_cand, np.int64)
+    visit = np.empty(n_cand, np.int64)
+    count = np.empty(max(devices, horizon) + 1, np.int64)
     for _round in range(rounds):
         # By start, ties (on different devices) by device: the Python
-        # version's stable sort of a list ordered by (device, start).
+        # version's stable sort of a list ordered by (device, start). Two
+        # counting sorts, by device and then (stable) by start.
+        count[:devices + 1] = 0
         for i in range(n_cand):
-            op = cand[i]
-            key[i] = np.int64(start[op]) * devices + l_dev[op // m]
-        visit = np.argsort(key)
+            count[l_dev[cand[i] // m] + 1] += 1
+        for d in range(devices):
+            count[d + 1] += count[d]
+        for i in range(n_cand):
+            d = l_dev[cand[i] // m]
+            by_dev[count[d]] = cand[i]
+            count[d] += 1
+        count[:horizon + 1] = 0
+        for i in range(n_cand):
+            count[start[by_dev[i]] + 1] += 1
+        for u in range(horizon):
+            count[u + 1] += count[u]
+        for i in range(n_cand):
+            u = start[by_dev[i]]
+            visit[count[u]] = by_dev[i]
+            count[u] += 1
         moved = False
         for i in range(n_cand):
-            op = cand[visit[i]]
+            op = visit[i]
             bi = op // m
             j = op - bi * m
             d = l_dev[bi]
