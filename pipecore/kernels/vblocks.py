@@ -356,17 +356,30 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     n = order.shape[0]
     m = n // l_dev.shape[0]
     p = devices
+    K = l_dev.shape[0]
     split = np.empty(p, np.int64)  # first op after device d's last F
     tail = np.zeros(p + 1, np.int64)  # device d's tail heaps: [tail[d], tail[d + 1])
-    rank = np.full(n, -1, np.int32)
+    # Ranks in the tail, looked up only for microbatches from the first one
+    # with an op of that block op in a tail: a per-op array read for every
+    # finished op cost a sixth of the time in cache misses.
+    tail_from = np.full(K, m, np.int64)
     for d in range(p):
         split[d] = dptr[d]
         for i in range(dptr[d], dptr[d + 1]):
             if l_kind[order[i] // m] == 0:
                 split[d] = i + 1
         for i in range(split[d], dptr[d + 1]):
-            rank[order[i]] = i - split[d]
+            bi = order[i] // m
+            tail_from[bi] = min(tail_from[bi], order[i] - bi * m)
         tail[d + 1] = tail[d] + dptr[d + 1] - split[d]
+    roff = np.zeros(K + 1, np.int64)
+    for bi in range(K):
+        roff[bi + 1] = roff[bi] + m - tail_from[bi]
+    rank = np.full(roff[K], -1, np.int32)
+    for d in range(p):
+        for i in range(split[d], dptr[d + 1]):
+            bi = order[i] // m
+            rank[roff[bi] + order[i] - bi * m - tail_from[bi]] = i - split[d]
     done = np.full(n, np.nan)
     pos = dptr[:-1].copy()
     left = np.empty(p, np.int64)  # tail ops not run yet
@@ -461,7 +474,10 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
                 continue
             cop = c * m + j
             e = l_dev[c]
-            if rank[cop] >= 0:
+            rk = -1
+            if j >= tail_from[c]:
+                rk = rank[roff[c] + j - tail_from[c]]
+            if rk >= 0:
                 t = 0.0
                 ok = True
                 for r2 in range(l_prod.shape[1]):
@@ -473,7 +489,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
                             break
                         t = max(t, x)
                 if ok:
-                    code = np.int64(rank[cop])
+                    code = np.int64(rk)
                     if l_kind[c] == 2:
                         code += n
                     later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
