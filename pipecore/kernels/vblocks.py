@@ -349,7 +349,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     Returns
     -------
     out : int32 array
-        Op ids, device by device in run order (``dptr`` as for ``order``).
+        Op ids, device by device in run order (``dptr`` as for ``order``):
+        ``order`` itself, overwritten.
     ran : int
         Ops run (all of them unless the programs deadlock).
     """
@@ -380,29 +381,33 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
         for i in range(split[d], dptr[d + 1]):
             bi = order[i] // m
             rank[roff[bi] + order[i] - bi * m - tail_from[bi]] = i - split[d]
-    done = np.full(n, np.nan)
+    # Finish times are whole numbers (integer durations from 0): int32, -1
+    # for not yet, half the memory traffic of floats.
+    done = np.full(n, -1, np.int32)
     pos = dptr[:-1].copy()
     left = np.empty(p, np.int64)  # tail ops not run yet
     for d in range(p):
         left[d] = dptr[d + 1] - split[d]
     # Per-device heaps of ready tail ops, in the device's slice of the tail.
-    kt = np.empty(tail[p], np.float64)
+    kt = np.empty(tail[p], np.int64)
     kc = np.empty(tail[p], np.int64)
     ki = np.empty(tail[p], np.int32)
-    nt = np.zeros(tail[p], np.float64)
+    nt = np.zeros(tail[p], np.int64)
     nc = np.empty(tail[p], np.int64)
     ni = np.empty(tail[p], np.int32)
     later = np.zeros(p, np.int64)
     now_n = np.zeros(p, np.int64)
-    ht = np.empty(p, np.float64)
+    ht = np.empty(p, np.int64)
     hd = np.empty(p, np.int64)
     queued = np.zeros(p, np.bool_)
-    free_at = np.zeros(p, np.float64)
+    free_at = np.zeros(p, np.int64)
     size = 0
     for d in range(p):
-        size = _dev_push(ht, hd, size, 0.0, d)
+        size = _dev_push(ht, hd, size, 0, d)
         queued[d] = True
-    out = np.empty(n, np.int32)
+    # The new order overwrites ``order``: up to a device's last F it is the
+    # same, and the tail is read only before the loop.
+    out = order
     written = dptr[:-1].copy()
     ran = 0
     while size > 0:
@@ -418,13 +423,13 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             op = order[pos[d]]
             bi = op // m
             j = op - bi * m
-            t = 0.0
+            t = 0
             ok = True
             for r in range(l_prod.shape[1]):
                 q = l_prod[bi, r]
                 if q >= 0:
                     x = done[q * m + j]
-                    if x != x:
+                    if x < 0:
                         ok = False
                         break
                     t = max(t, x)
@@ -438,7 +443,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             while later[d] > 0 and kt[lo] <= now:
                 later[d] = _key_pop(kt, kc, ki, lo, later[d])
                 y = lo + later[d]
-                now_n[d] = _key_push(nt, nc, ni, lo, now_n[d], 0.0, kc[y], ki[y])
+                now_n[d] = _key_push(nt, nc, ni, lo, now_n[d], 0, kc[y], ki[y])
             if now_n[d] > 0:
                 now_n[d] = _key_pop(nt, nc, ni, lo, now_n[d])
                 op = ni[lo + now_n[d]]
@@ -459,7 +464,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
         done[op] = free_at[d]
         # Only the id here: five columns written at p places at once cost
         # more than the whole list scheduling; ``columns`` writes them after.
-        out[written[d]] = op
+        if written[d] >= split[d]:
+            out[written[d]] = op
         written[d] += 1
         ran += 1
         if pos[d] < split[d] or left[d] > 0:
@@ -478,13 +484,13 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             if j >= tail_from[c]:
                 rk = rank[roff[c] + j - tail_from[c]]
             if rk >= 0:
-                t = 0.0
+                t = 0
                 ok = True
                 for r2 in range(l_prod.shape[1]):
                     q = l_prod[c, r2]
                     if q >= 0:
                         x = done[q * m + j]
-                        if x != x:
+                        if x < 0:
                             ok = False
                             break
                         t = max(t, x)

@@ -386,7 +386,8 @@ def _block_tables(block, microbatches):
     warm_end = int(offsets[(back0, 0)])
     cool_start = int(offsets[("F", 0)]) + (m - 1) * T
     # Numba does not check bounds: every index the kernels form stays inside these.
-    if K * m >= 2 ** 31 - 1 or horizon >= 2 ** 31 - 1:
+    # (Finish times in the cool-down kernel are at most the sum of all durations.)
+    if K * m * int(l_dur.max()) >= 2 ** 31 - 1 or horizon >= 2 ** 31 - 1:
         raise ValueError(f"{K * m} ops over {horizon} time units exceed the kernels' int32 range")
     grid = 8 * p * (horizon + 1)
     if grid > _GRID_BYTES_MAX:
@@ -405,8 +406,8 @@ def _squeeze_kernels(t):
                                        t["l_is_last"], t["l_last"], t["m"], t["interval"],
                                        t["devices"], t["horizon"], t["warm_end"],
                                        t["cool_start"], 3)
-    out, ran = greedy_cooldown(order, dptr, t["l_kind"], t["l_dev"], t["l_dur"].astype(np.float64),
-                               t["l_prod"], t["l_cons"], t["devices"])
+    out, ran = greedy_cooldown(order, dptr, t["l_kind"], t["l_dev"], t["l_dur"], t["l_prod"],
+                               t["l_cons"], t["devices"])
     if ran < len(order):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
     del order
