@@ -190,8 +190,11 @@ class BuildingBlock:
             if not 0 <= stage < self.stages:
                 raise ValueError(f"offset for {kind} of stage {stage}, but the block has stages "
                                  f"0..{self.stages - 1}")
+        kinds_of = [set() for _ in range(self.stages)]  # one pass: per-stage scans were quadratic
+        for (k, st) in self.offsets:
+            kinds_of[st].add(k)
         for s in range(self.stages):
-            has = {k for (k, st) in self.offsets if st == s}
+            has = kinds_of[s]
             if "F" not in has or not (has == {"F", "BW"} or has == {"F", "B", "W"}):
                 raise ValueError(f"stage {s} has offsets for {sorted(has)}; it needs F and BW, "
                                  f"or F, B and W")
@@ -222,9 +225,11 @@ class BuildingBlock:
 
     def _check_collisions(self):
         T = self.interval
+        on = [[] for _ in range(self.devices)]  # one pass: per-device scans were quadratic
+        for (k, s), t in self.offsets.items():
+            on[self.placement[s]].append((t % T, self.durations[k], k, s))
         for d in range(self.devices):
-            ops = sorted(((t % T, self.durations[k], k, s) for (k, s), t in self.offsets.items()
-                          if self.placement[s] == d))
+            ops = sorted(on[d])
             busy = sum(x[1] for x in ops)
             if busy > T + 1e-9:
                 raise ValueError(f"device {d} has {busy:g} time units of ops per microbatch but the "
@@ -614,13 +619,16 @@ def repeat(block: BuildingBlock, microbatches: int) -> Repeated:
 def _place_w(offsets, placement, stage_order, interval):
     """Put each W in the first free unit slot after its B (slots modulo the interval)."""
     T = int(interval)
+    taken = {}  # per device, kept up to date (a scan per stage was quadratic)
+    for (_k, st), t in offsets.items():
+        taken.setdefault(placement[st], set()).add(int(t) % T)
     for s in stage_order:
         d = placement[s]
-        taken = {int(t) % T for (k, st), t in offsets.items() if placement[st] == d}
         t = int(offsets[("B", s)]) + 1
-        while t % T in taken:
+        while t % T in taken.setdefault(d, set()):
             t += 1
         offsets[("W", s)] = float(t)
+        taken[d].add(t % T)
 
 
 def v_block(devices: int, down: int, up: int, turn_bottom: int, turn_top: int, shift: int,
