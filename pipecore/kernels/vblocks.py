@@ -394,6 +394,15 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     # for not yet, half the memory traffic of floats.
     done = np.full(K * (((m + 63) >> 6) << 6), -1, np.int32)
     pos = dptr[:-1].copy()
+    # The fixed parts again, tiled by 64 positions across devices (as
+    # ``_tile``): the devices' next ops share pages.
+    longest = 0
+    for d in range(p):
+        longest = max(longest, dptr[d + 1] - dptr[d])
+    prog = np.empty(p * (((longest + 63) >> 6) << 6), np.int32)
+    for d in range(p):
+        for i in range(split[d] - dptr[d]):
+            prog[(((i >> 6) * p + d) << 6) | (i & 63)] = order[dptr[d] + i]
     left = np.empty(p, np.int64)  # tail ops not run yet
     for d in range(p):
         left[d] = dptr[d + 1] - split[d]
@@ -429,7 +438,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             queued[d] = False
             continue
         if pos[d] < split[d]:
-            op = order[pos[d]]
+            i = pos[d] - dptr[d]
+            op = prog[(((i >> 6) * p + d) << 6) | (i & 63)]
             bi = op // m
             j = op - bi * m
             t = 0
