@@ -233,56 +233,21 @@ def _tile(bi, j, K):
     return (((j >> 6) * K + bi) << 6) | (j & 63)
 
 
-@njit(cache=True, inline="always")
-def _heap_less(ta, da, tb, db):
-    return ta < tb or (ta == tb and da < db)
+_IDLE = np.int64(1) << 62  # key of a device that waits for a wake-up
 
 
 @njit(cache=True)
-def _dev_push(ht, hd, size, t, d):
-    """Push (t, d) on the device heap; returns the new size."""
-    i = size
-    ht[i] = t
-    hd[i] = d
-    while i > 0:
-        parent = (i - 1) >> 1
-        if _heap_less(ht[i], hd[i], ht[parent], hd[parent]):
-            ht[i], ht[parent] = ht[parent], ht[i]
-            hd[i], hd[parent] = hd[parent], hd[i]
-            i = parent
-        else:
-            break
-    return size + 1
-
-
-@njit(cache=True)
-def _dev_pop(ht, hd, size):
-    """Remove the smallest (t, d) (moved to index size - 1); returns the new size."""
-    size -= 1
-    ht[0], ht[size] = ht[size], ht[0]
-    hd[0], hd[size] = hd[size], hd[0]
-    _dev_sift(ht, hd, size)
-    return size
-
-
-@njit(cache=True)
-def _dev_sift(ht, hd, size):
-    """Move the top entry down to its place in the heap ht/hd[:size]."""
-    i = 0
-    while True:
-        a = 2 * i + 1
-        if a >= size:
-            break
-        b = a + 1
-        c = a
-        if b < size and _heap_less(ht[b], hd[b], ht[a], hd[a]):
-            c = b
-        if _heap_less(ht[c], hd[c], ht[i], hd[i]):
-            ht[i], ht[c] = ht[c], ht[i]
-            hd[i], hd[c] = hd[c], hd[i]
-            i = c
-        else:
-            break
+def _set_turn(tree, key, leaves, d, t):
+    """Set device d's key to t (``_IDLE``: not queued) and replay its
+    matches up the tree; ``tree[1]`` is then the device of least
+    (key, device), as the top of Python's heap of (time, device)."""
+    key[d] = t
+    i = (leaves + d) >> 1
+    while i >= 1:
+        a = tree[2 * i]
+        b = tree[2 * i + 1]
+        tree[i] = a if key[a] < key[b] or (key[a] == key[b] and a < b) else b
+        i >>= 1
 
 
 @njit(cache=True)
@@ -342,8 +307,8 @@ def _key_pop(kt, kc, ki, lo, size):
 def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     """Each device's program with its ops after the last F re-ordered.
 
-    Event-driven like the Python version: devices are taken from a heap
-    by (free time, device); before its last F a device runs its ops in
+    Event-driven like the Python version: devices take turns by least
+    (free time, device) (Python's heap; a tournament tree here); before its last F a device runs its ops in
     order, after it the ready backward (B or BW) of lowest rank, else the
     W of lowest rank, else the op ready first. An op becomes ready (and
     joins its device's "later" heap keyed by (ready time, is W, rank)) when
@@ -415,28 +380,30 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     ni = np.empty(tail[p], np.int32)
     later = np.zeros(p, np.int64)
     now_n = np.zeros(p, np.int64)
-    ht = np.empty(p, np.int64)
-    hd = np.empty(p, np.int64)
-    queued = np.zeros(p, np.bool_)
     free_at = np.zeros(p, np.int64)
-    size = 0
-    for d in range(p):
-        size = _dev_push(ht, hd, size, 0, d)
-        queued[d] = True
+    # A tournament tree over the devices instead of a heap: each change
+    # replays a fixed path of matches without data-dependent branches, where
+    # a heap's sift mispredicts about once a level.
+    leaves = 1
+    while leaves < p:
+        leaves *= 2
+    key = np.full(leaves, _IDLE, np.int64)
+    key[:p] = 0
+    tree = np.zeros(2 * leaves, np.int64)
+    for d in range(leaves):
+        tree[leaves + d] = d
+    for i in range(leaves - 1, 0, -1):
+        a = tree[2 * i]
+        b = tree[2 * i + 1]
+        tree[i] = a if key[a] < key[b] or (key[a] == key[b] and a < b) else b
     # The new order overwrites ``order``: up to a device's last F it is the
     # same, and the tail is read only before the loop.
     out = order
     written = dptr[:-1].copy()
     ran = 0
-    while size > 0:
-        # The device at the top stays there while it runs: its next turn
-        # replaces the entry (one sift instead of a pop and a push).
-        now = ht[0]
-        d = hd[0]
-        if now != free_at[d]:
-            size = _dev_pop(ht, hd, size)
-            queued[d] = False
-            continue
+    while key[tree[1]] != _IDLE:
+        d = tree[1]
+        now = key[d]
         if pos[d] < split[d]:
             i = pos[d] - dptr[d]
             op = prog[(((i >> 6) * p + d) << 6) | (i & 63)]
@@ -453,8 +420,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
                         break
                     t = max(t, x)
             if not ok:
-                size = _dev_pop(ht, hd, size)
-                queued[d] = False
+                _set_turn(tree, key, leaves, d, _IDLE)
                 continue
             pos[d] += 1
         else:
@@ -472,8 +438,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
                 op = ki[lo + later[d]]
                 t = kt[lo + later[d]]
             else:
-                size = _dev_pop(ht, hd, size)
-                queued[d] = False
+                _set_turn(tree, key, leaves, d, _IDLE)
                 continue
             left[d] -= 1
         bi = op // m
@@ -487,12 +452,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             out[written[d]] = op
         written[d] += 1
         ran += 1
-        if pos[d] < split[d] or left[d] > 0:
-            ht[0] = free_at[d]
-            _dev_sift(ht, hd, size)
-        else:
-            size = _dev_pop(ht, hd, size)
-            queued[d] = False
+        _set_turn(tree, key, leaves, d, free_at[d] if pos[d] < split[d] or left[d] > 0 else _IDLE)
         for r in range(l_cons.shape[1]):
             c = l_cons[bi, r]
             if c < 0:
@@ -518,9 +478,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
                     if l_kind[c] == 2:
                         code += n
                     later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
-            if e != d and not queued[e]:
-                size = _dev_push(ht, hd, size, free_at[e], e)
-                queued[e] = True
+            if e != d and key[e] == _IDLE:
+                _set_turn(tree, key, leaves, e, free_at[e])
     return out, ran
 
 
