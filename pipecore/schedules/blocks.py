@@ -411,11 +411,11 @@ def _squeeze_kernels(t):
                                        t["l_is_last"], t["l_last"], t["m"], t["interval"],
                                        t["devices"], t["horizon"], t["warm_end"],
                                        t["cool_start"], 3)
+    # The cool-down scheduler writes the new order over ``order``.
     out, ran = greedy_cooldown(order, dptr, t["l_kind"], t["l_dev"], t["l_dur"], t["l_prod"],
                                t["l_cons"], t["devices"])
-    if ran < len(order):  # pragma: no cover - the layout order is always feasible
+    if ran < len(out):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
-    del order
     return columns(out, dptr, t["l_kind"], t["l_stage"])
 
 
