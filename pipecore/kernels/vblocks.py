@@ -19,6 +19,8 @@ import numpy as np
 from numba import njit
 
 # Kind codes (core.ops): F=0, B=1, W=2, BW=3.
+# error_model="numpy": no zero-division checks (every divisor is a count
+# >= 1), which cuts the first compile from about 14 s to 11 s.
 
 
 # Alive counts are kept in blocks of 2**_SHIFT slots with a per-block
@@ -28,7 +30,7 @@ _SHIFT = 5
 _BLOCK = 1 << _SHIFT
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _block_max(alive, bmax, d, blk):
     x = alive[d, blk << _SHIFT]
     for u in range((blk << _SHIFT) + 1, (blk + 1) << _SHIFT):
@@ -37,7 +39,7 @@ def _block_max(alive, bmax, d, blk):
     bmax[d, blk] = x
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _add(alive, bmax, lazy, d, a, b, v):
     """Add v to device d's alive counts on [a, b)."""
     if a >= b:
@@ -59,7 +61,7 @@ def _add(alive, bmax, lazy, d, a, b, v):
     _block_max(alive, bmax, d, bb)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _last_at_least(alive, bmax, lazy, d, a, b, level):
     """The last slot u in [a, b) where device d's alive count is >= level, or -1."""
     u = b - 1
@@ -78,7 +80,7 @@ def _last_at_least(alive, bmax, lazy, d, a, b, level):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
                  horizon, warm_end, cool_start, rounds):
     """Start of every op after the reorder, and each device's ops by start.
@@ -224,7 +226,7 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
     return start, order, dptr
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy")
 def _tile(bi, j, K):
     """Index of op (bi, j) in arrays tiled by 64 microbatches: the ops of
     all block ops for microbatches 64k..64k+63 share pages, so one step of
@@ -236,7 +238,7 @@ def _tile(bi, j, K):
 _IDLE = np.int64(1) << 62  # key of a device that waits for a wake-up
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _set_turn(tree, key, leaves, d, t):
     """Set device d's key to t (``_IDLE``: not queued) and replay its
     matches up the tree; ``tree[1]`` is then the device of least
@@ -250,7 +252,7 @@ def _set_turn(tree, key, leaves, d, t):
         i >>= 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _key_push(kt, kc, ki, lo, size, t, c, op):
     """Push op with key (t, c) on the heap in kt/kc/ki[lo:lo + size]."""
     i = size
@@ -271,7 +273,7 @@ def _key_push(kt, kc, ki, lo, size, t, c, op):
     return size + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _key_pop(kt, kc, ki, lo, size):
     """Remove the smallest key (moved to index lo + size - 1); returns the new size."""
     size -= 1
@@ -303,7 +305,7 @@ def _key_pop(kt, kc, ki, lo, size):
     return size
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     """Each device's program with its ops after the last F re-ordered.
 
@@ -483,7 +485,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     return out, ran
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def columns(order, dptr, l_kind, l_stage):
     """The op table's columns (device, slot, kind, stage, microbatch) of
     the programs ``order[dptr[d]:dptr[d + 1]]``."""
