@@ -141,3 +141,51 @@ def test_the_grids_are_checked_before_they_are_allocated(monkeypatch):
     monkeypatch.setattr(blocks, "_GRID_BYTES_MAX", 1 << 20)
     with pytest.raises(MemoryError, match="time grids"):
         blocks._block_tables(blocks.v_min(64), 1024)
+
+
+def _times_reference(rep):
+    """``Repeated.times`` as it was before numpy: one tuple per op, one sort."""
+    b = rep.block
+    out = []
+    for j in range(rep.microbatches):
+        for (k, s), t in b.offsets.items():
+            out.append((t + j * b.interval, b.placement[s], k, s, j))
+    out.sort(key=lambda x: (x[1], x[0], blocks._KIND_ORDER[x[2]], x[3], x[4]))
+    return out
+
+
+@pytest.mark.parametrize("block", [
+    blocks.v_min(5), blocks.v_zb(4),
+    blocks.BuildingBlock((0, 1), {("F", 0): 0.3, ("F", 1): 1.3, ("BW", 1): 2.3, ("BW", 0): 4.3}, 7.5),
+    blocks.BuildingBlock((0, 1), {("F", 0): 0, ("F", 1): 1, ("BW", 1): 2, ("BW", 0): 4}, 6),
+])
+def test_times_equal_the_per_op_sort(block):
+    for m in (1, 3, 17):
+        rep = blocks.repeat(block, m)
+        got, want = rep.times(), _times_reference(rep)
+        assert got == want
+        assert [tuple(map(type, x)) for x in got] == [tuple(map(type, x)) for x in want]
+
+
+def _place_w_reference(offsets, placement, stage_order, interval):
+    """``blocks._place_w`` as it was: the device's taken slots rescanned per stage."""
+    T = int(interval)
+    for s in stage_order:
+        d = placement[s]
+        taken = {int(t) % T for (k, st), t in offsets.items() if placement[st] == d}
+        t = int(offsets[("B", s)]) + 1
+        while t % T in taken:
+            t += 1
+        offsets[("W", s)] = float(t)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13, 40])
+def test_w_placement_equals_the_rescanning_version(p, monkeypatch):
+    want = {}
+    for name, make in MAKE.items():
+        with monkeypatch.context() as mp:
+            mp.setattr(blocks, "_place_w", _place_w_reference)
+            want[name] = make(p).offsets
+    for name, make in MAKE.items():
+        got = make(p).offsets
+        assert got == want[name] and list(got) == list(want[name])
