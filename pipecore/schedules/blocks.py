@@ -312,6 +312,14 @@ class Repeated:
         ------
         ScheduleError
             Never for a valid block; the schedule is validated on construction.
+        MemoryError
+            If the kernels' time grids would exceed ``_GRID_BYTES_MAX``.
+
+        Notes
+        -----
+        From 4,096 ops on the integer time grid the reordering runs as
+        Numba kernels (``kernels/vblocks.py``) that give the same programs
+        as the Python version (``_squeeze_programs``, the tested reference).
         """
         b = self.block
         name = name or b.name
@@ -326,7 +334,7 @@ class Repeated:
 
 # From this many ops squeeze(reorder=True) runs the kernels of kernels/vblocks.py;
 # below it the Python version takes under 20 ms, less than loading them from
-# the cache (0.2 s, once per process).
+# the cache (0.2-0.4 s, once per process).
 _KERNEL_MIN_OPS = 4096
 # The kernels' two time grids (devices x horizon int32 each) may take this much.
 _GRID_BYTES_MAX = 8 << 30
