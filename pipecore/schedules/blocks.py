@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.schedule import Schedule, _check_int
+from ..kernels.vblocks import columns, greedy_cooldown, reorder_grid
 
 __all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
 
@@ -189,8 +190,11 @@ class BuildingBlock:
             if not 0 <= stage < self.stages:
                 raise ValueError(f"offset for {kind} of stage {stage}, but the block has stages "
                                  f"0..{self.stages - 1}")
+        kinds_of = [set() for _ in range(self.stages)]  # one pass: per-stage scans were quadratic
+        for (k, st) in self.offsets:
+            kinds_of[st].add(k)
         for s in range(self.stages):
-            has = {k for (k, st) in self.offsets if st == s}
+            has = kinds_of[s]
             if "F" not in has or not (has == {"F", "BW"} or has == {"F", "B", "W"}):
                 raise ValueError(f"stage {s} has offsets for {sorted(has)}; it needs F and BW, "
                                  f"or F, B and W")
@@ -221,9 +225,11 @@ class BuildingBlock:
 
     def _check_collisions(self):
         T = self.interval
+        on = [[] for _ in range(self.devices)]  # one pass: per-device scans were quadratic
+        for (k, s), t in self.offsets.items():
+            on[self.placement[s]].append((t % T, self.durations[k], k, s))
         for d in range(self.devices):
-            ops = sorted(((t % T, self.durations[k], k, s) for (k, s), t in self.offsets.items()
-                          if self.placement[s] == d))
+            ops = sorted(on[d])
             busy = sum(x[1] for x in ops)
             if busy > T + 1e-9:
                 raise ValueError(f"device {d} has {busy:g} time units of ops per microbatch but the "
@@ -266,12 +272,19 @@ class Repeated:
             Nothing beyond errors of the objects it is given.
         """
         b = self.block
-        out = []
-        for j in range(self.microbatches):
-            for (k, s), t in b.offsets.items():
-                out.append((t + j * b.interval, b.placement[s], k, s, j))
-        out.sort(key=lambda x: (x[1], x[0], _KIND_ORDER[x[2]], x[3], x[4]))
-        return out
+        m = self.microbatches
+        keys = list(b.offsets)
+        off = np.array([b.offsets[key] for key in keys], dtype=np.float64)
+        stage = np.array([s for _k, s in keys], dtype=np.int64)
+        code = np.array([_KIND_ORDER[k] for k, _s in keys], dtype=np.int64)
+        dev = np.array(b.placement, dtype=np.int64)[stage]
+        j = np.repeat(np.arange(m, dtype=np.int64), len(keys))
+        local = np.tile(np.arange(len(keys)), m)
+        start = off[local] + j * b.interval  # the same float sums as t + j * interval
+        order = np.lexsort((j, stage[local], code[local], start, dev[local]))
+        kinds = [keys[i][0] for i in local[order].tolist()]
+        return list(zip(start[order].tolist(), dev[local][order].tolist(), kinds,
+                        stage[local][order].tolist(), j[order].tolist()))
 
     def squeeze(self, name: str | None = None, reorder: bool = True) -> Schedule:
         """The schedule: each device's ops in the order of the layout.
@@ -299,17 +312,119 @@ class Repeated:
         ------
         ScheduleError
             Never for a valid block; the schedule is validated on construction.
+        MemoryError
+            If the kernels' time grids would exceed ``_GRID_BYTES_MAX``.
+
+        Notes
+        -----
+        From 4,096 ops on the integer time grid the reordering runs as
+        Numba kernels (``kernels/vblocks.py``) that give the same programs
+        as the Python version (``_squeeze_programs``, the tested reference).
         """
         b = self.block
-        ops = self.times()
-        if reorder:
-            ops = _reorder(b, ops)
-        programs = [[] for _ in range(b.devices)]
-        for _t, d, k, s, j in ops:
-            programs[d].append((k, s, j))
-        if reorder:
-            programs = _greedy_cooldown(b, programs)
-        return Schedule.from_programs(programs, name=name or b.name, devices=b.devices)
+        name = name or b.name
+        if reorder and len(b.offsets) * self.microbatches >= _KERNEL_MIN_OPS:
+            tables = _block_tables(b, self.microbatches)
+            if tables is not None:
+                return Schedule.from_arrays(*_squeeze_kernels(tables), name=name,
+                                            devices=b.devices)
+        return Schedule.from_programs(_squeeze_programs(b, self.microbatches, reorder),
+                                      name=name, devices=b.devices)
+
+
+# From this many ops squeeze(reorder=True) runs the kernels of kernels/vblocks.py;
+# below it the Python version takes under 20 ms, less than loading them from
+# the cache (0.2-0.4 s, once per process).
+_KERNEL_MIN_OPS = 4096
+# The kernels' two time grids (devices x horizon int32 each) may take this much.
+_GRID_BYTES_MAX = 8 << 30
+
+
+def _squeeze_programs(block, microbatches, reorder=True):
+    """Per-device programs of :meth:`Repeated.squeeze` by the Python
+    reference (``_reorder`` and ``_greedy_cooldown``)."""
+    ops = Repeated(block, microbatches).times()
+    if reorder:
+        ops = _reorder(block, ops)
+    programs = [[] for _ in range(block.devices)]
+    for _t, d, k, s, j in ops:
+        programs[d].append((k, s, j))
+    if reorder:
+        programs = _greedy_cooldown(block, programs)
+    return programs
+
+
+def _block_tables(block, microbatches):
+    """The block's K ops as arrays for ``kernels/vblocks.py``, or None when
+    the kernels would not take the Python path's decisions.
+
+    They need what ``_reorder`` needs (integer offsets and durations) and
+    an integer interval and offsets >= 0 (there ``_reorder`` truncates and
+    indexes from the end). They count alive activations in integers, which
+    equals ``_reorder``'s float sums of ``devices / stages`` when that is a
+    multiple of 2**-20 (the sums are then exact).
+    """
+    offsets, dur = block.offsets, block.durations
+    S, p, m = block.stages, block.devices, microbatches
+    T = block.interval
+    if not (float(T).is_integer() and all(float(t).is_integer() and t >= 0 for t in offsets.values())
+            and all(float(v).is_integer() for v in dur.values())
+            and (p / S * 2 ** 20).is_integer()):
+        return None
+    keys = list(offsets)
+    K = len(keys)
+    index = {key: i for i, key in enumerate(keys)}
+    last = {s: ("BW" if ("BW", s) in offsets else "W") for s in range(S)}
+    l_kind = np.array([_KIND_ORDER[k] for k, _s in keys], dtype=np.int8)
+    l_stage = np.array([s for _k, s in keys], dtype=np.int32)
+    l_dev = np.array([block.placement[s] for _k, s in keys], dtype=np.int64)
+    l_off = np.array([int(offsets[key]) for key in keys], dtype=np.int64)
+    l_dur = np.array([int(dur[k]) for k, _s in keys], dtype=np.int64)
+    prods = [[index[(q[0], q[1])] for q in _producers(k, s, 0, S, offsets)] for k, s in keys]
+    cons = [[] for _ in keys]
+    for i, ps in enumerate(prods):
+        for q in ps:
+            cons[q].append(i)
+    l_prod = np.full((K, max(1, max(map(len, prods)))), -1, dtype=np.int64)
+    l_cons = np.full((K, max(1, max(map(len, cons)))), -1, dtype=np.int64)
+    for i in range(K):
+        l_prod[i, :len(prods[i])] = prods[i]
+        l_cons[i, :len(cons[i])] = cons[i]
+    l_is_f = l_kind == _KIND_ORDER["F"]
+    l_is_last = np.array([k == last[s] for k, s in keys])
+    l_last = np.array([index[(last[s], s)] for _k, s in keys], dtype=np.int64)
+    T = int(T)
+    horizon = int((l_off + l_dur).max()) + (m - 1) * T + 1
+    back0 = "BW" if ("BW", 0) in offsets else "B"
+    warm_end = int(offsets[(back0, 0)])
+    cool_start = int(offsets[("F", 0)]) + (m - 1) * T
+    # Numba does not check bounds: every index the kernels form stays inside these.
+    # (Finish times in the cool-down kernel are at most the sum of all durations.)
+    if K * m * int(l_dur.max()) >= 2 ** 31 - 1 or horizon >= 2 ** 31 - 1:
+        raise ValueError(f"{K * m} ops over {horizon} time units exceed the kernels' int32 range")
+    grid = 8 * p * (horizon + 1)
+    if grid > _GRID_BYTES_MAX:
+        raise MemoryError(f"squeezing {K * m} ops needs two {p} x {horizon} time grids "
+                          f"({grid / 2 ** 30:.1f} GiB, more than {_GRID_BYTES_MAX / 2 ** 30:.0f})")
+    return dict(l_kind=l_kind, l_stage=l_stage, l_dev=l_dev, l_off=l_off, l_dur=l_dur,
+                l_prod=l_prod, l_cons=l_cons, l_is_f=l_is_f, l_is_last=l_is_last, l_last=l_last,
+                m=m, interval=T, devices=p, horizon=horizon, warm_end=warm_end,
+                cool_start=cool_start)
+
+
+def _squeeze_kernels(t):
+    """Columns (device, slot, kind, stage, microbatch) of the squeezed schedule
+    by ``kernels/vblocks.py``; equal to ``_squeeze_programs``."""
+    _start, order, dptr = reorder_grid(t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"],
+                                       t["l_is_last"], t["l_last"], t["m"], t["interval"],
+                                       t["devices"], t["horizon"], t["warm_end"],
+                                       t["cool_start"], 3)
+    # The cool-down scheduler writes the new order over ``order``.
+    out, ran = greedy_cooldown(order, dptr, t["l_kind"], t["l_dev"], t["l_dur"], t["l_prod"],
+                               t["l_cons"], t["devices"])
+    if ran < len(out):  # pragma: no cover - the layout order is always feasible
+        raise RuntimeError("cool-down reordering stalled")
+    return columns(out, dptr, t["l_kind"], t["l_stage"])
 
 
 def _producers(kind, stage, j, stages, offsets):
@@ -512,13 +627,16 @@ def repeat(block: BuildingBlock, microbatches: int) -> Repeated:
 def _place_w(offsets, placement, stage_order, interval):
     """Put each W in the first free unit slot after its B (slots modulo the interval)."""
     T = int(interval)
+    taken = {}  # per device, kept up to date (a scan per stage was quadratic)
+    for (_k, st), t in offsets.items():
+        taken.setdefault(placement[st], set()).add(int(t) % T)
     for s in stage_order:
         d = placement[s]
-        taken = {int(t) % T for (k, st), t in offsets.items() if placement[st] == d}
         t = int(offsets[("B", s)]) + 1
-        while t % T in taken:
+        while t % T in taken.setdefault(d, set()):
             t += 1
         offsets[("W", s)] = float(t)
+        taken[d].add(t % T)
 
 
 def v_block(devices: int, down: int, up: int, turn_bottom: int, turn_top: int, shift: int,

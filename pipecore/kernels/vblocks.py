@@ -1,0 +1,508 @@
+"""The building blocks' squeeze (``schedules.blocks``) on flat arrays.
+
+``reorder_grid`` moves warm-up and cool-down ops into earlier free slots of
+the integer time grid, as ``blocks._reorder`` does; ``greedy_cooldown``
+re-orders each device's ops after its last forward, as
+``blocks._greedy_cooldown`` does. Both equal the Python versions (kept as
+the tested references) op for op.
+
+Ops are numbered ``bi * m + j``: op bi of the block's K ops (``(kind,
+stage)`` pairs), microbatch j. A producer or consumer of an op is an op of
+the same microbatch, so the block's K-row tables describe every op; a
+device's ops run through consecutive ids, which keeps the memory accesses
+close together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Kind codes (core.ops): F=0, B=1, W=2, BW=3.
+# error_model="numpy": no zero-division checks (every divisor is a count
+# >= 1), which cuts the first compile from about 14 s to 11 s.
+
+
+# Alive counts are kept in blocks of 2**_SHIFT slots with a per-block
+# maximum and pending add, so a move or a check over a long range costs
+# about its length / 32 plus two partial blocks.
+_SHIFT = 5
+_BLOCK = 1 << _SHIFT
+
+
+@njit(cache=True, error_model="numpy")
+def _block_max(alive, bmax, d, blk):
+    x = alive[d, blk << _SHIFT]
+    for u in range((blk << _SHIFT) + 1, (blk + 1) << _SHIFT):
+        if alive[d, u] > x:
+            x = alive[d, u]
+    bmax[d, blk] = x
+
+
+@njit(cache=True, error_model="numpy")
+def _add(alive, bmax, lazy, d, a, b, v):
+    """Add v to device d's alive counts on [a, b)."""
+    if a >= b:
+        return
+    ba = a >> _SHIFT
+    bb = (b - 1) >> _SHIFT
+    if ba == bb:
+        for u in range(a, b):
+            alive[d, u] += v
+        _block_max(alive, bmax, d, ba)
+        return
+    for u in range(a, (ba + 1) << _SHIFT):
+        alive[d, u] += v
+    _block_max(alive, bmax, d, ba)
+    for blk in range(ba + 1, bb):
+        lazy[d, blk] += v
+    for u in range(bb << _SHIFT, b):
+        alive[d, u] += v
+    _block_max(alive, bmax, d, bb)
+
+
+@njit(cache=True, error_model="numpy")
+def _last_at_least(alive, bmax, lazy, d, a, b, level):
+    """The last slot u in [a, b) where device d's alive count is >= level, or -1."""
+    u = b - 1
+    while u >= a:
+        blk = u >> _SHIFT
+        first = blk << _SHIFT
+        if first >= a and u == first + _BLOCK - 1 and bmax[d, blk] + lazy[d, blk] < level:
+            u = first - 1
+            continue
+        lz = lazy[d, blk]
+        stop = max(a, first)
+        while u >= stop:
+            if alive[d, u] + lz >= level:
+                return u
+            u -= 1
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
+def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
+                 horizon, warm_end, cool_start, rounds):
+    """Start of every op after the reorder, and each device's ops by start.
+
+    ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
+    ``alive[d, u]`` the number of activations alive there (an F's lives from
+    its start to the end of the stage's last backward, ``l_last``). An F
+    may only move to slots that keep every alive count it passes at or
+    below the device's initial peak.
+
+    Returns
+    -------
+    start : int32 array of op starts
+    order : int32 array of op ids, device by device, by start
+    dptr : int64 array, device d's ops are ``order[dptr[d]:dptr[d + 1]]``
+    """
+    K = l_dev.shape[0]
+    n = K * m
+    start = np.empty(n, np.int32)
+    occ = np.full((devices, horizon), -1, np.int32)
+    nblk = (horizon + _BLOCK) >> _SHIFT
+    alive = np.zeros((devices, nblk << _SHIFT), np.int32)
+    for bi in range(K):
+        d = l_dev[bi]
+        for j in range(m):
+            op = bi * m + j
+            t = l_off[bi] + j * interval
+            start[op] = t
+            for u in range(t, t + l_dur[bi]):
+                occ[d, u] = op
+    for bi in range(K):
+        if l_is_f[bi]:
+            d = l_dev[bi]
+            z = l_last[bi]
+            for j in range(m):
+                alive[d, start[bi * m + j]] += 1
+                alive[d, start[z * m + j] + l_dur[z]] -= 1
+    limit = np.zeros(devices, np.int32)
+    bmax = np.empty((devices, nblk), np.int32)
+    lazy = np.zeros((devices, nblk), np.int32)
+    for d in range(devices):
+        c = 0
+        for u in range(horizon):
+            c += alive[d, u]
+            alive[d, u] = c
+            if c > limit[d]:
+                limit[d] = c
+        alive[d, horizon] = 0
+        for blk in range(nblk):
+            _block_max(alive, bmax, d, blk)
+    # Warm-up and cool-down ops; the steady phase between them stays.
+    n_cand = 0
+    for op in range(n):
+        if not (warm_end <= start[op] <= cool_start):
+            n_cand += 1
+    cand = np.empty(n_cand, np.int64)
+    i = 0
+    for op in range(n):
+        if not (warm_end <= start[op] <= cool_start):
+            cand[i] = op
+            i += 1
+    by_dev = np.empty(n_cand, np.int64)
+    visit = np.empty(n_cand, np.int64)
+    count = np.empty(max(devices, horizon) + 1, np.int64)
+    for _round in range(rounds):
+        # By start, ties (on different devices) by device: the Python
+        # version's stable sort of a list ordered by (device, start). Two
+        # counting sorts, by device and then (stable) by start.
+        count[:devices + 1] = 0
+        for i in range(n_cand):
+            count[l_dev[cand[i] // m] + 1] += 1
+        for d in range(devices):
+            count[d + 1] += count[d]
+        for i in range(n_cand):
+            d = l_dev[cand[i] // m]
+            by_dev[count[d]] = cand[i]
+            count[d] += 1
+        count[:horizon + 1] = 0
+        for i in range(n_cand):
+            count[start[by_dev[i]] + 1] += 1
+        for u in range(horizon):
+            count[u + 1] += count[u]
+        for i in range(n_cand):
+            u = start[by_dev[i]]
+            visit[count[u]] = by_dev[i]
+            count[u] += 1
+        moved = False
+        for i in range(n_cand):
+            op = visit[i]
+            bi = op // m
+            j = op - bi * m
+            d = l_dev[bi]
+            t = start[op]
+            ln = l_dur[bi]
+            ready = 0
+            for r in range(l_prod.shape[1]):
+                q = l_prod[bi, r]
+                if q >= 0:
+                    e = start[q * m + j] + l_dur[q]
+                    if e > ready:
+                        ready = e
+            if ready >= t:
+                continue
+            lo = ready
+            if l_is_f[bi]:
+                # An earlier F is alive over [slot, t): those counts must stay <= the peak.
+                lo = max(ready, _last_at_least(alive, bmax, lazy, d, ready, t, limit[d]) + 1)
+            for slot in range(lo, t):
+                free = True
+                for u in range(slot, slot + ln):
+                    x = occ[d, u]
+                    if x != -1 and x != op:
+                        free = False
+                        break
+                if not free:
+                    continue
+                for u in range(t, t + ln):
+                    occ[d, u] = -1
+                for u in range(slot, slot + ln):
+                    occ[d, u] = op
+                start[op] = slot
+                if l_is_f[bi]:
+                    _add(alive, bmax, lazy, d, slot, t, 1)
+                elif l_is_last[bi]:
+                    _add(alive, bmax, lazy, d, slot + ln, t + ln, -1)
+                moved = True
+                break
+        if not moved:
+            break
+    dptr = np.zeros(devices + 1, np.int64)
+    for bi in range(K):
+        dptr[l_dev[bi] + 1] += m
+    for d in range(devices):
+        dptr[d + 1] += dptr[d]
+    order = np.empty(n, np.int32)
+    for d in range(devices):
+        w = dptr[d]
+        for u in range(horizon):
+            op = occ[d, u]
+            if op >= 0 and start[op] == u:
+                order[w] = op
+                w += 1
+    return start, order, dptr
+
+
+@njit(cache=True, error_model="numpy")
+def _tile(bi, j, K):
+    """Index of op (bi, j) in arrays tiled by 64 microbatches: the ops of
+    all block ops for microbatches 64k..64k+63 share pages, so one step of
+    the list scheduler touches far fewer pages than with a row per block
+    op (TLB misses took most of its time)."""
+    return (((j >> 6) * K + bi) << 6) | (j & 63)
+
+
+_IDLE = np.int64(1) << 62  # key of a device that waits for a wake-up
+
+
+@njit(cache=True, error_model="numpy")
+def _set_turn(tree, key, leaves, d, t):
+    """Set device d's key to t (``_IDLE``: not queued) and replay its
+    matches up the tree; ``tree[1]`` is then the device of least
+    (key, device), as the top of Python's heap of (time, device)."""
+    key[d] = t
+    i = (leaves + d) >> 1
+    while i >= 1:
+        a = tree[2 * i]
+        b = tree[2 * i + 1]
+        tree[i] = a if key[a] < key[b] or (key[a] == key[b] and a < b) else b
+        i >>= 1
+
+
+@njit(cache=True, error_model="numpy")
+def _key_push(kt, kc, ki, lo, size, t, c, op):
+    """Push op with key (t, c) on the heap in kt/kc/ki[lo:lo + size]."""
+    i = size
+    kt[lo + i] = t
+    kc[lo + i] = c
+    ki[lo + i] = op
+    while i > 0:
+        parent = (i - 1) >> 1
+        x = lo + i
+        y = lo + parent
+        if kt[x] < kt[y] or (kt[x] == kt[y] and kc[x] < kc[y]):
+            kt[x], kt[y] = kt[y], kt[x]
+            kc[x], kc[y] = kc[y], kc[x]
+            ki[x], ki[y] = ki[y], ki[x]
+            i = parent
+        else:
+            break
+    return size + 1
+
+
+@njit(cache=True, error_model="numpy")
+def _key_pop(kt, kc, ki, lo, size):
+    """Remove the smallest key (moved to index lo + size - 1); returns the new size."""
+    size -= 1
+    x = lo
+    y = lo + size
+    kt[x], kt[y] = kt[y], kt[x]
+    kc[x], kc[y] = kc[y], kc[x]
+    ki[x], ki[y] = ki[y], ki[x]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            break
+        c = a
+        if a + 1 < size:
+            xa = lo + a
+            xb = lo + a + 1
+            if kt[xb] < kt[xa] or (kt[xb] == kt[xa] and kc[xb] < kc[xa]):
+                c = a + 1
+        x = lo + i
+        y = lo + c
+        if kt[y] < kt[x] or (kt[y] == kt[x] and kc[y] < kc[x]):
+            kt[x], kt[y] = kt[y], kt[x]
+            kc[x], kc[y] = kc[y], kc[x]
+            ki[x], ki[y] = ki[y], ki[x]
+            i = c
+        else:
+            break
+    return size
+
+
+@njit(cache=True, error_model="numpy")
+def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
+    """Each device's program with its ops after the last F re-ordered.
+
+    Event-driven like the Python version: devices take turns by least
+    (free time, device) (Python's heap; a tournament tree here); before its last F a device runs its ops in
+    order, after it the ready backward (B or BW) of lowest rank, else the
+    W of lowest rank, else the op ready first. An op becomes ready (and
+    joins its device's "later" heap keyed by (ready time, is W, rank)) when
+    its last producer finishes; an attempt moves every op ready by then
+    into the "now" heap keyed by (is W, rank). Finishing an op wakes the
+    devices of its consumers. Python keeps a set of waiting devices per op
+    and may queue a device twice; waking every consumer device once (a
+    device whose turn is pending is not queued again) takes the same
+    decisions, since an attempt can only succeed after a wake-up that
+    Python also makes.
+
+    Returns
+    -------
+    out : int32 array
+        Op ids, device by device in run order (``dptr`` as for ``order``):
+        ``order`` itself, overwritten.
+    ran : int
+        Ops run (all of them unless the programs deadlock).
+    """
+    n = order.shape[0]
+    m = n // l_dev.shape[0]
+    p = devices
+    K = l_dev.shape[0]
+    split = np.empty(p, np.int64)  # first op after device d's last F
+    tail = np.zeros(p + 1, np.int64)  # device d's tail heaps: [tail[d], tail[d + 1])
+    # Ranks in the tail, looked up only for microbatches from the first one
+    # with an op of that block op in a tail: a per-op array read for every
+    # finished op cost a sixth of the time in cache misses.
+    tail_from = np.full(K, m, np.int64)
+    for d in range(p):
+        split[d] = dptr[d]
+        for i in range(dptr[d], dptr[d + 1]):
+            if l_kind[order[i] // m] == 0:
+                split[d] = i + 1
+        for i in range(split[d], dptr[d + 1]):
+            bi = order[i] // m
+            tail_from[bi] = min(tail_from[bi], order[i] - bi * m)
+        tail[d + 1] = tail[d] + dptr[d + 1] - split[d]
+    roff = np.zeros(K + 1, np.int64)
+    for bi in range(K):
+        roff[bi + 1] = roff[bi] + m - tail_from[bi]
+    rank = np.full(roff[K], -1, np.int32)
+    for d in range(p):
+        for i in range(split[d], dptr[d + 1]):
+            bi = order[i] // m
+            rank[roff[bi] + order[i] - bi * m - tail_from[bi]] = i - split[d]
+    # Finish times are whole numbers (integer durations from 0): int32, -1
+    # for not yet, half the memory traffic of floats.
+    done = np.full(K * (((m + 63) >> 6) << 6), -1, np.int32)
+    pos = dptr[:-1].copy()
+    # The fixed parts again, tiled by 64 positions across devices (as
+    # ``_tile``): the devices' next ops share pages.
+    longest = 0
+    for d in range(p):
+        longest = max(longest, dptr[d + 1] - dptr[d])
+    prog = np.empty(p * (((longest + 63) >> 6) << 6), np.int32)
+    for d in range(p):
+        for i in range(split[d] - dptr[d]):
+            prog[(((i >> 6) * p + d) << 6) | (i & 63)] = order[dptr[d] + i]
+    left = np.empty(p, np.int64)  # tail ops not run yet
+    for d in range(p):
+        left[d] = dptr[d + 1] - split[d]
+    # Per-device heaps of ready tail ops, in the device's slice of the tail.
+    kt = np.empty(tail[p], np.int64)
+    kc = np.empty(tail[p], np.int64)
+    ki = np.empty(tail[p], np.int32)
+    nt = np.zeros(tail[p], np.int64)
+    nc = np.empty(tail[p], np.int64)
+    ni = np.empty(tail[p], np.int32)
+    later = np.zeros(p, np.int64)
+    now_n = np.zeros(p, np.int64)
+    free_at = np.zeros(p, np.int64)
+    # A tournament tree over the devices instead of a heap: each change
+    # replays a fixed path of matches without data-dependent branches, where
+    # a heap's sift mispredicts about once a level.
+    leaves = 1
+    while leaves < p:
+        leaves *= 2
+    key = np.full(leaves, _IDLE, np.int64)
+    key[:p] = 0
+    tree = np.zeros(2 * leaves, np.int64)
+    for d in range(leaves):
+        tree[leaves + d] = d
+    for i in range(leaves - 1, 0, -1):
+        a = tree[2 * i]
+        b = tree[2 * i + 1]
+        tree[i] = a if key[a] < key[b] or (key[a] == key[b] and a < b) else b
+    # The new order overwrites ``order``: up to a device's last F it is the
+    # same, and the tail is read only before the loop.
+    out = order
+    written = dptr[:-1].copy()
+    ran = 0
+    while key[tree[1]] != _IDLE:
+        d = tree[1]
+        now = key[d]
+        if pos[d] < split[d]:
+            i = pos[d] - dptr[d]
+            op = prog[(((i >> 6) * p + d) << 6) | (i & 63)]
+            bi = op // m
+            j = op - bi * m
+            t = 0
+            ok = True
+            for r in range(l_prod.shape[1]):
+                q = l_prod[bi, r]
+                if q >= 0:
+                    x = done[_tile(q, j, K)]
+                    if x < 0:
+                        ok = False
+                        break
+                    t = max(t, x)
+            if not ok:
+                _set_turn(tree, key, leaves, d, _IDLE)
+                continue
+            pos[d] += 1
+        else:
+            lo = tail[d]
+            while later[d] > 0 and kt[lo] <= now:
+                later[d] = _key_pop(kt, kc, ki, lo, later[d])
+                y = lo + later[d]
+                now_n[d] = _key_push(nt, nc, ni, lo, now_n[d], 0, kc[y], ki[y])
+            if now_n[d] > 0:
+                now_n[d] = _key_pop(nt, nc, ni, lo, now_n[d])
+                op = ni[lo + now_n[d]]
+                t = now
+            elif later[d] > 0:
+                later[d] = _key_pop(kt, kc, ki, lo, later[d])
+                op = ki[lo + later[d]]
+                t = kt[lo + later[d]]
+            else:
+                _set_turn(tree, key, leaves, d, _IDLE)
+                continue
+            left[d] -= 1
+        bi = op // m
+        j = op - bi * m
+        begin = max(now, t)
+        free_at[d] = begin + l_dur[bi]
+        done[_tile(bi, j, K)] = free_at[d]
+        # Only the id here: five columns written at p places at once cost
+        # more than the whole list scheduling; ``columns`` writes them after.
+        if written[d] >= split[d]:
+            out[written[d]] = op
+        written[d] += 1
+        ran += 1
+        _set_turn(tree, key, leaves, d, free_at[d] if pos[d] < split[d] or left[d] > 0 else _IDLE)
+        for r in range(l_cons.shape[1]):
+            c = l_cons[bi, r]
+            if c < 0:
+                continue
+            cop = c * m + j
+            e = l_dev[c]
+            rk = -1
+            if j >= tail_from[c]:
+                rk = rank[roff[c] + j - tail_from[c]]
+            if rk >= 0:
+                t = 0
+                ok = True
+                for r2 in range(l_prod.shape[1]):
+                    q = l_prod[c, r2]
+                    if q >= 0:
+                        x = done[_tile(q, j, K)]
+                        if x < 0:
+                            ok = False
+                            break
+                        t = max(t, x)
+                if ok:
+                    code = np.int64(rk)
+                    if l_kind[c] == 2:
+                        code += n
+                    later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
+            if e != d and key[e] == _IDLE:
+                _set_turn(tree, key, leaves, e, free_at[e])
+    return out, ran
+
+
+@njit(cache=True, error_model="numpy")
+def columns(order, dptr, l_kind, l_stage):
+    """The op table's columns (device, slot, kind, stage, microbatch) of
+    the programs ``order[dptr[d]:dptr[d + 1]]``."""
+    n = order.shape[0]
+    m = n // l_kind.shape[0]
+    dev = np.empty(n, np.int32)
+    slot = np.empty(n, np.int32)
+    kind = np.empty(n, np.int8)
+    stage = np.empty(n, np.int32)
+    mb = np.empty(n, np.int32)
+    for d in range(dptr.shape[0] - 1):
+        for i in range(dptr[d], dptr[d + 1]):
+            op = order[i]
+            bi = op // m
+            dev[i] = d
+            slot[i] = i - dptr[d]
+            kind[i] = l_kind[bi]
+            stage[i] = l_stage[bi]
+            mb[i] = op - bi * m
+    return dev, slot, kind, stage, mb
