@@ -101,9 +101,13 @@ def test_reference_matches_the_tables():
 # The larger shapes tune without the local-search polish: it adds a variant
 # only when strictly better in span, never won at these points (0 of 43
 # limits, measured), and is 60% of tune's time here (18 s of 30 s at p=16).
-# The polished path is checked at the small shapes and in test_tune.
+# The polished path is checked at the small shapes and in test_tune. At
+# p=16 the adaptive scheduler, one of tune's candidates (tune keeps the
+# best it simulates), is checked against the reference at m=48 by
+# test_adaptive_v_meets_the_reference_at_p16_m48, in a fraction of the
+# 17-24 s that tuning at p=16, m=32 took here.
 @pytest.mark.parametrize("p,m,polish", [(4, 8, True), (4, 16, True), (8, 16, False),
-                                        (8, 32, False), (16, 32, False)])
+                                        (8, 32, False)])
 def test_tune_meets_the_adaptive_scheduler(p, m, polish):
     fails = []
     for units in range(p, 2 * p + 1):
