@@ -3,11 +3,15 @@
 numpy asks the kernel for transparent huge pages (madvise) on every array
 of 4 MB or more; a Numba kernel's own allocations get none, so large
 outputs are allocated here and passed in. Measured on this project's
-2-vCPU VM (2026-11-25, fresh processes, p=1024 m=8192): with huge pages,
-1f1b builds in 1.1 s on a second call against 1.8-2.2 s on 4 KB pages,
-zb-v in 3.6-4.8 s against 5.6-6.8 s, and 1f1b simulates in 1.5-1.7 s
-against 2.0-2.4 s; first calls in a process were within noise of each
-other. ``PIPECORE_HUGEPAGES=0`` leaves out the hint for hosts where a fresh
+2-vCPU VM (2026-11-25, p=1024 m=8192, fresh processes): validating zb-v
+faulted 536k times with the kernel's own arrays and 7.8k with these. Wall
+clock followed less clearly: huge against 4 KB pages under this policy,
+second calls, 1f1b built in 1.1 s against 1.8-2.2 s and simulated in
+1.5-1.7 s against 2.0-2.4 s; against the previous code (kernel-allocated)
+two more rounds were within noise (1f1b 1.4/2.6 s against 1.9/1.5 s, zb-v
+4.9/6.4 s against 6.7/5.8 s). A fresh process's first touch of huge pages
+costs 2-3 ns/B here, 0.2-0.3 ns/B once reused; 4 KB pages 0.8-1.5 ns/B.
+``PIPECORE_HUGEPAGES=0`` leaves out the hint for hosts where a fresh
 huge page costs more than it saves.
 """
 
