@@ -102,5 +102,7 @@ def test_block_errors_name_the_problem():
         blocks.BuildingBlock((0, 0), {("F", 0): 0, ("F", 1): 1, ("BW", 1): 2, ("BW", 0): 4}, 5.0)
     with pytest.raises(ValueError, match="interval"):
         blocks.BuildingBlock((0,), {("F", 0): 0, ("BW", 0): 1}, 0.0)
+    with pytest.raises(ValueError, match=r"device 1 holds no stage \(placement \[0, 2\]\)"):
+        blocks.BuildingBlock((0, 2), {("F", 0): 0, ("F", 1): 1, ("BW", 1): 2, ("BW", 0): 4}, 6.0)
     with pytest.raises(ValueError, match=r"'microbatches' must be >= 1 \(got 0\)"):
         blocks.repeat(blocks.v_zb(2), 0)

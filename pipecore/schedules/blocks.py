@@ -230,6 +230,9 @@ class BuildingBlock:
             on[self.placement[s]].append((t % T, self.durations[k], k, s))
         for d in range(self.devices):
             ops = sorted(on[d])
+            if not ops:
+                raise ValueError(f"device {d} holds no stage (placement {list(self.placement)}): "
+                                 f"number the devices 0..{self.devices - 1} without gaps")
             busy = sum(x[1] for x in ops)
             if busy > T + 1e-9:
                 raise ValueError(f"device {d} has {busy:g} time units of ops per microbatch but the "
