@@ -29,7 +29,7 @@ except ImportError:  # numpy < 2
 _SWITCH = getattr(_ma, "_set_madvise_hugepage", None)
 
 
-def _huge(nbytes: int) -> bool:
+def _huge() -> bool:
     return os.environ.get("PIPECORE_HUGEPAGES") != "0"
 
 
@@ -54,7 +54,7 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if _SWITCH is None or nbytes < (1 << 22):
         return np.empty(shape, dtype=dtype)  # below numpy's hint threshold anyway
-    before = _SWITCH(_huge(nbytes))
+    before = _SWITCH(_huge())
     try:
         return np.empty(shape, dtype=dtype)
     finally:
@@ -62,7 +62,23 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
 
 
 def full(shape, value, dtype) -> np.ndarray:
-    """:func:`empty` filled with ``value``."""
+    """:func:`empty` filled with ``value``.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    value : scalar
+    dtype : numpy dtype
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Raises
+    ------
+    ValueError
+        If ``shape`` is negative (numpy's error).
+    """
     out = empty(shape, dtype)
     out.fill(value)
     return out

@@ -139,7 +139,7 @@ class Compiled:
         # One buffer for the four outputs (views keep the same Numba type);
         # np.empty: the kernel writes every entry of an op or transfer that
         # runs, and entries of ops stuck in a deadlock are never read.
-        buf = _output_buffer(2 * n + 2 * nx)
+        buf = buffers.empty(2 * n + 2 * nx)  # page-size policy: core/buffers.py
         start, finish = buf[:n], buf[n:2 * n]
         x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
         head = np.empty(p, dtype=np.int64)
@@ -159,11 +159,6 @@ class Compiled:
             self.x_table[1], self.stage_cost, self.n_links, self.fb_factor, start, finish,
             x_start, x_arrival, head, op_scale)
         return status, start, finish, x_start, x_arrival, head
-
-
-def _output_buffer(size: int) -> np.ndarray:
-    # Page-size policy and its measurements: core/buffers.py.
-    return buffers.empty(size)
 
 
 def _check_costs(costs):

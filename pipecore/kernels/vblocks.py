@@ -239,6 +239,20 @@ _IDLE = np.int64(1) << 62  # key of a device that waits for a wake-up
 
 
 @njit(cache=True, error_model="numpy")
+def _ready_at(l_prod, done, bi, j, K):
+    """When op (bi, j)'s producers have all finished, or -1 while one has not."""
+    t = 0
+    for r in range(l_prod.shape[1]):
+        q = l_prod[bi, r]
+        if q >= 0:
+            x = done[_tile(q, j, K)]
+            if x < 0:
+                return -1
+            t = max(t, x)
+    return t
+
+
+@njit(cache=True, error_model="numpy")
 def _set_turn(tree, key, leaves, d, t):
     """Set device d's key to t (``_IDLE``: not queued) and replay its
     matches up the tree; ``tree[1]`` is then the device of least
@@ -411,17 +425,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             op = prog[(((i >> 6) * p + d) << 6) | (i & 63)]
             bi = op // m
             j = op - bi * m
-            t = 0
-            ok = True
-            for r in range(l_prod.shape[1]):
-                q = l_prod[bi, r]
-                if q >= 0:
-                    x = done[_tile(q, j, K)]
-                    if x < 0:
-                        ok = False
-                        break
-                    t = max(t, x)
-            if not ok:
+            t = _ready_at(l_prod, done, bi, j, K)
+            if t < 0:
                 _set_turn(tree, key, leaves, d, _IDLE)
                 continue
             pos[d] += 1
@@ -465,17 +470,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             if j >= tail_from[c]:
                 rk = rank[roff[c] + j - tail_from[c]]
             if rk >= 0:
-                t = 0
-                ok = True
-                for r2 in range(l_prod.shape[1]):
-                    q = l_prod[c, r2]
-                    if q >= 0:
-                        x = done[_tile(q, j, K)]
-                        if x < 0:
-                            ok = False
-                            break
-                        t = max(t, x)
-                if ok:
+                t = _ready_at(l_prod, done, c, j, K)
+                if t >= 0:
                     code = np.int64(rk)
                     if l_kind[c] == 2:
                         code += n
@@ -486,16 +482,13 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
 
 
 @njit(cache=True, error_model="numpy")
-def columns(order, dptr, l_kind, l_stage):
-    """The op table's columns (device, slot, kind, stage, microbatch) of
-    the programs ``order[dptr[d]:dptr[d + 1]]``."""
+def columns(order, dptr, l_kind, l_stage, out):
+    """Fill and return ``out``, the op table's columns (device, slot, kind,
+    stage, microbatch) of the programs ``order[dptr[d]:dptr[d + 1]]``,
+    allocated by the caller."""
     n = order.shape[0]
     m = n // l_kind.shape[0]
-    dev = np.empty(n, np.int32)
-    slot = np.empty(n, np.int32)
-    kind = np.empty(n, np.int8)
-    stage = np.empty(n, np.int32)
-    mb = np.empty(n, np.int32)
+    dev, slot, kind, stage, mb = out
     for d in range(dptr.shape[0] - 1):
         for i in range(dptr[d], dptr[d + 1]):
             op = order[i]

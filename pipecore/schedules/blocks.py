@@ -29,6 +29,7 @@ import numpy as np
 
 from ..core.schedule import Schedule, _check_int
 from ..kernels.vblocks import columns, greedy_cooldown, reorder_grid
+from .registry import column_buffers
 
 __all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
 
@@ -427,7 +428,7 @@ def _squeeze_kernels(t):
                                t["l_cons"], t["devices"])
     if ran < len(out):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
-    return columns(out, dptr, t["l_kind"], t["l_stage"])
+    return columns(out, dptr, t["l_kind"], t["l_stage"], column_buffers(len(out)))
 
 
 def _producers(kind, stage, j, stages, offsets):
