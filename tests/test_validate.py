@@ -122,6 +122,48 @@ def test_unknown_kind_and_bad_codes():
         pc.Schedule.from_arrays([0, 0], [0, 1], [0, 8], [0, 0], [0, 0])
 
 
+def test_from_arrays_does_not_alias_the_callers_arrays():
+    # Found 2026-11-25: int32 columns (and int8 codes) went into the Arrow
+    # table without a copy, so changing the caller's array afterwards
+    # silently changed a validated schedule.
+    ref = pc.build("1f1b", 4, 8)
+    t = ref.table
+    cols = {c: t.column(c).to_numpy().copy() for c in ("device", "slot", "stage", "microbatch")}
+    codes = ref.kind_codes.copy()
+    sched = pc.Schedule.from_arrays(cols["device"], cols["slot"], codes, cols["stage"],
+                                    cols["microbatch"])
+    cols["stage"][:] = 0
+    cols["device"][:] = 0
+    codes[:] = 0
+    assert sched.table.equals(ref.table)
+    assert pc.simulate(sched, pc.Costs()).makespan == pc.simulate(ref, pc.Costs()).makespan
+    # copy=False is the caller's promise not to modify them: same schedule.
+    t2 = pc.build("zb-h1", 4, 8).table
+    taken = pc.Schedule.from_arrays(*(t2.column(c).to_numpy().copy() for c in ("device", "slot")),
+                                    pc.build("zb-h1", 4, 8).kind_codes.copy(),
+                                    *(t2.column(c).to_numpy().copy() for c in ("stage", "microbatch")),
+                                    copy=False)
+    assert taken.table.equals(pc.build("zb-h1", 4, 8).table)
+    with pytest.raises(ValueError, match="column 'stage' must be one-dimensional"):
+        pc.Schedule.from_arrays([0, 0], [0, 1], ["F", "BW"], [[0, 0]], [0, 0])
+
+
+def test_large_schedule_reuses_its_columns_and_pickles_without_them():
+    # At FAST_MIN_OPS ops and more the structure takes the schedule's own
+    # stage and kind arrays instead of copies; a pickle carries one copy.
+    import pickle
+    big = pc.build("1f1b", 64, 2048)
+    assert big.num_ops >= pc.core.rules.FAST_MIN_OPS
+    st = big._info()
+    assert np.shares_memory(st["op_stage"], big._column("stage"))
+    assert np.shares_memory(st["op_kind"], big.kind_codes)
+    blob = pickle.dumps(big)
+    back = pickle.loads(blob)
+    assert back.table.equals(big.table)
+    assert pc.simulate(back, pc.Costs()).makespan == pc.simulate(big, pc.Costs()).makespan
+    assert back._own == {}  # the pickle held no second copy of the columns
+
+
 def test_negative_and_out_of_range_indices():
     with pytest.raises(ScheduleError, match="'microbatch' must be >= 0"):
         pc.Schedule.from_arrays([0, 0], [0, 1], ["F", "BW"], [0, 0], [-1, -1])

@@ -419,8 +419,8 @@ def _structure_fast(schedule):
     # Allocated here, not in the kernels, under one page-size policy
     # (core/buffers.py; a kernel's own allocations always get 4 KB pages).
     idx = buffers.full((S * m, 4), -1, np.int32)
-    paired = buffers.full(n, False, bool)
-    dep = buffers.full((n, 2), -1, np.int32)
+    paired = buffers.empty(n, bool)  # the kernels write every row of these
+    dep = buffers.empty((n, 2), np.int32)
     out_ptr = buffers.full(n + 1, 0, np.int64)
     first_dev = np.empty(S, dtype=np.int32)
     status, nx = structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m,
@@ -431,7 +431,7 @@ def _structure_fast(schedule):
     # The F rows are only needed to list a replicated stage's devices.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
     del idx
-    xfer = buffers.full((n, 2), -1, np.int32)
+    xfer = buffers.empty((n, 2), np.int32)
     x_src, x_dst, x_src_dev, x_dst_dev, x_link = (buffers.empty(nx, np.int32)
                                                   for _ in range(5))
     dev_ptr = np.zeros(p + 1, dtype=np.int64)
@@ -445,7 +445,14 @@ def _structure_fast(schedule):
         # Every op of a stage runs on its one device (checked by the kernel).
         placement = first_dev
         stage_devices = [(int(d),) for d in placement]
-    op_kind = np.array(kind, dtype=np.int8)
+    # Kernels take writable arrays (a read-only one is another Numba type):
+    # the schedule's own when they back its table, else a copy.
+    op_kind = schedule._writable("kind", kind)
+    if op_kind is None:
+        op_kind = np.array(kind, dtype=np.int8)
+    op_stage = schedule._writable("stage", stage)
+    if op_stage is None:
+        op_stage = np.array(stage, dtype=np.int32)
     return {
         "stages": S,
         # No R ops here, so nothing turns an F into F_DROP: the kinds serve
@@ -456,7 +463,7 @@ def _structure_fast(schedule):
         "x_host": np.zeros(nx, dtype=np.int8),
         "x_after": np.full(nx, -1, dtype=np.int32),
         "op_kind": op_kind,
-        "op_stage": np.array(stage, dtype=np.int32),
+        "op_stage": op_stage,
         "x_src_dev": x_src_dev,
         "x_dst_dev": x_dst_dev,
         "x_link": x_link,

@@ -96,12 +96,14 @@ class Schedule:
         self.params = dict(params or {})
         self.replicated = bool(replicated)
         self._structure = None
+        self._own = {}  # see from_arrays
         if validate:
             self._structure = structure(self)
 
     # -- construction -------------------------------------------------
     @classmethod
-    def from_arrays(cls, device, slot, kind, stage, microbatch, **kwargs) -> Schedule:
+    def from_arrays(cls, device, slot, kind, stage, microbatch, *, copy: bool = True,
+                    **kwargs) -> Schedule:
         """Build a schedule from column arrays.
 
         Parameters
@@ -111,8 +113,15 @@ class Schedule:
         kind : array_like of str or int
             Kind names (``"F"``, ...) or codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R,
             6=O, 7=L).
+        copy : bool, default True
+            Copy the arrays. With False the schedule may keep the caller's
+            memory (int32 columns, int8 codes) instead of a copy: saves
+            a copy of every column at millions of ops, and the caller must
+            not modify the arrays afterwards (the schedule would silently
+            change under its validation).
         **kwargs
-            Passed to :class:`Schedule` (``name``, ``devices``, ``params``).
+            Passed to :class:`Schedule` (``name``, ``devices``, ``params``,
+            ``validate``, ``replicated``).
 
         Returns
         -------
@@ -124,6 +133,7 @@ class Schedule:
             As :class:`Schedule`.
         """
         kind = np.asarray(kind)
+        own = {}
         if kind.dtype.kind in "iu":
             codes = kind
             out_of_range = int(codes.min(initial=0)) < 0 or int(codes.max(initial=0)) >= len(KINDS)
@@ -133,20 +143,24 @@ class Schedule:
                     f"kind: op {int(bad[0])} has kind code {int(codes[bad[0]])}; "
                     f"codes are 0..{len(KINDS) - 1} for {', '.join(KINDS)}",
                     rule="kind")
-            kind_arr = pa.DictionaryArray.from_arrays(
-                pa.array(codes.astype(np.int8, copy=False)), _KIND_DICTIONARY)
+            own["kind"] = codes.astype(np.int8, copy=copy)
+            kind_arr = pa.DictionaryArray.from_arrays(pa.array(own["kind"]), _KIND_DICTIONARY)
         else:
             kind_arr = pa.array([str(k) for k in kind], type=pa.string())
-        table = pa.table(
-            {
-                "device": _int_column("device", device),
-                "slot": _int_column("slot", slot),
-                "kind": kind_arr,
-                "stage": _int_column("stage", stage),
-                "microbatch": _int_column("microbatch", microbatch),
-            }
-        )
-        return cls(table, **kwargs)
+        for name, values in (("device", device), ("slot", slot), ("stage", stage),
+                             ("microbatch", microbatch)):
+            own[name] = _int_array(name, values, copy)
+        # pa.array shares an int32 array's memory: hence the copy above.
+        table = pa.table({name: (kind_arr if name == "kind" else pa.array(own[name]))
+                          for name in SCHEMA.names})
+        validate = kwargs.pop("validate", True)
+        schedule = cls(table, validate=False, **kwargs)
+        # Writable arrays backing the table: the structure reuses them (when
+        # normalising did not reorder the rows) instead of copying columns.
+        schedule._own = own
+        if validate:
+            schedule._structure = structure(schedule)
+        return schedule
 
     @classmethod
     def from_programs(cls, programs: Sequence[Sequence[tuple]], **kwargs) -> Schedule:
@@ -173,7 +187,7 @@ class Schedule:
         kwargs.setdefault("devices", max(len(programs), 1))
         fast = _programs_fast(programs)
         if fast is not None:
-            return cls.from_arrays(*fast, **kwargs)
+            return cls.from_arrays(*fast, copy=False, **kwargs)
         device, slot, flat = [], [], []
         for d, prog in enumerate(programs):
             for j, entry in enumerate(prog):
@@ -199,7 +213,7 @@ class Schedule:
                 f"{kinds[i]!r}; kinds are {', '.join(KINDS)}",
                 rule="kind", device=int(device[i]), slot=int(slot[i]))
         return cls.from_arrays(device, slot, codes, np.array(stages, dtype=np.int64),
-                               np.array(mbs, dtype=np.int64), **kwargs)
+                               np.array(mbs, dtype=np.int64), copy=False, **kwargs)
 
     # -- views ---------------------------------------------------------
     @property
@@ -217,11 +231,29 @@ class Schedule:
     def _column(self, name):
         return self._table.column(name).to_numpy()
 
+    def __getstate__(self):
+        # The own arrays share the table's memory here but would be pickled
+        # as a second copy; an unpickled schedule copies where it needs to.
+        state = dict(self.__dict__)
+        state["_own"] = {}
+        return state
+
+    def _writable(self, name, column):
+        """The schedule's own writable array that backs ``column`` (a
+        column of its table as numpy, kind codes for "kind"), or None."""
+        arr = self._own.get(name)
+        if (arr is None or arr.shape != column.shape or arr.dtype != column.dtype
+                or arr.ctypes.data != column.ctypes.data):
+            return None
+        return arr
+
     @property
     def kind_codes(self) -> np.ndarray:
         """numpy.ndarray of int8: kind codes (0=F, 1=B, 2=W, 3=BW, 4=AR, 5=R, 6=O, 7=L) per op."""
-        return np.asarray(self._table.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False),
-                          dtype=np.int8)
+        col = self._table.column("kind")
+        # combine_chunks copies even a single chunk: a copy per call at scale.
+        arr = col.chunks[0] if col.num_chunks == 1 else col.combine_chunks()
+        return np.asarray(arr.indices.to_numpy(zero_copy_only=False), dtype=np.int8)
 
     @property
     def stages(self) -> int:
@@ -469,16 +501,18 @@ def _unit_ops(entry, device, index):
 
 
 
-def _int_column(name, values):
+def _int_array(name, values, copy=True):
     arr = np.asarray(values)
     if arr.size == 0:
-        return pa.array(np.zeros(0, np.int32))
+        return np.zeros(0, np.int32)
     if arr.dtype.kind not in "iu":
         raise ValueError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
     if arr.dtype != np.int32 and (arr.min() < np.iinfo(np.int32).min
                                   or arr.max() > np.iinfo(np.int32).max):
         raise ValueError(f"column '{name}' has values outside int32")
-    return pa.array(arr.astype(np.int32, copy=False))
+    if arr.ndim != 1:
+        raise ValueError(f"column '{name}' must be one-dimensional (got shape {arr.shape})")
+    return np.ascontiguousarray(arr.astype(np.int32, copy=copy))
 
 
 def _normalise_table(table: pa.Table) -> pa.Table:
@@ -493,7 +527,8 @@ def _normalise_table(table: pa.Table) -> pa.Table:
         if not pa.types.is_integer(col.type):
             raise ValueError(f"column '{name}' must be an integer type (got {col.type})")
         cols[name] = col.cast(pa.int32())
-    kind = table.column("kind").combine_chunks()
+    kind = table.column("kind")
+    kind = kind.chunks[0] if kind.num_chunks == 1 else kind.combine_chunks()  # no copy of one
     codes = _own_codes(kind)
     if codes is None:
         if pa.types.is_dictionary(kind.type):

@@ -44,8 +44,8 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
     microbatch is ignored). The caller allocates the outputs (numpy puts
     large ones on huge pages; this kernel's own allocations would fault
     page by page): ``idx`` (S*m, 4) int32 all -1 (rows of F, B, W, BW per
-    key), ``paired`` (n,) bool all False, ``dep`` (n, 2) int32 all -1,
-    ``out_ptr`` (n+1,) int64 all 0, ``first_dev`` (S,) int32 (device of
+    key), ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written
+    here, any content), ``out_ptr`` (n+1,) int64 all 0, ``first_dev`` (S,) int32 (device of
     each stage's microbatch 0). Returns ``(status, nx)``: status 0 means
     every rule holds, and ``out_ptr`` then holds each producer's first
     transfer shifted by one (``out_ptr[q + 1]``), ``nx`` transfers in all.
@@ -66,6 +66,7 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
             return 1, 0
         if dev[r] < 0 or dev[r] >= p or stage[r] >= S:
             return 1, 0
+        paired[r] = False
         if r > 0 and dev[r] == dev[r - 1] and slot[r] == slot[r - 1]:
             # Only an overlapped F&B pair shares a slot, F first, never three.
             if kind[r - 1] != 0 or (k != 1 and k != 3) or paired[r - 1]:
@@ -176,7 +177,7 @@ def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_src_dev, x_d
     transfer's ends, devices and link, each op's transfers in, and each
     device's first row.
 
-    The caller allocates ``xfer`` (n, 2) int32 all -1, the ``x_*`` arrays
+    The caller allocates ``xfer`` (n, 2) int32 (written here), the ``x_*`` arrays
     (nx,) int32 and ``dev_ptr`` (p+1,) int64 all 0; ``out_ptr`` comes from
     pass 1 and ends as each producer's first transfer. Returns the number
     of directed links with traffic, numbered in (source, destination) order.
@@ -189,7 +190,9 @@ def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_src_dev, x_d
     for r in range(n):
         for j in range(2):
             q = dep[r, j]
-            if q >= 0 and dev[q] != dev[r]:
+            if q < 0 or dev[q] == dev[r]:
+                xfer[r, j] = -1
+            else:
                 i = out_ptr[q]
                 out_ptr[q] = i + 1
                 x_src[i] = q

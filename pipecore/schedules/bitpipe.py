@@ -65,7 +65,8 @@ def build_bitpipe(devices, microbatches, chunks=2):
                          f"(got microbatches={m}, devices={p})")
     if p * (4 * m + 4) >= BITPIPE_KERNEL_MIN_OPS:
         cols = _kernel.bitpipe_columns(p, m, column_buffers(p * (4 * m + 4)))
-        return Schedule.from_arrays(*cols, name="bitpipe", devices=p, replicated=True)
+        return Schedule.from_arrays(*cols, name="bitpipe", devices=p, replicated=True,
+                                    copy=False)
     return _bitpipe_reference(p, m)
 
 

@@ -331,7 +331,7 @@ class Repeated:
             tables = _block_tables(b, self.microbatches)
             if tables is not None:
                 return Schedule.from_arrays(*_squeeze_kernels(tables), name=name,
-                                            devices=b.devices)
+                                            devices=b.devices, copy=False)
         return Schedule.from_programs(_squeeze_programs(b, self.microbatches, reorder),
                                       name=name, devices=b.devices)
 

@@ -311,7 +311,8 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
             if not ok:
                 raise RuntimeError("internal error: the chimera kernel's programs came out "
                                    f"at a length other than 2m + 2 (p={p}, m={m})")
-            return Schedule.from_arrays(*cols, name="chimera", devices=p, replicated=True)
+            return Schedule.from_arrays(*cols, name="chimera", devices=p, replicated=True,
+                                        copy=False)
         base = _chimera_programs(p, m, variant)
         if g is None:
             return Schedule.from_programs(base, name="chimera", devices=p, replicated=True)

@@ -230,7 +230,7 @@ def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
                        np.ascontiguousarray(first, dtype=np.int64),
                        np.ascontiguousarray(split_first, dtype=np.bool_), with_ar, offset, *cols):
         raise RuntimeError(f"internal error: the {name} kernel's op count is off")
-    return Schedule.from_arrays(*cols, name=name, devices=p, replicated=with_ar)
+    return Schedule.from_arrays(*cols, name=name, devices=p, replicated=with_ar, copy=False)
 
 
 def formula_dualpipev(p, m, v, c):

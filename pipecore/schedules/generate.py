@@ -326,7 +326,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
         cols = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p,
                                       column_buffers(2 * S * m))
-        return Schedule.from_arrays(*cols, name=name, devices=p)
+        return Schedule.from_arrays(*cols, name=name, devices=p, copy=False)
     return _greedy_reference(placement, m, name)
 
 
@@ -453,7 +453,7 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
     device = np.repeat(np.arange(p, dtype=np.int64), count)
     slot = np.concatenate([np.arange(c, dtype=np.int64) for c in count])
     return Schedule.from_arrays(device, slot, kind[keep], stage[keep], mb[keep], name=name,
-                                devices=p)
+                                devices=p, copy=False)
 
 
 def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):

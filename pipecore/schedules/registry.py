@@ -273,7 +273,7 @@ def _slots_to_schedule(name, devices, length, parts):
     device = np.repeat(np.arange(p, dtype=np.int32), length)
     slot = np.tile(np.arange(length, dtype=np.int32), p)
     return Schedule.from_arrays(device, slot, kind.reshape(-1), stage.reshape(-1),
-                                mb.reshape(-1), name=name, devices=p)
+                                mb.reshape(-1), name=name, devices=p, copy=False)
 
 
 # From this many ops on, _slots_to_schedule writes the columns with a Numba
@@ -305,7 +305,8 @@ def _slots_kernel(name, p, length, parts):
                                f"or one outside its {length} slots")
     if int(kind.min(initial=0)) < 0:
         raise RuntimeError(f"internal error: the {name} builder left a slot empty")
-    return Schedule.from_arrays(device, slot, kind, stage, mb, name=name, devices=p)
+    return Schedule.from_arrays(device, slot, kind, stage, mb, name=name, devices=p,
+                                copy=False)
 
 
 # Importing the family modules registers them.

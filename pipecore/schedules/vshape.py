@@ -123,7 +123,8 @@ def _zb_v_slots(p, m):
     length = 6 * m
     return Schedule.from_arrays(np.repeat(np.arange(p, dtype=np.int32), length),
                                 np.tile(np.arange(length, dtype=np.int32), p),
-                                kind[keep], stage[keep], mb[keep], name="zb-v", devices=p)
+                                kind[keep], stage[keep], mb[keep], name="zb-v", devices=p,
+                                copy=False)
 
 
 def _zb_v_reference(devices, microbatches):
