@@ -362,3 +362,18 @@ def test_fast_program_path_equals_entry_by_entry(name, monkeypatch):
     slow = pc.Schedule.from_programs(programs, replicated=sched.replicated)
     assert fast.table.equals(slow.table)
     assert fast.table.equals(sched.table)
+
+
+def test_costs_keep_their_own_copy_of_per_stage_arrays():
+    # Found 2026-11-25: a float64 array passed per stage was frozen in place
+    # (the caller's own array became read-only).
+    f = np.array([1.0, 2.0])
+    net_bytes = np.array([1.0, 3.0])
+    costs = pc.Costs(f=f)
+    net = pc.Network.uniform(bytes=net_bytes, bandwidth=1.0)
+    sched = pc.build("1f1b", 2, 4)
+    before = pc.simulate(sched, costs, net).makespan
+    f[:] = 100.0  # still writable, and the costs do not follow
+    net_bytes[:] = 50.0
+    assert list(costs.f) == [1.0, 2.0]
+    assert pc.simulate(sched, costs, net).makespan == before

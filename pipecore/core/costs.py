@@ -26,7 +26,8 @@ def _check_value(owner, name, value, allow_inf=False, positive=False):
             raise ValueError(f"{owner} '{name}' must be {op} (got {x})")
         return x
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        # A copy: freezing a float64 input in place would freeze the caller's array.
+        arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"{owner} '{name}' must be a number or a 1-D sequence of numbers") from None
     if arr.ndim != 1 or arr.size == 0:
