@@ -125,8 +125,8 @@ def critical_path(result) -> pa.Table:
     x_src = np.asarray(c.x_src, dtype=np.int64)
     x_dst = np.asarray(c.x_dst, dtype=np.int64)
     x_ser = np.asarray(c.x_ser, dtype=np.float64)
-    x_after = (np.asarray(c.x_after, dtype=np.int64) if c.x_after is not None
-               else np.full(nx, -1, dtype=np.int64))
+    x_after = (np.asarray(c.x_after, dtype=np.int64)
+               if c.x_after is not None and len(c.x_after) else np.full(nx, -1, dtype=np.int64))
     x_end = x_start + x_ser  # the link's release, computed as the kernel does
     ready = finish[x_src]
     link_prev = _link_predecessors(np.asarray(c.x_link, dtype=np.int64), x_ser, ready)

@@ -72,7 +72,8 @@ def structure(schedule, fast=None):
         is the B of an overlapped pair whose F is the previous row),
         ``x_is_ar`` (transfer feeds an all-reduce), ``x_host`` (0, or 1
         for an offload's copy to host and 2 for the copy back), ``x_after``
-        (the transfer a copy back waits for, or -1).
+        (the transfer a copy back waits for, or -1; an empty array when no
+        transfer waits for one).
 
     Raises
     ------
@@ -371,7 +372,8 @@ def structure(schedule, fast=None):
         "paired": same,
         "x_is_ar": is_ar[x_dst] & (x_host == 0),
         "x_host": x_host,
-        "x_after": np.ascontiguousarray(x_after.astype(np.int32)),
+        "x_after": (np.ascontiguousarray(x_after.astype(np.int32)) if (x_after >= 0).any()
+                    else np.empty(0, dtype=np.int32)),  # empty: no transfer waits
         "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
         "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
         "x_src_dev": src_dev.astype(np.int32),
@@ -461,7 +463,9 @@ def _structure_fast(schedule):
         "paired": paired,
         "x_is_ar": kind[x_dst] == AR if top == AR else np.zeros(nx, dtype=bool),
         "x_host": np.zeros(nx, dtype=np.int8),
-        "x_after": np.full(nx, -1, dtype=np.int32),
+        # No offload here, so no transfer waits for another: empty means
+        # none (nx int32 fewer to fill here and to stream per simulation).
+        "x_after": np.empty(0, dtype=np.int32),
         "op_kind": op_kind,
         "op_stage": op_stage,
         "x_src_dev": x_src_dev,

@@ -35,7 +35,7 @@ def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_l
     d's first op that did not run (``dev_ptr[d+1]`` when the device
     finished). ``x_after[x]`` (or -1) is a transfer that transfer x cannot
     start before the arrival of (an offload's copy back waits for its copy
-    to host).
+    to host); an empty ``x_after`` means -1 for every transfer.
     """
     units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after,
                        np.zeros(n_links, dtype=np.uint8))
@@ -219,8 +219,9 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
     blocked device records the transfer it waits for and is revisited once
     that one is sent; times do not depend on the order of visits.
     Transfer x starts no earlier than the arrival of ``x_after[x]`` when
-    that is >= 0; such a transfer is always sent earlier by the same device
-    (an offload's copy to host, before the copy back).
+    that is >= 0 (an empty ``x_after``: never); such a transfer is always
+    sent earlier by the same device (an offload's copy to host, before the
+    copy back).
 
     A link with ``link_shared`` set has several senders (a host link
     shared by devices) and serves its transfers in order of issue time
@@ -233,6 +234,7 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
     p = u_ptr.shape[0] - 1
     nx = x_link.shape[0]
     by_row = in_ptr.shape[0] == 0
+    after = x_after.shape[0] > 0
     x_arrival[:nx] = -1.0
     link_free[:n_links] = 0.0
     top = 0
@@ -283,7 +285,7 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
                         n_pend += 1
                         continue
                     s = f
-                    y = x_after[x]
+                    y = x_after[x] if after else -1
                     if y >= 0:
                         s = max(s, x_arrival[y])
                     if ser == 0.0:
@@ -319,7 +321,7 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
         pend[best] = pend[n_pend]
         cls = x_cls[x] if x_coded else x
         s = x_start[x]
-        y = x_after[x]
+        y = x_after[x] if after else -1
         if y >= 0:  # issued earlier by the same device, so already placed
             s = max(s, x_arrival[y])
         link = x_link[x]
