@@ -57,6 +57,20 @@ def test_what_if_attributes_two_stragglers():
     assert res.makespan - w.per_device[2] == pytest.approx((p - 1 + m * 1.2) * 3.0)
 
 
+def test_what_if_uses_the_stragglers_the_result_was_simulated_with():
+    # Found 2026-11-25: the result kept the caller's dict, so reusing it for
+    # another scenario changed what what_if replayed. Same closed form as
+    # the test above.
+    p, m = 4, 8
+    slow = {1: 1.2, 2: 1.5}
+    res = pc.simulate(pc.build("gpipe", p, m), pc.Costs(f=1.0, b=2.0), stragglers=slow)
+    slow[1] = 3.0
+    del slow[2]
+    w = pc.what_if(res)
+    assert w.per_device[1] == pytest.approx(0.2 * 3.0)
+    assert res.makespan - w.per_device[2] == pytest.approx((p - 1 + m * 1.2) * 3.0)
+
+
 @settings(max_examples=40, deadline=None)
 @given(sched=family_schedules(max_devices=6, max_microbatches=12, recompute=True), data=st.data())
 def test_monte_carlo_equals_simulate_draw_by_draw(sched, data):

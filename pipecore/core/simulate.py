@@ -794,5 +794,10 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         raise _deadlock_error(schedule, head)
     res = Result(schedule, _check_costs(costs), network, compiled, start, finish,
                  x_start, x_arrival)
+    # A copy: what_if replays these, and the caller may reuse their own.
+    if isinstance(stragglers, Mapping):
+        stragglers = dict(stragglers)
+    elif stragglers is not None:
+        stragglers = np.array(stragglers, dtype=np.float64)
     res.stragglers, res.jitter, res.draw = stragglers, jitter, draw
     return res
