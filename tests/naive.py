@@ -4,6 +4,8 @@ Each function here is the straightforward per-op implementation a faster
 one replaced; property tests assert the two give identical results.
 """
 
+import numpy as np
+
 from pipecore.core.schedule import Schedule, _as_ops
 
 
@@ -33,3 +35,34 @@ def recompute_reference(schedule, stages=None, microbatches=None, name=None):
     return Schedule.from_programs(out, name=name or f"{schedule.name}+r",
                                   devices=schedule.devices, replicated=schedule.replicated,
                                   params=dict(getattr(schedule, "params", {}) or {}))
+
+
+def device_peaks_reference(sched, arrays, chosen):
+    """tune's per-device peak activation if ``chosen`` stages were
+    recomputed, from event arrays over the whole table (what
+    ``pipecore.search.tune._RecomputePeaks`` computes one device at a time).
+    """
+    st = sched._info()
+    kind = sched.kind_codes
+    stage = sched._column("stage")
+    act, act_w, ckpt = arrays["activation"], arrays["activation_w"], arrays["checkpoint"]
+    rec = np.zeros(sched.stages, dtype=bool)
+    rec[list(chosen)] = True
+    n = len(kind)
+    delta = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
+                      [np.where(rec[stage], ckpt[stage], act[stage]),
+                       -(act[stage] - act_w[stage]), -act_w[stage], -act[stage]], 0.0)
+    # Two positions per row: an R event (before the row's unit) then the row.
+    ev = np.zeros(2 * n)
+    ev[1::2] = delta
+    back = ((kind == 1) | (kind == 3)) & rec[stage]
+    rows = np.flatnonzero(back)
+    unit_head = rows - st["paired"][rows]  # a paired B's unit starts at its F row
+    ev[2 * unit_head] += act[stage[rows]] - ckpt[stage[rows]]
+    ptr = st["dev_ptr"]
+    out = np.zeros(sched.devices)
+    for d in range(sched.devices):
+        a, b = 2 * ptr[d], 2 * ptr[d + 1]
+        if b > a:
+            out[d] = max(0.0, float(np.cumsum(ev[a:b]).max()))
+    return out

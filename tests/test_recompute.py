@@ -264,3 +264,26 @@ def test_recompute_equals_the_per_op_reference_on_random_schedules(sched, data):
     # Arbitrary placements and orders, F&B pairs, replicas with all-reduces,
     # R, O and L ops already present.
     _check_against_reference(sched, data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sched=family_schedules(max_devices=6, max_microbatches=10), data=st.data())
+def test_device_peaks_one_device_at_a_time_are_bit_identical(sched, data):
+    # tune's binary search asks one device at a time; each answer must be
+    # the very float the whole-table computation gives (same summation).
+    from naive import device_peaks_reference
+
+    from pipecore.search.tune import _RecomputePeaks
+
+    per_stage = st.lists(st.floats(0.0, 2.0), min_size=sched.stages, max_size=sched.stages)
+    act = np.array(data.draw(per_stage)) + 0.1
+    w_share = np.array(data.draw(per_stage)) / 2.0
+    c_share = np.array(data.draw(per_stage)) / 2.0
+    costs = pc.Costs(activation=act, activation_w=act * w_share, checkpoint=act * c_share)
+    arrays = costs.stage_arrays(sched.stages, sched.devices)
+    peaks = _RecomputePeaks(sched, arrays)
+    for _ in range(3):  # the per-device parts are cached between questions
+        chosen = data.draw(st.lists(st.integers(0, sched.stages - 1), unique=True))
+        want = device_peaks_reference(sched, arrays, chosen)
+        got = [peaks.device(d, chosen) for d in range(sched.devices)]
+        assert np.array(got).tobytes() == want.tobytes()
