@@ -187,6 +187,13 @@ def _steady_peak(chain):
 # ---------------------------------------------------------------------------
 
 def _peaks(rows):
+    """Each row's peak of held chunk activations; :func:`_peaks_reference` in Numba."""
+    return _kernels.peaks(*_flat(rows)).tolist()
+
+
+def _peaks_reference(rows):
+    """Each row's peak of held chunk activations (+1 at a forward, -1 at a
+    weight gradient, at least 0)."""
     out = []
     for row in rows:
         mem = peak = 0
@@ -207,12 +214,11 @@ def _layout(blk, chain, mb):
     """The block repeated for ``mb`` microbatches, microbatch 0 on ``chain``."""
     p = len(blk)
     length = max(max(pos.values()) for pos in chain) + _PERIOD * mb + 1
-    rows = [[None] * length for _ in range(p)]
+    grid = np.full((p, length), -1, dtype=np.int8)
     for i in range(p):
         for letter, t0 in chain[i].items():
-            for j in range(mb):
-                rows[i][t0 + _PERIOD * j] = letter
-    return rows
+            grid[i, t0:t0 + _PERIOD * mb:_PERIOD] = _CODE_OF[ord(letter)]
+    return _rows(grid.reshape(-1), np.arange(p + 1, dtype=np.int64) * length)
 
 
 # Letters to the kernels' codes (None, an idle slot, becomes '.' then -1).
@@ -233,6 +239,23 @@ def _encode(rows):
     ptr = np.zeros(len(rows) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(line) - line.count(".") for line in lines])
     return np.ascontiguousarray(codes[codes >= 0]), ptr
+
+
+def _flat(rows):
+    """All rows as one flat int8 array of codes, idle slots -1, and row
+    offsets: ``codes[ptr[i]:ptr[i + 1]]`` is row i, slot for slot."""
+    lines = ["".join(map(_TO_CHAR.__getitem__, row)) for row in rows]
+    codes = _CODE_OF[np.frombuffer("".join(lines).encode("ascii"), dtype=np.uint8)]
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(line) for line in lines])
+    return np.ascontiguousarray(codes), ptr
+
+
+def _rows(codes, ptr):
+    """The rows of letters (None idle) that :func:`_flat` encoded."""
+    chars = np.where(codes >= 0, _LETTER_BYTES[np.maximum(codes, 0)], ord("."))
+    text = chars.astype(np.uint8).tobytes().decode("ascii")
+    return [list(map(_FROM_CHAR.__getitem__, text[a:b])) for a, b in zip(ptr[:-1], ptr[1:])]
 
 
 def _squeeze(rows):
@@ -385,6 +408,34 @@ def _release_w(rows, P):
 
 
 def _rebuild_cooldown(rows, m):
+    rows = _cooldown_rows(rows, m)
+    return None if rows is None else _squeeze(_pad(rows))
+
+
+def _cooldown_rows(rows, m):
+    """Rebuild the cool-down (see the module docstring): the tail backwards
+    packed along the pipeline, weight gradients after them; rows (ragged)
+    or None; :func:`_cooldown_rows_reference` in Numba."""
+    codes, ptr = _flat(rows)
+    length = np.diff(ptr)
+    width = int(length.max(initial=0))
+    # Room for the tail (anchor + 2p at most) and the owed weight gradients.
+    grid = np.full((len(rows), 2 * width + 4 * len(rows) + 4), -1, dtype=np.int8)
+    for i in range(len(rows)):
+        grid[i, :length[i]] = codes[ptr[i]:ptr[i + 1]]
+    status = _kernels.cooldown_rows(grid, length, m)
+    if status == 1:
+        return None
+    if status == 2:
+        return _cooldown_rows_reference([list(r) for r in rows], m)
+    out = np.concatenate([grid[i, :length[i]] for i in range(len(rows))])
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(length)
+    return _rows(out, ptr)
+
+
+def _cooldown_rows_reference(rows, m):
+    """Rebuild the cool-down in place: rows (ragged) or None."""
     p = len(rows)
     P = max(_peaks(rows))
     keep_b = min((P + 1) // 2, m)
@@ -443,7 +494,7 @@ def _rebuild_cooldown(rows, m):
                     row[j] = "w"
                     owe["w"] -= 1
         row.extend(["W"] * owe["W"] + ["w"] * owe["w"])
-    return _squeeze(_pad(rows))
+    return rows
 
 
 def _fill_gaps(rows):
@@ -528,6 +579,17 @@ def _ready(x, i, cnt, j, p, where, count):
 
 
 def _relabel_w(rows):
+    """Weight gradients run oldest first, whichever chunk they belong to;
+    in place; :func:`_relabel_w_reference` in Numba."""
+    codes, ptr = _flat(rows)
+    if not _kernels.relabel_w(codes, ptr):
+        return None
+    for row, new in zip(rows, _rows(codes, ptr)):
+        row[:] = new
+    return rows
+
+
+def _relabel_w_reference(rows):
     """Weight gradients run oldest first, whichever chunk they belong to."""
     for row in rows:
         queue = []
@@ -546,6 +608,12 @@ def _relabel_w(rows):
 
 
 def _valid(rows, m):
+    """Every op m times, and each device's own dependencies in order;
+    :func:`_valid_reference` in Numba."""
+    return bool(_kernels.valid(*_flat(rows), m))
+
+
+def _valid_reference(rows, m):
     """Every op m times, and each device's own dependencies in order (waits on
     other devices are checked when the order is timed)."""
     p = len(rows)
