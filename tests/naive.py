@@ -66,3 +66,44 @@ def device_peaks_reference(sched, arrays, chosen):
         if b > a:
             out[d] = max(0.0, float(np.cumsum(ev[a:b]).max()))
     return out
+
+
+def adaptive_blocks_reference(p):
+    """The adaptive V search's distinct blocks, enumerated on dict rows
+    (what ``pipecore.schedules.adaptive._blocks`` does on slot tuples)."""
+    from pipecore.schedules.adaptive import _LETTERS, _PERIOD, _derive, _with_w
+
+    seen = set()
+    out = []
+    for f1 in range(1, _PERIOD):
+        for b1 in range(1, _PERIOD):
+            for bb1 in range(1, _PERIOD):
+                if len({f1, b1, bb1}) < 3:
+                    continue
+                first = _with_w({"F": 0, "f": f1, "B": b1, "b": bb1})
+                for d0 in range(1, _PERIOD):
+                    for d1 in range(1, d0 + 1):
+                        for len0 in (range(1, p) if d1 < d0 else (p - 1,)):
+                            blk = _derive(first, d0, d1, len0, p)
+                            if blk is None:
+                                continue
+                            key = tuple(tuple(r[c] for c in _LETTERS) for r in blk)
+                            if key in seen:
+                                continue
+                            seen.add(key)
+                            out.append(blk)
+    return out
+
+
+def steady_peak_reference(chain):
+    """The adaptive V block's steady-state peak, counted with numpy."""
+    best = 0
+    for pos in chain:
+        cnt = np.zeros(6, dtype=np.int64)
+        for start, end in ((pos["F"], pos["w"]), (pos["f"], pos["W"])):
+            for r in range(6):
+                lo = (r - start) % 6
+                span = end - start
+                cnt[r] += 0 if lo >= span else (span - lo - 1) // 6 + 1
+        best = max(best, int(cnt.max()))
+    return best

@@ -160,3 +160,18 @@ def test_cooldown_negative_slot_takes_the_python_path():
     want = [["F"] * 4, ["F", "B", "F", "F", "W", "B", "W"]]
     assert adaptive._cooldown_rows_reference(_copy(rows), 2) == want
     assert adaptive._cooldown_rows(_copy(rows), 2) == want
+
+
+def test_blocks_equal_the_dict_enumeration():
+    # Same blocks in the same order, each row's dict with the same key order
+    # (adaptive_blocks returns them), and the same steady peaks.
+    from naive import adaptive_blocks_reference, steady_peak_reference
+
+    for p in (2, 3, 5, 8, 13):
+        got = list(adaptive._blocks(p))
+        want = adaptive_blocks_reference(p)
+        assert [[list(r.items()) for r in b] for b in got] == [
+            [list(r.items()) for r in b] for b in want]
+        for blk in got:
+            chain = adaptive._chain(blk)
+            assert adaptive._steady_peak(chain) == steady_peak_reference(chain)

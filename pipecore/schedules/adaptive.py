@@ -109,28 +109,64 @@ def adaptive_blocks(devices: int) -> list:
 
 
 def _blocks(p):
+    # Rows as (F, f, B, b, W, w) slot tuples while searching (a dict per row
+    # of every candidate took seconds at p=32); dicts only for the blocks kept.
     seen = set()
     for f1 in range(1, _PERIOD):
         for b1 in range(1, _PERIOD):
             for bb1 in range(1, _PERIOD):
                 if len({f1, b1, bb1}) < 3:
                     continue
-                first = _with_w({"F": 0, "f": f1, "B": b1, "b": bb1})
+                first = _with_w_slots(0, f1, b1, bb1)
                 for d0 in range(1, _PERIOD):
                     for d1 in range(1, d0 + 1):
                         # With one delta the split point does not matter.
                         for len0 in (range(1, p) if d1 < d0 else (p - 1,)):
-                            blk = _derive(first, d0, d1, len0, p)
-                            if blk is None:
-                                continue
-                            key = tuple(tuple(r[c] for c in _LETTERS) for r in blk)
-                            if key in seen:
+                            key = _derive_slots(first, d0, d1, len0, p)
+                            if key is None or key in seen:
                                 continue
                             seen.add(key)
-                            yield blk
+                            # The dicts' key order is _derive's: F f B b W w on
+                            # device 0, F B f b W w below.
+                            yield (dict(zip(_LETTERS, key[0])),) + tuple(
+                                {"F": r[0], "B": r[2], "f": r[1], "b": r[3], "W": r[4], "w": r[5]}
+                                for r in key[1:])
+
+
+_W_SLOTS: dict = {}
+
+
+def _with_w_slots(F, f, B, b):
+    """:func:`_with_w` on slots as a tuple (F, f, B, b, W, w), memoised."""
+    key = (F, f, B, b)
+    got = _W_SLOTS.get(key)
+    if got is None:
+        # Only B and b matter for W and w here; the input key order is _with_w's.
+        slots = _with_w({"F": F, "f": f, "B": B, "b": b})
+        got = _W_SLOTS[key] = tuple(slots[c] for c in _LETTERS)
+    return got
+
+
+def _derive_slots(first, d0, d1, len0, p):
+    """:func:`_derive` on slot tuples: the block's rows, or None."""
+    rows = [first]
+    prev = first
+    for i in range(p - 1):
+        delta = d0 if i < len0 else d1
+        F = (prev[0] + delta) % _PERIOD
+        B = (prev[2] + delta) % _PERIOD
+        f = (prev[1] - 1) % _PERIOD
+        b = (prev[3] - 1) % _PERIOD
+        if F == B or F == f or F == b or B == f or B == b or f == b:
+            return None
+        prev = _with_w_slots(F, f, B, b)
+        rows.append(prev)
+    return tuple(rows)
 
 
 def _derive(first, d0, d1, len0, p):
+    """One block's rows as dicts from device 0's and the deltas, or None when
+    a device's F, f, B, b collide (the reference of :func:`_derive_slots`)."""
     rows = [first]
     for i in range(p - 1):
         prev = rows[-1]
@@ -170,15 +206,15 @@ def _steady_peak(chain):
     """Peak chunk activations of the repeated block, from lifespans alone."""
     best = 0
     for pos in chain:
-        cnt = np.zeros(_PERIOD, dtype=np.int64)
+        cnt = [0] * _PERIOD
         for start, end in ((pos["F"], pos["w"]), (pos["f"], pos["W"])):
             # Alive in slots [start, end), one copy every 6 slots: count the
             # copies alive at a slot of each residue r.
+            span = end - start
             for r in range(_PERIOD):
                 lo = (r - start) % _PERIOD
-                span = end - start
                 cnt[r] += 0 if lo >= span else (span - lo - 1) // _PERIOD + 1
-        best = max(best, int(cnt.max()))
+        best = max(best, max(cnt))
     return best
 
 
