@@ -68,3 +68,110 @@ def test_kernels_equal_the_python_references_inside_build(monkeypatch):
 def test_fill_gaps_kernel_equals_the_python_reference(rows):
     assert adaptive._fill_gaps([list(r) for r in rows]) == adaptive._fill_gaps_reference(
         [list(r) for r in rows])
+
+
+def _copy(rows):
+    return [list(r) for r in rows]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.integers(1, 6).flatmap(
+    lambda p: st.lists(st.lists(LETTER, min_size=0, max_size=30), min_size=p, max_size=p)),
+    m=st.integers(1, 8))
+def test_grid_steps_equal_the_python_references_on_random_grids(rows, m):
+    # Ragged rows, any letters: peaks, the cool-down rebuild (the kernel
+    # reports a negative slot and the reference runs, so its IndexError on
+    # a far negative slot is kept too), W relabelling and the validity check.
+    assert adaptive._peaks(_copy(rows)) == adaptive._peaks_reference(_copy(rows))
+    try:
+        want = adaptive._cooldown_rows_reference(_copy(rows), m)
+    except IndexError:
+        want = IndexError
+    try:
+        got = adaptive._cooldown_rows(_copy(rows), m)
+    except IndexError:
+        got = IndexError
+    assert got == want
+    assert adaptive._relabel_w(_copy(rows)) == adaptive._relabel_w_reference(_copy(rows))
+    assert adaptive._valid(_copy(rows), m) == adaptive._valid_reference(_copy(rows), m)
+
+
+def test_grid_steps_equal_the_python_references_inside_build(monkeypatch):
+    # On the grids _build really passes (where _valid is mostly True and the
+    # cool-down mostly succeeds); each step's output also feeds the next.
+    seen = []
+
+    def pair(name, reference):
+        fast = getattr(adaptive, name)
+
+        def both(*args):
+            want = reference(*[_copy(a) if isinstance(a, list) else a for a in args])
+            got = fast(*args)
+            assert got == want, name
+            seen.append(name)
+            return got
+
+        monkeypatch.setattr(adaptive, name, both)
+
+    pair("_peaks", adaptive._peaks_reference)
+    pair("_cooldown_rows", adaptive._cooldown_rows_reference)
+    pair("_relabel_w", adaptive._relabel_w_reference)
+    pair("_valid", adaptive._valid_reference)
+    layout = adaptive._layout
+
+    def layout_both(blk, chain, mb):
+        got = layout(blk, chain, mb)
+        length = max(max(pos.values()) for pos in chain) + 6 * mb + 1
+        want = [[None] * length for _ in blk]
+        for i in range(len(blk)):
+            for letter, t0 in chain[i].items():
+                for j in range(mb):
+                    want[i][t0 + 6 * j] = letter
+        assert got == want
+        seen.append("_layout")
+        return got
+
+    monkeypatch.setattr(adaptive, "_layout", layout_both)
+    valid = 0
+    for p, m in [(2, 3), (3, 1), (4, 8), (4, 16), (6, 7), (8, 24)]:
+        for groups in adaptive._ranked_blocks(p).values():
+            for _trip, _turn, blk, chain in groups[:4]:
+                valid += adaptive._build(blk, chain, m, 2 * p) is not None
+    assert valid > 20
+    assert all(seen.count(n) > 20 for n in ("_peaks", "_cooldown_rows", "_relabel_w",
+                                            "_valid", "_layout")), set(seen)
+
+
+def test_cooldown_negative_slot_takes_the_python_path():
+    # No f on device 0 puts the anchor at -1, so device 1's second tail B
+    # lands on slot -1: Python writes the row's last slot, which the kernel
+    # reports (status 2) instead of guessing.
+    import numpy as np
+
+    from pipecore.kernels import adaptive as kernels
+
+    rows = [["F"] * 4, ["F"] * 4 + ["B", "B"]]
+    codes, ptr = adaptive._flat(rows)
+    length = np.diff(ptr)
+    grid = np.full((2, 20), -1, dtype=np.int8)
+    for i in range(2):
+        grid[i, :length[i]] = codes[ptr[i]:ptr[i + 1]]
+    assert kernels.cooldown_rows(grid, length, 2) == 2
+    want = [["F"] * 4, ["F", "B", "F", "F", "W", "B", "W"]]
+    assert adaptive._cooldown_rows_reference(_copy(rows), 2) == want
+    assert adaptive._cooldown_rows(_copy(rows), 2) == want
+
+
+def test_blocks_equal_the_dict_enumeration():
+    # Same blocks in the same order, each row's dict with the same key order
+    # (adaptive_blocks returns them), and the same steady peaks.
+    from naive import adaptive_blocks_reference, steady_peak_reference
+
+    for p in (2, 3, 5, 8, 13):
+        got = list(adaptive._blocks(p))
+        want = adaptive_blocks_reference(p)
+        assert [[list(r.items()) for r in b] for b in got] == [
+            [list(r.items()) for r in b] for b in want]
+        for blk in got:
+            chain = adaptive._chain(blk)
+            assert adaptive._steady_peak(chain) == steady_peak_reference(chain)

@@ -161,3 +161,178 @@ def fill_gaps(grid):
                 mem_at[i] += _delta(x)
                 break
     return grid
+
+
+# The grid steps below take each device's row as a slice of one flat int8
+# array, ``codes[ptr[i]:ptr[i + 1]]``, with -1 for an idle slot.
+
+@njit(cache=True)
+def peaks(codes, ptr):
+    """Each row's peak of held activations (0 at least): +1 at a forward,
+    -1 at a weight gradient."""
+    p = ptr.size - 1
+    out = np.zeros(p, np.int64)
+    for i in range(p):
+        mem = 0
+        peak = 0
+        for r in range(ptr[i], ptr[i + 1]):
+            c = codes[r]
+            if c >= 0:
+                mem += _delta(c)
+                if mem > peak:
+                    peak = mem
+        out[i] = peak
+    return out
+
+
+@njit(cache=True)
+def valid(codes, ptr, m):
+    """Every letter exactly ``m`` times per row; the k-th W after the k-th
+    B and w after b; on the first row f before B, on the last F before f
+    and B before b (k-th against k-th)."""
+    p = ptr.size - 1
+    at = np.empty((6, m), np.int64)
+    for i in range(p):
+        cnt = np.zeros(6, np.int64)
+        for r in range(ptr[i], ptr[i + 1]):
+            c = codes[r]
+            if c < 0:
+                continue
+            if cnt[c] >= m:
+                return False
+            at[c, cnt[c]] = r - ptr[i]
+            cnt[c] += 1
+        for c in range(6):
+            if cnt[c] != m:
+                return False
+        for j in range(m):
+            if at[2, j] >= at[4, j] or at[3, j] >= at[5, j]:
+                return False
+            if i == 0 and at[1, j] >= at[2, j]:
+                return False
+            if i == p - 1 and (at[0, j] >= at[1, j] or at[2, j] >= at[3, j]):
+                return False
+    return True
+
+
+@njit(cache=True)
+def relabel_w(codes, ptr):
+    """Weight-gradient slots take W or w in the order of their backwards
+    (B then W, b then w), oldest first; in place. False when a row has a
+    weight gradient before any backward left to pair it with."""
+    p = ptr.size - 1
+    queue = np.empty(codes.size, np.int8)
+    for i in range(p):
+        n = 0
+        head = 0
+        for r in range(ptr[i], ptr[i + 1]):
+            c = codes[r]
+            if c == 2:
+                queue[n] = 4
+                n += 1
+            elif c == 3:
+                queue[n] = 5
+                n += 1
+            elif c == 4 or c == 5:
+                if head >= n:
+                    return False
+                codes[r] = queue[head]
+                head += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _put(grid, length, i, j, c):
+    # A write past the row's end extends it with idle slots (grid is -1 there).
+    if j >= length[i]:
+        length[i] = j + 1
+    grid[i, j] = c
+
+
+@njit(cache=True)
+def cooldown_rows(grid, length, m):
+    """The cool-down rebuild of schedules.adaptive on rows ``grid[i, :length[i]]``
+    (idle -1, the rest of each row -1 too, wide enough for the growth);
+    changes both in place. Returns 0, 1 when a tail ``b`` lands on a taken
+    slot (no schedule), or 2 when a slot index goes negative (Python would
+    index from the row's end: the caller runs the reference instead)."""
+    p = grid.shape[0]
+    top = 0
+    for i in range(p):
+        mem = 0
+        for j in range(length[i]):
+            c = grid[i, j]
+            if c >= 0:
+                mem += _delta(c)
+                top = max(top, mem)
+    keep_b = min((top + 1) // 2, m)
+    keep_B = min(top - keep_b, m)
+    anchor = -1
+    for i in range(p):
+        nB = 0
+        nb = 0
+        nW = 0
+        nw = 0
+        last_f = -1
+        for j in range(length[i] - 1, -1, -1):
+            c = grid[i, j]
+            if c == 1 and last_f < 0:
+                last_f = j
+            if c == 2 and nB < i + 1 and nB < keep_B:
+                grid[i, j] = -1
+                nB += 1
+            if c == 3 and nb < keep_b:
+                grid[i, j] = -1
+                nb += 1
+        for j in range(length[i] - 1, -1, -1):
+            if nW >= nB and nw >= nb and nW + nw >= top:
+                break
+            if grid[i, j] == 4:
+                grid[i, j] = -1
+                nW += 1
+            elif grid[i, j] == 5:
+                grid[i, j] = -1
+                nw += 1
+        if i == 0:
+            anchor = last_f
+        for k in range(nb):
+            j = anchor - i + 2 * p - 2 * k
+            if j < 0:
+                return 2
+            if j < length[i] and grid[i, j] >= 0:
+                return 1
+            _put(grid, length, i, j, 3)
+        for k in range(nB):
+            j = anchor + 1 + i - 2 * k
+            if j < 0:
+                return 2
+            _put(grid, length, i, j, 2)
+    for i in range(p):
+        owe_W = 0
+        owe_w = 0
+        last_w = -1
+        for j in range(length[i]):
+            if grid[i, j] == 4 or grid[i, j] == 5:
+                last_w = j
+        for j in range(length[i]):
+            c = grid[i, j]
+            if c == 2:
+                owe_W += 1
+            elif c == 3:
+                owe_w += 1
+            elif c == 4:
+                owe_W -= 1
+            elif c == 5:
+                owe_w -= 1
+            elif c < 0 and j > last_w:
+                if owe_W > 0:
+                    grid[i, j] = 4
+                    owe_W -= 1
+                elif owe_w > 0:
+                    grid[i, j] = 5
+                    owe_w -= 1
+        for _ in range(owe_W):
+            _put(grid, length, i, length[i], 4)
+        for _ in range(owe_w):
+            _put(grid, length, i, length[i], 5)
+    return 0

@@ -109,28 +109,64 @@ def adaptive_blocks(devices: int) -> list:
 
 
 def _blocks(p):
+    # Rows as (F, f, B, b, W, w) slot tuples while searching (a dict per row
+    # of every candidate took seconds at p=32); dicts only for the blocks kept.
     seen = set()
     for f1 in range(1, _PERIOD):
         for b1 in range(1, _PERIOD):
             for bb1 in range(1, _PERIOD):
                 if len({f1, b1, bb1}) < 3:
                     continue
-                first = _with_w({"F": 0, "f": f1, "B": b1, "b": bb1})
+                first = _with_w_slots(0, f1, b1, bb1)
                 for d0 in range(1, _PERIOD):
                     for d1 in range(1, d0 + 1):
                         # With one delta the split point does not matter.
                         for len0 in (range(1, p) if d1 < d0 else (p - 1,)):
-                            blk = _derive(first, d0, d1, len0, p)
-                            if blk is None:
-                                continue
-                            key = tuple(tuple(r[c] for c in _LETTERS) for r in blk)
-                            if key in seen:
+                            key = _derive_slots(first, d0, d1, len0, p)
+                            if key is None or key in seen:
                                 continue
                             seen.add(key)
-                            yield blk
+                            # The dicts' key order is _derive's: F f B b W w on
+                            # device 0, F B f b W w below.
+                            yield (dict(zip(_LETTERS, key[0])),) + tuple(
+                                {"F": r[0], "B": r[2], "f": r[1], "b": r[3], "W": r[4], "w": r[5]}
+                                for r in key[1:])
+
+
+_W_SLOTS: dict = {}
+
+
+def _with_w_slots(F, f, B, b):
+    """:func:`_with_w` on slots as a tuple (F, f, B, b, W, w), memoised."""
+    key = (F, f, B, b)
+    got = _W_SLOTS.get(key)
+    if got is None:
+        # Only B and b matter for W and w here; the input key order is _with_w's.
+        slots = _with_w({"F": F, "f": f, "B": B, "b": b})
+        got = _W_SLOTS[key] = tuple(slots[c] for c in _LETTERS)
+    return got
+
+
+def _derive_slots(first, d0, d1, len0, p):
+    """:func:`_derive` on slot tuples: the block's rows, or None."""
+    rows = [first]
+    prev = first
+    for i in range(p - 1):
+        delta = d0 if i < len0 else d1
+        F = (prev[0] + delta) % _PERIOD
+        B = (prev[2] + delta) % _PERIOD
+        f = (prev[1] - 1) % _PERIOD
+        b = (prev[3] - 1) % _PERIOD
+        if F == B or F == f or F == b or B == f or B == b or f == b:
+            return None
+        prev = _with_w_slots(F, f, B, b)
+        rows.append(prev)
+    return tuple(rows)
 
 
 def _derive(first, d0, d1, len0, p):
+    """One block's rows as dicts from device 0's and the deltas, or None when
+    a device's F, f, B, b collide (the reference of :func:`_derive_slots`)."""
     rows = [first]
     for i in range(p - 1):
         prev = rows[-1]
@@ -170,15 +206,15 @@ def _steady_peak(chain):
     """Peak chunk activations of the repeated block, from lifespans alone."""
     best = 0
     for pos in chain:
-        cnt = np.zeros(_PERIOD, dtype=np.int64)
+        cnt = [0] * _PERIOD
         for start, end in ((pos["F"], pos["w"]), (pos["f"], pos["W"])):
             # Alive in slots [start, end), one copy every 6 slots: count the
             # copies alive at a slot of each residue r.
+            span = end - start
             for r in range(_PERIOD):
                 lo = (r - start) % _PERIOD
-                span = end - start
                 cnt[r] += 0 if lo >= span else (span - lo - 1) // _PERIOD + 1
-        best = max(best, int(cnt.max()))
+        best = max(best, max(cnt))
     return best
 
 
@@ -187,6 +223,13 @@ def _steady_peak(chain):
 # ---------------------------------------------------------------------------
 
 def _peaks(rows):
+    """Each row's peak of held chunk activations; :func:`_peaks_reference` in Numba."""
+    return _kernels.peaks(*_flat(rows)).tolist()
+
+
+def _peaks_reference(rows):
+    """Each row's peak of held chunk activations (+1 at a forward, -1 at a
+    weight gradient, at least 0)."""
     out = []
     for row in rows:
         mem = peak = 0
@@ -207,12 +250,11 @@ def _layout(blk, chain, mb):
     """The block repeated for ``mb`` microbatches, microbatch 0 on ``chain``."""
     p = len(blk)
     length = max(max(pos.values()) for pos in chain) + _PERIOD * mb + 1
-    rows = [[None] * length for _ in range(p)]
+    grid = np.full((p, length), -1, dtype=np.int8)
     for i in range(p):
         for letter, t0 in chain[i].items():
-            for j in range(mb):
-                rows[i][t0 + _PERIOD * j] = letter
-    return rows
+            grid[i, t0:t0 + _PERIOD * mb:_PERIOD] = _CODE_OF[ord(letter)]
+    return _rows(grid.reshape(-1), np.arange(p + 1, dtype=np.int64) * length)
 
 
 # Letters to the kernels' codes (None, an idle slot, becomes '.' then -1).
@@ -233,6 +275,23 @@ def _encode(rows):
     ptr = np.zeros(len(rows) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(line) - line.count(".") for line in lines])
     return np.ascontiguousarray(codes[codes >= 0]), ptr
+
+
+def _flat(rows):
+    """All rows as one flat int8 array of codes, idle slots -1, and row
+    offsets: ``codes[ptr[i]:ptr[i + 1]]`` is row i, slot for slot."""
+    lines = ["".join(map(_TO_CHAR.__getitem__, row)) for row in rows]
+    codes = _CODE_OF[np.frombuffer("".join(lines).encode("ascii"), dtype=np.uint8)]
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(line) for line in lines])
+    return np.ascontiguousarray(codes), ptr
+
+
+def _rows(codes, ptr):
+    """The rows of letters (None idle) that :func:`_flat` encoded."""
+    chars = np.where(codes >= 0, _LETTER_BYTES[np.maximum(codes, 0)], ord("."))
+    text = chars.astype(np.uint8).tobytes().decode("ascii")
+    return [list(map(_FROM_CHAR.__getitem__, text[a:b])) for a, b in zip(ptr[:-1], ptr[1:])]
 
 
 def _squeeze(rows):
@@ -385,6 +444,34 @@ def _release_w(rows, P):
 
 
 def _rebuild_cooldown(rows, m):
+    rows = _cooldown_rows(rows, m)
+    return None if rows is None else _squeeze(_pad(rows))
+
+
+def _cooldown_rows(rows, m):
+    """Rebuild the cool-down (see the module docstring): the tail backwards
+    packed along the pipeline, weight gradients after them; rows (ragged)
+    or None; :func:`_cooldown_rows_reference` in Numba."""
+    codes, ptr = _flat(rows)
+    length = np.diff(ptr)
+    width = int(length.max(initial=0))
+    # Room for the tail (anchor + 2p at most) and the owed weight gradients.
+    grid = np.full((len(rows), 2 * width + 4 * len(rows) + 4), -1, dtype=np.int8)
+    for i in range(len(rows)):
+        grid[i, :length[i]] = codes[ptr[i]:ptr[i + 1]]
+    status = _kernels.cooldown_rows(grid, length, m)
+    if status == 1:
+        return None
+    if status == 2:
+        return _cooldown_rows_reference([list(r) for r in rows], m)
+    out = np.concatenate([grid[i, :length[i]] for i in range(len(rows))])
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(length)
+    return _rows(out, ptr)
+
+
+def _cooldown_rows_reference(rows, m):
+    """Rebuild the cool-down in place: rows (ragged) or None."""
     p = len(rows)
     P = max(_peaks(rows))
     keep_b = min((P + 1) // 2, m)
@@ -443,7 +530,7 @@ def _rebuild_cooldown(rows, m):
                     row[j] = "w"
                     owe["w"] -= 1
         row.extend(["W"] * owe["W"] + ["w"] * owe["w"])
-    return _squeeze(_pad(rows))
+    return rows
 
 
 def _fill_gaps(rows):
@@ -528,6 +615,17 @@ def _ready(x, i, cnt, j, p, where, count):
 
 
 def _relabel_w(rows):
+    """Weight gradients run oldest first, whichever chunk they belong to;
+    in place; :func:`_relabel_w_reference` in Numba."""
+    codes, ptr = _flat(rows)
+    if not _kernels.relabel_w(codes, ptr):
+        return None
+    for row, new in zip(rows, _rows(codes, ptr)):
+        row[:] = new
+    return rows
+
+
+def _relabel_w_reference(rows):
     """Weight gradients run oldest first, whichever chunk they belong to."""
     for row in rows:
         queue = []
@@ -546,6 +644,12 @@ def _relabel_w(rows):
 
 
 def _valid(rows, m):
+    """Every op m times, and each device's own dependencies in order;
+    :func:`_valid_reference` in Numba."""
+    return bool(_kernels.valid(*_flat(rows), m))
+
+
+def _valid_reference(rows, m):
     """Every op m times, and each device's own dependencies in order (waits on
     other devices are checked when the order is timed)."""
     p = len(rows)

@@ -306,37 +306,83 @@ def _ranges(values):
     return ",".join(parts)
 
 
-def _device_peaks(sched, arrays, chosen):
-    """Per-device peak activation (program order) if ``chosen`` stages were
+class _RecomputePeaks:
+    """Per-device peak activation (program order) if some stages were
     recomputed with an R right before each backward unit; no schedule built.
 
     The same running total as the kernels: a recomputed F adds the
     checkpoint, its R the rest of the activation just before the backward.
+    What does not depend on the stages chosen is computed once per device,
+    on first use: tune's binary search asks one device at a time.
     """
-    st = sched._info()
-    kind = sched.kind_codes
-    stage = sched._column("stage")
-    act, act_w, ckpt = arrays["activation"], arrays["activation_w"], arrays["checkpoint"]
-    rec = np.zeros(sched.stages, dtype=bool)
-    rec[list(chosen)] = True
-    n = len(kind)
-    delta = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
-                      [np.where(rec[stage], ckpt[stage], act[stage]),
-                       -(act[stage] - act_w[stage]), -act_w[stage], -act[stage]], 0.0)
-    # Two positions per row: an R event (before the row's unit) then the row.
-    ev = np.zeros(2 * n)
-    ev[1::2] = delta
-    back = ((kind == 1) | (kind == 3)) & rec[stage]
-    rows = np.flatnonzero(back)
-    unit_head = rows - st["paired"][rows]  # a paired B's unit starts at its F row
-    ev[2 * unit_head] += act[stage[rows]] - ckpt[stage[rows]]
-    ptr = st["dev_ptr"]
-    out = np.zeros(sched.devices)
-    for d in range(sched.devices):
-        a, b = 2 * ptr[d], 2 * ptr[d + 1]
-        if b > a:
-            out[d] = max(0.0, float(np.cumsum(ev[a:b]).max()))
-    return out
+
+    def __init__(self, sched, arrays):
+        st = sched._info()
+        self._kind = sched.kind_codes
+        self._stage = sched._column("stage")
+        self._paired = st["paired"]
+        self._ptr = st["dev_ptr"]
+        self._arrays = arrays
+        self._stages = sched.stages
+        self._devices = {}
+
+    def _device(self, d):
+        if d in self._devices:
+            return self._devices[d]
+        a, b = int(self._ptr[d]), int(self._ptr[d + 1])
+        kind, stage = self._kind[a:b], self._stage[a:b]
+        ar = self._arrays
+        act, act_w, ckpt = ar["activation"][stage], ar["activation_w"][stage], ar["checkpoint"][stage]
+        # Two positions per row: an R event (before the row's unit) then the row.
+        ev = np.zeros(2 * (b - a))
+        ev[1::2] = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
+                             [act, -(act - act_w), -act_w, -act], 0.0)
+        is_f = np.flatnonzero(kind == 0)
+        back = np.flatnonzero((kind == 1) | (kind == 3))
+        unit_head = back - self._paired[a:b][back]  # a paired B's unit starts at its F row
+        out = (ev, 2 * is_f + 1, stage[is_f], ckpt[is_f],
+               2 * unit_head, stage[back], act[back] - ckpt[back])
+        self._devices[d] = out
+        return out
+
+    def device(self, d, chosen):
+        """Device ``d``'s peak activation with the stages in ``chosen`` recomputed.
+
+        Parameters
+        ----------
+        d : int
+            Device.
+        chosen : iterable of int
+            Recomputed stages.
+
+        Returns
+        -------
+        float
+            The peak, at least 0.
+
+        Raises
+        ------
+        IndexError
+            If a stage or the device is out of range.
+        """
+        ev, f_pos, f_stage, f_ckpt, r_pos, r_stage, r_alloc = self._device(d)
+        if not len(ev):
+            return 0.0
+        rec = np.zeros(self._stages, dtype=bool)
+        rec[list(chosen)] = True
+        ev = ev.copy()
+        take = rec[f_stage]
+        ev[f_pos[take]] = f_ckpt[take]
+        take = rec[r_stage]
+        ev[r_pos[take]] += r_alloc[take]
+        return max(0.0, float(np.cumsum(ev).max()))
+
+
+def _device_peaks(sched, arrays, chosen):
+    """Per-device peak activation (program order) if ``chosen`` stages were
+    recomputed, every device at once (see :class:`_RecomputePeaks`)."""
+    peaks = _RecomputePeaks(sched, arrays)
+    return np.array([peaks.device(d, chosen) for d in range(sched.devices)])
 
 
 def _recompute_candidates(ran, costs, limit, network, objective, top=6):
@@ -365,6 +411,7 @@ def _recompute_candidates(ran, costs, limit, network, objective, top=6):
             continue
         static = c.result.static_memory
         life = _lifetimes(c.result)
+        peaks = _RecomputePeaks(base, arrays)
         chosen = []
         for d in range(base.devices):
             if fits(float(c.result.peak_activation[d] + static[d]), limit):
@@ -372,12 +419,12 @@ def _recompute_candidates(ran, costs, limit, network, objective, top=6):
             mine = sorted((s for s in range(base.stages) if d in base.stage_devices[s]),
                           key=lambda s: (-life[s], s))
             lo, hi = 1, len(mine)
-            if not fits(float(_device_peaks(base, arrays, mine)[d] + static[d]), limit):
+            if not fits(float(peaks.device(d, mine) + static[d]), limit):
                 chosen += mine
                 continue
             while lo < hi:
                 mid = (lo + hi) // 2
-                if fits(float(_device_peaks(base, arrays, mine[:mid])[d] + static[d]), limit):
+                if fits(float(peaks.device(d, mine[:mid]) + static[d]), limit):
                     hi = mid
                 else:
                     lo = mid + 1
