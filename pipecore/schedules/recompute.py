@@ -127,4 +127,4 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
     return Schedule.from_arrays(new_dev, new_slot, new_kind, new_stage, new_mb,
                                 name=name or f"{schedule.name}+r", devices=schedule.devices,
                                 replicated=schedule.replicated,
-                                params=dict(getattr(schedule, "params", {}) or {}))
+                                params=dict(getattr(schedule, "params", {}) or {}), copy=False)
