@@ -92,6 +92,36 @@ def test_structure_kernel_equals_numpy_rules(sched):
     _same_structure(structure(sched, fast=True), structure(sched, fast=False))
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sched=schedules(recompute=True, offload=False))
+def test_structure_kernel_equals_numpy_rules_with_recompute(sched):
+    # R ops: the backward waits for the R, the recomputed F is class F_DROP.
+    _same_structure(structure(sched, fast=True), structure(sched, fast=False))
+
+
+def test_structure_kernel_takes_recompute_and_explains_its_errors_like_numpy():
+    import pipecore.core.rules as rules
+
+    sched = pc.recompute(pc.build("zb-h1", 4, 8), stages=[1, 2])
+    assert rules._structure_fast(sched) is not None
+    _same_structure(structure(sched, fast=True), structure(sched, fast=False))
+    progs = sched.programs()
+    # An R after its backward, an R on another device, a second R.
+    late = [list(p) for p in progs]
+    i = late[1].index(("R", 1, 0))
+    late[1].insert(late[1].index(("BW", 1, 0)) + 1 if ("BW", 1, 0) in late[1]
+                   else late[1].index(("B", 1, 0)) + 1, late[1].pop(i))
+    moved = [list(p) for p in progs]
+    moved[0].append(moved[1].pop(moved[1].index(("R", 1, 0))))
+    twice = [list(p) for p in progs]
+    twice[1].insert(0, ("R", 1, 5))
+    for bad_progs, rule in ((late, "order"), (moved, "placement"), (twice, "duplicate-op")):
+        bad = Schedule.from_programs(bad_progs, validate=False).table
+        assert rules._structure_fast(Schedule(bad, validate=False)) is None
+        assert _error(bad, True) == _error(bad, False)
+        assert _error(bad, True)[1] == rule
+
+
 def _error(table, fast, **kwargs):
     sched = Schedule(table, validate=False, **kwargs)
     with pytest.raises(ScheduleError) as info:

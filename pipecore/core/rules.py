@@ -20,8 +20,8 @@ F_DROP = 8
 N_CLASSES = 9
 
 #: Schedules with at least this many ops are checked by the one-pass kernel
-#: (``kernels.structure``) when they hold only F, B, W and BW ops (and AR
-#: ops, if replicated); smaller ones use numpy, which needs no compile.
+#: (``kernels.structure``) when they hold only F, B, W, BW and R ops (and
+#: AR ops, if replicated); smaller ones use numpy, which needs no compile.
 FAST_MIN_OPS = 1 << 18
 
 
@@ -49,8 +49,8 @@ def structure(schedule, fast=None):
     ----------
     schedule : Schedule
     fast : bool, optional
-        Use the one-pass kernel where it applies (only F, B, W, BW ops, and
-        AR ops when the schedule is replicated);
+        Use the one-pass kernel where it applies (only F, B, W, BW and R
+        ops, and AR ops when the schedule is replicated);
         by default for schedules of :data:`FAST_MIN_OPS` ops or more. Its
         result equals the numpy path's; on a broken rule the numpy path
         runs and explains it.
@@ -400,7 +400,8 @@ def _structure_fast(schedule):
         return None
     kind = schedule.kind_codes
     top = int(kind.max())
-    if int(kind.min()) < 0 or top > AR or (top == AR and not schedule.replicated):
+    # O and L (offload) take the numpy path; an AR needs replicated stages.
+    if int(kind.min()) < 0 or top > R:
         return None
     dev = schedule._column("device")
     slot = schedule._column("slot")
@@ -411,7 +412,8 @@ def _structure_fast(schedule):
         return None
     S = int(stage.max()) + 1
     # An all-reduce's microbatch is no key (the table stores -1).
-    mb_ops = mb[kind != AR] if top == AR else mb
+    has_ar = top >= AR and bool((kind == AR).any())
+    mb_ops = mb[kind != AR] if has_ar else mb
     if mb_ops.size == 0 or int(mb_ops.min()) < 0:
         return None
     m = int(mb_ops.max()) + 1
@@ -420,7 +422,7 @@ def _structure_fast(schedule):
     n = len(dev)
     # Allocated here, not in the kernels, under one page-size policy
     # (core/buffers.py; a kernel's own allocations always get 4 KB pages).
-    idx = buffers.full((S * m, 4), -1, np.int32)
+    idx = buffers.full((S * m, 5), -1, np.int32)
     paired = buffers.empty(n, bool)  # the kernels write every row of these
     dep = buffers.empty((n, 2), np.int32)
     out_ptr = buffers.full(n + 1, 0, np.int64)
@@ -430,8 +432,10 @@ def _structure_fast(schedule):
                                     first_dev)
     if status != 0:
         return None
-    # The F rows are only needed to list a replicated stage's devices.
+    # The F rows are only needed to list a replicated stage's devices, and
+    # to mark recomputed forwards.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
+    dropped = idx[idx[:, 4] >= 0, 0] if top == R else None  # F rows with an R
     del idx
     xfer = buffers.empty((n, 2), np.int32)
     x_src, x_dst, x_src_dev, x_dst_dev, x_link = (buffers.empty(nx, np.int32)
@@ -455,13 +459,17 @@ def _structure_fast(schedule):
     op_stage = schedule._writable("stage", stage)
     if op_stage is None:
         op_stage = np.array(stage, dtype=np.int32)
+    # The kinds serve as the cost classes (one array fewer at scale) unless
+    # an R drops its F's activations: that F is class F_DROP.
+    op_class = op_kind
+    if dropped is not None and dropped.size:
+        op_class = op_kind.copy()
+        op_class[dropped] = F_DROP
     return {
         "stages": S,
-        # No R ops here, so nothing turns an F into F_DROP: the kinds serve
-        # as the cost classes too (one array fewer at scale).
-        "op_class": op_kind,
+        "op_class": op_class,
         "paired": paired,
-        "x_is_ar": kind[x_dst] == AR if top == AR else np.zeros(nx, dtype=bool),
+        "x_is_ar": kind[x_dst] == AR if has_ar else np.zeros(nx, dtype=bool),
         "x_host": np.zeros(nx, dtype=np.int8),
         # No offload here, so no transfer waits for another: empty means
         # none (nx int32 fewer to fill here and to stream per simulation).

@@ -2,10 +2,9 @@
 
 ``core.rules.structure`` checks the rules with numpy over whole columns. At
 millions of ops its temporaries (int64 copies, masks, a sort) cost seconds
-and gigabytes; these kernels do the common case (kinds F, B, W, BW, and
-all-reduces of replicated stages) in a few linear passes into outputs the
-caller allocates. They
-never explain a failure: on any broken rule they return a nonzero status and
+and gigabytes; these kernels do the common case (kinds F, B, W, BW and R,
+and all-reduces of replicated stages) in a few linear passes into outputs
+the caller allocates. They never explain a failure: on any broken rule they return a nonzero status and
 the numpy path, which names the rule, device, slot and op, runs instead.
 """
 
@@ -14,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Kind codes (core.ops): F=0, B=1, W=2, BW=3, AR=4.
+# Kind codes (core.ops): F=0, B=1, W=2, BW=3, AR=4, R=5. An R's row goes in
+# column 4 of the per-key index (AR rows are not indexed there).
 
 
 @njit(cache=True)
@@ -35,16 +35,16 @@ def rows_sorted(dev, slot, kind):
 @njit(cache=True)
 def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
                        out_ptr, first_dev):
-    """Pass 1 of the structure of a schedule made of F, B, W and BW ops, and
-    AR ops when ``replicated``: every rule, each op's producers and each
+    """Pass 1 of the structure of a schedule made of F, B, W, BW and R ops,
+    and AR ops when ``replicated``: every rule, each op's producers and each
     producer's transfer count.
 
     Rows must be sorted by (device, slot, kind). ``S`` and ``m`` are one
     more than the largest stage and microbatch (of the non-AR rows; an AR's
     microbatch is ignored). The caller allocates the outputs (numpy puts
     large ones on huge pages; this kernel's own allocations would fault
-    page by page): ``idx`` (S*m, 4) int32 all -1 (rows of F, B, W, BW per
-    key), ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written
+    page by page): ``idx`` (S*m, 5) int32 all -1 (rows of F, B, W, BW, R
+    per key), ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written
     here, any content), ``out_ptr`` (n+1,) int64 all 0, ``first_dev`` (S,) int32 (device of
     each stage's microbatch 0). Returns ``(status, nx)``: status 0 means
     every rule holds, and ``out_ptr`` then holds each producer's first
@@ -62,7 +62,7 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
     n_f = 0
     for r in range(n):
         k = kind[r]
-        if k < 0 or k > 4 or slot[r] < 0 or stage[r] < 0:
+        if k < 0 or k > 5 or slot[r] < 0 or stage[r] < 0:
             return 1, 0
         if dev[r] < 0 or dev[r] >= p or stage[r] >= S:
             return 1, 0
@@ -86,19 +86,21 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
                     rep_dev[s, 0] = dev[r]
                 elif rep_dev[s, 0] != dev[r] and rep_dev[s, 1] != dev[r]:
                     rep_dev[s, 1] = dev[r] if rep_dev[s, 1] == -1 else -2
-            else:
+            elif k != 5:
                 # Its F ran earlier on this device (checked below), so the
                 # device is one of the stage's.
                 last_back[s, 0 if dev[r] == rep_dev[s, 0] else 1] = r
         key = stage[r] * m + mb[r]
-        if idx[key, k] >= 0:
+        col = 4 if k == 5 else k
+        if idx[key, col] >= 0:
             return 1, 0
-        idx[key, k] = r
+        idx[key, col] = r
         if k == 0:
             n_f += 1
         else:
             # In a valid schedule the F (and, for a W, its B) ran earlier on
-            # this same device: anything else breaks placement or order.
+            # this same device: anything else breaks placement or order
+            # (an R too: it recomputes its F's activations there).
             f = idx[key, 0]
             if f < 0 or dev[f] != dev[r]:
                 return 1, 0
@@ -147,8 +149,11 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
                 q0 = idx[key - m, 0]
         elif k == 2:
             q0 = idx[key, 1]
-        else:
+        elif k == 5:
             q0 = idx[key, 0]
+        else:
+            # A recomputed backward needs its R (which needs the F).
+            q0 = idx[key, 4] if idx[key, 4] >= 0 else idx[key, 0]
             if stage[r] < S - 1:
                 q1 = idx[key + m, 3]
                 if q1 < 0:
