@@ -246,3 +246,22 @@ def test_scatter_kernel_reports_a_builder_bug():
     parts = [(0, np.zeros((2, 1)), np.arange(2)[None, :], np.array([[0, 1], [0, 2]]))]
     with pytest.raises(RuntimeError, match="left a slot empty"):
         registry._slots_kernel("broken", 2, 3, parts)
+
+
+def test_kernel_from_lowers_the_threshold_inside_its_block_only(monkeypatch):
+    import pipecore.core.rules as rules
+    calls = []
+    real = rules._structure_fast
+    monkeypatch.setattr(rules, "_structure_fast", lambda s: calls.append(s.num_ops) or real(s))
+    sched = pc.build("zb-h1", 8, 512)  # 12,288 ops: below FAST_MIN_OPS
+    assert sched.num_ops < rules.FAST_MIN_OPS
+    structure(sched)
+    assert calls == []
+    with pytest.raises(RuntimeError, match="inside"):
+        with rules.kernel_from(8192):
+            fast = structure(sched)
+            assert calls == [sched.num_ops]
+            raise RuntimeError("inside")
+    _same_structure(fast, structure(sched, fast=False))
+    structure(sched)  # the threshold is back after the error
+    assert calls == [sched.num_ops]

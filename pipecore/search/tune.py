@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
 from ..core.progress import Progress, enabled
+from ..core.rules import kernel_from
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import Result, simulate, validate
 from ..schedules.registry import build, family, schedules
@@ -27,6 +28,10 @@ __all__ = ["tune", "Tuned", "TuneError", "CHUNK_VALUES"]
 
 #: Chunks (stages per device) tried for families that take a choice.
 CHUNK_VALUES = (2, 3, 4, 6, 8)
+# Candidates of this many ops and more are validated by the structure
+# kernel inside tune (core.rules.kernel_from): at p=32, m=256 that took 0.2 s
+# instead of 1.7 s of numpy over 111 candidates; p=8, m=32 stays below it.
+TUNE_KERNEL_FROM = 8192
 
 
 class TuneError(ValueError):
@@ -218,64 +223,67 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     chunk_values = CHUNK_VALUES if chunks is None else tuple(
         _check_int("chunks", c, minimum=1) for c in chunks)
 
-    cands = list(_family_candidates(p, m, names, chunk_values))
-    bar = Progress(len(cands), enabled(progress), unit="builds")
-    for cand in cands:
-        try:
-            cand.schedule = build(cand.family, p, m, chunks=cand.chunks, **cand.options)
-        except (ValueError, ScheduleError) as exc:
-            cand.error = str(exc).splitlines()[0]
-        bar.update(1, final=cand is cands[-1])
-    if generated:
-        for label, make in _generated(p, m, costs, limit):
-            cand = _Candidate(label=label, source="generated", family=label, chunks=None,
-                              options={})
+    # Candidates from about p=16 up are tens of thousands of ops, validated
+    # by the dozen: the structure kernel is worth its load there.
+    with kernel_from(TUNE_KERNEL_FROM):
+        cands = list(_family_candidates(p, m, names, chunk_values))
+        bar = Progress(len(cands), enabled(progress), unit="builds")
+        for cand in cands:
             try:
-                cand.schedule = make()
+                cand.schedule = build(cand.family, p, m, chunks=cand.chunks, **cand.options)
             except (ValueError, ScheduleError) as exc:
                 cand.error = str(exc).splitlines()[0]
-            cands.append(cand)
-    # One structure per distinct op table: drop duplicates (v=1 interleaved is 1F1B, ...).
-    seen = {}
-    for cand in cands:
-        if cand.schedule is None:
-            continue
-        key = _fingerprint(cand.schedule)
-        if key in seen:
-            cand.error = f"same schedule as {seen[key]}"
-            cand.schedule = None
-            continue
-        seen[key] = cand.label
-        try:
-            cand.result = simulate(cand.schedule, costs, network)
-        except ValueError as exc:  # costs that do not fit this candidate's stages
-            cand.error = str(exc).splitlines()[0]
-            cand.schedule = None
-    ran = [c for c in cands if c.result is not None]
-    if recompute and not math.isinf(limit):
-        cands += _recompute_candidates(ran, costs, limit, network, objective)
-    if offload and costs.offload is not None and not math.isinf(limit):
-        cands += _offload_candidates(ran, costs, limit, network, objective)
-    ran = [c for c in cands if c.result is not None]
-    table = _table(cands, limit)
-    fitting = [c for c in ran if fits(c.memory, limit)]
-    if not fitting:
-        if not ran:
-            raise TuneError("no candidate could be built for these shapes: "
-                            + "; ".join(f"{c.label}: {c.error}" for c in cands[:5]),
-                            math.nan, table)
-        least = min(ran, key=lambda c: (c.memory, c.result.makespan))
-        raise TuneError(
-            f"nothing fits memory_limit={limit:g}: the least memory any candidate needs is "
-            f"{least.memory:g} ({least.label}, makespan {least.result.makespan:g}); a limit of "
-            f"at least {least.memory:g} gives a schedule", least.memory, table)
-    if polish:
-        fitting += _polish(fitting, cands, costs, limit, network, objective)
+            bar.update(1, final=cand is cands[-1])
+        if generated:
+            for label, make in _generated(p, m, costs, limit):
+                cand = _Candidate(label=label, source="generated", family=label, chunks=None,
+                                  options={})
+                try:
+                    cand.schedule = make()
+                except (ValueError, ScheduleError) as exc:
+                    cand.error = str(exc).splitlines()[0]
+                cands.append(cand)
+        # One structure per distinct op table: drop duplicates (v=1 interleaved is 1F1B, ...).
+        seen = {}
+        for cand in cands:
+            if cand.schedule is None:
+                continue
+            key = _fingerprint(cand.schedule)
+            if key in seen:
+                cand.error = f"same schedule as {seen[key]}"
+                cand.schedule = None
+                continue
+            seen[key] = cand.label
+            try:
+                cand.result = simulate(cand.schedule, costs, network)
+            except ValueError as exc:  # costs that do not fit this candidate's stages
+                cand.error = str(exc).splitlines()[0]
+                cand.schedule = None
+        ran = [c for c in cands if c.result is not None]
+        if recompute and not math.isinf(limit):
+            cands += _recompute_candidates(ran, costs, limit, network, objective)
+        if offload and costs.offload is not None and not math.isinf(limit):
+            cands += _offload_candidates(ran, costs, limit, network, objective)
+        ran = [c for c in cands if c.result is not None]
         table = _table(cands, limit)
-    best = min(fitting, key=lambda c: (_score(c.result, objective), c.memory, c.label))
-    validate(best.schedule)
-    return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
-                 time.perf_counter() - t0, objective)
+        fitting = [c for c in ran if fits(c.memory, limit)]
+        if not fitting:
+            if not ran:
+                raise TuneError("no candidate could be built for these shapes: "
+                                + "; ".join(f"{c.label}: {c.error}" for c in cands[:5]),
+                                math.nan, table)
+            least = min(ran, key=lambda c: (c.memory, c.result.makespan))
+            raise TuneError(
+                f"nothing fits memory_limit={limit:g}: the least memory any candidate needs is "
+                f"{least.memory:g} ({least.label}, makespan {least.result.makespan:g}); a limit of "
+                f"at least {least.memory:g} gives a schedule", least.memory, table)
+        if polish:
+            fitting += _polish(fitting, cands, costs, limit, network, objective)
+            table = _table(cands, limit)
+        best = min(fitting, key=lambda c: (_score(c.result, objective), c.memory, c.label))
+        validate(best.schedule)
+        return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
+                     time.perf_counter() - t0, objective)
 
 
 def _lifetimes(result):
