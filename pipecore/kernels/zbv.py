@@ -48,7 +48,8 @@ def _put(kind, chunk, d, p, m, times, mems, acc, count, end, pw, ptr, order):
     """Place device d's next op of this kind and chunk; OK, STALL or OVERFLOW.
 
     ``acc`` rows: 0 clock, 1 memory, 2 idle per device, ``acc[3, 0]`` the
-    most idle time of any device (idle only grows, from 0). ``ptr`` rows: 0
+    most idle time of any device (idle only grows, from 0), ``acc[3, 1]``
+    the largest allowance. ``ptr`` rows: 0
     head and 1 tail of the pending-W queue ``pw``, 2 ops placed so far.
     """
     j = count[d, kind, chunk]
@@ -157,7 +158,7 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
     chunk, ``order[2]`` index (each (p, 6m)), ``ocount[d]`` entries long.
     Returns OK, STALL or OVERFLOW.
     """
-    acc = np.zeros((4, p, 2), np.int64)
+    acc = np.zeros((4, max(p, 2), 2), np.int64)  # row 3 holds two amounts even at p=1
     count = np.zeros((p, 3, 2), np.int64)
     end = np.zeros((2, 2, p, m, 2), np.int64)
     pw = np.zeros((p, 2 * m), np.int64)
