@@ -59,3 +59,94 @@ def test_greedy_kernel_equals_the_python_reference(placement, m):
     finally:
         generate.GREEDY_KERNEL_MIN_OPS = saved
     assert got.table.equals(want.table)
+
+
+# zbv_greedy's passes run in kernels/zbv.py when the scaled amounts fit its
+# width; generate._one_pass_reference is the Python pass it must equal.
+ZBV_TIMES = (st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.05, 4.0)
+             | st.sampled_from([1e-7, 3e-9, 1234.5678]))  # the last: too wide for the kernel
+
+
+def _zbv_outcome(p, m, costs, limit, kernel):
+    from pipecore.schedules import generate
+
+    saved = generate.ZBV_KERNEL_MAX_BITS
+    generate.ZBV_KERNEL_MAX_BITS = saved if kernel else 0  # 0: nothing fits, always Python
+    try:
+        sched = generate.zbv_greedy(p, m, costs, limit)
+    except ValueError as exc:
+        return str(exc)
+    finally:
+        generate.ZBV_KERNEL_MAX_BITS = saved
+    return sched
+
+
+@settings(max_examples=150, deadline=None)
+@given(p=st.integers(1, 8), m=st.integers(1, 24), f=ZBV_TIMES, b=ZBV_TIMES, w=ZBV_TIMES,
+       comm=st.sampled_from([0.0, 0.1, 0.7, 2.5]) | st.floats(0.0, 3.0),
+       act=st.sampled_from([1.0, 2.0]) | st.floats(0.1, 4.0), aw=st.floats(0.0, 1.0),
+       room=st.sampled_from([None, 0.0, -0.5, np.inf, 1e6]) | st.floats(0.0, 30.0))
+def test_zbv_kernel_equals_the_python_reference(p, m, f, b, w, comm, act, aw, room):
+    # room: memory above the least allowed limit p * activation (None: the
+    # default; 0: exactly that; -0.5: below it; inf: rejected as infinite).
+    costs = pc.Costs(f=f, b=b, w=w, comm=comm, activation=act, activation_w=aw * act)
+    limit = None if room is None else p * act + room
+    got = _zbv_outcome(p, m, costs, limit, kernel=True)
+    want = _zbv_outcome(p, m, costs, limit, kernel=False)
+    if isinstance(want, str):
+        assert got == want
+        return
+    assert not isinstance(got, str), got
+    assert got.table.equals(want.table)
+    assert (got.name, got.params, got.devices) == (want.name, want.params, want.devices)
+
+
+@pytest.mark.parametrize("p,m,limit", [(8, 24, 8.0), (16, 48, 32.0), (4, 9, None)])
+def test_zbv_kernel_runs_at_published_costs(p, m, limit, monkeypatch):
+    # The ZB paper's Table 5 costs (28.3B row) fit the kernel: the Python
+    # pass must not run, and the result equals it.
+    from pipecore.schedules import generate
+
+    costs = pc.Costs(f=10.402, b=10.248, w=7.698, comm=0.46, activation=1.0, activation_w=0.432)
+    want = _zbv_outcome(p, m, costs, limit, kernel=False)
+
+    def refuse(*args):
+        raise AssertionError("the Python pass ran")
+
+    monkeypatch.setattr(generate, "_one_pass_reference", refuse)
+    got = generate.zbv_greedy(p, m, costs, limit)
+    assert got.table.equals(want.table)
+
+
+def _pass_outcome(one_pass, args, stall=(KeyError, IndexError)):
+    """A pass's idle times and per-device order, or 'stall'."""
+    try:
+        st = one_pass(*args)
+    except stall:
+        return "stall"
+    if hasattr(st, "order"):
+        return st.idle, [list(o) for o in st.order]
+    return st.idle, [list(zip(st.kind[d, :n].tolist(), st.chunk[d, :n].tolist(),
+                              st.j[d, :n].tolist())) for d, n in enumerate(st.count)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 12), cost=st.tuples(*[st.integers(0, 9)] * 3),
+       comm=st.integers(0, 9), act=st.integers(1, 6), act_w=st.integers(0, 6),
+       limit=st.integers(0, 60), fill_f=st.booleans(), fill_b=st.booleans(),
+       allow=st.lists(st.integers(-1, 80), min_size=6, max_size=6), wide=st.booleans())
+def test_zbv_pass_kernel_equals_the_python_pass(p, m, cost, comm, act, act_w, limit, fill_f,
+                                                fill_b, allow, wide):
+    # Below zbv_greedy's checks: any m, limits below the V's peak (the rules
+    # then stall), any allowances; ``wide`` scales everything past int64.
+    from pipecore.schedules import generate
+
+    act_w = min(act_w, act)
+    k = 1 << 70 if wide else 1
+    args = (p, m, tuple(c * k for c in cost), (act * k, -(act - act_w) * k, -act_w * k),
+            comm * k, limit * k, fill_f, fill_b, [a * k if a >= 0 else -1 for a in allow[:p]])
+    want = _pass_outcome(generate._one_pass_reference, args)
+    # The kernel reports a stall as KeyError: an IndexError from it would be
+    # an out-of-bounds access under NUMBA_BOUNDSCHECK=1, not a stall.
+    got = _pass_outcome(generate._one_pass, args, stall=KeyError)
+    assert got == want

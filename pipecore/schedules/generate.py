@@ -19,6 +19,7 @@ from ..core.costs import Costs
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import validate
 from ..kernels import greedy as _greedy
+from ..kernels import zbv as _zbv
 from .registry import column_buffers
 
 __all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
@@ -87,8 +88,11 @@ class _VState:
         return (kind, chunk, d, j) in self.end
 
 
-def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
-    """One greedy layout; ``allowance[d]`` is idle time device d may add freely."""
+def _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
+    """One greedy layout; ``allowance[d]`` is idle time device d may add freely.
+
+    The plain-Python pass: :func:`_one_pass` runs ``kernels.zbv`` instead
+    when the amounts fit its width, and the tests compare the two."""
     st = _VState(p, m, cost, mem, comm, limit)
     most_allowed = max(allowance)
 
@@ -164,6 +168,53 @@ def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
         while st.pending_w[d]:
             st.put_w(d)
     return st
+
+
+# The kernel holds amounts exactly up to about 2**94 (kernels/zbv.py); this
+# many bits, with margin, bound what it is given. Wider ones (tiny or huge
+# cost ratios) take the Python pass.
+ZBV_KERNEL_MAX_BITS = 92
+_MASK32 = (1 << 32) - 1
+
+
+class _KernelPass:
+    """A pass laid out by the kernel: ``idle`` as ints, the order as arrays."""
+
+    def __init__(self, idle, kind, chunk, j, count):
+        self.idle, self.kind, self.chunk, self.j, self.count = idle, kind, chunk, j, count
+
+
+def _limbs(values):
+    """Exact ints as the kernel's (hi, lo) pairs, hi * 2**32 + lo."""
+    return np.array([(v >> 32, v & _MASK32) for v in values], dtype=np.int64).reshape(-1, 2)
+
+
+def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
+    """:func:`_one_pass_reference`'s layout, by the kernel when the amounts fit.
+
+    Raises KeyError or IndexError where the reference would (the rules
+    stall), so callers handle both alike.
+    """
+    # Every time is a sum of at most 6mp op costs plus comms, or a difference
+    # of two such (gaps, idle, budgets); memory likewise of 6m deltas.
+    span = 2 * m * p * (sum(abs(c) for c in cost) + 3 * abs(comm)) + abs(comm) + 2
+    span += max(abs(a) for a in allowance)
+    heap = 6 * m * sum(abs(x) for x in mem) + abs(limit) + 2 * (p + 1) * abs(mem[_F])
+    if max(4 * span, 4 * heap) >= 1 << ZBV_KERNEL_MAX_BITS:
+        return _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
+    times = _limbs(list(cost) + [comm])
+    mems = _limbs(list(mem) + [limit - mem[_B], limit - mem[_F]])
+    warm = _limbs([limit - mem[_F] * (2 + 2 * d) for d in range(p)])
+    idle = np.zeros((p, 2), dtype=np.int64)
+    order = np.zeros((3, p, 6 * m), dtype=np.int64)
+    count = np.zeros(p, dtype=np.int64)
+    status = _zbv.zbv_pass(p, m, times, mems, warm, bool(fill_f), bool(fill_b),
+                           _limbs(allowance), idle, order, count)
+    if status == _zbv.STALL:
+        raise KeyError("the greedy rules stall")
+    if status != _zbv.OK:
+        return _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
+    return _KernelPass([(int(h) << 32) + int(lo) for h, lo in idle], *order, count)
 
 
 def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
@@ -270,6 +321,16 @@ def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
 
 
 def _to_schedule(st, p):
+    if isinstance(st, _KernelPass):
+        keep = np.arange(st.kind.shape[1])[None, :] < st.count[:, None]
+        kind, chunk = st.kind[keep], st.chunk[keep]
+        device = np.repeat(np.arange(p, dtype=np.int64), st.count)
+        slot = np.concatenate([np.arange(c, dtype=np.int64) for c in st.count])
+        # Backward index 0 is the model's chunk 1 (its B flows down the devices).
+        model_chunk = np.where(kind == _F, chunk, 1 - chunk)
+        stage = np.where(model_chunk == 0, device, 2 * p - 1 - device)
+        return validate(Schedule.from_arrays(device, slot, kind, stage, st.j[keep],
+                                             name="zb-v-greedy", devices=p, copy=False))
     programs = []
     for d in range(p):
         stages = (d, 2 * p - 1 - d)
