@@ -70,14 +70,15 @@ ZBV_TIMES = (st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.05, 4
 def _zbv_outcome(p, m, costs, limit, kernel):
     from pipecore.schedules import generate
 
-    saved = generate.ZBV_KERNEL_MAX_BITS
-    generate.ZBV_KERNEL_MAX_BITS = saved if kernel else 0  # 0: nothing fits, always Python
+    saved = generate.ZBV_KERNEL_MAX_BITS, generate.ZBV_KERNEL_MIN_OPS
+    generate.ZBV_KERNEL_MAX_BITS = saved[0] if kernel else 0  # 0: nothing fits, always Python
+    generate.ZBV_KERNEL_MIN_OPS = 0  # the kernel at any size
     try:
         sched = generate.zbv_greedy(p, m, costs, limit)
     except ValueError as exc:
         return str(exc)
     finally:
-        generate.ZBV_KERNEL_MAX_BITS = saved
+        generate.ZBV_KERNEL_MAX_BITS, generate.ZBV_KERNEL_MIN_OPS = saved
     return sched
 
 
@@ -104,7 +105,8 @@ def test_zbv_kernel_equals_the_python_reference(p, m, f, b, w, comm, act, aw, ro
 @pytest.mark.parametrize("p,m,limit", [(8, 24, 8.0), (16, 48, 32.0), (4, 9, None)])
 def test_zbv_kernel_runs_at_published_costs(p, m, limit, monkeypatch):
     # The ZB paper's Table 5 costs (28.3B row) fit the kernel: the Python
-    # pass must not run, and the result equals it.
+    # pass must not run, and the result equals it (the kernel forced at
+    # these sizes, below ZBV_KERNEL_MIN_OPS).
     from pipecore.schedules import generate
 
     costs = pc.Costs(f=10.402, b=10.248, w=7.698, comm=0.46, activation=1.0, activation_w=0.432)
@@ -114,6 +116,7 @@ def test_zbv_kernel_runs_at_published_costs(p, m, limit, monkeypatch):
         raise AssertionError("the Python pass ran")
 
     monkeypatch.setattr(generate, "_one_pass_reference", refuse)
+    monkeypatch.setattr(generate, "ZBV_KERNEL_MIN_OPS", 0)
     got = generate.zbv_greedy(p, m, costs, limit)
     assert got.table.equals(want.table)
 
@@ -148,5 +151,25 @@ def test_zbv_pass_kernel_equals_the_python_pass(p, m, cost, comm, act, act_w, li
     want = _pass_outcome(generate._one_pass_reference, args)
     # The kernel reports a stall as KeyError: an IndexError from it would be
     # an out-of-bounds access under NUMBA_BOUNDSCHECK=1, not a stall.
-    got = _pass_outcome(generate._one_pass, args, stall=KeyError)
+    saved = generate.ZBV_KERNEL_MIN_OPS
+    generate.ZBV_KERNEL_MIN_OPS = 0
+    try:
+        got = _pass_outcome(generate._one_pass, args, stall=KeyError)
+    finally:
+        generate.ZBV_KERNEL_MIN_OPS = saved
     assert got == want
+
+
+def test_zbv_small_shapes_take_the_python_pass_and_large_ones_the_kernel(monkeypatch):
+    # Fresh installs tuning small shapes compile nothing for zbv_greedy.
+    from pipecore.schedules import generate
+
+    ran = []
+    real = generate._one_pass_reference
+    monkeypatch.setattr(generate, "_one_pass_reference", lambda *a: ran.append(1) or real(*a))
+    costs = pc.Costs(f=1, b=1, w=1, comm=0.05)
+    generate.zbv_greedy(8, 32, costs)
+    assert ran
+    ran.clear()
+    generate.zbv_greedy(32, 128, costs)  # 6 p m = 24,576 ops
+    assert not ran
