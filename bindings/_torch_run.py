@@ -348,8 +348,11 @@ class RunResult:
 # A rank runs this file without importing the pipecore package (numba and
 # the rest: 1.3 s alone, about 4 s when four ranks share two cores) and
 # without this folder on sys.path (its torch.py would shadow torch).
-_LAUNCH = ("import runpy, sys; sys.path.pop(0); sys.argv = sys.argv[1:]; "
-           "runpy.run_path(sys.argv[0], run_name='__main__')")
+_LAUNCH = ("import runpy, sys\n"
+           "if sys.path and sys.path[0] == '':\n"  # -c puts the working folder first
+           "    sys.path.pop(0)\n"
+           "sys.argv = sys.argv[1:]\n"
+           "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
 def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, layers=None,
