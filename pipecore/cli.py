@@ -176,6 +176,8 @@ def _parser():
     _progress_args(u)
 
     sub.add_parser("list", help="list schedule names")
+    sub.add_parser("warm", help="compile every Numba kernel into the cache now (for container "
+                                "images and CI; prints seconds per step)")
 
     r = sub.add_parser("run-torch", help="run a schedule CSV for real with PyTorch on CPU ranks "
                                          "(gloo; needs pipecore[torch])")
@@ -593,6 +595,11 @@ def main(argv=None, out=None) -> int:
             return _cmd_run_torch(args, out)
         if args.command == "what-if":
             return _cmd_what_if(args, out)
+        if args.command == "warm":
+            from .warm import warm
+
+            warm(out)
+            return 0
         if args.command == "list":
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")

@@ -4,7 +4,7 @@
   functions too.
 * Imports only go down the layers: kernels < core < schedules < analysis <
   output < scan < search < bindings < the top modules (the package
-  ``__init__``, cli, testing).
+  ``__init__``, cli, testing, warm).
 * Every Numba-compiled function lives under pipecore/kernels/, and the
   kernels import nothing of pipecore's but other kernels.
 * The public names are the ones committed in tests/public_api.txt (written
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "pipecore"
 
 LAYERS = ["kernels", "core", "schedules", "analysis", "output", "scan", "search"]
-TOP = {"pipecore", "pipecore.cli", "pipecore.testing"}
+TOP = {"pipecore", "pipecore.cli", "pipecore.testing", "pipecore.warm"}
 NUMBA_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "stencil", "cfunc", "generated_jit"}
 
 

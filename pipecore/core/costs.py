@@ -59,7 +59,9 @@ def per_stage(owner, name, value, stages, devices):
     if value.shape[0] != stages:
         raise ValueError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
                          f"has {stages} stages (one entry per stage)")
-    return np.ascontiguousarray(value, dtype=np.float64)
+    # A writable copy (S floats): a read-only array is another Numba type,
+    # and each kernel would compile twice.
+    return np.array(value, dtype=np.float64)
 
 
 def per_stage_direct(owner, name, value, stages):
@@ -69,7 +71,9 @@ def per_stage_direct(owner, name, value, stages):
     if value.shape[0] != stages:
         raise ValueError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
                          f"has {stages} stages (one entry per stage)")
-    return np.ascontiguousarray(value, dtype=np.float64)
+    # A writable copy (S floats): a read-only array is another Numba type,
+    # and each kernel would compile twice.
+    return np.array(value, dtype=np.float64)
 
 
 @dataclass(frozen=True)

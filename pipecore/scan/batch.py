@@ -105,7 +105,8 @@ def param_matrix(data, n, network_defaults):
             value = network_defaults[name] if name in network_defaults else float(getattr(defaults, name))
             _replay.fill_row(params, row, none, float(value), lo, hi, n_chunks)
             continue
-        col = np.ascontiguousarray(col, dtype=np.float64)
+        # Writable too: a read-only column (Arrow's) would compile fill_row twice.
+        col = np.require(col, np.float64, ["C", "W"])
         if col.shape != (n,):  # the kernel does not bounds-check
             raise ValueError(f"column '{name}' has shape {col.shape}; expected ({n},)")
         positive = name in _POSITIVE
