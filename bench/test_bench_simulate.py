@@ -52,6 +52,19 @@ def test_kernel(benchmark, case, net):
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("net", ["nocomm", "contention"])
+def test_kernel_summary(benchmark, case, net):
+    # The pass simulate() runs from LAZY_MIN_OPS ops on: no per-op times.
+    network = NETWORK if net == "contention" else None
+    sched, compiled = _setup(case, network)
+    benchmark.group = f"{case}-{net}"
+    benchmark.name = "kernel summary pass (keep=False)"
+    full = compiled.run()
+    status, *_, dev_free, _first = benchmark(compiled.run, keep=False)
+    assert status == 0 and dev_free.max() == full[2].max()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("net", ["nocomm", "contention"])
 def test_simulate_end_to_end(benchmark, case, net):
     network = NETWORK if net == "contention" else None
     sched, _ = _setup(case, network)

@@ -19,6 +19,10 @@ from .costs import Costs, Network, per_stage_direct
 from .rules import F_DROP, N_CLASSES
 from .schedule import KINDS, Schedule, ScheduleError, op_label
 
+# From this many ops on, simulate() runs the list scheduler's summary pass
+# and leaves each op's start and finish for the first use (Result.start).
+LAZY_MIN_OPS = 1 << 20
+
 __all__ = ["simulate", "validate", "compile_schedule", "Result", "Compiled"]
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
@@ -97,6 +101,11 @@ class Compiled:
     op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
     _x_times: tuple | None = None
 
+    @property
+    def shared_links(self) -> bool:
+        """bool: some link has several senders (host links shared by devices)."""
+        return self.units is not None and bool(self.units[9].any())
+
     # Transfer times are kept per class (see kernels.network.X_CLASSES); the
     # per-transfer arrays are made only when something asks for them.
     @property
@@ -115,33 +124,47 @@ class Compiled:
                              np.ascontiguousarray(self.x_table[1][self.x_cls]))
         return self._x_times
 
-    def run(self, op_scale=None):
+    def run(self, op_scale=None, keep=True):
         """Run the list scheduler.
 
         Parameters
         ----------
         op_scale : numpy.ndarray, optional
             A factor per op row on its time (stragglers, jitter).
+        keep : bool, default True
+            Write every op's start and finish and every transfer's start.
+            False runs the summary pass (per-device sums, first starts and
+            last finishes only; start, finish and x_start come back empty);
+            it needs a schedule without shared host links.
 
         Returns
         -------
         tuple
-            ``(status, start, finish, x_start, x_arrival, head)``.
+            ``(status, start, finish, x_start, x_arrival, head, busy,
+            dev_free, dev_first)``; the last three per device.
 
         Raises
         ------
-        None
-            Nothing beyond errors of the objects it is given.
+        ValueError
+            If ``op_scale`` has the wrong shape, or ``keep`` is false for a
+            schedule with shared host links.
         """
         n = self.op_kind.shape[0]
         nx = self.x_dst.shape[0]
         p = self.dev_ptr.shape[0] - 1
-        # One buffer for the four outputs (views keep the same Numba type);
-        # np.empty: the kernel writes every entry of an op or transfer that
-        # runs, and entries of ops stuck in a deadlock are never read.
-        buf = buffers.empty(2 * n + 2 * nx)  # page-size policy: core/buffers.py
-        start, finish = buf[:n], buf[n:2 * n]
-        x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
+        if keep:
+            # One buffer for the four outputs (views keep the same Numba type);
+            # np.empty: the kernel writes every entry of an op or transfer that
+            # runs, and entries of ops stuck in a deadlock are never read.
+            buf = buffers.empty(2 * n + 2 * nx)  # page-size policy: core/buffers.py
+            start, finish = buf[:n], buf[n:2 * n]
+            x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
+        else:
+            if self.shared_links:
+                raise ValueError("the summary pass (keep=False) needs a schedule without "
+                                 "shared host links")
+            x_arrival = buffers.empty(nx)
+            start = finish = x_start = np.empty(0)
         head = np.empty(p, dtype=np.int64)
         if self.units is None:
             self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
@@ -154,11 +177,12 @@ class Compiled:
             if op_scale.shape != (n,):  # the kernel does not bounds-check
                 raise ValueError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
         op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
+        busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
         status = _kernels.run_units(
             self.units, self.op_class, self.op_stage, op_code, self.x_cls, self.x_table[0],
             self.x_table[1], self.stage_cost, self.n_links, self.fb_factor, start, finish,
-            x_start, x_arrival, head, op_scale)
-        return status, start, finish, x_start, x_arrival, head
+            x_start, x_arrival, head, op_scale, busy, dev_free, dev_first, keep)
+        return status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first
 
 
 def _check_costs(costs):
@@ -361,7 +385,8 @@ def validate(schedule: Schedule) -> Schedule:
         stuck op at the head of every blocked device).
     """
     compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0, offload=1.0))
-    status, *_rest, head = compiled.run()
+    # Only the status and the heads matter here: the summary pass will do.
+    status, *_rest, head, _busy, _free, _first = compiled.run(keep=compiled.shared_links)
     if status == _kernels.STATUS_DEADLOCK:
         raise _deadlock_error(schedule, head)
     return schedule
@@ -378,10 +403,13 @@ class Result:
     makespan : float
         Time from 0 to the last op's finish.
     start, finish : numpy.ndarray
-        Per op, in the schedule's (device, slot) order.
+        Per op, in the schedule's (device, slot) order. From
+        :data:`LAZY_MIN_OPS` ops on they are computed on first use (the
+        list scheduler runs again, with the same result bit for bit).
     """
 
-    def __init__(self, schedule, costs, network, compiled, start, finish, x_start, x_arrival):
+    def __init__(self, schedule, costs, network, compiled, times, busy, dev_free, dev_first,
+                 scale=None):
         self.stragglers = None  # what simulate was given, for what_if
         self.jitter = None
         self.draw = 0
@@ -389,11 +417,52 @@ class Result:
         self.costs = costs
         self.network = network
         self._c = compiled
-        self.start = start
-        self.finish = finish
-        self._x_start = x_start
-        self._x_arrival = x_arrival
-        self.makespan = float(finish.max()) if finish.size else 0.0
+        # (start, finish, x_start, x_arrival), or None until asked for.
+        self._times = times
+        self._scale = scale  # the op factors to run with again (None: none)
+        self._busy = busy
+        self._dev_free = dev_free
+        self._dev_first = dev_first
+        # Finishes never decrease along a device's program, so its last
+        # finish is its largest: the same number as finish.max().
+        self.makespan = float(dev_free.max()) if compiled.op_kind.size else 0.0
+
+    def _all_times(self):
+        if self._times is None:
+            status, start, finish, x_start, x_arrival, *_ = self._c.run(self._scale)
+            if status != _kernels.STATUS_OK:  # the summary pass ran to the end
+                raise RuntimeError("internal error: the full list-scheduler pass deadlocked "
+                                   "where the summary pass did not")
+            self._times = (start, finish, x_start, x_arrival)
+            self._scale = None
+        return self._times
+
+    @property
+    def start(self) -> np.ndarray:
+        """numpy.ndarray: each op's start, in (device, slot) order."""
+        return self._all_times()[0]
+
+    @start.setter
+    def start(self, value):
+        self._times = (value, *self._all_times()[1:])
+
+    @property
+    def finish(self) -> np.ndarray:
+        """numpy.ndarray: each op's finish, in (device, slot) order."""
+        return self._all_times()[1]
+
+    @finish.setter
+    def finish(self, value):
+        times = self._all_times()
+        self._times = (times[0], value, *times[2:])
+
+    @property
+    def _x_start(self) -> np.ndarray:
+        return self._all_times()[2]
+
+    @property
+    def _x_arrival(self) -> np.ndarray:
+        return self._all_times()[3]
 
     # -- basic facts ----------------------------------------------------
     @property
@@ -435,11 +504,11 @@ class Result:
             "arrival": pa.array(self._x_arrival),
         })
 
-    @cached_property
+    @property
     def busy(self) -> np.ndarray:
-        """numpy.ndarray: compute time of each device (an F&B pair counts once)."""
-        dur = np.where(self._c.paired, 0.0, self.finish - self.start)
-        return _per_device_sum(dur, self._c.dev_ptr)
+        """numpy.ndarray: compute time of each device (an F&B pair counts once),
+        summed in program order."""
+        return self._busy
 
     @cached_property
     def span(self) -> np.ndarray:
@@ -447,7 +516,7 @@ class Result:
         ptr = self._c.dev_ptr
         out = np.zeros(len(ptr) - 1)
         has = ptr[1:] > ptr[:-1]
-        out[has] = self.finish[ptr[1:][has] - 1] - self.start[ptr[:-1][has]]
+        out[has] = self._dev_free[has] - self._dev_first[has]
         return out
 
     @property
@@ -692,10 +761,6 @@ class Result:
         return _plugin("result_html")(self)
 
 
-def _per_device_sum(values, dev_ptr):
-    csum = np.concatenate(([0.0], np.cumsum(values)))
-    return csum[dev_ptr[1:]] - csum[dev_ptr[:-1]]
-
 def straggler_scale(schedule: Schedule, stragglers) -> np.ndarray:
     """Per-op time factors from a straggler description.
 
@@ -789,11 +854,17 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
             if not callable(getattr(jitter, "draw", None)):
                 raise ValueError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
             scale = scale * jitter.draw(schedule, 1, draw)[:, 0]
-    status, start, finish, x_start, x_arrival, head = compiled.run(scale)
+    # Large schedules run the summary pass now and the per-op times when
+    # something asks for them (a third faster when only the makespan, busy
+    # times, spans and peaks are wanted).
+    keep = compiled.op_kind.shape[0] < LAZY_MIN_OPS or compiled.shared_links
+    status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first = \
+        compiled.run(scale, keep=keep)
     if status == _kernels.STATUS_DEADLOCK:
         raise _deadlock_error(schedule, head)
-    res = Result(schedule, _check_costs(costs), network, compiled, start, finish,
-                 x_start, x_arrival)
+    times = (start, finish, x_start, x_arrival) if keep else None
+    res = Result(schedule, _check_costs(costs), network, compiled, times, busy, dev_free,
+                 dev_first, scale=None if keep else scale)
     # A copy: what_if replays these, and the caller may reuse their own.
     if isinstance(stragglers, Mapping):
         stragglers = dict(stragglers)

@@ -470,6 +470,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
         w_head = np.empty(max_p, dtype=np.uint32)
         w_busy = np.empty(max_p)
         w_free = np.empty(max_p)
+        w_first = np.empty(max_p)
         w_stack = np.empty(max_p, dtype=np.uint32)
         w_wait = np.empty(max_p, dtype=np.uint32)
         w_pend = np.empty(max_nx, dtype=np.uint32)
@@ -485,7 +486,7 @@ def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
                       d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
                       w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
                       memo, no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev,
-                      b_code, b_cnt)
+                      b_code, b_cnt, w_first)
 
 
 @njit(cache=True)
@@ -493,7 +494,8 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
               op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
               d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
               w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo,
-              no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt):
+              no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt,
+              w_first):
     s = c_struct[k]
     p = s_p[s]
     S = s_S[s]
@@ -539,7 +541,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
                     x_link[x0:x0 + nx], x_dst_dev[x0:x0 + nx], no_after[:nx], no_shared, s_nl[s],
                     u_start, w_uf[:nu], w_xs[:nx],
                     w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait, w_pend,
-                    True, True)
+                    True, True, w_first[:p], True)
     status[k] = st
     if st != STATUS_OK:
         return
