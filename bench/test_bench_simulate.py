@@ -40,26 +40,16 @@ def _reference_inputs(sched, network):
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("net", ["nocomm", "contention"])
-def test_kernel(benchmark, case, net):
+@pytest.mark.parametrize("keep", [True, False], ids=["full", "summary"])
+def test_kernel(benchmark, case, net, keep):
+    # keep=False: the summary pass simulate() runs from LAZY_MIN_OPS ops on.
     network = NETWORK if net == "contention" else None
     sched, compiled = _setup(case, network)
     benchmark.group = f"{case}-{net}"
-    benchmark.name = "kernel (list_schedule on compiled arrays)"
-    compiled.run()  # compile / load from cache outside the timing
-    status, *_ = benchmark(compiled.run)
-    assert status == 0
-
-
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("net", ["nocomm", "contention"])
-def test_kernel_summary(benchmark, case, net):
-    # The pass simulate() runs from LAZY_MIN_OPS ops on: no per-op times.
-    network = NETWORK if net == "contention" else None
-    sched, compiled = _setup(case, network)
-    benchmark.group = f"{case}-{net}"
-    benchmark.name = "kernel summary pass (keep=False)"
-    full = compiled.run()
-    status, *_, dev_free, _first = benchmark(compiled.run, keep=False)
+    benchmark.name = ("kernel (list_schedule on compiled arrays)" if keep
+                      else "kernel summary pass (keep=False)")
+    full = compiled.run()  # compile / load from cache outside the timing
+    status, *_, dev_free, _first = benchmark(compiled.run, keep=keep)
     assert status == 0 and dev_free.max() == full[2].max()
 
 
