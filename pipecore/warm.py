@@ -27,13 +27,14 @@ def _thresholds_at_zero():
     """Send every size-gated call to its kernel (undone on exit)."""
     from .core import rules
     from .core import schedule as schedule_mod
-    from .schedules import bitpipe, blocks, chimera, generate, registry
+    from .schedules import bitpipe, blocks, chimera, dualpipe, generate, registry
 
     saved = []
     for mod, name in ((registry, "SCATTER_MIN_OPS"), (rules, "FAST_MIN_OPS"),
                       (schedule_mod, "FAST_MIN_OPS"),
                       (generate, "ZBV_KERNEL_MIN_OPS"), (generate, "GREEDY_KERNEL_MIN_OPS"),
                       (bitpipe, "BITPIPE_KERNEL_MIN_OPS"), (chimera, "CHIMERA_KERNEL_MIN_OPS"),
+                      (dualpipe, "DUALPIPE_KERNEL_MIN_OPS"),
                       (blocks, "_KERNEL_MIN_OPS")):
         saved.append((mod, name, getattr(mod, name)))
         setattr(mod, name, 0)

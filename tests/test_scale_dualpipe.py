@@ -20,6 +20,35 @@ from pipecore.core.rules import structure
 from pipecore.core.schedule import Schedule
 from pipecore.schedules import dualpipe
 
+DEFAULT_MIN_OPS = dualpipe.DUALPIPE_KERNEL_MIN_OPS
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernel_path():
+    # Small shapes take the per-op reference by default: here they must take
+    # the kernel, or the comparisons below would compare the reference with
+    # itself.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dualpipe, "DUALPIPE_KERNEL_MIN_OPS", 0)
+        yield
+
+
+def test_small_shapes_skip_the_kernel_and_large_ones_take_it(monkeypatch):
+    monkeypatch.setattr(dualpipe, "DUALPIPE_KERNEL_MIN_OPS", DEFAULT_MIN_OPS)
+    calls = []
+    real = dualpipe.eight_steps
+
+    def spy(*args):
+        calls.append(args[:2])
+        return real(*args)
+
+    monkeypatch.setattr(dualpipe, "eight_steps", spy)
+    pc.build("dualpipev", 8, 32)  # 1,536 ops: compare's shape
+    pc.build("dualpipe", 8, 32)
+    assert calls == []
+    pc.build("dualpipev", 16, 176)  # 6pm = 16,896
+    assert len(calls) == 1
+
 
 @settings(max_examples=60, deadline=None)
 @given(p=st.integers(1, 10), extra=st.integers(0, 40))

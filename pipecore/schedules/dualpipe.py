@@ -134,10 +134,19 @@ def build_dualpipev(devices, microbatches, chunks=2):
     p, m = devices, microbatches
     if m < 2 * p:
         raise ValueError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+    if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
+        return _dualpipev_reference(p, m)
     d = np.arange(p, dtype=np.int64)
     st = np.stack([d, 2 * p - 1 - d], axis=1)
     return _eight_steps_schedule("dualpipev", p, m, d, st, np.zeros_like(st), d == p - 1,
                                  with_ar=False)
+
+
+# From about this many ops on (6pm: an F, B and W per stage and microbatch)
+# both families are written by the Numba kernel (kernels/dualpipe.py);
+# smaller ones keep the per-op references, quick there, and so compile
+# nothing (the kernel took 2.9 s to compile in compare's cold start).
+DUALPIPE_KERNEL_MIN_OPS = 16_384
 
 
 def _dualpipev_reference(devices, microbatches):
@@ -184,6 +193,8 @@ def build_dualpipe(devices, microbatches, chunks=1):
                          f"microbatches={m})")
     if m < 2 * p:
         raise ValueError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+    if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
+        return _dualpipe_reference(p, m)
     P, M = p // 2, m // 2
     d = np.arange(p, dtype=np.int64)
     h = np.minimum(d, p - 1 - d)
