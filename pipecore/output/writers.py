@@ -703,6 +703,12 @@ def write_gantt(
             fontsize=8,
         )
 
+    # The collections (bars, labels, critical path) are clipped to the axes,
+    # whose box the tight bounding box holds anyway: leaving them out of its
+    # computation skips the extents of thousands of paths, same pixels.
+    for coll in ax.collections:
+        if coll.get_clip_on():
+            coll.set_in_layout(False)
     try:
         # Faster zlib level: most of savefig was PNG encoding; files grow ~10%.
         fig.savefig(out, format="png", bbox_inches="tight", pil_kwargs={"compress_level": 2})
