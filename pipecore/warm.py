@@ -1,7 +1,7 @@
 """Compile pipecore's Numba kernels into the cache ahead of use.
 
 A fresh install compiles each kernel the first time a call needs it (about
-90 s in all on a 2-vCPU VM, 5-20 s for the largest). ``pipecore warm`` (or
+2 minutes in all on a 2-vCPU VM, up to 26 s for the largest). ``pipecore warm`` (or
 :func:`warm`) runs every kernel once at a tiny size, with the size
 thresholds that keep small calls on numpy lowered to zero, so that later
 processes load them from Numba's cache (``__pycache__`` beside the
@@ -46,9 +46,7 @@ def _thresholds_at_zero():
 
 
 def _steps():
-    """(name, callable) pairs in :data:`STEPS` order: the test suite meets
-    simulate's kernels at once (and compiles them itself), the batch
-    kernels, the slowest to compile, a minute later."""
+    """Each step of :data:`STEPS` by name: small, valid pipecore calls."""
     import pipecore as pc
 
     unit = pc.Costs(f=1.0, b=1.0, w=1.0, comm=0.1, activation=1.0, activation_w=0.5)
@@ -71,11 +69,8 @@ def _steps():
         pc.simulate_many(s, table, net, method="list")
 
     def builders():
-        for fam in pc.schedules():
-            try:
-                pc.build(fam, 4, 8)
-            except (ValueError, TypeError):
-                continue
+        for fam in pc.schedules():  # every family builds at p=4, m=8
+            pc.build(fam, 4, 8)
 
     def generators():
         pc.generate.zbv_greedy(4, 8, unit)
@@ -95,12 +90,14 @@ def _steps():
     def tune():
         pc.tune(4, 8, unit, memory_limit=4.0)
 
-    return [("simulate_many", batch), ("builders", builders), ("adaptive", adaptive),
-            ("generate", generators), ("local search", search), ("monte carlo", variation),
-            ("recompute and offload", recompute_offload), ("tune", tune),
-            ("simulate", simulate)]
+    return {"simulate_many": batch, "builders": builders, "adaptive": adaptive,
+            "generate": generators, "local search": search, "monte carlo": variation,
+            "recompute and offload": recompute_offload, "tune": tune, "simulate": simulate}
 
 
+# The order warm() runs them in: the test suite meets simulate's kernels at
+# once (and compiles them itself); the batch kernels, the slowest to
+# compile, a minute later.
 STEPS = ("simulate_many", "builders", "adaptive", "generate", "local search", "monte carlo",
          "recompute and offload", "tune", "simulate")
 
@@ -128,7 +125,7 @@ def warm(out=None, steps=None) -> dict:
     Exception
         Whatever a step raises (each is a small, valid pipecore call).
     """
-    known = dict(_steps())
+    known = _steps()
     chosen = list(STEPS) if steps is None else list(steps)
     unknown = [name for name in chosen if name not in known]
     if unknown:
