@@ -47,7 +47,9 @@ def _reference(name, p, m, v):
 
 
 def _same_structure(a, b):
-    assert a.keys() == b.keys()
+    # The kernel path keeps the device column ("_op_dev") and gathers
+    # "x_src_dev" from it on first use (a[key] below).
+    assert (set(a) | {"x_src_dev"}) - {"_op_dev"} == set(b)
     for key, want in b.items():
         got = a[key]
         if isinstance(want, np.ndarray):
@@ -219,10 +221,11 @@ def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypa
 
 @pytest.mark.parametrize("name", VECTORISED)
 @settings(max_examples=10, deadline=None)
-@given(p=st.integers(1, 7), m=st.integers(1, 16), v=st.integers(1, 3))
-def test_scatter_kernel_equals_numpy_scatter(name, p, m, v):
+@given(p=st.integers(1, 7), m=st.integers(1, 16), v=st.integers(1, 3), blocked=st.booleans())
+def test_scatter_kernel_equals_numpy_scatter(name, p, m, v, blocked):
     # Large shapes write the columns with kernels.slots.scatter_slots; the
-    # numpy scatter (small shapes) is the reference here.
+    # numpy scatter (small shapes) is the reference here. ``blocked`` makes
+    # every device its own block (at scale a block is a few devices).
     if name in ("interleaved-1f1b", "interleaved-zb"):
         m = p * max(1, m // p)
     kwargs = {"chunks": v} if name in ("interleaved-1f1b", "looped-bfs", "interleaved-zb") else {}
@@ -230,12 +233,14 @@ def test_scatter_kernel_equals_numpy_scatter(name, p, m, v):
         ref = pc.build(name, p, m, **kwargs)
     except ValueError:
         return  # a shape the family refuses (same on both paths)
-    saved = registry.SCATTER_MIN_OPS
+    saved = registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES
     registry.SCATTER_MIN_OPS = 0
+    if blocked:
+        registry.SCATTER_BLOCK_BYTES = 1
     try:
         got = pc.build(name, p, m, **kwargs)
     finally:
-        registry.SCATTER_MIN_OPS = saved
+        registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES = saved
     assert got.table.equals(ref.table)
 
 

@@ -430,6 +430,20 @@ def structure(schedule, fast=None):
     }
 
 
+class _Structure(dict):
+    """The kernel path's structure: ``x_src_dev`` (each transfer's source
+    device) is gathered from the device column on first use, since only
+    a network with nodes or shared host links reads it (at p=1024 m=8192
+    interleaved, 134 MB fewer to write per build)."""
+
+    def __missing__(self, key):
+        if key != "x_src_dev":
+            raise KeyError(key)
+        value = self["_op_dev"][self["x_src"]]
+        self[key] = value
+        return value
+
+
 def _structure_fast(schedule):
     """The kernel path of :func:`structure`, or None where it does not apply
     or a rule is broken (the numpy path then finds and names it)."""
@@ -463,7 +477,7 @@ def _structure_fast(schedule):
     idx = buffers.full((S * m, 5), -1, np.int32)
     paired = buffers.empty(n, bool)  # the kernels write every row of these
     dep = buffers.empty((n, 2), np.int32)
-    out_ptr = buffers.full(n + 1, 0, np.int64)
+    out_ptr = buffers.full(n + 2, 0, np.int64)
     first_dev = np.empty(S, dtype=np.int32)
     status, nx = structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m,
                                     bool(schedule.replicated), idx, paired, dep, out_ptr,
@@ -476,11 +490,13 @@ def _structure_fast(schedule):
     dropped = idx[idx[:, 4] >= 0, 0] if top == R else None  # F rows with an R
     del idx
     xfer = buffers.empty((n, 2), np.int32)
-    x_src, x_dst, x_src_dev, x_dst_dev, x_link = (buffers.empty(nx, np.int32)
-                                                  for _ in range(5))
-    dev_ptr = np.zeros(p + 1, dtype=np.int64)
-    n_links = structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_src_dev,
-                                  x_dst_dev, x_link, dev_ptr)
+    x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
+    n_links = structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link)
+    out_ptr = out_ptr[:n + 1]
+    # Rows are sorted by device: each device's first row by bisection.
+    # (Queries of the column's dtype: numpy would otherwise cast the column.)
+    dev_ptr = np.searchsorted(dev, np.arange(p + 1, dtype=dev.dtype), side="left")
+    dev_ptr = dev_ptr.astype(np.int64)
     if schedule.replicated:
         stage_dev = dev[f_idx.reshape(S, m)]
         placement = stage_dev[:, 0].astype(np.int32)
@@ -503,7 +519,8 @@ def _structure_fast(schedule):
     if dropped is not None and dropped.size:
         op_class = op_kind.copy()
         op_class[dropped] = F_DROP
-    return {
+    return _Structure({
+        "_op_dev": dev,
         "stages": S,
         "op_class": op_class,
         "paired": paired,
@@ -514,7 +531,6 @@ def _structure_fast(schedule):
         "x_after": np.empty(0, dtype=np.int32),
         "op_kind": op_kind,
         "op_stage": op_stage,
-        "x_src_dev": x_src_dev,
         "x_dst_dev": x_dst_dev,
         "x_link": x_link,
         "n_links": int(n_links),
@@ -527,4 +543,4 @@ def _structure_fast(schedule):
         "x_src": x_src,
         "x_dst": x_dst,
         "out_ptr": out_ptr,
-    }
+    })

@@ -328,8 +328,11 @@ def _transfer_arrays(st, network, stages, comm, offload):
     key = f"_x_cls_{per_node}"
     if key not in st:
         x_cls = np.empty(len(st["x_src"]), dtype=np.uint32)
+        # Source devices are read only across nodes (the kernel path of
+        # rules.structure gathers them on first use).
+        src_dev = st["x_src_dev"] if per_node else st["x_dst_dev"]
         transfer_classes(st["x_src"], st["op_stage"], st["x_is_ar"], st["x_host"],
-                         st["x_src_dev"], st["x_dst_dev"], per_node, x_cls)
+                         src_dev, st["x_dst_dev"], per_node, x_cls)
         st[key] = x_cls
     nbytes = np.asarray(nbytes, dtype=np.float64)
     grads = np.asarray(grads, dtype=np.float64)

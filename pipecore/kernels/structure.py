@@ -45,10 +45,11 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
     large ones on huge pages; this kernel's own allocations would fault
     page by page): ``idx`` (S*m, 5) int32 all -1 (rows of F, B, W, BW, R
     per key), ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written
-    here, any content), ``out_ptr`` (n+1,) int64 all 0, ``first_dev`` (S,) int32 (device of
-    each stage's microbatch 0). Returns ``(status, nx)``: status 0 means
-    every rule holds, and ``out_ptr`` then holds each producer's first
-    transfer shifted by one (``out_ptr[q + 1]``), ``nx`` transfers in all.
+    here, any content), ``out_ptr`` (n+2,) int64 all 0, ``first_dev`` (S,)
+    int32 (device of each stage's microbatch 0). Returns ``(status, nx)``:
+    status 0 means every rule holds, ``out_ptr[q + 1]`` then holds the
+    first transfer of producer q (the cursor :func:`structure_fbw_links`
+    advances) and ``nx`` transfers in all.
     """
     n = dev.size
     # All-reduces (replicated only): a stage's two devices (from its F
@@ -126,7 +127,8 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
         for s in range(S):
             if (ar_row[s, 0] < 0) != (ar_row[s, 1] < 0):
                 return 1, 0
-    # Transfers counted per producer (shifted by one for the prefix sum).
+    # Transfers counted per producer, two places on for the prefix sum
+    # (pass 2 then needs no shift back).
     for s in range(S):
         first_dev[s] = dev[idx[s * m, 0]]
     for r in range(n):
@@ -169,55 +171,51 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
                 if q > r:
                     return 1, 0
             else:
-                out_ptr[q + 1] += 1
+                out_ptr[q + 2] += 1
     for r in range(n):
-        out_ptr[r + 1] += out_ptr[r]
-    return 0, out_ptr[n]
+        out_ptr[r + 2] += out_ptr[r + 1]
+    return 0, out_ptr[n + 1]
 
 
 @njit(cache=True)
-def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_src_dev, x_dst_dev,
-                        x_link, dev_ptr):
+def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link):
     """Pass 2 after :func:`structure_fbw_deps` returned status 0: every
-    transfer's ends, devices and link, each op's transfers in, and each
-    device's first row.
+    transfer's ends, destination device and link, and each op's transfers
+    in.
 
-    The caller allocates ``xfer`` (n, 2) int32 (written here), the ``x_*`` arrays
-    (nx,) int32 and ``dev_ptr`` (p+1,) int64 all 0; ``out_ptr`` comes from
-    pass 1 and ends as each producer's first transfer. Returns the number
-    of directed links with traffic, numbered in (source, destination) order.
+    The caller allocates ``xfer`` (n, 2) int32 (written here) and the
+    ``x_*`` arrays (nx,) int32; ``out_ptr`` (n+2,) comes from pass 1, and
+    ``out_ptr[:n + 1]`` ends as the CSR of transfers by producer. Returns
+    the number of directed links with traffic, numbered in (source,
+    destination) order. A transfer's source device is
+    ``dev[x_src]`` (not stored: one array fewer to fill at scale).
     """
     n = dev.size
+    link_id = np.full(p * p, -1, np.int32)
     # Consumers visited in row order: each producer's transfers come out
     # sorted by consumer, as the numpy path's lexsort orders them.
-    # out_ptr[q] serves as producer q's fill cursor, then shifts back.
-    link_id = np.full(p * p, -1, np.int32)
+    # out_ptr[q + 1] serves as producer q's fill cursor and ends as the
+    # start of producer q + 1.
     for r in range(n):
+        d = dev[r]
         for j in range(2):
             q = dep[r, j]
-            if q < 0 or dev[q] == dev[r]:
+            if q < 0 or dev[q] == d:
                 xfer[r, j] = -1
             else:
-                i = out_ptr[q]
-                out_ptr[q] = i + 1
+                i = out_ptr[q + 1]
+                out_ptr[q + 1] = i + 1
                 x_src[i] = q
                 x_dst[i] = r
-                x_src_dev[i] = dev[q]
-                x_dst_dev[i] = dev[r]
+                x_dst_dev[i] = d
                 xfer[r, j] = i
-                link_id[dev[q] * p + dev[r]] = 0
-    for r in range(n, 0, -1):
-        out_ptr[r] = out_ptr[r - 1]
-    out_ptr[0] = 0
+                link_id[dev[q] * p + d] = 0
     n_links = 0
     for c in range(p * p):
         if link_id[c] == 0:
             link_id[c] = n_links
             n_links += 1
+    # Sources gathered in producer order, so the reads stream.
     for i in range(x_src.size):
-        x_link[i] = link_id[x_src_dev[i] * p + x_dst_dev[i]]
-    for r in range(n):
-        dev_ptr[dev[r] + 1] += 1
-    for d in range(p):
-        dev_ptr[d + 1] += dev_ptr[d]
+        x_link[i] = link_id[dev[x_src[i]] * p + x_dst_dev[i]]
     return n_links

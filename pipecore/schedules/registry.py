@@ -279,6 +279,9 @@ def _slots_to_schedule(name, devices, length, parts):
 # From this many ops on, _slots_to_schedule writes the columns with a Numba
 # kernel (small shapes keep numpy and so compile nothing at cold start).
 SCATTER_MIN_OPS = 262_144
+# The kernel scatters devices in blocks whose rows (17 bytes each) take
+# about this many bytes, so a block stays in a core's L2 cache.
+SCATTER_BLOCK_BYTES = 1 << 18
 
 
 def column_buffers(n):
@@ -298,11 +301,14 @@ def _slots_kernel(name, p, length, parts):
     n = p * length
     device, slot, kind, stage, mb = column_buffers(n)
     kind.fill(-1)
-    for code, st, j, sl in parts:
-        if scatter_slots(device, slot, kind, stage, mb, length, np.int8(code),
-                         _as_2d(st), _as_2d(j), _as_2d(sl)):
-            raise RuntimeError(f"internal error: the {name} builder put two ops in one slot "
-                               f"or one outside its {length} slots")
+    parts = [(np.int8(code), _as_2d(st), _as_2d(j), _as_2d(sl)) for code, st, j, sl in parts]
+    block = max(1, SCATTER_BLOCK_BYTES // (17 * length))
+    for d0 in range(0, p, block):
+        d1 = min(p, d0 + block)
+        for code, st, j, sl in parts:
+            if scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1):
+                raise RuntimeError(f"internal error: the {name} builder put two ops in one "
+                                   f"slot or one outside its {length} slots")
     if int(kind.min(initial=0)) < 0:
         raise RuntimeError(f"internal error: the {name} builder left a slot empty")
     return Schedule.from_arrays(device, slot, kind, stage, mb, name=name, devices=p,

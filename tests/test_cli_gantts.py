@@ -1,0 +1,90 @@
+"""``pipecore compare`` draws its Gantt charts in two processes (a forked
+child takes every other chart): the files must be the ones one process
+writes, and a child that fails must cost nothing but time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import pipecore as pc
+from pipecore import cli
+
+pytest.importorskip("matplotlib", reason="the Gantt charts need pipecore[plot]")
+
+NAMES = ["gpipe", "1f1b", "zb-h1", "zb-h2", "eager-1f1b"]
+
+
+class _Bar:
+    def __init__(self):
+        self.count = 0
+        self.final = 0
+
+    def update(self, n, final=False):
+        self.count += n
+        self.final += bool(final)
+
+
+def _jobs(folder):
+    costs = pc.Costs(f=1, b=1, w=1)
+    return [(pc.simulate(pc.build(name, 4, 8), costs), folder / f"{name}.png") for name in NAMES]
+
+
+def _draw(jobs, monkeypatch, cpus):
+    monkeypatch.setattr(cli, "_usable_cpus", lambda: range(cpus))
+    bar = _Bar()
+    written = cli._draw_gantts(jobs, bar)
+    # Every chart counted once, and the bar told once that it is done.
+    assert (bar.count, bar.final) == (len(jobs), 1)
+    return written
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the two-process path needs os.fork")
+def test_two_processes_write_the_files_one_process_writes(tmp_path, monkeypatch):
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = _draw(_jobs(tmp_path / "one"), monkeypatch, cpus=1)
+    two = _draw(_jobs(tmp_path / "two"), monkeypatch, cpus=2)
+    assert one == [str(tmp_path / "one" / f"{n}.png") for n in NAMES]
+    assert two == [str(tmp_path / "two" / f"{n}.png") for n in NAMES]
+    for name in NAMES:
+        assert (tmp_path / "one" / f"{name}.png").read_bytes() == \
+            (tmp_path / "two" / f"{name}.png").read_bytes(), name
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the two-process path needs os.fork")
+def test_charts_the_child_did_not_finish_are_drawn_by_the_parent(tmp_path, monkeypatch):
+    from pipecore.output import writers
+
+    parent = os.getpid()
+    real = writers.write_gantt
+    drawn_here = []
+
+    def flaky(result, path, **kwargs):
+        if os.getpid() != parent:
+            if path.name == "zb-h2.png":
+                raise RuntimeError("child fails on its second chart")
+        else:
+            drawn_here.append(path.name)
+        return real(result, path, **kwargs)
+
+    monkeypatch.setattr(writers, "write_gantt", flaky)
+    written = _draw(_jobs(tmp_path), monkeypatch, cpus=2)
+    assert written == [str(tmp_path / f"{n}.png") for n in NAMES]
+    # The child drew 1f1b (index 1) and failed on zb-h2 (index 3): the
+    # parent drew its own (0, 2, 4) and then zb-h2.
+    assert drawn_here == ["gpipe.png", "zb-h1.png", "eager-1f1b.png", "zb-h2.png"]
+    for name in NAMES:
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000, name
+
+
+def test_an_error_in_the_parent_is_raised(tmp_path, monkeypatch):
+    from pipecore.output import writers
+
+    def broken(result, path, **kwargs):
+        raise OSError(f"cannot write {path}")
+
+    monkeypatch.setattr(writers, "write_gantt", broken)
+    with pytest.raises(OSError, match="gpipe.png"):
+        _draw(_jobs(tmp_path), monkeypatch, cpus=2)
