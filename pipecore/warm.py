@@ -141,5 +141,80 @@ def warm(out=None, steps=None) -> dict:
     return seconds
 
 
+def compile_simulate_in_two() -> bool:
+    """On a first run, compile the list scheduler's kernels in two processes.
+
+    With nothing cached for ``run_units`` (the largest kernel every
+    simulation needs, about half of a first run's compile time), a forked
+    child compiles it through a tiny simulation in which the other kernels
+    run as plain Python, while this process compiles those others
+    (``transfer_classes``, ``make_units``, ``peak_memory``) through the same
+    simulation and, where it needs ``run_units``, waits for the child and
+    loads it from the cache. Measured on a 2-vCPU VM (empty cache, then
+    ``compare -p 8 -m 32``): all results after 6.9-8.3 s instead of
+    9.3-10.2 s. Should the child fail, or compile another type signature,
+    this process compiles ``run_units`` itself, as without this call.
+
+    Returns
+    -------
+    bool
+        True when a child compiled (``os.fork`` exists and ``run_units``
+        had no cache index); False when there was nothing to do.
+
+    Raises
+    ------
+    Exception
+        Whatever the tiny simulation raises in this process.
+    """
+    import os
+
+    import pipecore as pc
+
+    from .core import simulate as sim
+    from .kernels import listsched
+
+    try:
+        cold = not os.path.exists(listsched.run_units._cache._cache_file._index_path)
+    except AttributeError:  # a Numba without this cache layout: do nothing
+        return False
+    if not cold or not hasattr(os, "fork"):
+        return False
+
+    def tiny():
+        pc.simulate(pc.build("1f1b", 4, 8), pc.Costs(f=1.0, b=1.0, w=1.0))
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # child: only run_units compiles; leave without exit handlers
+        code = 1
+        try:
+            listsched.make_units = listsched.make_units.py_func
+            sim.transfer_classes = sim.transfer_classes.py_func
+            sim.peak_memory = sim.peak_memory.py_func
+            tiny()
+            code = 0
+        finally:
+            os._exit(code)
+    real = listsched.run_units
+    reaped = False
+
+    def after_child(*args):
+        nonlocal reaped
+        if not reaped:
+            os.waitpid(pid, 0)
+            reaped = True
+        return real(*args)
+
+    listsched.run_units = after_child
+    try:
+        tiny()
+    finally:
+        listsched.run_units = real
+        if not reaped:
+            os.waitpid(pid, 0)
+    return True
+
+
 if __name__ == "__main__":
     warm(None if "--quiet" in sys.argv else sys.stdout)

@@ -45,3 +45,50 @@ def test_cli_prints_a_line_per_step(monkeypatch):
     assert main(["warm"], out=out) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].endswith("s  simulate")
+
+
+_SPLIT = """
+import json
+import numba.core.event as ev
+import pipecore as pc
+from pipecore.warm import compile_simulate_in_two
+
+compiled = []
+
+
+class Seen(ev.Listener):
+    def on_start(self, event):
+        pass
+
+    def on_end(self, event):
+        compiled.append(event.data["dispatcher"].py_func.__name__)
+
+
+ev.register("numba:compile", Seen())
+first = compile_simulate_in_two()
+second = compile_simulate_in_two()
+res = pc.simulate(pc.build("1f1b", 4, 8), pc.Costs(f=1.0, b=2.0, w=0.0))
+print(json.dumps({"first": first, "second": second, "compiled": compiled,
+                  "makespan": res.makespan}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the split needs os.fork")
+def test_first_compile_in_two_processes(tmp_path):
+    # An empty cache of its own: the child compiles run_units, this process
+    # compiles the others and loads run_units from the cache.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _SPLIT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["first"] is True and got["second"] is False
+    assert "run_units" not in got["compiled"] and "list_units" not in got["compiled"]
+    assert "make_units" in got["compiled"]
+    # 1F1B, p=4, m=8, f=1, b=2: (m + p - 1)(f + b) = 33 (the closed form).
+    assert got["makespan"] == 33.0
