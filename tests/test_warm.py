@@ -76,7 +76,8 @@ print(json.dumps({"first": first, "second": second, "compiled": compiled,
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the split needs os.fork")
 def test_first_compile_in_two_processes(tmp_path):
     # An empty cache of its own: the child compiles run_units, this process
-    # compiles the others and loads run_units from the cache.
+    # the others (its list scheduler runs as plain Python meanwhile), and the
+    # simulation afterwards loads run_units from the cache.
     import json
     import os
     import subprocess
@@ -89,6 +90,6 @@ def test_first_compile_in_two_processes(tmp_path):
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["first"] is True and got["second"] is False
     assert "run_units" not in got["compiled"] and "list_units" not in got["compiled"]
-    assert "make_units" in got["compiled"]
+    assert "make_units" in got["compiled"] and "peak_memory" in got["compiled"]
     # 1F1B, p=4, m=8, f=1, b=2: (m + p - 1)(f + b) = 33 (the closed form).
     assert got["makespan"] == 33.0
