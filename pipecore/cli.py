@@ -14,6 +14,7 @@ from . import __version__
 from .analysis.table import ideal_table
 from .core.costs import Costs, Network
 from .core.simulate import simulate
+from .scan.ray import _local_cpus  # CPUs this process may use (Ray itself loads lazily)
 from .schedules.registry import build, family, schedules
 
 __all__ = ["main"]
@@ -244,7 +245,7 @@ def _draw_gantts(jobs, bar):
         done += 1
         bar.update(1, final=done == n)
 
-    if n < 4 or not hasattr(os, "fork") or len(_usable_cpus()) < 2:
+    if n < 4 or not hasattr(os, "fork") or _local_cpus() < 2:
         for i in range(n):
             tick(i, one(i))
         return out
@@ -291,17 +292,10 @@ def _draw_gantts(jobs, bar):
     return out
 
 
-def _usable_cpus():
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # not on Linux
-        return range(os.cpu_count() or 1)
-
-
 def _cmd_compare(args, out):
     from .analysis.compare import compare, format_compare
 
-    if len(_usable_cpus()) >= 2:
+    if _local_cpus() >= 2:
         from .warm import compile_simulate_in_two
 
         compile_simulate_in_two()  # first run only: the other core compiles too

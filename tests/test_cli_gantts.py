@@ -32,7 +32,7 @@ def _jobs(folder):
 
 
 def _draw(jobs, monkeypatch, cpus):
-    monkeypatch.setattr(cli, "_usable_cpus", lambda: range(cpus))
+    monkeypatch.setattr(cli, "_local_cpus", lambda: cpus)
     bar = _Bar()
     written = cli._draw_gantts(jobs, bar)
     # Every chart counted once, and the bar told once that it is done.
