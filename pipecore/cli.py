@@ -295,10 +295,6 @@ def _draw_gantts(jobs, bar):
 def _cmd_compare(args, out):
     from .analysis.compare import compare, format_compare
 
-    if _local_cpus() >= 2:
-        from .warm import compile_simulate_in_two
-
-        compile_simulate_in_two()  # first run only: the other core compiles too
     rows = compare(args.devices, args.microbatches, chunks=args.chunks, costs=_costs(args),
                    network=_network(args))
     from .output.writers import MissingDependencyError

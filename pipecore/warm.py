@@ -25,7 +25,7 @@ import numpy as np
 @contextlib.contextmanager
 def _thresholds_at_zero():
     """Send every size-gated call to its kernel (undone on exit)."""
-    from .core import rules
+    from .core import rules, tier
     from .core import schedule as schedule_mod
     from .schedules import bitpipe, blocks, chimera, dualpipe, generate, registry
 
@@ -35,7 +35,7 @@ def _thresholds_at_zero():
                       (generate, "ZBV_KERNEL_MIN_OPS"), (generate, "GREEDY_KERNEL_MIN_OPS"),
                       (bitpipe, "BITPIPE_KERNEL_MIN_OPS"), (chimera, "CHIMERA_KERNEL_MIN_OPS"),
                       (dualpipe, "DUALPIPE_KERNEL_MIN_OPS"),
-                      (blocks, "_KERNEL_MIN_OPS")):
+                      (blocks, "_KERNEL_MIN_OPS"), (tier, "INTERPRET_MAX_OPS")):
         saved.append((mod, name, getattr(mod, name)))
         setattr(mod, name, 0)
     try:
@@ -139,80 +139,6 @@ def warm(out=None, steps=None) -> dict:
             if out is not None:
                 print(f"{seconds[name]:7.2f} s  {name}", file=out, flush=True)
     return seconds
-
-
-def compile_simulate_in_two() -> bool:
-    """On a first run, compile the list scheduler's kernels in two processes.
-
-    With nothing cached for ``run_units`` (the largest kernel every
-    simulation needs, about half of a first run's compile time), a forked
-    child compiles it through a tiny simulation in which the other kernels
-    run as plain Python, while this process compiles those others
-    (``transfer_classes``, ``make_units``, ``peak_memory``) through the same
-    simulation with the list scheduler as plain Python, then waits for the
-    child; later calls load ``run_units`` from the cache. Measured on a
-    2-vCPU VM (empty cache, then ``compare -p 8 -m 32``, alternating with
-    and without): all results after 6.4-6.6 s instead of 8.2-9.1 s. Should
-    the child fail, or compile another type signature, the first real
-    simulation compiles ``run_units`` here, as without this call.
-
-    Returns
-    -------
-    bool
-        True when a child compiled (``os.fork`` exists and ``run_units``
-        had no cache index); False when there was nothing to do.
-
-    Raises
-    ------
-    Exception
-        Whatever the tiny simulation raises in this process.
-    """
-    import os
-    import signal
-
-    import pipecore as pc
-
-    from .core import simulate as sim
-    from .kernels import listsched
-
-    try:
-        cold = not os.path.exists(listsched.run_units._cache._cache_file._index_path)
-    except AttributeError:  # a Numba without this cache layout: do nothing
-        return False
-    if not cold or not hasattr(os, "fork"):
-        return False
-
-    def tiny():
-        res = pc.simulate(pc.build("1f1b", 4, 8), pc.Costs(f=1.0, b=1.0, w=1.0))
-        res.peak_activation  # noqa: B018 - computed on first use, by peak_memory
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # child: only run_units compiles; leave without exit handlers
-        code = 1
-        try:
-            listsched.make_units = listsched.make_units.py_func
-            sim.transfer_classes = sim.transfer_classes.py_func
-            sim.peak_memory = sim.peak_memory.py_func
-            tiny()
-            code = 0
-        finally:
-            os._exit(code)
-    # Here the list scheduler runs as plain Python, so the other kernels
-    # (peak_memory too) compile while the child compiles run_units.
-    saved = listsched.run_units, listsched.list_units
-    listsched.run_units = listsched.run_units.py_func
-    listsched.list_units = listsched.list_units.py_func
-    try:
-        tiny()
-    except BaseException:
-        os.kill(pid, signal.SIGKILL)  # interrupted or failed: no use waiting
-        raise
-    finally:
-        listsched.run_units, listsched.list_units = saved
-        os.waitpid(pid, 0)
-    return True
 
 
 if __name__ == "__main__":

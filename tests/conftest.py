@@ -5,6 +5,13 @@ import sys
 # The pure-Python oracle lives beside the tests, not in the package.
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The tests exercise the compiled kernels: no interpreting of small calls on
+# a cold cache (pipecore.core.tier; tests/test_tier.py turns it back on).
+# Subprocesses (the CLI's tests) keep the default, as a user gets it.
+from pipecore.core import tier  # noqa: E402
+
+tier.INTERPRET_MAX_OPS = 0
+
 # Numba compiles each kernel the first time a test needs it (about 90 s of a
 # run with an empty cache). A long run compiles them on the idle core in the
 # meantime (pipecore.warm); a test that gets there first compiles as before,
@@ -15,8 +22,10 @@ _warm = None
 
 def pytest_collection_finish(session):
     global _warm
+    # Under pytest-xdist the workers keep every core busy already.
     if (len(session.items) < _WARM_MIN_TESTS or os.environ.get("PIPECORE_WARM") == "0"
-            or (os.cpu_count() or 1) < 2 or _warm is not None):
+            or (os.cpu_count() or 1) < 2 or _warm is not None
+            or "PYTEST_XDIST_WORKER" in os.environ):
         return
     _warm = subprocess.Popen([sys.executable, "-m", "pipecore.warm", "--quiet"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

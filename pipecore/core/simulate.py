@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..kernels import listsched as _kernels
 from ..kernels.memory import peak_memory
 from ..kernels.network import X_CLASSES, transfer_classes
-from . import buffers
+from . import buffers, tier
 from .costs import Costs, Network, per_stage_direct
 from .rules import F_DROP, N_CLASSES
 from .schedule import KINDS, Schedule, ScheduleError, op_label
@@ -167,9 +167,9 @@ class Compiled:
             start = finish = x_start = np.empty(0)
         head = np.empty(p, dtype=np.int64)
         if self.units is None:
-            self.units = _kernels.make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired,
-                                             self.x_link, self.x_dst_dev, self.x_after,
-                                             np.zeros(max(self.n_links, 1), dtype=np.uint8))
+            self.units = tier.kernel(_kernels.make_units, n)(
+                self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
+                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8))
         if op_scale is None:
             op_scale = np.empty(0)  # the kernel's "no scale"
         else:
@@ -178,7 +178,7 @@ class Compiled:
                 raise ValueError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
         op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
         busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
-        status = _kernels.run_units(
+        status = tier.kernel(_kernels.run_units, n)(
             self.units, self.op_class, self.op_stage, op_code, self.x_cls, self.x_table[0],
             self.x_table[1], self.stage_cost, self.n_links, self.fb_factor, start, finish,
             x_start, x_arrival, head, op_scale, busy, dev_free, dev_first, keep)
@@ -260,9 +260,9 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     else:
         shared = np.zeros(max(n_links, 1), dtype=np.uint8)
     if units_key not in st:  # cost-independent: once per schedule (and host sharing)
-        st[units_key] = _kernels.make_units(st["dev_ptr"], st["xfer"], st["out_ptr"],
-                                            st["paired"], x_link, st["x_dst_dev"],
-                                            st["x_after"], shared)
+        st[units_key] = tier.kernel(_kernels.make_units, len(st["op_stage"]))(
+            st["dev_ptr"], st["xfer"], st["out_ptr"], st["paired"], x_link, st["x_dst_dev"],
+            st["x_after"], shared)
     return Compiled(
         dev_ptr=st["dev_ptr"],
         op_kind=st["op_kind"],
@@ -331,8 +331,9 @@ def _transfer_arrays(st, network, stages, comm, offload):
         # Source devices are read only across nodes (the kernel path of
         # rules.structure gathers them on first use).
         src_dev = st["x_src_dev"] if per_node else st["x_dst_dev"]
-        transfer_classes(st["x_src"], st["op_stage"], st["x_is_ar"], st["x_host"],
-                         src_dev, st["x_dst_dev"], per_node, x_cls)
+        tier.kernel(transfer_classes, len(x_cls))(
+            st["x_src"], st["op_stage"], st["x_is_ar"], st["x_host"], src_dev, st["x_dst_dev"],
+            per_node, x_cls)
         st[key] = x_cls
     nbytes = np.asarray(nbytes, dtype=np.float64)
     grads = np.asarray(grads, dtype=np.float64)
@@ -558,7 +559,8 @@ class Result:
             dev, _time, total = self._events()
             np.maximum.at(peak, dev, total)
             return peak
-        peak_memory(c.dev_ptr, c.op_class, c.op_stage, c.act, c.act_w, c.ckpt, peak)
+        tier.kernel(peak_memory, len(c.op_class))(c.dev_ptr, c.op_class, c.op_stage, c.act,
+                                                   c.act_w, c.ckpt, peak)
         return peak
 
     def _events(self):

@@ -537,7 +537,7 @@ def write_gantt(
         raise MissingDependencyError(
             "write_gantt needs matplotlib: pip install 'pipecore[plot]'"
         ) from exc
-    del matplotlib  # only imported to surface a clear error when absent
+    rcParams = matplotlib.rcParams
 
     ops = result.ops
     _require_columns(ops, _OPS_COLUMNS, "ops")
@@ -710,8 +710,12 @@ def write_gantt(
         if coll.get_clip_on():
             coll.set_in_layout(False)
     try:
+        # The tight box, taken here: savefig's bbox_inches="tight" first runs a
+        # whole draw pass without output to find it (same box, same bytes).
+        tight = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
+            rcParams["savefig.pad_inches"])
         # Faster zlib level: most of savefig was PNG encoding; files grow ~10%.
-        fig.savefig(out, format="png", bbox_inches="tight", pil_kwargs={"compress_level": 2})
+        fig.savefig(out, format="png", bbox_inches=tight, pil_kwargs={"compress_level": 2})
     finally:
         # Release the figure's artists promptly; large charts hold a lot.
         fig.clear()

@@ -1,0 +1,139 @@
+"""Run a kernel as plain Python when compiling it would cost more than the call.
+
+The first time a machine runs the list scheduler, Numba compiles its kernels
+(about 6 s on a 2-vCPU VM); later processes load them from Numba's cache
+(about 0.3 s). Interpreted, the same kernels cost about 5-10 µs per op. So a
+call with at most :data:`INTERPRET_MAX_OPS` ops whose kernel is not yet
+compiled in this process runs the kernel's plain-Python form (``py_func``,
+with the kernels it calls interpreted too) while this process has spent less
+than a budget in interpreted kernels: :data:`INTERPRET_BUDGET` seconds when
+the kernel would compile, :data:`INTERPRET_BUDGET_CACHED` when Numba's cache
+holds it. Past the budget the kernel compiles (or loads): a rent-or-buy
+choice, which costs at most about twice the cheaper of the two. Same source,
+same floating-point operations: the answers are bit-identical
+(tests/test_tier.py checks them against tests/reference.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import types
+
+__all__ = ["kernel", "interpreted", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
+           "INTERPRET_BUDGET_CACHED"]
+
+# Calls above this many ops always compile (interpreted: ~0.35 s at 32768).
+INTERPRET_MAX_OPS = int(os.environ.get("PIPECORE_INTERPRET_MAX_OPS", "32768"))
+# Seconds of interpreted kernels per process before compiling instead
+# (about half of what a first compile costs on a 2-vCPU VM), and before
+# loading a kernel Numba's cache holds (about what loading costs).
+INTERPRET_BUDGET = 3.0
+INTERPRET_BUDGET_CACHED = 0.3
+
+_spent = 0.0
+_lock = threading.Lock()
+_plain: dict = {}  # dispatcher -> interpreted function
+_timed: dict = {}  # dispatcher -> interpreted function that counts its seconds
+_cached: set = set()  # dispatchers with an index in Numba's cache
+
+
+def _budget(dispatcher) -> float:
+    """Interpreted seconds this process may spend before calling the
+    dispatcher: none once it is compiled here, :data:`INTERPRET_BUDGET_CACHED`
+    when Numba's cache has an index for it (for some signature),
+    :data:`INTERPRET_BUDGET` when it would compile."""
+    if getattr(dispatcher, "signatures", None):
+        return 0.0
+    if dispatcher not in _cached:
+        try:
+            if os.path.exists(dispatcher._cache._cache_file._index_path):
+                _cached.add(dispatcher)
+        except AttributeError:  # no cache (cache=False) or another Numba layout
+            pass
+    return INTERPRET_BUDGET_CACHED if dispatcher in _cached else INTERPRET_BUDGET
+
+
+def _code_names(code) -> set:
+    """Global names a code object and the code nested in it may read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def interpreted(dispatcher):
+    """The plain-Python form of a Numba kernel, calling the plain-Python
+    forms of the kernels it calls (so none of them compiles).
+
+    Parameters
+    ----------
+    dispatcher : numba dispatcher
+        A kernel made with ``numba.njit``.
+
+    Returns
+    -------
+    callable
+        A function with the kernel's signature, run by the interpreter.
+
+    Raises
+    ------
+    ValueError
+        If ``dispatcher`` is not a Numba dispatcher (it has no ``py_func``).
+    """
+    plain = _plain.get(dispatcher)
+    if plain is not None:
+        return plain
+    py = getattr(dispatcher, "py_func", None)
+    if py is None:
+        raise ValueError(f"{dispatcher!r} is not a Numba dispatcher (no py_func)")
+    scope = dict(py.__globals__)
+    plain = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__, py.__closure__)
+    _plain[dispatcher] = plain  # before recursing: kernels that call each other
+    for name in _code_names(py.__code__):
+        value = scope.get(name)
+        if value is not dispatcher and hasattr(value, "py_func") and hasattr(value, "signatures"):
+            scope[name] = interpreted(value)
+    return plain
+
+
+def _counting(dispatcher):
+    fn = _timed.get(dispatcher)
+    if fn is None:
+        plain = interpreted(dispatcher)
+
+        def fn(*args):
+            global _spent
+            t0 = time.perf_counter()
+            try:
+                return plain(*args)
+            finally:
+                with _lock:
+                    _spent += time.perf_counter() - t0
+
+        _timed[dispatcher] = fn
+    return fn
+
+
+def kernel(dispatcher, ops: int):
+    """The kernel to call for a call of ``ops`` ops: the dispatcher itself, or
+    its interpreted form when compiling it would cost more (see the module).
+
+    Parameters
+    ----------
+    dispatcher : numba dispatcher
+        The compiled kernel.
+    ops : int
+        Size of the call (ops of the schedule).
+
+    Returns
+    -------
+    callable
+        ``dispatcher``, or a plain-Python function with its signature.
+    """
+    if (ops > INTERPRET_MAX_OPS or not hasattr(dispatcher, "py_func")
+            or _spent >= _budget(dispatcher)):
+        return dispatcher
+    return _counting(dispatcher)

@@ -1,0 +1,164 @@
+"""Small calls on a cold cache run the list scheduler's kernels interpreted
+(pipecore.core.tier): same answers as tests/reference.py, bit for bit,
+and no compile for the README's main job on an empty Numba cache."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_kernel import assert_same
+
+import pipecore as pc
+from pipecore.core import tier
+from pipecore.kernels import listsched
+from pipecore.testing import costs, family_schedules, networks, schedules
+
+# Interpreted kernels are ~20x slower than compiled: fewer examples than test_kernel.
+SETTINGS = settings(max_examples=100, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           # the fixture only patches module settings
+                                           HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def interpret_all(monkeypatch):
+    """Every kernel call through tier.kernel interpreted, whatever is cached."""
+    monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 1 << 40)
+    monkeypatch.setattr(tier, "_budget", lambda dispatcher: float("inf"))
+    calls = []
+    real = tier._counting
+
+    def counting(dispatcher):
+        calls.append(dispatcher.py_func.__name__)
+        return real(dispatcher)
+
+    monkeypatch.setattr(tier, "_counting", counting)
+    return calls
+
+
+@SETTINGS
+@given(data=st.data(), sched=schedules())
+def test_interpreted_equals_reference_random_schedules(interpret_all, data, sched):
+    interpret_all.clear()
+    c = data.draw(costs(stages=sched.stages))
+    net = data.draw(networks(devices=sched.devices))
+    assert_same(sched, c, net)
+    assert "run_units" in interpret_all  # the property ran the interpreted kernels
+
+
+@SETTINGS
+@given(data=st.data(), sched=family_schedules(recompute=True))
+def test_interpreted_equals_reference_families(interpret_all, data, sched):
+    interpret_all.clear()
+    c = data.draw(costs(stages=sched.stages))
+    net = data.draw(networks(devices=sched.devices, allow_none=False))
+    assert_same(sched, c, net)
+    assert {"run_units", "make_units", "transfer_classes"} <= set(interpret_all)
+
+
+def test_interpreted_kernels_call_interpreted_kernels():
+    run = tier.interpreted(listsched.run_units)
+    assert not hasattr(run, "py_func")
+    # run_units calls list_units: its copy reads the interpreted one.
+    assert run.__globals__["list_units"] is tier.interpreted(listsched.list_units)
+    assert listsched.run_units.py_func.__globals__["list_units"] is listsched.list_units
+
+
+def test_interpreted_refuses_a_plain_function():
+    with pytest.raises(ValueError, match="not a Numba dispatcher"):
+        tier.interpreted(len)
+
+
+@numba.njit(cache=False)
+def _double(x):
+    return 2 * x
+
+
+def test_choice(monkeypatch):
+    monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 100)
+    monkeypatch.setattr(tier, "INTERPRET_BUDGET", 1.0)
+    monkeypatch.setattr(tier, "INTERPRET_BUDGET_CACHED", 0.1)
+    monkeypatch.setattr(tier, "_spent", 0.0)
+    cold = tier.kernel(_double, 100)
+    assert cold is not _double and cold(21) == 42  # small, nothing compiled: interpreted
+    assert tier.kernel(_double, 101) is _double  # too large for the interpreter
+    monkeypatch.setattr(tier, "_spent", 1.0)
+    assert tier.kernel(_double, 10) is _double  # budget spent: compile from now on
+    monkeypatch.setattr(tier, "_spent", 0.5)
+    assert tier.kernel(_double, 10) is not _double
+    monkeypatch.setattr(tier, "_cached", {_double})  # as if in Numba's cache
+    assert tier.kernel(_double, 10) is _double  # past the smaller budget: load it
+    monkeypatch.setattr(tier, "_spent", 0.0)
+    assert tier.kernel(_double, 10) is not _double
+    assert _double(1) == 2  # compiled in this process now: always called
+    assert tier.kernel(_double, 10) is _double
+    monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 0)  # the switch the test suite uses
+    assert tier.kernel(listsched.make_units, 10) is listsched.make_units
+
+
+def test_interpreted_seconds_count_against_the_budget(monkeypatch):
+    monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 1 << 20)
+    monkeypatch.setattr(tier, "_spent", 0.0)
+    monkeypatch.setattr(tier, "_budget", lambda dispatcher: 1e-9)
+    fn = tier.kernel(listsched.make_units, 10)
+    assert fn is not listsched.make_units
+    res = pc.simulate(pc.build("1f1b", 2, 2), pc.Costs(f=1.0, b=1.0))
+    assert res.makespan == 6.0  # (m + p - 1)(f + b), closed form of 1F1B
+    assert tier._spent > 0
+    assert tier.kernel(listsched.make_units, 10) is listsched.make_units
+
+
+_COLD = """
+import json
+import numba.core.event as ev
+import pipecore as pc
+from pipecore.analysis.compare import compare
+
+compiled = []
+
+
+class Seen(ev.Listener):
+    def on_start(self, event):
+        pass
+
+    def on_end(self, event):
+        compiled.append(event.data["dispatcher"].py_func.__name__)
+
+
+ev.register("numba:compile", Seen())
+rows = compare(8, 32)
+peaks = [r["result"].peak_activation.tolist() for r in rows if r["result"] is not None]
+res = pc.simulate(pc.build("1f1b", 4, 8), pc.Costs(f=1.0, b=2.0, w=0.0))
+print(json.dumps({"compiled": compiled, "makespan": res.makespan, "rows": len(rows),
+                  "makespans": {r["name"]: r["result"].makespan for r in rows
+                                if r["result"] is not None}}))
+"""
+
+_KERNELS = {"run_units", "list_units", "make_units", "transfer_classes", "peak_memory"}
+
+
+def _cold_run(tmp_path, **env):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    done = subprocess.run([sys.executable, "-c", _COLD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_main_job_compiles_nothing_on_an_empty_cache(tmp_path):
+    got = _cold_run(tmp_path / "a")
+    assert not _KERNELS & set(got["compiled"]), got["compiled"]
+    # 1F1B, p=4, m=8, f=1, b=2: (m + p - 1)(f + b) = 33 (the closed form).
+    assert got["makespan"] == 33.0
+    # The same run with interpreting off compiles the kernels and agrees.
+    compiled = _cold_run(tmp_path / "b", PIPECORE_INTERPRET_MAX_OPS="0")
+    assert _KERNELS <= set(compiled["compiled"])
+    assert compiled["makespans"] == got["makespans"] and got["rows"] == compiled["rows"] == 17
+    assert np.isfinite(list(got["makespans"].values())).all()
