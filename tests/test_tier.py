@@ -162,3 +162,26 @@ def test_main_job_compiles_nothing_on_an_empty_cache(tmp_path):
     assert _KERNELS <= set(compiled["compiled"])
     assert compiled["makespans"] == got["makespans"] and got["rows"] == compiled["rows"] == 17
     assert np.isfinite(list(got["makespans"].values())).all()
+
+
+def test_compiled_block_never_interprets(monkeypatch):
+    monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 100)
+    monkeypatch.setattr(tier, "_budget", lambda dispatcher: float("inf"))
+    assert tier.kernel(_double, 10) is not _double
+    with tier.compiled():
+        with tier.compiled():
+            assert tier.kernel(_double, 10) is _double
+        assert tier.kernel(_double, 10) is _double
+    assert tier.kernel(_double, 10) is not _double  # closed: back to the budget
+
+    seen = []
+    real = tier.kernel
+
+    def spy(dispatcher, ops):
+        got = real(dispatcher, ops)
+        seen.append(got is dispatcher)
+        return got
+
+    monkeypatch.setattr(tier, "kernel", spy)
+    pc.tune(2, 4, pc.Costs(f=1.0, b=1.0, w=1.0), memory_limit=4.0)
+    assert seen and all(seen)  # tune simulates many schedules: always compiled

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..core import tier
 from ..core.costs import Costs, Network
 from ..core.progress import Progress, enabled
 from ..core.simulate import simulate
@@ -130,6 +131,7 @@ class TransformerModel:
         return hw.network(self.seq * self.microbatch * self.hidden * self.bytes_per_value)
 
 
+@tier.compiled()  # many simulations: compile at once, no interpreted budget
 def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, hardware=None,
           names=None, factors=GRID_FACTORS, progress=None) -> pa.Table:
     """Evaluate every family three ways over a compute x network grid.

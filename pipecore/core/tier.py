@@ -16,12 +16,13 @@ same floating-point operations: the answers are bit-identical
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 import types
 
-__all__ = ["kernel", "interpreted", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
+__all__ = ["kernel", "interpreted", "compiled", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
            "INTERPRET_BUDGET_CACHED"]
 
 # Calls above this many ops always compile (interpreted: ~0.35 s at 32768).
@@ -33,6 +34,7 @@ INTERPRET_BUDGET = 3.0
 INTERPRET_BUDGET_CACHED = 0.3
 
 _spent = 0.0
+_held = 0  # open compiled() blocks
 _lock = threading.Lock()
 _plain: dict = {}  # dispatcher -> interpreted function
 _timed: dict = {}  # dispatcher -> interpreted function that counts its seconds
@@ -117,6 +119,27 @@ def _counting(dispatcher):
     return fn
 
 
+@contextlib.contextmanager
+def compiled():
+    """Within this block, kernels compile (or load) however small the call:
+    for callers that know they will simulate many schedules (tune, local
+    search, study), where the budget would only delay the compile.
+
+    Returns
+    -------
+    context manager
+        Usable with ``with`` or as a decorator.
+    """
+    global _held
+    with _lock:
+        _held += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _held -= 1
+
+
 def kernel(dispatcher, ops: int):
     """The kernel to call for a call of ``ops`` ops: the dispatcher itself, or
     its interpreted form when compiling it would cost more (see the module).
@@ -133,7 +156,7 @@ def kernel(dispatcher, ops: int):
     callable
         ``dispatcher``, or a plain-Python function with its signature.
     """
-    if (ops > INTERPRET_MAX_OPS or not hasattr(dispatcher, "py_func")
+    if (_held or ops > INTERPRET_MAX_OPS or not hasattr(dispatcher, "py_func")
             or _spent >= _budget(dispatcher)):
         return dispatcher
     return _counting(dispatcher)

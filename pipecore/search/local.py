@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..core import tier
 from ..core.costs import Costs, Network, fits
 from ..core.schedule import KINDS, Schedule
 from ..core.simulate import compile_schedule, simulate, validate
@@ -29,6 +30,7 @@ __all__ = ["local_search"]
 
 
 
+@tier.compiled()  # many simulations: compile at once, no interpreted budget
 def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: float | None = None,
                  network: Network | None = None, objective: str = "makespan", window: int = 4,
                  max_evals: int = 200_000, restarts: int = 0, kick: int = 3, seed: int = 0,

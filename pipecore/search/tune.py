@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..core import tier
 from ..core.costs import Costs, Network, fits
 from ..core.progress import Progress, enabled
 from ..core.rules import kernel_from
@@ -137,6 +138,7 @@ def _generated(p, m, costs, limit):
         yield "adaptive-v", lambda: adaptive_v(p, m, costs, lim)
 
 
+@tier.compiled()  # many simulations: compile at once, no interpreted budget
 def tune(devices: int, microbatches: int, costs: Costs | None = None,
          memory_limit: float | None = None, network: Network | None = None,
          families=None, chunks=None, generated: bool = True,
