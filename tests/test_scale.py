@@ -270,3 +270,42 @@ def test_kernel_from_lowers_the_threshold_inside_its_block_only(monkeypatch):
     _same_structure(fast, structure(sched, fast=False))
     structure(sched)  # the threshold is back after the error
     assert calls == [sched.num_ops]
+
+
+def test_populate_faults_pages_in_without_changing_contents(monkeypatch):
+    # core.buffers.populate faults pages in on another thread while this one
+    # writes the same array: every value written here must survive.
+    import sys
+
+    from pipecore.core import buffers
+
+    n = (buffers._POPULATE_MIN_BYTES // 4) + 12_345  # above the size gate
+    a = buffers.empty(n, np.int32)
+    thread = buffers.populate(a)
+    if sys.platform.startswith("linux"):
+        assert thread is not None
+    a[:] = np.arange(n, dtype=np.int32)  # written from the front meanwhile
+    if thread is not None:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert a[0] == 0 and a[-1] == n - 1 and (np.diff(a) == 1).all()
+    assert buffers.populate(np.empty(10)) is None  # too small to be worth a thread
+    monkeypatch.setattr(buffers, "_MADVISE", None)  # off Linux, or PIPECORE_POPULATE=0
+    assert buffers.populate(a) is None
+
+
+@pytest.mark.parametrize("name", ["zb-h1", "interleaved-1f1b", "1f1b"])
+def test_builds_with_populated_buffers_equal_the_reference(name, monkeypatch):
+    # Kernel paths with every buffer populated on the second thread (the
+    # size gates at zero), against the per-op reference and the numpy rules.
+    from pipecore.core import buffers
+    from pipecore.warm import _thresholds_at_zero
+
+    monkeypatch.setattr(buffers, "_POPULATE_MIN_BYTES", 0)
+    p, m, v = 4, 8, 2 if name == "interleaved-1f1b" else 1
+    with _thresholds_at_zero():
+        sched = pc.build(name, p, m, **({"chunks": v} if v > 1 else {}))
+        fast = structure(sched, fast=True)
+    ref = _reference(name, p, m, v)
+    assert sched.table.equals(ref.table)
+    _same_structure(fast, structure(ref, fast=False))

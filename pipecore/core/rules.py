@@ -474,9 +474,12 @@ def _structure_fast(schedule):
     n = len(dev)
     # Allocated here, not in the kernels, under one page-size policy
     # (core/buffers.py; a kernel's own allocations always get 4 KB pages).
-    idx = buffers.full((S * m, 5), -1, np.int32)
     paired = buffers.empty(n, bool)  # the kernels write every row of these
     dep = buffers.empty((n, 2), np.int32)
+    xfer = buffers.empty((n, 2), np.int32)
+    # Their pages fault in on the other CPU while this one fills and runs pass 1.
+    buffers.populate(xfer, paired, dep)
+    idx = buffers.full((S * m, 5), -1, np.int32)
     out_ptr = buffers.full(n + 2, 0, np.int64)
     first_dev = np.empty(S, dtype=np.int32)
     status, nx = structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m,
@@ -489,8 +492,8 @@ def _structure_fast(schedule):
     f_idx = idx[:, 0].copy() if schedule.replicated else None
     dropped = idx[idx[:, 4] >= 0, 0] if top == R else None  # F rows with an R
     del idx
-    xfer = buffers.empty((n, 2), np.int32)
     x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
+    buffers.populate(x_link, x_dst_dev, x_dst, x_src)
     n_links = structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link)
     out_ptr = out_ptr[:n + 1]
     # Rows are sorted by device: each device's first row by bisection.

@@ -157,6 +157,7 @@ class Compiled:
             # np.empty: the kernel writes every entry of an op or transfer that
             # runs, and entries of ops stuck in a deadlock are never read.
             buf = buffers.empty(2 * n + 2 * nx)  # page-size policy: core/buffers.py
+            buffers.populate(buf)  # faulted in on the other CPU meanwhile
             start, finish = buf[:n], buf[n:2 * n]
             x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
         else:

@@ -86,7 +86,7 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
             xfer[:0], out_ptr[:0])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost, n_links,
               fb_factor, start, finish, x_start, x_arrival, head, op_scale, busy, dev_free,
               dev_first, keep):

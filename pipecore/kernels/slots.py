@@ -14,7 +14,7 @@ from __future__ import annotations
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1):
     """Write one part of the ops of devices ``d0`` to ``d1 - 1`` into the
     (device, slot)-sorted columns.

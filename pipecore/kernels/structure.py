@@ -32,7 +32,7 @@ def rows_sorted(dev, slot, kind):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
                        out_ptr, first_dev):
     """Pass 1 of the structure of a schedule made of F, B, W, BW and R ops,
@@ -177,7 +177,7 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
     return 0, out_ptr[n + 1]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link):
     """Pass 2 after :func:`structure_fbw_deps` returned status 0: every
     transfer's ends, destination device and link, and each op's transfers

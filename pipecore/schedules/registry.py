@@ -300,6 +300,7 @@ def _slots_kernel(name, p, length, parts):
     """:func:`_slots_to_schedule` through :func:`kernels.slots.scatter_slots`."""
     n = p * length
     device, slot, kind, stage, mb = column_buffers(n)
+    buffers.populate(mb, stage, slot, device)  # faults on the other CPU meanwhile
     kind.fill(-1)
     parts = [(np.int8(code), _as_2d(st), _as_2d(j), _as_2d(sl)) for code, st, j, sl in parts]
     block = max(1, SCATTER_BLOCK_BYTES // (17 * length))
