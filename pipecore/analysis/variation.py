@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..core import tier
 from ..core.costs import Costs, Network
 from ..core.schedule import Schedule, _check_int
 from ..core.simulate import straggler_scale
@@ -328,6 +329,7 @@ class MonteCarlo:
                 "max": float(x.max())}
 
 
+@tier.compiled()  # many simulations: compile at once, no interpreted budget
 def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter | None = None,
                 draws: int = 10_000, network: Network | None = None, stragglers=None,
                 first: int = 0) -> MonteCarlo:

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from ..analysis.model import Hardware
 from ..analysis.study import GRID_FACTORS, TransformerModel
+from ..core import tier
 from ..core.costs import Costs, Network
 from ..core.simulate import simulate
 from ..scan.batch import simulate_many
@@ -172,6 +173,7 @@ def _initial(p, m):
     return [k for k in keys if not (k in seen or seen.add(k))]
 
 
+@tier.compiled()  # many simulations: compile at once, no interpreted budget
 def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None,
                      hardware=None, factors=GRID_FACTORS, budget=800) -> tuple[pa.Table, dict]:
     """Search asymmetric Chimera-style placements over the compute x network grid.

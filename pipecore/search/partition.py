@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis.model import Hardware, Model
+from ..core import tier
 from ..core.costs import FIT_RTOL, Costs, Network
 from ..core.schedule import Schedule, _check_int
 from ..core.simulate import Result, simulate
@@ -328,6 +329,7 @@ def _stage_inflight(schedule):
     return out
 
 
+@tier.compiled()  # many simulations: compile at once, no interpreted budget
 def partition(model: Model, devices: int, chunks: int | None = None, schedule: str = "1f1b",
               hardware: Hardware | None = None, microbatches: int | None = None,
               memory_limit: float | None = None, max_evals: int = 3000, **options) -> Plan:
