@@ -13,8 +13,8 @@ from pathlib import Path
 from . import __version__
 from .analysis.table import ideal_table
 from .core.costs import Costs, Network
+from .core.cpus import local_cpus as _local_cpus  # CPUs this process may use
 from .core.simulate import simulate
-from .scan.ray import _local_cpus  # CPUs this process may use (Ray itself loads lazily)
 from .schedules.registry import build, family, schedules
 
 __all__ = ["main"]

@@ -221,11 +221,13 @@ def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypa
 
 @pytest.mark.parametrize("name", VECTORISED)
 @settings(max_examples=10, deadline=None)
-@given(p=st.integers(1, 7), m=st.integers(1, 16), v=st.integers(1, 3), blocked=st.booleans())
-def test_scatter_kernel_equals_numpy_scatter(name, p, m, v, blocked):
+@given(p=st.integers(1, 7), m=st.integers(1, 16), v=st.integers(1, 3), blocked=st.booleans(),
+       threads=st.booleans())
+def test_scatter_kernel_equals_numpy_scatter(name, p, m, v, blocked, threads):
     # Large shapes write the columns with kernels.slots.scatter_slots; the
     # numpy scatter (small shapes) is the reference here. ``blocked`` makes
-    # every device its own block (at scale a block is a few devices).
+    # every device its own block (at scale a block is a few devices);
+    # ``threads`` has two threads scatter half of the blocks each (at scale).
     if name in ("interleaved-1f1b", "interleaved-zb"):
         m = p * max(1, m // p)
     kwargs = {"chunks": v} if name in ("interleaved-1f1b", "looped-bfs", "interleaved-zb") else {}
@@ -233,19 +235,32 @@ def test_scatter_kernel_equals_numpy_scatter(name, p, m, v, blocked):
         ref = pc.build(name, p, m, **kwargs)
     except ValueError:
         return  # a shape the family refuses (same on both paths)
-    saved = registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES
+    saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
+             registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
     registry.SCATTER_MIN_OPS = 0
     if blocked:
         registry.SCATTER_BLOCK_BYTES = 1
+    if threads:
+        registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
     try:
         got = pc.build(name, p, m, **kwargs)
     finally:
-        registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES = saved
+        (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
+         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
     assert got.table.equals(ref.table)
 
 
-def test_scatter_kernel_reports_a_builder_bug():
+@pytest.mark.parametrize("threads", [False, True])
+def test_scatter_kernel_reports_a_builder_bug(threads, monkeypatch):
+    if threads:  # one block per device, half of them on a second thread
+        monkeypatch.setattr(registry, "SCATTER_BLOCK_BYTES", 1)
+        monkeypatch.setattr(registry, "SCATTER_THREADS_MIN_OPS", 0)
+        monkeypatch.setattr(registry, "_local_cpus", lambda: 2)
     parts = [(0, np.zeros((2, 1)), np.arange(3)[None, :], np.array([[0, 1, 1], [0, 1, 2]]))]
+    with pytest.raises(RuntimeError, match="two ops in one slot"):
+        registry._slots_kernel("broken", 2, 3, parts)
+    # The bug on device 1 only: the second thread's half when threaded.
+    parts = [(0, np.zeros((2, 1)), np.arange(3)[None, :], np.array([[0, 1, 2], [0, 1, 1]]))]
     with pytest.raises(RuntimeError, match="two ops in one slot"):
         registry._slots_kernel("broken", 2, 3, parts)
     parts = [(0, np.zeros((2, 1)), np.arange(2)[None, :], np.array([[0, 1], [0, 2]]))]

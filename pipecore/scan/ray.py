@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.cpus import local_cpus as _local_cpus
 from .grid import Grid, ScanError, _part_table, _StructureCache
 
 __all__ = ["run_parts"]
@@ -86,14 +87,6 @@ def _evaluate(grid: Grid, batch):
         skipped = {s: cache.skipped[s] for s in sids if s in cache.skipped}
         out.append((k, table, skipped))
     return out
-
-
-def _local_cpus() -> int:
-    """CPUs this process may use (its affinity where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def _batches(grid: Grid, parts: list, cpus: int) -> list:

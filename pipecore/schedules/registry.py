@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..core import buffers
+from ..core.cpus import local_cpus as _local_cpus
 from ..core.schedule import Schedule, _check_int
 from ..kernels.slots import scatter_slots
 
@@ -282,6 +284,8 @@ SCATTER_MIN_OPS = 262_144
 # The kernel scatters devices in blocks whose rows (17 bytes each) take
 # about this many bytes, so a block stays in a core's L2 cache.
 SCATTER_BLOCK_BYTES = 1 << 18
+# From this many ops on, two threads scatter (each half of the device blocks).
+SCATTER_THREADS_MIN_OPS = 1 << 22
 
 
 def column_buffers(n):
@@ -300,16 +304,32 @@ def _slots_kernel(name, p, length, parts):
     """:func:`_slots_to_schedule` through :func:`kernels.slots.scatter_slots`."""
     n = p * length
     device, slot, kind, stage, mb = column_buffers(n)
-    buffers.populate(mb, stage, slot, device)  # faults on the other CPU meanwhile
-    kind.fill(-1)
     parts = [(np.int8(code), _as_2d(st), _as_2d(j), _as_2d(sl)) for code, st, j, sl in parts]
     block = max(1, SCATTER_BLOCK_BYTES // (17 * length))
-    for d0 in range(0, p, block):
-        d1 = min(p, d0 + block)
-        for code, st, j, sl in parts:
-            if scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1):
-                raise RuntimeError(f"internal error: the {name} builder put two ops in one "
-                                   f"slot or one outside its {length} slots")
+    blocks = [(d0, min(p, d0 + block)) for d0 in range(0, p, block)]
+
+    def scatter(chosen):
+        """True when a builder bug put two ops in one slot (or out of range)."""
+        for d0, d1 in chosen:
+            kind[d0 * length:d1 * length] = -1
+            for code, st, j, sl in parts:
+                if scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1):
+                    return True
+        return False
+
+    # Device blocks own disjoint rows: two threads (the kernel releases the
+    # GIL) each scatter half of them.
+    if n >= SCATTER_THREADS_MIN_OPS and len(blocks) > 1 and _local_cpus() >= 2:
+        half = len(blocks) // 2
+        with ThreadPoolExecutor(1) as pool:
+            other = pool.submit(scatter, blocks[half:])
+            broken = scatter(blocks[:half])
+            broken = other.result() or broken
+    else:
+        broken = scatter(blocks)
+    if broken:
+        raise RuntimeError(f"internal error: the {name} builder put two ops in one "
+                           f"slot or one outside its {length} slots")
     if int(kind.min(initial=0)) < 0:
         raise RuntimeError(f"internal error: the {name} builder left a slot empty")
     return Schedule.from_arrays(device, slot, kind, stage, mb, name=name, devices=p,
