@@ -8,6 +8,8 @@ beside the vectorised builders); nothing here is computed by the code under
 test.
 """
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -101,6 +103,37 @@ def test_structure_kernel_equals_numpy_rules_with_recompute(sched):
     _same_structure(structure(sched, fast=True), structure(sched, fast=False))
 
 
+@contextmanager
+def _count_in_two_threads():
+    """Pass 1's transfer counting split over two threads, at any size."""
+    import pipecore.core.rules as rules
+
+    saved = rules.COUNT_THREADS_MIN_OPS, rules.local_cpus, rules.FAST_MIN_OPS
+    rules.COUNT_THREADS_MIN_OPS, rules.local_cpus, rules.FAST_MIN_OPS = 0, (lambda: 2), 0
+    try:
+        yield
+    finally:
+        rules.COUNT_THREADS_MIN_OPS, rules.local_cpus, rules.FAST_MIN_OPS = saved
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sched=schedules(recompute=True, offload=False))
+def test_structure_kernel_in_two_threads_equals_numpy_rules(sched):
+    # Halves of the rows counted at once (replicated layouts count in one).
+    with _count_in_two_threads():
+        fast = structure(sched, fast=True)
+    _same_structure(fast, structure(sched, fast=False))
+
+
+@pytest.fixture(params=[False, True], ids=["one thread", "two threads"])
+def counting(request):
+    if request.param:
+        with _count_in_two_threads():
+            yield
+    else:
+        yield
+
+
 def test_structure_kernel_takes_recompute_and_explains_its_errors_like_numpy():
     import pipecore.core.rules as rules
 
@@ -149,7 +182,7 @@ def _mutate(table, row, **cols):
     (17, {"device": 1}, "slot-unique"),            # two ops in one slot
     (0, {"kind": "B"}, "duplicate-op"),            # an F turned into a second B
 ])
-def test_broken_rules_give_the_numpy_error_on_the_kernel_path(row, change, rule):
+def test_broken_rules_give_the_numpy_error_on_the_kernel_path(row, change, rule, counting):
     table = pc.build("zb-h1", 3, 6).table
     bad = _mutate(table, row, **change)
     fast_msg, fast_rule = _error(bad, True)
@@ -158,7 +191,7 @@ def test_broken_rules_give_the_numpy_error_on_the_kernel_path(row, change, rule)
     assert fast_rule in (rule, "missing-op", "order", "placement", "slot-unique")
 
 
-def test_order_and_placement_errors_are_the_same_on_both_paths():
+def test_order_and_placement_errors_are_the_same_on_both_paths(counting):
     # Swap F and B of one microbatch on device 0: the B then runs before
     # the F it needs (rule "order").
     progs = pc.build("1f1b", 2, 4).programs()

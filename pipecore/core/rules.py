@@ -7,12 +7,19 @@ simulation, so it is checked by :func:`pipecore.validate` through the kernel.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 
-from ..kernels.structure import structure_fbw_deps, structure_fbw_links
+from ..kernels.structure import (
+    prefix_sum_counts,
+    structure_fbw_count,
+    structure_fbw_index,
+    structure_fbw_links,
+)
 from . import buffers
+from .cpus import local_cpus
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 
 #: Cost-and-memory class of a row as the kernels see it: the kind code, but
@@ -25,6 +32,8 @@ N_CLASSES = 9
 #: (``kernels.structure``) when they hold only F, B, W, BW and R ops (and
 #: AR ops, if replicated); smaller ones use numpy, which needs no compile.
 FAST_MIN_OPS = 1 << 18
+# From this many ops on, two threads count the transfers of pass 1.
+COUNT_THREADS_MIN_OPS = 1 << 22
 
 # A lower threshold while kernel_from() is active (None: FAST_MIN_OPS).
 _kernel_from = None
@@ -482,11 +491,24 @@ def _structure_fast(schedule):
     idx = buffers.full((S * m, 5), -1, np.int32)
     out_ptr = buffers.full(n + 2, 0, np.int64)
     first_dev = np.empty(S, dtype=np.int32)
-    status, nx = structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m,
-                                    bool(schedule.replicated), idx, paired, dep, out_ptr,
-                                    first_dev)
-    if status != 0:
+    replicated = bool(schedule.replicated)
+    if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
+                           first_dev):
         return None
+    args = (dev, kind, stage, mb, S, m, replicated, idx, paired, dep, first_dev, out_ptr)
+    # Without all-reduces each producer has one consumer on another device
+    # at most, so two threads count halves of the rows (the kernel releases
+    # the GIL); an invalid schedule returns 1 from some half.
+    if not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2:
+        with ThreadPoolExecutor(1) as pool:
+            other = pool.submit(structure_fbw_count, *args, n // 2, n)
+            broken = structure_fbw_count(*args, 0, n // 2)
+            broken = other.result() or broken
+    else:
+        broken = structure_fbw_count(*args, 0, n)
+    if broken:
+        return None
+    nx = prefix_sum_counts(out_ptr)
     # The F rows are only needed to list a replicated stage's devices, and
     # to mark recomputed forwards.
     f_idx = idx[:, 0].copy() if schedule.replicated else None

@@ -33,11 +33,11 @@ def rows_sorted(dev, slot, kind):
 
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
-                       out_ptr, first_dev):
-    """Pass 1 of the structure of a schedule made of F, B, W, BW and R ops,
-    and AR ops when ``replicated``: every rule, each op's producers and each
-    producer's transfer count.
+def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
+                        first_dev):
+    """Pass 1a of the structure of a schedule made of F, B, W, BW and R ops,
+    and AR ops when ``replicated``: the rules of each row on its own and in
+    program order, and the row of every (stage, microbatch, kind).
 
     Rows must be sorted by (device, slot, kind). ``S`` and ``m`` are one
     more than the largest stage and microbatch (of the non-AR rows; an AR's
@@ -45,11 +45,10 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
     large ones on huge pages; this kernel's own allocations would fault
     page by page): ``idx`` (S*m, 5) int32 all -1 (rows of F, B, W, BW, R
     per key), ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written
-    here, any content), ``out_ptr`` (n+2,) int64 all 0, ``first_dev`` (S,)
-    int32 (device of each stage's microbatch 0). Returns ``(status, nx)``:
-    status 0 means every rule holds, ``out_ptr[q + 1]`` then holds the
-    first transfer of producer q (the cursor :func:`structure_fbw_links`
-    advances) and ``nx`` transfers in all.
+    here and by :func:`structure_fbw_count`, any content), ``first_dev``
+    (S,) int32 (device of each stage's microbatch 0). Returns a status: 0
+    when these rules hold (then run :func:`structure_fbw_count`), 1 when one
+    breaks (the numpy rules then name it).
     """
     n = dev.size
     # All-reduces (replicated only): a stage's two devices (from its F
@@ -64,22 +63,22 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
     for r in range(n):
         k = kind[r]
         if k < 0 or k > 5 or slot[r] < 0 or stage[r] < 0:
-            return 1, 0
+            return 1
         if dev[r] < 0 or dev[r] >= p or stage[r] >= S:
-            return 1, 0
+            return 1
         paired[r] = False
         if r > 0 and dev[r] == dev[r - 1] and slot[r] == slot[r - 1]:
             # Only an overlapped F&B pair shares a slot, F first, never three.
             if kind[r - 1] != 0 or (k != 1 and k != 3) or paired[r - 1]:
-                return 1, 0
+                return 1
             paired[r] = True
         if k == 4:
             if not replicated:
-                return 1, 0
+                return 1
             n_ar += 1
             continue
         if mb[r] < 0 or mb[r] >= m:
-            return 1, 0
+            return 1
         if replicated:
             s = stage[r]
             if k == 0:
@@ -94,7 +93,7 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
         key = stage[r] * m + mb[r]
         col = 4 if k == 5 else k
         if idx[key, col] >= 0:
-            return 1, 0
+            return 1
         idx[key, col] = r
         if k == 0:
             n_f += 1
@@ -104,11 +103,11 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
             # (an R too: it recomputes its F's activations there).
             f = idx[key, 0]
             if f < 0 or dev[f] != dev[r]:
-                return 1, 0
+                return 1
             if k == 2 and idx[key, 1] < 0:
-                return 1, 0
+                return 1
     if n_f != S * m or n_f == 0:
-        return 1, 0
+        return 1
     if n_ar:
         # One AR per replica of a stage on exactly two devices, after every
         # backward op of the stage there; it waits for the other replica's
@@ -118,20 +117,34 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
                 continue
             s = stage[r]
             if rep_dev[s, 1] < 0:
-                return 1, 0
+                return 1
             i = 0 if dev[r] == rep_dev[s, 0] else 1
             if dev[r] != rep_dev[s, i] or ar_row[s, i] >= 0 or last_back[s, i] > r:
-                return 1, 0
+                return 1
             ar_row[s, i] = r
             dep[r, 0] = last_back[s, 1 - i]
         for s in range(S):
             if (ar_row[s, 0] < 0) != (ar_row[s, 1] < 0):
-                return 1, 0
-    # Transfers counted per producer, two places on for the prefix sum
-    # (pass 2 then needs no shift back).
+                return 1
     for s in range(S):
         first_dev[s] = dev[idx[s * m, 0]]
-    for r in range(n):
+    return 0
+
+
+@njit(cache=True, nogil=True)  # two threads may count halves of the rows
+def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep, first_dev,
+                        out_ptr, r0, r1):
+    """Pass 1b, rows ``r0`` to ``r1``: the remaining rules, each op's
+    producers (``dep``) and each producer's transfer count at
+    ``out_ptr[q + 2]`` (``out_ptr`` (n+2,) int64 all 0 beforehand; two
+    places on, so after an inclusive prefix sum from index 1,
+    ``out_ptr[q + 1]`` is the first transfer of producer q, the cursor
+    :func:`structure_fbw_links` advances). Returns 0, or 1 when a rule
+    breaks. Without all-reduces a producer has at most one consumer on
+    another device in a valid schedule, so disjoint row ranges may be
+    counted at once (an invalid one returns 1 and its counts are dropped).
+    """
+    for r in range(r0, r1):
         k = kind[r]
         key = stage[r] * m + mb[r]
         q0 = -1
@@ -142,11 +155,11 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
             # Exactly one backward (BW, or B and W) per (stage, microbatch).
             if idx[key, 3] >= 0:
                 if idx[key, 1] >= 0 or idx[key, 2] >= 0:
-                    return 1, 0
+                    return 1
             elif idx[key, 1] < 0 or idx[key, 2] < 0:
-                return 1, 0
+                return 1
             if not replicated and dev[r] != first_dev[stage[r]]:
-                return 1, 0
+                return 1
             if stage[r] > 0:
                 q0 = idx[key - m, 0]
         elif k == 2:
@@ -166,20 +179,29 @@ def structure_fbw_deps(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pai
             if q < 0:
                 continue
             if paired[r] and q == r - 1:
-                return 1, 0
+                return 1
             if dev[q] == dev[r]:
                 if q > r:
-                    return 1, 0
+                    return 1
             else:
                 out_ptr[q + 2] += 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def prefix_sum_counts(out_ptr):
+    """After :func:`structure_fbw_count`: the counts at ``out_ptr[q + 2]``
+    become, in place, each producer's first transfer at ``out_ptr[q + 1]``;
+    returns the number of transfers."""
+    n = out_ptr.size - 2
     for r in range(n):
         out_ptr[r + 2] += out_ptr[r + 1]
-    return 0, out_ptr[n + 1]
+    return out_ptr[n + 1]
 
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link):
-    """Pass 2 after :func:`structure_fbw_deps` returned status 0: every
+    """Pass 2, after pass 1 held and :func:`prefix_sum_counts`: every
     transfer's ends, destination device and link, and each op's transfers
     in.
 
