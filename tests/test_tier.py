@@ -185,3 +185,12 @@ def test_compiled_block_never_interprets(monkeypatch):
     monkeypatch.setattr(tier, "kernel", spy)
     pc.tune(2, 4, pc.Costs(f=1.0, b=1.0, w=1.0), memory_limit=4.0)
     assert seen and all(seen)  # tune simulates many schedules: always compiled
+
+
+@pytest.mark.parametrize("raw", ["many", "-1", "1.5"])
+def test_a_bad_environment_value_is_named(raw, monkeypatch):
+    monkeypatch.setenv("PIPECORE_INTERPRET_MAX_OPS", raw)
+    with pytest.raises(ValueError, match=f"PIPECORE_INTERPRET_MAX_OPS='{raw}'"):
+        tier._max_ops_from_env()
+    monkeypatch.setenv("PIPECORE_INTERPRET_MAX_OPS", "0")
+    assert tier._max_ops_from_env() == 0

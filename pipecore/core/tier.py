@@ -25,8 +25,21 @@ import types
 __all__ = ["kernel", "interpreted", "compiled", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
            "INTERPRET_BUDGET_CACHED"]
 
+
+def _max_ops_from_env() -> int:
+    raw = os.environ.get("PIPECORE_INTERPRET_MAX_OPS", "32768")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"PIPECORE_INTERPRET_MAX_OPS={raw!r}: expected a whole number of ops "
+                         "(0 turns interpreting off)")
+    return value
+
+
 # Calls above this many ops always compile (interpreted: ~0.35 s at 32768).
-INTERPRET_MAX_OPS = int(os.environ.get("PIPECORE_INTERPRET_MAX_OPS", "32768"))
+INTERPRET_MAX_OPS = _max_ops_from_env()
 # Seconds of interpreted kernels per process before compiling instead
 # (about half of what a first compile costs on a 2-vCPU VM), and before
 # loading a kernel Numba's cache holds (about what loading costs).
