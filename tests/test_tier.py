@@ -194,3 +194,24 @@ def test_a_bad_environment_value_is_named(raw, monkeypatch):
         tier._max_ops_from_env()
     monkeypatch.setenv("PIPECORE_INTERPRET_MAX_OPS", "0")
     assert tier._max_ops_from_env() == 0
+
+
+def test_interpreted_units_feed_the_compiled_scheduler(monkeypatch):
+    # A kernel may pass its budget while another has not: make_units
+    # interpreted, run_units compiled. Its units must have the compiled
+    # types (no new specialisation of run_units) and give the same times.
+    net = pc.Network.uniform(bytes=1.0, bandwidth=2.0, latency=0.1)
+    c = pc.Costs(f=1.0, b=2.0, w=1.0, comm=0.1)
+    ref = pc.simulate(pc.build("zb-h1", 4, 8), c, network=net)  # all compiled (conftest)
+    signatures = list(listsched.run_units.signatures)
+    monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 1 << 20)
+    monkeypatch.setattr(tier, "_budget", lambda d: float("inf") if d is listsched.make_units else 0.0)
+    plain = []
+    real = tier._counting
+    monkeypatch.setattr(tier, "_counting", lambda d: plain.append(d) or real(d))
+    got = pc.simulate(pc.build("zb-h1", 4, 8), c, network=net)
+    assert plain == [listsched.make_units]
+    assert listsched.run_units.signatures == signatures
+    np.testing.assert_array_equal(got.start, ref.start)
+    np.testing.assert_array_equal(got.finish, ref.finish)
+    assert got.makespan == ref.makespan
