@@ -133,8 +133,14 @@ def populate(*arrays) -> threading.Thread | None:
     Returns
     -------
     threading.Thread or None
-        The (daemon) thread, to ``join`` before freeing the arrays; None
-        when nothing was started.
+        The (daemon) thread, which holds the arrays until it ends (``join``
+        it to wait for every page); None when nothing was started.
+
+    Raises
+    ------
+    None
+        A failed madvise (an older kernel) ends the helper; the writer then
+        takes the faults as it would have.
     """
     if _MADVISE is None or sum(a.nbytes for a in arrays) < _POPULATE_MIN_BYTES:
         return None
