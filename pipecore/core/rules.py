@@ -16,7 +16,8 @@ from ..kernels.structure import (
     prefix_sum_counts,
     structure_fbw_count,
     structure_fbw_index,
-    structure_fbw_links,
+    structure_fbw_link_ids,
+    structure_fbw_transfers,
 )
 from . import buffers
 from .cpus import local_cpus
@@ -32,7 +33,7 @@ N_CLASSES = 9
 #: (``kernels.structure``) when they hold only F, B, W, BW and R ops (and
 #: AR ops, if replicated); smaller ones use numpy, which needs no compile.
 FAST_MIN_OPS = 1 << 18
-# From this many ops on, two threads count the transfers of pass 1.
+# From this many ops on, two threads count and fill the transfers (halves of the rows).
 COUNT_THREADS_MIN_OPS = 1 << 22
 
 # A lower threshold while kernel_from() is active (None: FAST_MIN_OPS).
@@ -453,6 +454,17 @@ class _Structure(dict):
         return value
 
 
+def _in_halves(kernel, halves, n, *args):
+    """``kernel(*args, r0, r1)`` over rows 0 to n: in one call, or with
+    ``halves`` in two threads at once; True when a call returned nonzero."""
+    if not halves:
+        return bool(kernel(*args, 0, n))
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(kernel, *args, n // 2, n)
+        first = kernel(*args, 0, n // 2)
+        return bool(other.result()) or bool(first)
+
+
 def _structure_fast(schedule):
     """The kernel path of :func:`structure`, or None where it does not apply
     or a rule is broken (the numpy path then finds and names it)."""
@@ -495,18 +507,12 @@ def _structure_fast(schedule):
     if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
                            first_dev):
         return None
-    args = (dev, kind, stage, mb, S, m, replicated, idx, paired, dep, first_dev, out_ptr)
     # Without all-reduces each producer has one consumer on another device
-    # at most, so two threads count halves of the rows (the kernel releases
-    # the GIL); an invalid schedule returns 1 from some half.
-    if not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2:
-        with ThreadPoolExecutor(1) as pool:
-            other = pool.submit(structure_fbw_count, *args, n // 2, n)
-            broken = structure_fbw_count(*args, 0, n // 2)
-            broken = other.result() or broken
-    else:
-        broken = structure_fbw_count(*args, 0, n)
-    if broken:
+    # at most, so two threads count, then fill, halves of the rows (the
+    # kernels release the GIL); an invalid schedule returns 1 from some half.
+    halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
+    if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, idx,
+                  paired, dep, first_dev, out_ptr):
         return None
     nx = prefix_sum_counts(out_ptr)
     # The F rows are only needed to list a replicated stage's devices, and
@@ -516,7 +522,10 @@ def _structure_fast(schedule):
     del idx
     x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
     buffers.populate(x_link, x_dst_dev, x_dst, x_src)
-    n_links = structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link)
+    link_id = np.full(p * p, -1, np.int32)
+    _in_halves(structure_fbw_transfers, halves, n, dev, dep, out_ptr, p, xfer, x_src, x_dst,
+               x_dst_dev, link_id)
+    n_links = structure_fbw_link_ids(dev, x_src, x_dst_dev, link_id, p, x_link)
     out_ptr = out_ptr[:n + 1]
     # Rows are sorted by device: each device's first row by bisection.
     # (Queries of the column's dtype: numpy would otherwise cast the column.)

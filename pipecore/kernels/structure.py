@@ -139,7 +139,7 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
     ``out_ptr[q + 2]`` (``out_ptr`` (n+2,) int64 all 0 beforehand; two
     places on, so after an inclusive prefix sum from index 1,
     ``out_ptr[q + 1]`` is the first transfer of producer q, the cursor
-    :func:`structure_fbw_links` advances). Returns 0, or 1 when a rule
+    :func:`structure_fbw_transfers` advances). Returns 0, or 1 when a rule
     breaks. Without all-reduces a producer has at most one consumer on
     another device in a valid schedule, so disjoint row ranges may be
     counted at once (an invalid one returns 1 and its counts are dropped).
@@ -199,26 +199,27 @@ def prefix_sum_counts(out_ptr):
     return out_ptr[n + 1]
 
 
-@njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_link):
-    """Pass 2, after pass 1 held and :func:`prefix_sum_counts`: every
-    transfer's ends, destination device and link, and each op's transfers
-    in.
+@njit(cache=True, nogil=True)  # two threads may fill halves of the rows
+def structure_fbw_transfers(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, link_id, r0,
+                            r1):
+    """Pass 2a, rows ``r0`` to ``r1``, after pass 1 held and
+    :func:`prefix_sum_counts`: every transfer's ends and destination
+    device, each op's transfers in (``xfer``), and a 0 in ``link_id`` at
+    ``src * p + dst`` of every link with traffic.
 
-    The caller allocates ``xfer`` (n, 2) int32 (written here) and the
-    ``x_*`` arrays (nx,) int32; ``out_ptr`` (n+2,) comes from pass 1, and
-    ``out_ptr[:n + 1]`` ends as the CSR of transfers by producer. Returns
-    the number of directed links with traffic, numbered in (source,
-    destination) order. A transfer's source device is
-    ``dev[x_src]`` (not stored: one array fewer to fill at scale).
+    The caller allocates ``xfer`` (n, 2) int32 (written here), the ``x_*``
+    arrays (nx,) int32 and ``link_id`` (p * p,) int32 all -1; ``out_ptr``
+    (n+2,) comes from pass 1, and ``out_ptr[:n + 1]`` ends as the CSR of
+    transfers by producer. A transfer's source device is ``dev[x_src]``
+    (not stored: one array fewer to fill at scale). Without all-reduces a
+    producer of a valid schedule has one consumer on another device at
+    most, so disjoint row ranges may be filled at once.
     """
-    n = dev.size
-    link_id = np.full(p * p, -1, np.int32)
     # Consumers visited in row order: each producer's transfers come out
     # sorted by consumer, as the numpy path's lexsort orders them.
     # out_ptr[q + 1] serves as producer q's fill cursor and ends as the
     # start of producer q + 1.
-    for r in range(n):
+    for r in range(r0, r1):
         d = dev[r]
         for j in range(2):
             q = dep[r, j]
@@ -232,6 +233,13 @@ def structure_fbw_links(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, x_l
                 x_dst_dev[i] = d
                 xfer[r, j] = i
                 link_id[dev[q] * p + d] = 0
+
+
+@njit(cache=True, nogil=True)  # buffers.populate runs beside it
+def structure_fbw_link_ids(dev, x_src, x_dst_dev, link_id, p, x_link):
+    """Pass 2b: number the links :func:`structure_fbw_transfers` marked, in
+    (source, destination) order, and write each transfer's link. Returns
+    the number of links with traffic."""
     n_links = 0
     for c in range(p * p):
         if link_id[c] == 0:
