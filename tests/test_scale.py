@@ -105,7 +105,7 @@ def test_structure_kernel_equals_numpy_rules_with_recompute(sched):
 
 @contextmanager
 def _count_in_two_threads():
-    """Pass 1's transfer counting split over two threads, at any size."""
+    """The structure's transfer counting and filling split over two threads, at any size."""
     import pipecore.core.rules as rules
 
     saved = rules.COUNT_THREADS_MIN_OPS, rules.local_cpus, rules.FAST_MIN_OPS
@@ -119,7 +119,7 @@ def _count_in_two_threads():
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sched=schedules(recompute=True, offload=False))
 def test_structure_kernel_in_two_threads_equals_numpy_rules(sched):
-    # Halves of the rows counted at once (replicated layouts count in one).
+    # Halves of the rows counted and filled at once (replicated layouts: one thread).
     with _count_in_two_threads():
         fast = structure(sched, fast=True)
     _same_structure(fast, structure(sched, fast=False))
