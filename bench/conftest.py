@@ -32,7 +32,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             ratio = ""
             if ref and "reference" not in name:
                 ratio = f"  {ref[0] / median:8.1f}x faster than reference"
-            if lim and not name.startswith("limit kernel"):
+            if lim and not name.startswith("limit kernel") and "reference" not in name:
                 # The tracked figure: this rate over the limit kernel's, same run.
                 ratio += f"  {lim[0] / median:6.3f} of the limit kernel"
             rate = f"  {1 / median:12,.0f} configs/s" if configs > 1 else ""

@@ -7,11 +7,15 @@ unit steps, with no times. ``simulate_many`` times the same 1F1B schedule
 (p=8, m=32) for many cost settings; the summary prints its time per setting
 and how many times faster than one torch dry run that is (issue 14's row:
 at least 20,000x). The torch benchmark's name holds "reference" so
-bench/conftest.py computes that ratio.
+bench/conftest.py computes that ratio. bench/limit.py's kernel (the least
+work a cost sweep can do) runs in the same group, so the summary also shows
+the ratio the limit itself reaches: the ceiling of this row for any design
+that computes every op's time.
 """
 
 import numpy as np
 import pytest
+from limit import Limit
 from sizes import pick
 
 torch = pytest.importorskip("torch", reason="needs torch: pip install 'pipecore[torch]'")
@@ -42,14 +46,32 @@ def test_torch_dry_run(benchmark):
     assert out is not None
 
 
+def _table():
+    rng = np.random.default_rng(0)
+    return {"f": rng.uniform(0.5, 2, N), "b": rng.uniform(0.5, 2, N), "w": rng.uniform(0, 1, N),
+            "comm": rng.uniform(0, 0.1, N)}
+
+
 def test_simulate_many_per_setting(benchmark):
     sched = pc.build("1f1b", P, M)
-    rng = np.random.default_rng(0)
-    table = {"f": rng.uniform(0.5, 2, N), "b": rng.uniform(0.5, 2, N), "w": rng.uniform(0, 1, N),
-             "comm": rng.uniform(0, 0.1, N)}
+    table = _table()
     pc.simulate_many(sched, {k: v[:64] for k, v in table.items()})  # compile outside the timing
     benchmark.group = "1f1b p8-m32: simulate_many vs torch _simulate_comms_compute"
     benchmark.name = f"pipecore simulate_many ({N:,} settings/call)"
     benchmark.extra_info["configs"] = N
     res = benchmark.pedantic(pc.simulate_many, (sched, table), rounds=5, iterations=1)
     assert res.num_rows == N
+
+
+def test_limit_kernel_per_setting(benchmark):
+    sched = pc.build("1f1b", P, M)
+    table = _table()
+    lim = Limit(sched)
+    small = {k: v[:256] for k, v in table.items()}
+    want = pc.simulate_many(sched, small).column("makespan").to_numpy()
+    assert np.array_equal(lim.makespans(small["f"], small["b"], small["w"], small["comm"]), want)
+    benchmark.group = "1f1b p8-m32: simulate_many vs torch _simulate_comms_compute"
+    benchmark.name = f"limit kernel ({N:,} settings/call)"
+    benchmark.extra_info["configs"] = N
+    benchmark.pedantic(lim.makespans, (table["f"], table["b"], table["w"], table["comm"]),
+                       rounds=5, iterations=1)
