@@ -301,6 +301,61 @@ def test_scatter_kernel_reports_a_builder_bug(threads, monkeypatch):
         registry._slots_kernel("broken", 2, 3, parts)
 
 
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(["zb-v", "interleaved-1f1b"]), p=st.integers(1, 12),
+       m=st.integers(1, 40), v=st.integers(1, 4), threads=st.booleans())
+def test_fused_column_kernels_equal_the_reference(name, p, m, v, threads):
+    # At scale zb-v (m >= 2p - 1) and interleaved-1f1b write their columns
+    # with one kernel each (kernels/slots.py); here at every size, one
+    # device per block, in two threads or one, against the per-op builders.
+    if name == "interleaved-1f1b":
+        m = p * max(1, m // p)
+    else:
+        v, m = 1, max(m, 2 * p - 1)
+    saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
+             registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
+    registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES = 0, 1
+    if threads:
+        registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
+    try:
+        got = pc.build(name, p, m, **({"chunks": v} if name == "interleaved-1f1b" else {}))
+    finally:
+        (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
+         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
+    assert got.table.equals(_reference(name, p, m, v).table)
+
+
+@pytest.mark.parametrize("name", ["zb-v", "interleaved-1f1b"])
+def test_fused_column_kernels_report_a_taken_slot(name):
+    # The per-family kernels write ops straight into the columns; a slot
+    # written twice (here: taken beforehand) is reported, on any device.
+    from pipecore.kernels.slots import interleaved_columns, zb_v_columns
+
+    p, m, v = 3, 6, 2
+    length = 6 * m if name == "zb-v" else 2 * m * v
+
+    def fill(columns, d0, d1):
+        if name == "zb-v":
+            return zb_v_columns(*columns, p, m, d0, d1)
+        return interleaved_columns(*columns, p, m, v, d0, d1)
+
+    for taken in (0, length + 5, p * length - 1):
+        columns = registry.column_buffers(p * length)
+        columns[2][:] = -1
+        columns[2][taken] = 0
+        assert fill(columns, 0, p) == 1
+    columns = registry.column_buffers(p * length)
+    columns[2][:] = -1
+    assert fill(columns, 0, p) == 0 and columns[2].min() >= 0  # every slot, once
+
+    def broken(columns, d0, d1):
+        columns[2][d0 * length] = 0  # an op already in the device's slot 0
+        return fill(columns, d0, d1)
+
+    with pytest.raises(RuntimeError, match=f"the {name} builder put two ops in one slot"):
+        registry._columns_kernel(name, p, length, broken)
+
+
 def test_kernel_from_lowers_the_threshold_inside_its_block_only(monkeypatch):
     import pipecore.core.rules as rules
     calls = []

@@ -11,6 +11,7 @@ m=8192 interleaved, 0.83 s against 0.63 s in blocks, this VM).
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -46,4 +47,133 @@ def scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1
             mb[r] = j[d * j0, i * j1]
             device[r] = d
             slot[r] = s
+    return 0
+
+
+
+@njit(cache=True, nogil=True)
+def _zb_v_steady(t, K, P4, early, late):
+    """Slot of an op at offset early (late) of ZB-V's steady iteration t,
+    which starts at P4 + 6 min(t, K) + 5 max(0, t - K)."""
+    if t < K:
+        return P4 + 6 * t + early
+    return P4 + 6 * K + 5 * (t - K) + late
+
+
+@njit(cache=True, nogil=True)
+def zb_v_columns(device, slot, kind, stage, mb, p, m, d0, d1):
+    """ZB-V's ops of devices ``d0`` to ``d1 - 1`` straight into the
+    (device, slot)-sorted columns, for m >= 2p - 1 (every slot holds an op).
+
+    Each op's slot is the closed form of ``schedules.vshape._zb_v_slots``
+    (the same phases, per op instead of per array), so no position arrays
+    are built and scattered. ``kind`` must start as -1 on those devices'
+    rows. Returns 0, or 1 when a slot is out of range or taken.
+    """
+    n = m
+    length = 6 * m
+    T = n - p
+    # Slots of microbatch j's F, F, B, B, W, W (chunk 0, chunk 1 in turn).
+    # (Written out here: a helper taking the five columns cost 6x, in
+    # reference counting of its array arguments.)
+    pos = np.empty(6, np.int64)
+    for d in range(d0, d1):
+        a = 2 * (p - d) - 1
+        K = n - 2 * p + d + 1
+        P3 = a + 2 * d
+        P4 = P3 + 3 * (p - d)
+        P5 = P4 + 6 * K + 5 * (T - K)
+        P5b = P5 + 2 * d
+        P5c = P5b + 2 * (p - d)
+        P5d = P5c + d
+        c1 = 2 * p - 1 - d
+        base = d * length
+        for j in range(n):
+            if j < a:
+                pos[0] = j
+            elif j < a + d:
+                pos[0] = a + 2 * (j - a) + 1
+            else:
+                pos[0] = P4 + 6 * (j - (a + d))
+            if j < d:
+                pos[1] = a + 2 * j
+            elif j < p:
+                pos[1] = P3 + 3 * (j - d)
+            else:
+                pos[1] = _zb_v_steady(j - p, K, P4, 3, 2)
+            if j < T:
+                pos[2] = _zb_v_steady(j, K, P4, 1, 0)
+            elif j < T + d:
+                pos[2] = P5 + 2 * (j - T)
+            else:
+                pos[2] = P5b + 2 * (j - T - d)
+            if j < p - d:
+                pos[3] = P3 + 3 * j + 1
+            elif j < n - d:
+                pos[3] = _zb_v_steady(j - (p - d), K, P4, 4, 3)
+            else:
+                pos[3] = P5 + 2 * (j - (n - d)) + 1
+            if j < T:
+                pos[4] = _zb_v_steady(j, K, P4, 2, 1)
+            elif j < n - d:
+                pos[4] = P5b + 2 * (j - T) + 1
+            else:
+                pos[4] = P5d + (j - (n - d))
+            if j < p - d:
+                pos[5] = P3 + 3 * j + 2
+            elif j < n - d:
+                pos[5] = _zb_v_steady(j - (p - d), K, P4, 5, 4)
+            else:
+                pos[5] = P5c + (j - (n - d))
+            for q in range(6):
+                s = pos[q]
+                if s < 0 or s >= length:
+                    return 1
+                r = base + s
+                if kind[r] >= 0:
+                    return 1
+                kind[r] = q >> 1
+                stage[r] = d if (q & 1) == 0 else c1
+                mb[r] = j
+                device[r] = d
+                slot[r] = s
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def interleaved_columns(device, slot, kind, stage, mb, p, m, v, d0, d1):
+    """Interleaved 1F1B's ops of devices ``d0`` to ``d1 - 1`` straight into
+    the (device, slot)-sorted columns: the closed form of
+    ``schedules.interleaved.build_interleaved`` per op (the k-th forward
+    and the k-th backward of each device), without position arrays.
+    ``kind`` must start as -1 on those devices' rows. Returns 0, or 1 when
+    a slot is out of range or taken.
+    """
+    total = m * v
+    length = 2 * total
+    for d in range(d0, d1):
+        warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * p, total)
+        base = d * length
+        for k in range(total):
+            chunk = (k // p) % v
+            j = (k // (p * v)) * p + k % p
+            for q in range(2):
+                if q == 0:
+                    s = k if k < warm else 2 * k - warm
+                    code = 0
+                    st = chunk * p + d
+                else:
+                    s = warm + 2 * k + 1 if k < total - warm else total + k
+                    code = 3
+                    st = (v - 1 - chunk) * p + d
+                if s < 0 or s >= length:
+                    return 1
+                r = base + s
+                if kind[r] >= 0:
+                    return 1
+                kind[r] = code
+                stage[r] = st
+                mb[r] = j
+                device[r] = d
+                slot[r] = s
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.slots import interleaved_columns
+from . import registry
 from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
 
 
@@ -40,6 +42,11 @@ def build_interleaved(devices, microbatches, chunks=2):
         raise ValueError(f"'interleaved-1f1b' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     total = m * v
+    if p * 2 * total >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        return registry._columns_kernel(
+            "interleaved-1f1b", p, 2 * total,
+            lambda columns, d0, d1: interleaved_columns(*columns, p, m, v, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     warm = (np.full((p, 1), total, dtype=np.int32) if m == p
             else np.minimum(2 * (p - d - 1) + (v - 1) * p, total))

@@ -302,9 +302,23 @@ def _as_2d(x):
 
 def _slots_kernel(name, p, length, parts):
     """:func:`_slots_to_schedule` through :func:`kernels.slots.scatter_slots`."""
-    n = p * length
-    device, slot, kind, stage, mb = column_buffers(n)
     parts = [(np.int8(code), _as_2d(st), _as_2d(j), _as_2d(sl)) for code, st, j, sl in parts]
+
+    def fill(columns, d0, d1):
+        return any(scatter_slots(*columns, length, code, st, j, sl, d0, d1)
+                   for code, st, j, sl in parts)
+
+    return _columns_kernel(name, p, length, fill)
+
+
+def _columns_kernel(name, p, length, fill):
+    """A schedule of ``length`` slots per device whose sorted columns
+    ``fill(columns, d0, d1)`` writes, devices d0 to d1 - 1 at a time (a
+    Numba kernel that releases the GIL; it returns True when a builder bug
+    put two ops in one slot or one out of range)."""
+    n = p * length
+    columns = column_buffers(n)
+    kind = columns[2]
     block = max(1, SCATTER_BLOCK_BYTES // (17 * length))
     blocks = [(d0, min(p, d0 + block)) for d0 in range(0, p, block)]
 
@@ -312,9 +326,8 @@ def _slots_kernel(name, p, length, parts):
         """True when a builder bug put two ops in one slot (or out of range)."""
         for d0, d1 in chosen:
             kind[d0 * length:d1 * length] = -1
-            for code, st, j, sl in parts:
-                if scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1):
-                    return True
+            if fill(columns, d0, d1):
+                return True
         return False
 
     # Device blocks own disjoint rows: two threads (the kernel releases the
@@ -332,8 +345,7 @@ def _slots_kernel(name, p, length, parts):
                            f"slot or one outside its {length} slots")
     if int(kind.min(initial=0)) < 0:
         raise RuntimeError(f"internal error: the {name} builder left a slot empty")
-    return Schedule.from_arrays(device, slot, kind, stage, mb, name=name, devices=p,
-                                copy=False)
+    return Schedule.from_arrays(*columns, name=name, devices=p, copy=False)
 
 
 # Importing the family modules registers them.

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.schedule import Schedule
+from ..kernels.slots import zb_v_columns
+from . import registry
 from .blocks import repeat, v_half, v_min, v_zb
 from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
 
@@ -76,6 +78,10 @@ def _zb_v_slots(p, m):
     order (every device keeps 6m ops).
     """
     n = max(m, 2 * p - 1)
+    if n == m and p * 6 * m >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        return registry._columns_kernel(
+            "zb-v", p, 6 * m, lambda columns, d0, d1: zb_v_columns(*columns, p, m, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     j = np.arange(n, dtype=np.int32)[None, :]
     a = 2 * (p - d) - 1
