@@ -301,44 +301,70 @@ def test_scatter_kernel_reports_a_builder_bug(threads, monkeypatch):
         registry._slots_kernel("broken", 2, 3, parts)
 
 
-@settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(["zb-v", "interleaved-1f1b"]), p=st.integers(1, 12),
-       m=st.integers(1, 40), v=st.integers(1, 4), threads=st.booleans())
-def test_fused_column_kernels_equal_the_reference(name, p, m, v, threads):
-    # At scale zb-v (m >= 2p - 1) and interleaved-1f1b write their columns
-    # with one kernel each (kernels/slots.py); here at every size, one
-    # device per block, in two threads or one, against the per-op builders.
+def _shape(name, p, m, v):
+    """(m, v, build kwargs) of a shape the family accepts, near (p, m, v)."""
     if name == "interleaved-1f1b":
-        m = p * max(1, m // p)
-    else:
-        v, m = 1, max(m, 2 * p - 1)
+        m = p * max(1, m // p)  # m must be a multiple of p
+    elif name == "interleaved-zb":
+        m = max(1, m // p) * max(1, m // max(1, m // p))  # a multiple of its rounds
+    elif name not in ("looped-bfs",):
+        v = 1
+    return m, v, ({"chunks": v} if name in ("interleaved-1f1b", "looped-bfs", "interleaved-zb")
+                  else {})
+
+
+@pytest.mark.parametrize("name", VECTORISED)
+@settings(max_examples=15, deadline=None)
+@given(p=st.integers(1, 12), m=st.integers(1, 40), v=st.integers(1, 4), threads=st.booleans())
+def test_fused_column_kernels_equal_the_reference(name, p, m, v, threads):
+    # At scale every vectorised family writes its columns with one kernel
+    # (kernels/slots.py; zb-v when m >= 2p - 1); here at every size, one
+    # device per block, in two threads or one, against the per-op builders.
+    m, v, kwargs = _shape(name, p, m, v)
+    if name == "zb-v":
+        m = max(m, 2 * p - 1)
+    try:
+        ref = _reference(name, p, m, v)
+    except ValueError:
+        return  # a shape the family refuses
     saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
              registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
     registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES = 0, 1
     if threads:
         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
     try:
-        got = pc.build(name, p, m, **({"chunks": v} if name == "interleaved-1f1b" else {}))
+        got = pc.build(name, p, m, **kwargs)
     finally:
         (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
          registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
-    assert got.table.equals(_reference(name, p, m, v).table)
+    assert got.table.equals(ref.table)
 
 
-@pytest.mark.parametrize("name", ["zb-v", "interleaved-1f1b"])
+def _fused_kernels(p, m, v):
+    """name -> (slots per device, fill(columns, d0, d1)) of each fused kernel."""
+    from pipecore.kernels import slots
+
+    warm = np.array([min(p - d, m) for d in range(p)], dtype=np.int64)
+    lag = np.arange(p, dtype=np.int64)
+    return {
+        "zb-v": (6 * m, lambda c, d0, d1: slots.zb_v_columns(*c, p, m, d0, d1)),
+        "interleaved-1f1b": (2 * m * v, lambda c, d0, d1: slots.interleaved_columns(
+            *c, p, m, v, d0, d1)),
+        "1f1b": (2 * m, lambda c, d0, d1: slots.one_f_one_b_columns(*c, p, m, warm, d0, d1)),
+        "zb-h1": (3 * m, lambda c, d0, d1: slots.split_1f1b_columns(*c, p, m, warm, lag, d0, d1)),
+        "gpipe": (2 * m, lambda c, d0, d1: slots.gpipe_columns(*c, p, m, d0, d1)),
+        "looped-bfs": (2 * v * m, lambda c, d0, d1: slots.looped_bfs_columns(*c, p, m, v, d0, d1)),
+        "interleaved-zb": (3 * m * v, lambda c, d0, d1: slots.interleaved_zb_columns(
+            *c, p, m, v, 2, d0, d1)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_fused_kernels(3, 6, 2)))
 def test_fused_column_kernels_report_a_taken_slot(name):
     # The per-family kernels write ops straight into the columns; a slot
     # written twice (here: taken beforehand) is reported, on any device.
-    from pipecore.kernels.slots import interleaved_columns, zb_v_columns
-
     p, m, v = 3, 6, 2
-    length = 6 * m if name == "zb-v" else 2 * m * v
-
-    def fill(columns, d0, d1):
-        if name == "zb-v":
-            return zb_v_columns(*columns, p, m, d0, d1)
-        return interleaved_columns(*columns, p, m, v, d0, d1)
-
+    length, fill = _fused_kernels(p, m, v)[name]
     for taken in (0, length + 5, p * length - 1):
         columns = registry.column_buffers(p * length)
         columns[2][:] = -1

@@ -177,3 +177,138 @@ def interleaved_columns(device, slot, kind, stage, mb, p, m, v, d0, d1):
                 device[r] = d
                 slot[r] = s
     return 0
+
+
+# The per-family kernels below compute each op's slot from the same closed
+# forms as their numpy builders and write it at once. ``kind`` must start
+# as -1 on the devices' rows; each returns 0, or 1 when a slot is out of
+# range or taken (a builder bug).
+
+
+@njit(cache=True, nogil=True, inline="always")  # IR-inlined: a call costs 6x here
+def _put(device, slot, kind, stage, mb, length, d, s, code, st, j):
+    """Op (code, st, j) of device d into slot s; True when s is out of range
+    or taken."""
+    if s < 0 or s >= length:
+        return True
+    r = d * length + s
+    if kind[r] >= 0:
+        return True
+    kind[r] = code
+    stage[r] = st
+    mb[r] = j
+    device[r] = d
+    slot[r] = s
+    return False
+
+
+@njit(cache=True, nogil=True)
+def one_f_one_b_columns(device, slot, kind, stage, mb, p, m, warm, d0, d1):
+    """1F1B with ``warm[d]`` warm-up forwards on device d
+    (``schedules.onef1b._one_f_one_b_slots``): F(j) in slot j during the
+    warm-up, else 2j - k + 1; BW(j) in slot k + 2j while forwards remain,
+    else m + j."""
+    length = 2 * m
+    for d in range(d0, d1):
+        k = warm[d]
+        for j in range(m):
+            s = j if j < k else 2 * j - k + 1
+            if _put(device, slot, kind, stage, mb, length, d, s, 0, d, j):
+                return 1
+            s = k + 2 * j if j < m - k else m + j
+            if _put(device, slot, kind, stage, mb, length, d, s, 3, d, j):
+                return 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def split_1f1b_columns(device, slot, kind, stage, mb, p, m, warm, lag, d0, d1):
+    """1F1B with split backwards (``schedules.zerobubble.split_1f1b_slots``):
+    k = min(warm[d], m), L = lag[d], B(j) in slot g(j) = k + j + max(0, j -
+    L) + min(j, m - k); W(j) after B(j + L), or at 2m + j in the tail;
+    F(j) in slot j during the warm-up, else after B(j - k) and its W."""
+    length = 3 * m
+    for d in range(d0, d1):
+        k = min(warm[d], m)
+        L = lag[d]
+        for j in range(m):
+            g = k + j + max(0, j - L) + min(j, m - k)
+            if _put(device, slot, kind, stage, mb, length, d, g, 1, d, j):
+                return 1
+            if j + L < m:
+                i = j + L
+                s = k + i + max(0, i - L) + min(i, m - k) + 1
+            else:
+                s = 2 * m + j
+            if _put(device, slot, kind, stage, mb, length, d, s, 2, d, j):
+                return 1
+            if j < k:
+                s = j
+            else:
+                i = j - k
+                s = k + i + max(0, i - L) + min(i, m - k) + 1 + (1 if i >= L else 0)
+            if _put(device, slot, kind, stage, mb, length, d, s, 0, d, j):
+                return 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def gpipe_columns(device, slot, kind, stage, mb, p, m, d0, d1):
+    """GPipe: F(j) in slot j, BW(j) in slot m + j, on every device."""
+    length = 2 * m
+    for d in range(d0, d1):
+        for j in range(m):
+            if _put(device, slot, kind, stage, mb, length, d, j, 0, d, j):
+                return 1
+            if _put(device, slot, kind, stage, mb, length, d, m + j, 3, d, j):
+                return 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def looped_bfs_columns(device, slot, kind, stage, mb, p, m, v, d0, d1):
+    """Looped BFS (``schedules.bfs``): forward i of device d is chunk i // m,
+    microbatch i % m, in slot i; its backward is in slot 2vm - 1 - i."""
+    length = 2 * v * m
+    for d in range(d0, d1):
+        for i in range(v * m):
+            st = (i // m) * p + d
+            j = i % m
+            if _put(device, slot, kind, stage, mb, length, d, i, 0, st, j):
+                return 1
+            if _put(device, slot, kind, stage, mb, length, d, length - 1 - i, 3, st, j):
+                return 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def interleaved_zb_columns(device, slot, kind, stage, mb, p, m, v, r, d0, d1):
+    """Interleaved zero bubble with rounds of r microbatches
+    (``schedules.interleaved.build_interleaved_zb``): the k-th forward,
+    B and W of each device at their closed-form slots."""
+    total = m * v
+    length = 3 * total
+    for d in range(d0, d1):
+        warm = min((v - 1) * r + p - 1 - d, total)
+        for k in range(total):
+            chunk = (k // r) % v
+            j = (k // (r * v)) * r + k % r
+            b_stage = (v - 1 - chunk) * p + d
+            if k < warm:
+                s = k
+            else:
+                s = warm + 2 * (k - warm) + max(0, k - warm - d)
+            if _put(device, slot, kind, stage, mb, length, d, s, 0, chunk * p + d, j):
+                return 1
+            s = warm + min(k, total - warm) + k + max(0, k - d) + (1 if warm + k < total else 0)
+            if _put(device, slot, kind, stage, mb, length, d, s, 1, b_stage, j):
+                return 1
+            if k + d < total:
+                i = k + d
+                s = (warm + min(i, total - warm) + i + max(0, i - d)
+                     + (1 if warm + i < total else 0) + 1)
+            else:
+                s = 2 * total + k
+            if _put(device, slot, kind, stage, mb, length, d, s, 2, b_stage, j):
+                return 1
+    return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.slots import looped_bfs_columns
+from . import registry
 from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
 
 
@@ -33,6 +35,11 @@ def build_looped_bfs(devices, microbatches, chunks=2):
         Every shape that :func:`pipecore.build` accepts works.
     """
     p, m, v = devices, microbatches, chunks
+    if p * 2 * v * m >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        return registry._columns_kernel(
+            "looped-bfs", p, 2 * v * m,
+            lambda columns, d0, d1: looped_bfs_columns(*columns, p, m, v, d0, d1))
     # Op i of a device's forward half is chunk i // m, microbatch i % m; its
     # backward half runs the same (chunk, microbatch)s in reverse.
     i = np.arange(v * m, dtype=np.int32)[None, :]

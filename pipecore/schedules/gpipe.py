@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.slots import gpipe_columns
+from . import registry
 from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
 
 
@@ -29,6 +31,11 @@ def build_gpipe(devices, microbatches, chunks=1):
         Every shape that :func:`pipecore.build` accepts works.
     """
     m = microbatches
+    if devices * 2 * m >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        return registry._columns_kernel(
+            "gpipe", devices, 2 * m,
+            lambda columns, d0, d1: gpipe_columns(*columns, devices, m, d0, d1))
     j = np.arange(m, dtype=np.int32)[None, :]
     stage = np.arange(devices, dtype=np.int32)[:, None]
     return _slots_to_schedule("gpipe", devices, 2 * m, [(0, stage, j, j), (3, stage, j, m + j)])

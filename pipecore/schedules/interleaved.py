@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.slots import interleaved_columns
+from ..kernels.slots import interleaved_columns, interleaved_zb_columns
 from . import registry
 from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
 
@@ -145,6 +145,11 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     p, m, v = devices, microbatches, chunks
     r = _zb_round(p, m)
     total = m * v
+    if p * 3 * total >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        return registry._columns_kernel(
+            "interleaved-zb", p, 3 * total,
+            lambda columns, d0, d1: interleaved_zb_columns(*columns, p, m, v, r, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     k = np.arange(total, dtype=np.int32)[None, :]
     warm = np.minimum((v - 1) * r + p - 1 - d, total)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.slots import one_f_one_b_columns
+from . import registry
 from .registry import Family, _slots_to_schedule, register
 
 
@@ -33,6 +35,12 @@ def _one_f_one_b_slots(name, devices, microbatches, warmup):
     BW(j - k)); BW(j) is in slot k + 2j while forwards remain, then m + j.
     """
     m = microbatches
+    if devices * 2 * m >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        warm = np.asarray(warmup, dtype=np.int64)
+        return registry._columns_kernel(
+            name, devices, 2 * m,
+            lambda columns, d0, d1: one_f_one_b_columns(*columns, devices, m, warm, d0, d1))
     k = np.asarray(warmup, dtype=np.int32)[:, None]
     j = np.arange(m, dtype=np.int32)[None, :]
     stage = np.arange(devices, dtype=np.int32)[:, None]

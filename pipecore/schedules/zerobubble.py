@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.slots import split_1f1b_columns
+from . import registry
 from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
 
 
@@ -49,6 +51,13 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
     its W.
     """
     m = microbatches
+    if devices * 3 * m >= registry.SCATTER_MIN_OPS:
+        # At scale one kernel writes every op straight into the columns.
+        warm = np.asarray(warmup, dtype=np.int64)
+        lags = np.asarray(lag, dtype=np.int64)
+        return registry._columns_kernel(
+            name, devices, 3 * m,
+            lambda columns, d0, d1: split_1f1b_columns(*columns, devices, m, warm, lags, d0, d1))
     # int32 halves the temporaries (slots stay below 3m, far from overflow).
     k = np.minimum(np.asarray(warmup, dtype=np.int32), m)[:, None]
     lag = np.asarray(lag, dtype=np.int32)[:, None]
