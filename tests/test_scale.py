@@ -244,6 +244,10 @@ def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypa
             assert switch(state) is state  # unchanged by the call
             full = buffers.full((3, 2), -1, np.int32)
             assert full.dtype == np.int32 and (full == -1).all()
+            for shape in (size, (3, 2)):  # from the OS (calloc) and small
+                zero = buffers.zeros(shape, np.int64)
+                assert zero.dtype == np.int64 and not zero.any()
+                assert switch(state) is state
         finally:
             switch(before)
     monkeypatch.delenv("PIPECORE_HUGEPAGES", raising=False)

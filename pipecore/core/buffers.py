@@ -63,6 +63,37 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
         _SWITCH(before)
 
 
+def zeros(shape, dtype=np.float64) -> np.ndarray:
+    """A zeroed array under the page-size policy of this module.
+
+    Large ones come zeroed from the OS (calloc of fresh pages), so no pass
+    writes them here: each page is faulted in by its first writer.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : numpy dtype, default float64
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Raises
+    ------
+    ValueError
+        If ``shape`` is negative (numpy's error).
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if _SWITCH is None or nbytes < (1 << 22):
+        return np.zeros(shape, dtype=dtype)
+    before = _SWITCH(_huge())
+    try:
+        return np.zeros(shape, dtype=dtype)
+    finally:
+        _SWITCH(before)
+
+
 def full(shape, value, dtype) -> np.ndarray:
     """:func:`empty` filled with ``value``.
 

@@ -501,7 +501,7 @@ def _structure_fast(schedule):
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
     buffers.populate(xfer, paired, dep)
     idx = buffers.full((S * m, 5), -1, np.int32)
-    out_ptr = buffers.full(n + 2, 0, np.int64)
+    out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
     first_dev = np.empty(S, dtype=np.int32)
     replicated = bool(schedule.replicated)
     if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
