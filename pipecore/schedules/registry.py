@@ -279,7 +279,8 @@ def _slots_to_schedule(name, devices, length, parts):
 
 
 # From this many ops on, _slots_to_schedule writes the columns with a Numba
-# kernel (small shapes keep numpy and so compile nothing at cold start).
+# kernel, and the families with a fused kernel (kernels/slots.py) use it
+# (small shapes keep numpy and so compile nothing at cold start).
 SCATTER_MIN_OPS = 262_144
 # The kernel scatters devices in blocks whose rows (17 bytes each) take
 # about this many bytes, so a block stays in a core's L2 cache.
