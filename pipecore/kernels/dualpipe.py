@@ -58,7 +58,7 @@ def _weight(c, d, wq, cols):
         c[_SLOT] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def eight_steps(P, M, h, st, first, split_first, with_ar, offset,
                 o_dev, o_slot, o_kind, o_stage, o_mb):
     """Write every device's eight-step program into the output columns.

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import buffers
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
-from .registry import Family, _programs_to_schedule, register
+from .registry import Family, _programs_to_schedule, column_buffers, register
 
 
 class _Device:
@@ -234,8 +235,10 @@ def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
     offset = np.zeros(p + 1, dtype=np.int64)
     np.cumsum(rows, out=offset[1:])
     n = int(offset[-1])
-    cols = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int8),
-            np.empty(n, np.int32), np.empty(n, np.int32))
+    cols = column_buffers(n)
+    # At scale the other CPU faults the columns' pages in, last page first,
+    # while the kernel (which releases the GIL) writes them from the front.
+    buffers.populate(*cols)
     if not eight_steps(P, M, np.ascontiguousarray(h, dtype=np.int64),
                        np.ascontiguousarray(st, dtype=np.int64),
                        np.ascontiguousarray(first, dtype=np.int64),
