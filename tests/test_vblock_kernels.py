@@ -63,6 +63,19 @@ def test_build_takes_the_kernels_from_the_threshold_and_gives_the_same_schedule(
         blocks._squeeze_programs(MAKE[name](4), 8), name=name, devices=4).table)
 
 
+@pytest.mark.parametrize("name", sorted(MAKE))
+def test_columns_in_two_threads_with_populated_pages_equal_the_reference(name, monkeypatch):
+    # At scale (4M ops) two threads write the columns, half of the devices
+    # each, while a helper faults their pages in: here at a small shape.
+    from pipecore.core import buffers
+
+    monkeypatch.setattr(blocks, "_COLUMNS_THREADS_MIN_OPS", 0)
+    monkeypatch.setattr(blocks, "local_cpus", lambda: 2)
+    monkeypatch.setattr(buffers, "_POPULATE_MIN_BYTES", 0)
+    for p, m in ((2, 3), (5, 11), (8, 40)):
+        assert kernel_programs(MAKE[name](p), m) == reference_programs(MAKE[name](p), m)
+
+
 V_ARGS = st.tuples(st.integers(1, 7), st.integers(1, 4), st.integers(1, 4), st.integers(1, 4),
                    st.integers(1, 3), st.integers(0, 5), st.sampled_from([None, 1, 2, 3]))
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core import buffers
+from ..core.cpus import local_cpus
 from ..core.schedule import Schedule, _check_int
 from ..kernels.vblocks import columns, greedy_cooldown, reorder_grid
 from .registry import column_buffers
@@ -340,6 +343,8 @@ class Repeated:
 # below it the Python version takes under 20 ms, less than loading them from
 # the cache (0.2-0.4 s, once per process).
 _KERNEL_MIN_OPS = 4096
+# From this many ops two threads write the columns, half of the devices each.
+_COLUMNS_THREADS_MIN_OPS = 1 << 22
 # The kernels' two time grids (devices x horizon int32 each) may take this much.
 _GRID_BYTES_MAX = 8 << 30
 
@@ -428,7 +433,18 @@ def _squeeze_kernels(t):
                                t["l_cons"], t["devices"])
     if ran < len(out):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
-    return columns(out, dptr, t["l_kind"], t["l_stage"], column_buffers(len(out)))
+    cols = column_buffers(len(out))
+    buffers.populate(*cols)  # faulted in on a helper thread meanwhile
+    p = t["devices"]
+    # Devices own disjoint rows: two threads (the kernel releases the GIL).
+    if len(out) >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2:
+        with ThreadPoolExecutor(1) as pool:
+            other = pool.submit(columns, out, dptr, t["l_kind"], t["l_stage"], cols, p // 2, p)
+            columns(out, dptr, t["l_kind"], t["l_stage"], cols, 0, p // 2)
+            other.result()
+    else:
+        columns(out, dptr, t["l_kind"], t["l_stage"], cols, 0, p)
+    return cols
 
 
 def _producers(kind, stage, j, stages, offsets):
