@@ -256,6 +256,25 @@ def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypa
     assert not buffers._huge() and buffers.empty(size).shape == (size,)
 
 
+@contextmanager
+def _kernel_scatter(blocked, threads):
+    """Builders take their kernel paths at any size (undone on exit):
+    ``blocked`` makes every device its own block, ``threads`` has two
+    threads write half of the blocks each."""
+    saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
+             registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
+    registry.SCATTER_MIN_OPS = 0
+    if blocked:
+        registry.SCATTER_BLOCK_BYTES = 1
+    if threads:
+        registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
+    try:
+        yield
+    finally:
+        (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
+         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
+
+
 @pytest.mark.parametrize("name", VECTORISED)
 @settings(max_examples=10, deadline=None)
 @given(p=st.integers(1, 7), m=st.integers(1, 16), v=st.integers(1, 3), blocked=st.booleans(),
@@ -272,18 +291,8 @@ def test_scatter_kernel_equals_numpy_scatter(name, p, m, v, blocked, threads):
         ref = pc.build(name, p, m, **kwargs)
     except ValueError:
         return  # a shape the family refuses (same on both paths)
-    saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
-             registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
-    registry.SCATTER_MIN_OPS = 0
-    if blocked:
-        registry.SCATTER_BLOCK_BYTES = 1
-    if threads:
-        registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
-    try:
+    with _kernel_scatter(blocked, threads):
         got = pc.build(name, p, m, **kwargs)
-    finally:
-        (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
-         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
     assert got.table.equals(ref.table)
 
 
@@ -331,16 +340,8 @@ def test_fused_column_kernels_equal_the_reference(name, p, m, v, threads):
         ref = _reference(name, p, m, v)
     except ValueError:
         return  # a shape the family refuses
-    saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
-             registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
-    registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES = 0, 1
-    if threads:
-        registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
-    try:
+    with _kernel_scatter(True, threads):
         got = pc.build(name, p, m, **kwargs)
-    finally:
-        (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
-         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
     assert got.table.equals(ref.table)
 
 

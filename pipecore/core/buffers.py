@@ -35,6 +35,20 @@ def _huge() -> bool:
     return os.environ.get("PIPECORE_HUGEPAGES") != "0"
 
 
+def _allocate(make, shape, dtype):
+    """``make(shape, dtype)`` (np.empty or np.zeros) with numpy's huge-page
+    switch set by this module's policy for the call, then put back."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if _SWITCH is None or nbytes < (1 << 22):
+        return make(shape, dtype=dtype)  # below numpy's hint threshold anyway
+    before = _SWITCH(_huge())
+    try:
+        return make(shape, dtype=dtype)
+    finally:
+        _SWITCH(before)
+
+
 def empty(shape, dtype=np.float64) -> np.ndarray:
     """An uninitialised array under the page-size policy of this module.
 
@@ -52,15 +66,7 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
     ValueError
         If ``shape`` is negative (numpy's error).
     """
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if _SWITCH is None or nbytes < (1 << 22):
-        return np.empty(shape, dtype=dtype)  # below numpy's hint threshold anyway
-    before = _SWITCH(_huge())
-    try:
-        return np.empty(shape, dtype=dtype)
-    finally:
-        _SWITCH(before)
+    return _allocate(np.empty, shape, dtype)
 
 
 def zeros(shape, dtype=np.float64) -> np.ndarray:
@@ -83,15 +89,7 @@ def zeros(shape, dtype=np.float64) -> np.ndarray:
     ValueError
         If ``shape`` is negative (numpy's error).
     """
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if _SWITCH is None or nbytes < (1 << 22):
-        return np.zeros(shape, dtype=dtype)
-    before = _SWITCH(_huge())
-    try:
-        return np.zeros(shape, dtype=dtype)
-    finally:
-        _SWITCH(before)
+    return _allocate(np.zeros, shape, dtype)
 
 
 def full(shape, value, dtype) -> np.ndarray:
