@@ -183,8 +183,12 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     Raises
     ------
     ValueError
-        For an unknown name (listing the valid ones) or arguments the family
-        cannot take.
+        For an unknown name (listing the valid ones), arguments the family
+        cannot take, or a shape with more ops than an op table holds
+        (2**31 - 1).
+    MemoryError
+        If building and validating the shape needs more memory than the OS
+        has available (checked before anything is allocated, on Linux).
     """
     fam = family(name)
     devices = _check_int("devices", devices, minimum=1)
@@ -205,6 +209,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     if not fam.chunks and chunks != 1:
         raise ValueError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
                          f"(got {chunks}); interleaved families take chunks")
+    _check_size(fam.name, devices, microbatches, chunks)
     # Builders allocate millions of small tuples for big shapes; the cyclic
     # collector would rescan them over and over (half the time at 16M ops),
     # and they hold no cycles, so it pauses while a builder runs.
@@ -218,6 +223,36 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     sched.params.update({"family": fam.name, "devices": devices,
                          "microbatches": microbatches, "chunks": chunks, **options})
     return sched
+
+
+# Op tables index rows and slots with int32.
+MAX_OPS = 2**31 - 1
+# Bytes per op that building and validating a large schedule hold at the
+# least: the five columns (17) and the structure's paired, dep, xfer and
+# out_ptr (25), before any transfer arrays.
+MIN_BYTES_PER_OP = 42
+
+
+def _check_size(name, p, m, v):
+    """Refuse a shape whose table cannot be indexed or cannot fit in memory,
+    before anything is allocated (allocations are lazy: the OS would kill the
+    process while the table is written)."""
+    # Every family has 2 or 3 ops per stage and microbatch (F and B or BW,
+    # maybe W), p * v stages, and at most 2 all-reduces per device.
+    most = 3 * p * v * m + 2 * p
+    if most > MAX_OPS:
+        raise ValueError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} may have "
+                         f"{most:,} ops; an op table holds at most {MAX_OPS:,} (int32 rows)")
+    least = 2 * p * v * m * MIN_BYTES_PER_OP
+    free = buffers.available_bytes()
+    if free is not None and least > free:
+        raise MemoryError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} needs at "
+                          f"least {_size(least)} to build and validate ({2 * p * v * m:,} ops "
+                          f"or more); {_size(free)} is available")
+
+
+def _size(nbytes):
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
 class ProgramBuilder:
