@@ -668,7 +668,7 @@ def main(argv=None, out=None) -> int:
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")
             return 0
-    except ValueError as exc:  # ScheduleError is a ValueError
+    except (ValueError, MemoryError) as exc:  # ScheduleError is a ValueError
         print(f"pipecore: error: {exc}", file=sys.stderr)
         return 2
     return 2

@@ -69,7 +69,7 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         row = {"name": fam.name, "chunks": v, "error": None, "flags": [], "result": None}
         try:
             sched = build(fam.name, devices, microbatches, chunks=v)
-        except ValueError as exc:
+        except (ValueError, MemoryError) as exc:  # a shape the family refuses, or too large
             row["error"] = str(exc)
             rows.append(row)
             continue
