@@ -75,6 +75,12 @@ class Structure:
         self.u_out0 = st["out_ptr"][heads].astype(np.int32)
         self.u_out1 = st["out_ptr"][last + 1].astype(np.int32)
         self.x_link = st["x_link"]
+        self.x_slot = np.empty(len(self.x_link), dtype=np.int32)
+        self.in_slot = np.empty(len(self.in_x), dtype=np.int32)
+        self.n_slots = int(_replay.transfer_slots(self.u_in_ptr, self.in_x, self.u_out0,
+                                                  self.u_out1, self.x_slot, self.in_slot))
+        if self.n_slots < 0:  # validate() would have raised; keep the kernel safe regardless
+            raise RuntimeError("internal: a unit waits for a transfer not produced before it")
         self.x_ar = np.asarray(st["x_is_ar"], dtype=bool)
         self.x_src_dev = np.asarray(st["x_src_dev"], dtype=np.int64)
         self.x_dst_dev = np.asarray(st["x_dst_dev"], dtype=np.int64)
@@ -156,6 +162,8 @@ class Pack:
         self.u_in_ptr = _cat([s.u_in_ptr[:-1] + b for s, b in zip(structs, in_base)]
                              + [[sum(len(s.in_x) for s in structs)]], np.int64)
         self.in_x = _cat([s.in_x for s in structs], np.int32)
+        self.in_slot = _cat([s.in_slot for s in structs], np.int32)
+        self.x_slot = _cat([s.x_slot for s in structs], np.int32)
         self.u_out0 = _cat([s.u_out0 for s in structs], np.int32)
         self.u_out1 = _cat([s.u_out1 for s in structs], np.int32)
         self.x_link = _cat([s.x_link for s in structs], np.int32)
@@ -173,6 +181,7 @@ class Pack:
         self.max_p = max(1, int(self.s_p.max()))
         self.max_nl = max(1, int(self.s_nl.max()))
         self.max_nx = max(1, max(s.n_transfers for s in structs))
+        self.max_slots = max(1, max(s.n_slots for s in structs))
         self.max_n = max(1, max(s.n_ops for s in structs))
 
     def replay(self, c_struct, params, out, n_threads):
@@ -226,10 +235,10 @@ class Pack:
         _replay.replay_groups(
             self.s_u0, self.s_u1, self.s_x0, self.s_d0, self.s_p, self.s_nl, self.s_S,
             self.s_cdiv, self.u_dev, self.u_k1, self.u_k2, self.u_first, self.u_in_ptr,
-            self.in_x, self.u_out0, self.u_out1, self.x_link, self.x_code, self.d_copies,
-            self.d_has, self.s_b0, self.s_b1, self.b_dev, self.b_code, self.b_cnt,
+            self.in_slot, self.u_out0, self.u_out1, self.x_link, self.x_code, self.x_slot,
+            self.d_copies, self.d_has, self.s_b0, self.s_b1, self.b_dev, self.b_code, self.b_cnt,
             np.asarray(g_struct, dtype=np.int64), np.asarray(g_lo, dtype=np.int64),
-            np.asarray(g_hi, dtype=np.int64), n_chunks, self.max_p, self.max_nl, self.max_nx,
+            np.asarray(g_hi, dtype=np.int64), n_chunks, self.max_p, self.max_nl, self.max_slots,
             params, out, track_mem)
 
     def list_schedule(self, c_struct, params, out, status, n_threads):

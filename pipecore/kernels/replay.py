@@ -170,11 +170,46 @@ def _shares(params, row, col, cdiv, p, n_stages, dst):
 
 # Monte Carlo's per-op-scaled replay is replay_scaled below, not a flag here:
 # see the comment there.
+@njit(cache=True)
+def transfer_slots(u_in_ptr, in_x, u_out0, u_out1, x_slot, in_slot):
+    """Rows of the replay's arrival buffer for each transfer, reused once
+    the transfer's consumer has run; returns how many rows, or -1 when a
+    unit waits for a transfer no earlier unit produced.
+
+    Units run in order; each reads its incoming transfers (``in_x``, CSR
+    by ``u_in_ptr``) before it writes its outgoing ones (``u_out0[u]`` to
+    ``u_out1[u] - 1``), and every transfer has one consumer, so a row is
+    free again from its consumer on. ``x_slot`` (n transfers, filled here)
+    and ``in_slot`` (``in_x``'s rows) are the caller's.
+    """
+    for x in range(x_slot.shape[0]):
+        x_slot[x] = -1
+    free = np.empty(x_slot.shape[0] + 1, np.int32)
+    top = 0
+    n_slots = 0
+    for u in range(u_out0.shape[0]):
+        for j in range(u_in_ptr[u], u_in_ptr[u + 1]):
+            s = x_slot[in_x[j]]
+            if s < 0:
+                return -1
+            in_slot[j] = s
+            free[top] = s
+            top += 1
+        for x in range(u_out0[u], u_out1[u]):
+            if top > 0:
+                top -= 1
+                x_slot[x] = free[top]
+            else:
+                x_slot[x] = n_slots
+                n_slots += 1
+    return n_slots
+
+
 @njit(cache=True, parallel=True)
 def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
-                  u_dev, u_k1, u_k2, u_first, u_in_ptr, in_x, u_out0, u_out1,
-                  x_link, x_code, d_copies, d_has, s_b0, s_b1, b_dev, b_code, b_cnt,
-                  g_struct, g_lo, g_hi, n_chunks, max_p, max_nl, max_nx,
+                  u_dev, u_k1, u_k2, u_first, u_in_ptr, in_slot, u_out0, u_out1,
+                  x_link, x_code, x_slot, d_copies, d_has, s_b0, s_b1, b_dev, b_code, b_cnt,
+                  g_struct, g_lo, g_hi, n_chunks, max_p, max_nl, max_slots,
                   params, out, track_mem):
     """Replay each structure's execution order for groups of up to LANES
     configurations that share it.
@@ -183,7 +218,10 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
     ``params`` and ``out``) of structure ``g_struct[g]``; unused lanes
     repeat the group's last configuration and are not written.
     ``x_code`` is 2 * (all-reduce) + (crosses nodes) per transfer: it picks
-    the bytes (activation or gradient) and the link level. With
+    the bytes (activation or gradient) and the link level. Arrivals live in
+    rows of a small buffer (``x_slot`` per transfer, ``in_slot`` per
+    incoming edge: :func:`transfer_slots`), reused once consumed, so the
+    buffer stays in cache at any schedule size. With
     ``track_mem`` False the memory rows of ``out`` are not written (the
     caller fills them when every configuration has the same memory costs).
     Busy time per device is ``sum(b_cnt * cost of b_code)`` over the
@@ -201,7 +239,7 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
         mem = np.empty((max_p, L))
         peak = np.empty((max_p, L))
         link_free = np.empty((max_nl, L))
-        arr = np.empty((max_nx, L))
+        arr = np.empty((max_slots, L))
         cost = np.empty((N_CLS, L))
         fb = np.empty(L)
         act = np.empty(L)
@@ -285,7 +323,7 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 for lane in range(L):
                     t[lane] = dev_free[d, lane]
                 for j in range(u_in_ptr[u], u_in_ptr[u + 1]):
-                    x = in_x[j]
+                    x = in_slot[j]
                     for lane in range(L):
                         t[lane] = max(t[lane], arr[x, lane])
                 k1 = u_k1[u]
@@ -308,20 +346,21 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 for x in range(u_out0[u], u_out1[u]):
                     code = x_code[x0 + x]
                     link = x_link[x0 + x]
+                    row = x_slot[x0 + x]
                     level = code & 1
                     if not ser_any[code]:
                         for lane in range(L):
-                            arr[x, lane] = ff[lane] + lat[level, lane]
+                            arr[row, lane] = ff[lane] + lat[level, lane]
                         continue
                     for lane in range(L):
                         sr = ser[code, lane]
                         if sr == 0.0:
-                            arr[x, lane] = ff[lane] + lat[level, lane]
+                            arr[row, lane] = ff[lane] + lat[level, lane]
                         else:
                             st = max(ff[lane], link_free[link, lane])
                             e = st + sr
                             link_free[link, lane] = e
-                            arr[x, lane] = e + lat[level, lane]
+                            arr[row, lane] = e + lat[level, lane]
                 if not track_mem:
                     continue
                 # Activation total in program order (same arithmetic as peak_memory).
