@@ -9,7 +9,8 @@ Two ways to evaluate a configuration, with the same semantics as
   link's transfers are queued in its one sender's program order, which any
   dependency-respecting order keeps. A link with more than one sender would
   break this; the network model has none (each directed link is sent on by
-  its source device only).
+  its source device only). Arrivals live in rows reused once read
+  (``transfer_slots``), so its buffer is small at any schedule size.
 * ``list_groups`` runs the full list scheduler per configuration, each on
   its own structure; it is the fallback and the cross-check.
 
@@ -654,7 +655,7 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
     out[O_PEAK_TOTAL, k] = memo[4]
 
 
-__all__ = ["LANES", "execution_order", "replay_groups", "list_groups", "STATUS_OK",
+__all__ = ["LANES", "execution_order", "transfer_slots", "replay_groups", "list_groups", "STATUS_OK",
            "STATUS_DEADLOCK"]
 
 # Kept apart from replay_groups on purpose: Monte Carlo gives every op row its
