@@ -23,13 +23,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..core import buffers
 from ..core.cpus import local_cpus
+from ..core.rules import _in_halves
 from ..core.schedule import Schedule, _check_int
 from ..kernels.vblocks import columns, greedy_cooldown, reorder_grid
 from .registry import column_buffers
@@ -437,13 +437,8 @@ def _squeeze_kernels(t):
     buffers.populate(*cols)  # faulted in on a helper thread meanwhile
     p = t["devices"]
     # Devices own disjoint rows: two threads (the kernel releases the GIL).
-    if len(out) >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2:
-        with ThreadPoolExecutor(1) as pool:
-            other = pool.submit(columns, out, dptr, t["l_kind"], t["l_stage"], cols, p // 2, p)
-            columns(out, dptr, t["l_kind"], t["l_stage"], cols, 0, p // 2)
-            other.result()
-    else:
-        columns(out, dptr, t["l_kind"], t["l_stage"], cols, 0, p)
+    halves = len(out) >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
+    _in_halves(columns, halves, p, out, dptr, t["l_kind"], t["l_stage"], cols)
     return cols
 
 
