@@ -4,7 +4,11 @@
 the integer time grid, as ``blocks._reorder`` does; ``greedy_cooldown``
 re-orders each device's ops after its last forward, as
 ``blocks._greedy_cooldown`` does. Both equal the Python versions (kept as
-the tested references) op for op.
+the tested references) op for op. ``greedy_cooldown`` gets the times of
+the ops before its last microbatches from ``_sweep`` (in layout order, no
+event queue, skipping intervals that repeat the one before) and starts its
+event loop at a cut (``_choose_cut``) in the state the loop itself would
+have reached there.
 
 Ops are numbered ``bi * m + j``: op bi of the block's K ops (``(kind,
 stage)`` pairs), microbatch j. A producer or consumer of an op is an op of
@@ -93,7 +97,7 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
 
     Returns
     -------
-    start : int32 array of op starts
+    ostart : int32 array, the start of ``order[i]``
     order : int32 array of op ids, device by device, by start
     dptr : int64 array, device d's ops are ``order[dptr[d]:dptr[d + 1]]``
     """
@@ -216,14 +220,19 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
     for d in range(devices):
         dptr[d + 1] += dptr[d]
     order = np.empty(n, np.int32)
+    ostart = np.empty(n, np.int32)
     for d in range(devices):
         w = dptr[d]
+        prev = -1
         for u in range(horizon):
+            # An op holds consecutive slots: it starts where the slot's op changes.
             op = occ[d, u]
-            if op >= 0 and start[op] == u:
+            if op >= 0 and op != prev:
                 order[w] = op
+                ostart[w] = u
                 w += 1
-    return start, order, dptr
+            prev = op
+    return ostart, order, dptr
 
 
 @njit(cache=True, error_model="numpy")
@@ -240,7 +249,8 @@ _IDLE = np.int64(1) << 62  # key of a device that waits for a wake-up
 
 @njit(cache=True, error_model="numpy")
 def _ready_at(l_prod, done, bi, j, K):
-    """When op (bi, j)'s producers have all finished, or -1 while one has not."""
+    """When op (bi, j)'s producers have all finished, or -1 while one has not
+    (``j`` counted from the first microbatch ``done`` holds)."""
     t = 0
     for r in range(l_prod.shape[1]):
         q = l_prod[bi, r]
@@ -319,8 +329,350 @@ def _key_pop(kt, kc, ki, lo, size):
     return size
 
 
+# The sweep keeps the finish of each block op's last 2**_RING_BITS
+# microbatches (a cross-device producer is read a few time units after it
+# ran), tries to skip ahead every _JUMP_EVERY intervals, and looks at most
+# _WALK ops back on a device when it chooses the cut.
+_RING_BITS = 4
+_JUMP_EVERY = 8
+_WALK = 64
+
+
 @njit(cache=True, error_model="numpy")
-def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
+def _ring_finish(ring, bi, j):
+    """Finish of op (bi, j) from the sweep's ring, or -1 if it has left it."""
+    x = ring[(bi << _RING_BITS) | (j & ((1 << _RING_BITS) - 1))]
+    return x & 0xFFFFFFFF if (x >> 32) == j else -1
+
+
+@njit(cache=True, error_model="numpy")
+def _periods(order, ostart, dptr, split, ptr, ptr_snap, m, T, u, stop):
+    """How many intervals the sweep may skip at layout time u: every
+    device's ops from ``ptr_snap`` (its first op at u - T or later) on
+    repeat the interval before (same block op, next microbatch, T later)
+    that many times over, before ``stop``; 0 if one does not."""
+    p = ptr.shape[0]
+    k = np.int64(-1)
+    for d in range(p):
+        n_d = ptr[d] - ptr_snap[d]
+        if n_d <= 0:
+            return 0
+        # Each op of the interval can move up as many microbatches as it has left.
+        cap = m
+        for i in range(ptr_snap[d], ptr[d]):
+            cap = min(cap, m - 1 - order[i] % m)
+        end = min(ptr_snap[d] + n_d * cap,
+                  dptr[d] + np.searchsorted(ostart[dptr[d]:split[d]], stop) - n_d)
+        # Compared in blocks without an early exit (vectorised), then op by op.
+        i = ptr_snap[d]
+        while i + 256 <= end:
+            bad = 0
+            for x in range(i, i + 256):
+                bad += (order[x + n_d] != order[x] + 1) | (ostart[x + n_d] != ostart[x] + T)
+            if bad:
+                break
+            i += 256
+        while i < end and order[i + n_d] == order[i] + 1 and ostart[i + n_d] == ostart[i] + T:
+            i += 1
+        k_d = (i - ptr_snap[d]) // n_d
+        if k < 0 or k_d < k:
+            k = k_d
+    # The op after the skipped ones must start after them (at u + k * T or later).
+    for d in range(p):
+        i = ptr[d] + k * (ptr[d] - ptr_snap[d])
+        while k > 0 and i < dptr[d + 1] and ostart[i] < u + k * T:
+            k -= 1
+            i = ptr[d] + k * (ptr[d] - ptr_snap[d])
+    return max(k, 0)
+
+
+@njit(cache=True, error_model="numpy")
+def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
+    """Finish times of the fixed ops (up to each device's last F) that start
+    in the layout before the first op after any device's last F.
+
+    Such an op runs as soon as its device is free and its producers have
+    finished, in its device's order (what ``greedy_cooldown`` does before a
+    device's last F). Going through the layout's time slots visits every
+    producer before its consumers. Producers on the op's own device come
+    earlier in its order, so only those on other devices are read, from a
+    ring of each block op's last ``2**_RING_BITS`` microbatches.
+
+    In the steady phase the layout repeats every interval T. When the
+    state (each device's free time and the ring) equals that of one
+    interval before shifted by T and one microbatch, and the layout ahead
+    repeats k more times, the next k intervals would repeat that shift
+    too: the sweep adds k * T and k microbatches instead of going through
+    them.
+
+    Returns
+    -------
+    ok : bool
+        False when a producer had left the ring (the caller then runs the
+        event-driven scheduler from the start).
+    ptr : int64 array
+        Each device's first op not swept.
+    ring : int64 array
+        ``j << 32 | finish`` of op (bi, j) at ``bi * R + j % R`` (see
+        ``_ring_finish``).
+    skipped : int
+        Ops skipped by the shifts.
+    """
+    p = dptr.shape[0] - 1
+    K = l_dev.shape[0]
+    R = 1 << _RING_BITS
+    mask = R - 1
+    xprod = np.full((K, l_prod.shape[1]), -1, np.int64)
+    for bi in range(K):
+        w = 0
+        for r in range(l_prod.shape[1]):
+            q = l_prod[bi, r]
+            if q >= 0 and l_dev[q] != l_dev[bi]:
+                xprod[bi, w] = q
+                w += 1
+    stop = np.int64(-1)
+    for d in range(p):
+        if split[d] < dptr[d + 1]:
+            u = np.int64(ostart[split[d]])
+            if stop < 0 or u < stop:
+                stop = u
+    ring = np.full(R * K, -1, np.int64)
+    snap = np.full(R * K, -1, np.int64)
+    free = np.zeros(p, np.int64)
+    free_snap = np.zeros(p, np.int64)
+    ptr = dptr[:-1].copy()
+    ptr_snap = ptr.copy()
+    inv = 1.0 / m
+    skipped = 0
+    check = _JUMP_EVERY * T  # compare the state here with a snapshot at check - T
+    u = np.int64(0)
+    while u < stop:
+        if u == check - T:
+            snap[:] = ring
+            free_snap[:] = free
+            ptr_snap[:] = ptr
+        elif u == check:
+            check += _JUMP_EVERY * T
+            same = True
+            for d in range(p):
+                if free[d] - free_snap[d] != T:
+                    same = False
+                    break
+            for x in range(R * K):
+                if not same:
+                    break
+                bi = x >> _RING_BITS
+                a = snap[x]
+                if a >= 0:
+                    j = (a >> 32) + 1
+                    if ring[(bi << _RING_BITS) | (j & mask)] != (j << 32) | ((a & 0xFFFFFFFF) + T):
+                        same = False
+                a = ring[x]
+                if a >= 0:
+                    j = (a >> 32) - 1
+                    if j < 0 or snap[(bi << _RING_BITS) | (j & mask)] != (
+                            (j << 32) | ((a & 0xFFFFFFFF) - T)):
+                        same = False
+            k = 0
+            if same:
+                k = _periods(order, ostart, dptr, split, ptr, ptr_snap, m, T, u, stop)
+            if k > 0:
+                for d in range(p):
+                    n_d = ptr[d] - ptr_snap[d]
+                    ptr[d] += k * n_d
+                    skipped += k * n_d
+                    free[d] += k * T
+                for x in range(R * K):
+                    a = ring[x]
+                    if a >= 0:
+                        j = (a >> 32) + k
+                        snap[((x >> _RING_BITS) << _RING_BITS) | (j & mask)] = (
+                            (j << 32) | ((a & 0xFFFFFFFF) + k * T))
+                ring[:] = snap
+                u += k * T
+                check = u + _JUMP_EVERY * T
+                continue
+        for d in range(p):
+            i = ptr[d]
+            if i >= split[d]:
+                continue
+            if ostart[i] != u:
+                continue
+            op = order[i]
+            # op // m by a float product, corrected (a division per op was most of the time)
+            bi = np.int64(op * inv)
+            if bi * m > op:
+                bi -= 1
+            elif (bi + 1) * m <= op:
+                bi += 1
+            j = op - bi * m
+            t = free[d]
+            for r in range(xprod.shape[1]):
+                q = xprod[bi, r]
+                if q < 0:
+                    break
+                x = _ring_finish(ring, q, j)
+                if x < 0:
+                    return False, ptr, ring, skipped
+                if x > t:
+                    t = x
+            f = t + l_dur[bi]
+            ring[(bi << _RING_BITS) | (j & mask)] = (j << 32) | f
+            free[d] = f
+            ptr[d] = i + 1
+        u += 1
+    return stop >= 0, ptr, ring, skipped
+
+
+@njit(cache=True, error_model="numpy")
+def _began(order, ring, l_dur, m, i):
+    """Start of the swept op ``order[i]`` (from the ring), or -1."""
+    op = order[i]
+    bi = op // m
+    f = _ring_finish(ring, bi, op - bi * m)
+    return f - l_dur[bi] if f >= 0 else -1
+
+
+@njit(cache=True, error_model="numpy")
+def _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at, queued):
+    """Where ``greedy_cooldown``'s event loop stands when it first takes a
+    turn at a time >= tau, tau the earliest start of a device's last swept op.
+
+    Devices take turns at the time they become free (a woken device at the
+    time it became free). So by then the loop has run every op starting
+    before tau, no op of a device busy at tau that starts after it, and, on
+    a device idle just before tau, the next op x if it was ready before
+    tau's turn: if every producer of x ran by then (those starting before
+    tau, or such an x of another device; found as a fixed point). Such a
+    device is queued at x's finish; one whose x was not ready waits,
+    unqueued, for the producer it lacks. Every other device is queued at
+    the end of its last op.
+
+    Fills ``base`` (each device's first op the loop has not run),
+    ``free_at`` and ``queued``; returns False when the sweep's ring cannot
+    tell (the caller then runs the loop from the start).
+    """
+    p = dptr.shape[0] - 1
+    tau = np.int64(-1)
+    for d in range(p):
+        if ptr[d] <= dptr[d]:
+            return False
+        x = _began(order, ring, l_dur, m, ptr[d] - 1)
+        if x < 0:
+            return False
+        if tau < 0 or x < tau:
+            tau = x
+    for d in range(p):
+        i = ptr[d] - 1
+        b = tau
+        while i >= dptr[d] and ptr[d] - i <= _WALK:
+            b = _began(order, ring, l_dur, m, i)
+            if b < 0:
+                return False
+            if b < tau:
+                break
+            i -= 1
+        if i >= dptr[d] and b >= tau:
+            return False  # walked too far back
+        # i: the last op starting before tau (dptr[d] - 1: none); i + 1 was swept.
+        fin = 0
+        if i >= dptr[d]:
+            fin = b + l_dur[order[i] // m]
+        base[d] = i + 1
+        free_at[d] = fin
+        queued[d] = fin >= tau
+    changed = True
+    while changed:
+        changed = False
+        for d in range(p):
+            if queued[d]:
+                continue
+            op = order[base[d]]
+            c = op // m
+            j = op - c * m
+            ready = True
+            for r in range(l_prod.shape[1]):
+                q = l_prod[c, r]
+                if q < 0 or l_dev[q] == d:  # the device's own ran before x
+                    continue
+                x = _ring_finish(ring, q, j)
+                if x < 0:
+                    return False
+                if x - l_dur[q] < tau:
+                    continue
+                e = l_dev[q]
+                # Started at or after tau: ran only as the x of an idle device.
+                if not (base[e] > dptr[e] and order[base[e] - 1] == q * m + j
+                        and _began(order, ring, l_dur, m, base[e] - 1) >= tau):
+                    ready = False
+                    break
+            if ready:
+                free_at[d] = _ring_finish(ring, c, j)
+                if free_at[d] < 0:
+                    return False
+                base[d] += 1
+                queued[d] = True
+                changed = True
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _done_after(order, dptr, base, l_prod, l_dev, m, ring, cut):
+    """Finish times for the event loop, which runs each device's ops from
+    ``base[d]``: -1 for those, and (with ``cut``) the ring's finish for
+    their producers before the cut.
+
+    Finish times are whole numbers (integer durations from 0): int32, half
+    the memory traffic of floats. Only microbatches from the first one with
+    an op left to run are kept (``jb``; -1 if a producer on another device
+    than its consumer's had left the ring). A producer on the consumer's own
+    device may have left it: it finished before the device's free time at
+    the cut, which every later decision of that device is at or after, so 0
+    decides the same.
+    """
+    p = dptr.shape[0] - 1
+    K = l_dev.shape[0]
+    jb = m
+    for d in range(p):
+        for i in range(base[d], dptr[d + 1]):
+            jb = min(jb, order[i] % m)
+    mt = max(m - jb, 1)
+    done = np.full(K * (((mt + 63) >> 6) << 6), -1, np.int32)
+    if not cut:
+        return done, jb
+    for d in range(p):
+        for i in range(base[d], dptr[d + 1]):
+            op = order[i]
+            done[_tile(op // m, op % m - jb, K)] = -2  # runs after the cut
+    for d in range(p):
+        for i in range(base[d], dptr[d + 1]):
+            op = order[i]
+            c = op // m
+            j = op - c * m
+            for r in range(l_prod.shape[1]):
+                q = l_prod[c, r]
+                if q < 0:
+                    continue
+                s = _tile(q, j - jb, K)
+                if done[s] == -2:
+                    continue
+                x = _ring_finish(ring, q, j)
+                if x >= 0:
+                    done[s] = x
+                elif l_dev[q] != l_dev[c]:
+                    return done, -1
+                else:
+                    done[s] = max(done[s], 0)
+    for d in range(p):
+        for i in range(base[d], dptr[d + 1]):
+            op = order[i]
+            done[_tile(op // m, op % m - jb, K)] = -1
+    return done, jb
+
+
+@njit(cache=True, error_model="numpy")
+def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices, interval,
+                    cut):
     """Each device's program with its ops after the last F re-ordered.
 
     Event-driven like the Python version: devices take turns by least
@@ -336,6 +688,21 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     decisions, since an attempt can only succeed after a wake-up that
     Python also makes.
 
+    With ``cut``, the ops before a time where every device runs back to
+    back get their times from ``_sweep`` (in layout order, no event queue)
+    and the event loop starts there (``_choose_cut`` says why that state is
+    the loop's own); the loop then covers only the last microbatches. If no
+    such time is found, the loop runs from the start.
+
+    Parameters
+    ----------
+    order : int32 array
+        Op ids device by device in layout order (``reorder_grid``).
+    ostart : int32 array
+        Layout start of ``order[i]``.
+    cut : bool
+        Try the sweep and cut (False: the event loop over every op).
+
     Returns
     -------
     out : int32 array
@@ -343,6 +710,8 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
         ``order`` itself, overwritten.
     ran : int
         Ops run (all of them unless the programs deadlock).
+    swept : int
+        Ops timed by the sweep before the cut (0 without a cut).
     """
     n = order.shape[0]
     m = n // l_dev.shape[0]
@@ -356,9 +725,10 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     tail_from = np.full(K, m, np.int64)
     for d in range(p):
         split[d] = dptr[d]
-        for i in range(dptr[d], dptr[d + 1]):
+        for i in range(dptr[d + 1] - 1, dptr[d] - 1, -1):
             if l_kind[order[i] // m] == 0:
                 split[d] = i + 1
+                break
         for i in range(split[d], dptr[d + 1]):
             bi = order[i] // m
             tail_from[bi] = min(tail_from[bi], order[i] - bi * m)
@@ -371,19 +741,39 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
         for i in range(split[d], dptr[d + 1]):
             bi = order[i] // m
             rank[roff[bi] + order[i] - bi * m - tail_from[bi]] = i - split[d]
-    # Finish times are whole numbers (integer durations from 0): int32, -1
-    # for not yet, half the memory traffic of floats.
-    done = np.full(K * (((m + 63) >> 6) << 6), -1, np.int32)
-    pos = dptr[:-1].copy()
-    # The fixed parts again, tiled by 64 positions across devices (as
-    # ``_tile``): the devices' next ops share pages.
+    base = dptr[:-1].copy()  # the event loop starts at these positions
+    free_at = np.zeros(p, np.int64)
+    swept = 0
+    ring = np.zeros(1, np.int64)
+    queued = np.ones(p, np.bool_)
+    if cut:
+        ok, ptr, ring, _skipped = _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m,
+                                         interval)
+        if ok and _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at,
+                              queued):
+            for d in range(p):
+                swept += base[d] - dptr[d]
+    done = np.zeros(1, np.int32)
+    jb = 0
+    if swept > 0:
+        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, True)
+        if jb < 0:  # a producer on another device had left the ring
+            swept = 0
+    if swept == 0:  # the event loop from the start
+        base[:] = dptr[:-1]
+        free_at[:] = 0
+        queued[:] = True
+        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, False)
+    pos = base.copy()
+    # The fixed parts after the cut, tiled by 64 positions across devices
+    # (as ``_tile``): the devices' next ops share pages.
     longest = 0
     for d in range(p):
-        longest = max(longest, dptr[d + 1] - dptr[d])
+        longest = max(longest, split[d] - base[d])
     prog = np.empty(p * (((longest + 63) >> 6) << 6), np.int32)
     for d in range(p):
-        for i in range(split[d] - dptr[d]):
-            prog[(((i >> 6) * p + d) << 6) | (i & 63)] = order[dptr[d] + i]
+        for i in range(split[d] - base[d]):
+            prog[(((i >> 6) * p + d) << 6) | (i & 63)] = order[base[d] + i]
     left = np.empty(p, np.int64)  # tail ops not run yet
     for d in range(p):
         left[d] = dptr[d + 1] - split[d]
@@ -396,7 +786,22 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     ni = np.empty(tail[p], np.int32)
     later = np.zeros(p, np.int64)
     now_n = np.zeros(p, np.int64)
-    free_at = np.zeros(p, np.int64)
+    if swept > 0:
+        # Tail ops whose producers all ran before the cut joined their
+        # device's "later" heap when the last of them finished.
+        for e in range(p):
+            for i in range(split[e], dptr[e + 1]):
+                cop = order[i]
+                c = cop // m
+                j = cop - c * m
+                if l_prod[c, 0] < 0:
+                    continue
+                t = _ready_at(l_prod, done, c, j - jb, K)
+                if t >= 0:
+                    code = np.int64(rank[roff[c] + j - tail_from[c]])
+                    if l_kind[c] == 2:
+                        code += n
+                    later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
     # A tournament tree over the devices instead of a heap: each change
     # replays a fixed path of matches without data-dependent branches, where
     # a heap's sift mispredicts about once a level.
@@ -404,7 +809,9 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     while leaves < p:
         leaves *= 2
     key = np.full(leaves, _IDLE, np.int64)
-    key[:p] = 0
+    for d in range(p):
+        if queued[d]:
+            key[d] = free_at[d]
     tree = np.zeros(2 * leaves, np.int64)
     for d in range(leaves):
         tree[leaves + d] = d
@@ -415,17 +822,17 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
     # The new order overwrites ``order``: up to a device's last F it is the
     # same, and the tail is read only before the loop.
     out = order
-    written = dptr[:-1].copy()
-    ran = 0
+    written = base.copy()
+    ran = swept
     while key[tree[1]] != _IDLE:
         d = tree[1]
         now = key[d]
         if pos[d] < split[d]:
-            i = pos[d] - dptr[d]
+            i = pos[d] - base[d]
             op = prog[(((i >> 6) * p + d) << 6) | (i & 63)]
             bi = op // m
             j = op - bi * m
-            t = _ready_at(l_prod, done, bi, j, K)
+            t = _ready_at(l_prod, done, bi, j - jb, K)
             if t < 0:
                 _set_turn(tree, key, leaves, d, _IDLE)
                 continue
@@ -452,7 +859,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
         j = op - bi * m
         begin = max(now, t)
         free_at[d] = begin + l_dur[bi]
-        done[_tile(bi, j, K)] = free_at[d]
+        done[_tile(bi, j - jb, K)] = free_at[d]
         # Only the id here: five columns written at p places at once cost
         # more than the whole list scheduling; ``columns`` writes them after.
         if written[d] >= split[d]:
@@ -470,7 +877,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
             if j >= tail_from[c]:
                 rk = rank[roff[c] + j - tail_from[c]]
             if rk >= 0:
-                t = _ready_at(l_prod, done, c, j, K)
+                t = _ready_at(l_prod, done, c, j - jb, K)
                 if t >= 0:
                     code = np.int64(rk)
                     if l_kind[c] == 2:
@@ -478,7 +885,7 @@ def greedy_cooldown(order, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices):
                     later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
             if e != d and key[e] == _IDLE:
                 _set_turn(tree, key, leaves, e, free_at[e])
-    return out, ran
+    return out, ran, swept
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # two threads, and buffers.populate

@@ -345,6 +345,9 @@ class Repeated:
 _KERNEL_MIN_OPS = 4096
 # From this many ops two threads write the columns, half of the devices each.
 _COLUMNS_THREADS_MIN_OPS = 1 << 22
+# The cool-down scheduler times the ops before the last microbatches by a
+# sweep in layout order when it can (``kernels.vblocks._choose_cut``).
+_CUT = True
 # The kernels' two time grids (devices x horizon int32 each) may take this much.
 _GRID_BYTES_MAX = 8 << 30
 
@@ -424,13 +427,14 @@ def _block_tables(block, microbatches):
 def _squeeze_kernels(t):
     """Columns (device, slot, kind, stage, microbatch) of the squeezed schedule
     by ``kernels/vblocks.py``; equal to ``_squeeze_programs``."""
-    _start, order, dptr = reorder_grid(t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"],
-                                       t["l_is_last"], t["l_last"], t["m"], t["interval"],
-                                       t["devices"], t["horizon"], t["warm_end"],
-                                       t["cool_start"], 3)
+    ostart, order, dptr = reorder_grid(t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"],
+                                      t["l_is_last"], t["l_last"], t["m"], t["interval"],
+                                      t["devices"], t["horizon"], t["warm_end"],
+                                      t["cool_start"], 3)
     # The cool-down scheduler writes the new order over ``order``.
-    out, ran = greedy_cooldown(order, dptr, t["l_kind"], t["l_dev"], t["l_dur"], t["l_prod"],
-                               t["l_cons"], t["devices"])
+    out, ran, _swept = greedy_cooldown(order, ostart, dptr, t["l_kind"], t["l_dev"], t["l_dur"],
+                                       t["l_prod"], t["l_cons"], t["devices"], t["interval"],
+                                       _CUT)
     if ran < len(out):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
     cols = column_buffers(len(out))
