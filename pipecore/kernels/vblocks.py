@@ -361,8 +361,16 @@ def _periods(order, ostart, dptr, split, ptr, ptr_snap, m, T, u, stop):
         cap = m
         for i in range(ptr_snap[d], ptr[d]):
             cap = min(cap, m - 1 - order[i] % m)
-        end = min(ptr_snap[d] + n_d * cap,
-                  dptr[d] + np.searchsorted(ostart[dptr[d]:split[d]], stop) - n_d)
+        # The first op at or after stop (ostart is sorted on a device), by bisection.
+        lo = ptr[d]
+        hi = split[d]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if ostart[mid] < stop:
+                lo = mid + 1
+            else:
+                hi = mid
+        end = min(ptr_snap[d] + n_d * cap, lo - n_d)
         # Compared in blocks without an early exit (vectorised), then op by op.
         i = ptr_snap[d]
         while i + 256 <= end:
@@ -448,9 +456,12 @@ def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
     u = np.int64(0)
     while u < stop:
         if u == check - T:
-            snap[:] = ring
-            free_snap[:] = free
-            ptr_snap[:] = ptr
+            # Loops, not slice copies: those cost seconds of compile time.
+            for x in range(R * K):
+                snap[x] = ring[x]
+            for d in range(p):
+                free_snap[d] = free[d]
+                ptr_snap[d] = ptr[d]
         elif u == check:
             check += _JUMP_EVERY * T
             same = True
@@ -488,7 +499,8 @@ def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
                         j = (a >> 32) + k
                         snap[((x >> _RING_BITS) << _RING_BITS) | (j & mask)] = (
                             (j << 32) | ((a & 0xFFFFFFFF) + k * T))
-                ring[:] = snap
+                for x in range(R * K):
+                    ring[x] = snap[x]
                 u += k * T
                 check = u + _JUMP_EVERY * T
                 continue
@@ -670,7 +682,6 @@ def _done_after(order, dptr, base, l_prod, l_dev, m, ring, cut):
     return done, jb
 
 
-@njit(cache=True, error_model="numpy")
 def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices, interval,
                     cut):
     """Each device's program with its ops after the last F re-ordered.
@@ -703,6 +714,11 @@ def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, d
     cut : bool
         Try the sweep and cut (False: the event loop over every op).
 
+    Raises
+    ------
+    None
+        Kernels return statuses; the caller checks ``ran``.
+
     Returns
     -------
     out : int32 array
@@ -716,7 +732,40 @@ def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, d
     n = order.shape[0]
     m = n // l_dev.shape[0]
     p = devices
-    K = l_dev.shape[0]
+    split, tail, tail_from, roff, rank = _tails(order, dptr, l_kind, m, p)
+    # Separate kernels called from here, not from one kernel: a kernel that
+    # calls another compiles the callee's code again inside itself.
+    swept = 0
+    base = dptr[:-1].copy()  # the event loop starts at these positions
+    free_at = np.zeros(p, np.int64)
+    queued = np.ones(p, np.bool_)
+    ring = np.zeros(1, np.int64)
+    if cut:
+        ok, ptr, ring, _skipped = _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m,
+                                         interval)
+        if ok and _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at,
+                              queued):
+            swept = int((base - dptr[:-1]).sum())
+    if swept > 0:
+        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, True)
+        if jb < 0:  # a producer on another device had left the ring
+            swept = 0
+    if swept == 0:  # the event loop from the start
+        base = dptr[:-1].copy()
+        free_at[:] = 0
+        queued[:] = True
+        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, False)
+    out, ran = _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued,
+                           done, jb, swept, l_kind, l_dev, l_dur, l_prod, l_cons, p)
+    return out, ran, swept
+
+
+@njit(cache=True, error_model="numpy")
+def _tails(order, dptr, l_kind, m, p):
+    """Each device's first op after its last F (``split``), its slice of the
+    tail heaps (``tail``) and the rank of every tail op in its device's tail
+    (``rank[roff[bi] + j - tail_from[bi]]``, -1 for ops not in a tail)."""
+    K = l_kind.shape[0]
     split = np.empty(p, np.int64)  # first op after device d's last F
     tail = np.zeros(p + 1, np.int64)  # device d's tail heaps: [tail[d], tail[d + 1])
     # Ranks in the tail, looked up only for microbatches from the first one
@@ -741,29 +790,18 @@ def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, d
         for i in range(split[d], dptr[d + 1]):
             bi = order[i] // m
             rank[roff[bi] + order[i] - bi * m - tail_from[bi]] = i - split[d]
-    base = dptr[:-1].copy()  # the event loop starts at these positions
-    free_at = np.zeros(p, np.int64)
-    swept = 0
-    ring = np.zeros(1, np.int64)
-    queued = np.ones(p, np.bool_)
-    if cut:
-        ok, ptr, ring, _skipped = _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m,
-                                         interval)
-        if ok and _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at,
-                              queued):
-            for d in range(p):
-                swept += base[d] - dptr[d]
-    done = np.zeros(1, np.int32)
-    jb = 0
-    if swept > 0:
-        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, True)
-        if jb < 0:  # a producer on another device had left the ring
-            swept = 0
-    if swept == 0:  # the event loop from the start
-        base[:] = dptr[:-1]
-        free_at[:] = 0
-        queued[:] = True
-        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, False)
+    return split, tail, tail_from, roff, rank
+
+
+@njit(cache=True, error_model="numpy")
+def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued, done, jb,
+                swept, l_kind, l_dev, l_dur, l_prod, l_cons, p):
+    """``greedy_cooldown``'s event loop from positions ``base`` (times
+    ``free_at``, ``queued`` devices in the queue), ``done`` holding finish
+    times from microbatch ``jb`` on; returns the new order and the ops run."""
+    n = order.shape[0]
+    m = n // l_dev.shape[0]
+    K = l_dev.shape[0]
     pos = base.copy()
     # The fixed parts after the cut, tiled by 64 positions across devices
     # (as ``_tile``): the devices' next ops share pages.
@@ -885,7 +923,7 @@ def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, d
                     later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
             if e != d and key[e] == _IDLE:
                 _set_turn(tree, key, leaves, e, free_at[e])
-    return out, ran, swept
+    return out, ran
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # two threads, and buffers.populate
