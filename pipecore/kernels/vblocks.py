@@ -86,14 +86,15 @@ def _last_at_least(alive, bmax, lazy, d, a, b, level):
 
 @njit(cache=True, error_model="numpy")
 def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
-                 horizon, warm_end, cool_start, rounds):
+                 horizon, warm_end, cool_start, rounds, window):
     """Start of every op after the reorder, and each device's ops by start.
 
     ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
     ``alive[d, u]`` the number of activations alive there (an F's lives from
     its start to the end of the stage's last backward, ``l_last``). An F
     may only move to slots that keep every alive count it passes at or
-    below the device's initial peak.
+    below the device's initial peak. With ``window`` only the slots the
+    warm-up and cool-down ops can reach are stored (same result).
 
     Returns
     -------
@@ -103,36 +104,79 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
     """
     K = l_dev.shape[0]
     n = K * m
+    T = interval
+    # Only two windows of the grid are stored: [0, A) holds every slot a
+    # warm-up op reads or moves to, [B, horizon) every slot a cool-down op
+    # does (its producers start after microbatch j's first F, at least
+    # cool_start - max offset); nothing moves in [A, B), where the layout
+    # and the alive counts repeat every interval. Slot u >= B is at u - D.
+    maxoff = 0
+    minoff = l_off[0]
+    maxend = 0
+    maxdur = 0
+    for bi in range(K):
+        maxoff = max(maxoff, l_off[bi])
+        minoff = min(minoff, l_off[bi])
+        maxend = max(maxend, l_off[bi] + l_dur[bi])
+        maxdur = max(maxdur, l_dur[bi])
+    A = ((max(warm_end + maxdur, maxend) + _BLOCK - 1) >> _SHIFT) << _SHIFT
+    B = ((min(cool_start - maxoff, minoff + T * m)) >> _SHIFT) << _SHIFT
+    if B - A < T + _BLOCK or not window:
+        A = 0  # no window: the whole grid
+        B = 0
+    D = B - A
+    H = horizon - D
     start = np.empty(n, np.int32)
-    occ = np.full((devices, horizon), -1, np.int32)
-    nblk = (horizon + _BLOCK) >> _SHIFT
+    occ = np.full((devices, H), -1, np.int32)
+    nblk = (H + _BLOCK) >> _SHIFT
     alive = np.zeros((devices, nblk << _SHIFT), np.int32)
     for bi in range(K):
         d = l_dev[bi]
         for j in range(m):
             op = bi * m + j
-            t = l_off[bi] + j * interval
+            t = l_off[bi] + j * T
             start[op] = t
             for u in range(t, t + l_dur[bi]):
-                occ[d, u] = op
+                if u < A:
+                    occ[d, u] = op
+                elif u >= B:
+                    occ[d, u - D] = op
+    mid = np.zeros(devices, np.int32)  # alive-count changes in [A, B)
     for bi in range(K):
         if l_is_f[bi]:
             d = l_dev[bi]
             z = l_last[bi]
             for j in range(m):
-                alive[d, start[bi * m + j]] += 1
-                alive[d, start[z * m + j] + l_dur[z]] -= 1
+                u = start[bi * m + j]
+                if u < A:
+                    alive[d, u] += 1
+                elif u >= B:
+                    alive[d, u - D] += 1
+                else:
+                    mid[d] += 1
+                u = start[z * m + j] + l_dur[z]
+                if u < A:
+                    alive[d, u] -= 1
+                elif u >= B:
+                    alive[d, u - D] -= 1
+                else:
+                    mid[d] -= 1
     limit = np.zeros(devices, np.int32)
+    # The counts in [A, B) repeat every T (no microbatch is cut off there:
+    # A >= every op's end, B <= every op's start + T * (m - 1)), and so do
+    # those of [B, B + T): the peak of the stored slots is the device's.
     bmax = np.empty((devices, nblk), np.int32)
     lazy = np.zeros((devices, nblk), np.int32)
     for d in range(devices):
         c = 0
-        for u in range(horizon):
+        for u in range(H):
+            if u == A:
+                c += mid[d]
             c += alive[d, u]
             alive[d, u] = c
             if c > limit[d]:
                 limit[d] = c
-        alive[d, horizon] = 0
+        alive[d, H] = 0
         for blk in range(nblk):
             _block_max(alive, bmax, d, blk)
     # Warm-up and cool-down ops; the steady phase between them stays.
@@ -188,11 +232,15 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
                         ready = e
             if ready >= t:
                 continue
+            # Both ends lie in one window: slots from ready on at u - sh.
+            sh = 0 if ready < A else D
             lo = ready
             if l_is_f[bi]:
                 # An earlier F is alive over [slot, t): those counts must stay <= the peak.
-                lo = max(ready, _last_at_least(alive, bmax, lazy, d, ready, t, limit[d]) + 1)
-            for slot in range(lo, t):
+                x = _last_at_least(alive, bmax, lazy, d, ready - sh, t - sh, limit[d])
+                if x >= 0:
+                    lo = max(ready, x + sh + 1)
+            for slot in range(lo - sh, t - sh):
                 free = True
                 for u in range(slot, slot + ln):
                     x = occ[d, u]
@@ -201,15 +249,15 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
                         break
                 if not free:
                     continue
-                for u in range(t, t + ln):
+                for u in range(t - sh, t - sh + ln):
                     occ[d, u] = -1
                 for u in range(slot, slot + ln):
                     occ[d, u] = op
-                start[op] = slot
+                start[op] = slot + sh
                 if l_is_f[bi]:
-                    _add(alive, bmax, lazy, d, slot, t, 1)
+                    _add(alive, bmax, lazy, d, slot, t - sh, 1)
                 elif l_is_last[bi]:
-                    _add(alive, bmax, lazy, d, slot + ln, t + ln, -1)
+                    _add(alive, bmax, lazy, d, slot + ln, t - sh + ln, -1)
                 moved = True
                 break
         if not moved:
@@ -221,17 +269,37 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         dptr[d + 1] += dptr[d]
     order = np.empty(n, np.int32)
     ostart = np.empty(n, np.int32)
+    # Each block op's start slot within the interval, by device (the block's
+    # ops do not collide, so at most one per slot): the ops starting in [A, B).
+    at = np.full((devices, T), -1, np.int64)
+    for bi in range(K):
+        at[l_dev[bi], l_off[bi] % T] = bi
     for d in range(devices):
         w = dptr[d]
-        prev = -1
-        for u in range(horizon):
-            # An op holds consecutive slots: it starts where the slot's op changes.
+        for u in range(A):
             op = occ[d, u]
-            if op >= 0 and op != prev:
+            if op >= 0 and start[op] == u:
                 order[w] = op
                 ostart[w] = u
                 w += 1
-            prev = op
+        r = A % T
+        for u in range(A, B):
+            bi = at[d, r]
+            if bi >= 0 and u >= l_off[bi]:
+                j = (u - l_off[bi]) // T
+                if j < m:
+                    order[w] = bi * m + j
+                    ostart[w] = u
+                    w += 1
+            r += 1
+            if r == T:
+                r = 0
+        for u in range(max(A, B), horizon):
+            op = occ[d, u - D]
+            if op >= 0 and start[op] == u:
+                order[w] = op
+                ostart[w] = u
+                w += 1
     return ostart, order, dptr
 
 

@@ -430,7 +430,7 @@ def _squeeze_kernels(t):
     ostart, order, dptr = reorder_grid(t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"],
                                       t["l_is_last"], t["l_last"], t["m"], t["interval"],
                                       t["devices"], t["horizon"], t["warm_end"],
-                                      t["cool_start"], 3)
+                                      t["cool_start"], 3, True)
     # The cool-down scheduler writes the new order over ``order``.
     out, ran, _swept = greedy_cooldown(order, ostart, dptr, t["l_kind"], t["l_dev"], t["l_dur"],
                                        t["l_prod"], t["l_cons"], t["devices"], t["interval"],
