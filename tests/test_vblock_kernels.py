@@ -239,6 +239,17 @@ def _cut_state(block, m):
     return dict(sweep=ok, cut=cut, base=base, dptr=dptr, queued=queued, skipped=skipped)
 
 
+def _kernel_block(spec, m):
+    """The block of a random_blocks spec, if it is one the kernels take."""
+    placement, offsets, interval, dur = spec
+    try:
+        block = blocks.BuildingBlock(placement, offsets, interval, durations=dur)
+    except ValueError:  # copies collide: not a block
+        assume(False)
+    assume(blocks._block_tables(block, m) is not None)
+    return block
+
+
 def _same_cooldown(block, m):
     got, want = _cooldown(block, m, True), _cooldown(block, m, False)
     assert np.array_equal(got[0], want[0]) and got[1] == want[1] == len(got[0])
@@ -269,13 +280,7 @@ def test_devices_idle_at_the_cut_run_their_next_op_when_it_was_ready():
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(spec=random_blocks(), m=st.integers(1, 60))
 def test_the_cut_equals_the_event_loop_on_random_blocks(spec, m):
-    placement, offsets, interval, dur = spec
-    try:
-        block = blocks.BuildingBlock(placement, offsets, interval, durations=dur)
-    except ValueError:  # copies collide: not a block
-        assume(False)
-    assume(blocks._block_tables(block, m) is not None)
-    _same_cooldown(block, m)
+    _same_cooldown(_kernel_block(spec, m), m)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
@@ -364,10 +369,4 @@ def test_the_windowed_reorder_equals_the_whole_grid_on_the_v_blocks(name, p, m):
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(spec=random_blocks(), m=st.integers(1, 80))
 def test_the_windowed_reorder_equals_the_whole_grid_on_random_blocks(spec, m):
-    placement, offsets, interval, dur = spec
-    try:
-        block = blocks.BuildingBlock(placement, offsets, interval, durations=dur)
-    except ValueError:  # copies collide: not a block
-        assume(False)
-    assume(blocks._block_tables(block, m) is not None)
-    _same_reorder(block, m)
+    _same_reorder(_kernel_block(spec, m), m)

@@ -413,6 +413,19 @@ def _ring_finish(ring, bi, j):
     return x & 0xFFFFFFFF if (x >> 32) == j else -1
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _block_of(op, m, inv):
+    """op // m by a float product (inv = 1 / m), corrected to the exact
+    quotient: an integer division per op took most of the time of the
+    kernels that go over every op."""
+    bi = np.int64(op * inv)
+    if bi * m > op:
+        bi -= 1
+    elif (bi + 1) * m <= op:
+        bi += 1
+    return bi
+
+
 @njit(cache=True, error_model="numpy")
 def _periods(order, ostart, dptr, split, ptr, ptr_snap, m, T, u, stop):
     """How many intervals the sweep may skip at layout time u: every
@@ -518,7 +531,7 @@ def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
     free_snap = np.zeros(p, np.int64)
     ptr = dptr[:-1].copy()
     ptr_snap = ptr.copy()
-    inv = 1.0 / m
+    inv = 1.0 / m  # for _block_of
     skipped = 0
     check = _JUMP_EVERY * T  # compare the state here with a snapshot at check - T
     u = np.int64(0)
@@ -579,12 +592,7 @@ def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
             if ostart[i] != u:
                 continue
             op = order[i]
-            # op // m by a float product, corrected (a division per op was most of the time)
-            bi = np.int64(op * inv)
-            if bi * m > op:
-                bi -= 1
-            elif (bi + 1) * m <= op:
-                bi += 1
+            bi = _block_of(op, m, inv)
             j = op - bi * m
             t = free[d]
             for r in range(xprod.shape[1]):
@@ -1001,18 +1009,12 @@ def columns(order, dptr, l_kind, l_stage, out, d0, d1):
     ``order[dptr[d]:dptr[d + 1]]``, allocated by the caller."""
     n = order.shape[0]
     m = n // l_kind.shape[0]
-    # op // m by a float product, corrected to the exact quotient: an integer
-    # division per op took most of this kernel's time.
-    inv = 1.0 / m
+    inv = 1.0 / m  # for _block_of
     dev, slot, kind, stage, mb = out
     for d in range(d0, d1):
         for i in range(dptr[d], dptr[d + 1]):
             op = order[i]
-            bi = np.int64(op * inv)
-            if bi * m > op:
-                bi -= 1
-            elif (bi + 1) * m <= op:
-                bi += 1
+            bi = _block_of(op, m, inv)
             dev[i] = d
             slot[i] = i - dptr[d]
             kind[i] = l_kind[bi]
