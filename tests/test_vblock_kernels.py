@@ -206,7 +206,7 @@ def test_w_placement_equals_the_rescanning_version(p, monkeypatch):
 
 
 # -- the cool-down scheduler's cut --------------------------------------------
-# ``greedy_cooldown`` times the ops before the last microbatches by a sweep in
+# ``blocks._cooldown_kernels`` times the ops before the last microbatches by a sweep in
 # layout order and starts its event loop at a cut (``vblocks._choose_cut``).
 # The event loop from the start (cut=False) is the reference here; the tests
 # above compare the cut path (the default) with the Python reference.
@@ -221,12 +221,11 @@ def _grid(block, m):
 
 def _cooldown(block, m, cut):
     t, ostart, order, dptr = _grid(block, m)
-    return vblocks.greedy_cooldown(order, ostart, dptr, t["l_kind"], t["l_dev"], t["l_dur"],
-                                   t["l_prod"], t["l_cons"], t["devices"], t["interval"], cut)
+    return blocks._cooldown_kernels(t, order, ostart, dptr, cut)
 
 
 def _cut_state(block, m):
-    """The sweep's and the cut's outputs, as greedy_cooldown computes them."""
+    """The sweep's and the cut's outputs, as blocks._cooldown_kernels computes them."""
     t, ostart, order, dptr = _grid(block, m)
     p = t["devices"]
     split = np.array([dptr[d] + 1 + np.flatnonzero(t["l_kind"][order[dptr[d]:dptr[d + 1]] // m]

@@ -1,10 +1,11 @@
 """The building blocks' squeeze (``schedules.blocks``) on flat arrays.
 
 ``reorder_grid`` moves warm-up and cool-down ops into earlier free slots of
-the integer time grid, as ``blocks._reorder`` does; ``greedy_cooldown``
+the integer time grid, as ``blocks._reorder`` does; the cool-down
+scheduler (``_event_loop``, driven by ``blocks._cooldown_kernels``)
 re-orders each device's ops after its last forward, as
 ``blocks._greedy_cooldown`` does. Both equal the Python versions (kept as
-the tested references) op for op. ``greedy_cooldown`` gets the times of
+the tested references) op for op. The cool-down scheduler gets the times of
 the ops before its last microbatches from ``_sweep`` (in layout order, no
 event queue, skipping intervals that repeat the one before) and starts its
 event loop at a cut (``_choose_cut``) in the state the loop itself would
@@ -481,7 +482,7 @@ def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
     in the layout before the first op after any device's last F.
 
     Such an op runs as soon as its device is free and its producers have
-    finished, in its device's order (what ``greedy_cooldown`` does before a
+    finished, in its device's order (what the cool-down scheduler does before a
     device's last F). Going through the layout's time slots visits every
     producer before its consumers. Producers on the op's own device come
     earlier in its order, so only those on other devices are read, from a
@@ -623,7 +624,7 @@ def _began(order, ring, l_dur, m, i):
 
 @njit(cache=True, error_model="numpy")
 def _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at, queued):
-    """Where ``greedy_cooldown``'s event loop stands when it first takes a
+    """Where the cool-down scheduler's event loop stands when it first takes a
     turn at a time >= tau, tau the earliest start of a device's last swept op.
 
     Devices take turns at the time they become free (a woken device at the
@@ -758,84 +759,6 @@ def _done_after(order, dptr, base, l_prod, l_dev, m, ring, cut):
     return done, jb
 
 
-def greedy_cooldown(order, ostart, dptr, l_kind, l_dev, l_dur, l_prod, l_cons, devices, interval,
-                    cut):
-    """Each device's program with its ops after the last F re-ordered.
-
-    Event-driven like the Python version: devices take turns by least
-    (free time, device) (Python's heap; a tournament tree here); before its last F a device runs its ops in
-    order, after it the ready backward (B or BW) of lowest rank, else the
-    W of lowest rank, else the op ready first. An op becomes ready (and
-    joins its device's "later" heap keyed by (ready time, is W, rank)) when
-    its last producer finishes; an attempt moves every op ready by then
-    into the "now" heap keyed by (is W, rank). Finishing an op wakes the
-    devices of its consumers. Python keeps a set of waiting devices per op
-    and may queue a device twice; waking every consumer device once (a
-    device whose turn is pending is not queued again) takes the same
-    decisions, since an attempt can only succeed after a wake-up that
-    Python also makes.
-
-    With ``cut``, the ops before a time where every device runs back to
-    back get their times from ``_sweep`` (in layout order, no event queue)
-    and the event loop starts there (``_choose_cut`` says why that state is
-    the loop's own); the loop then covers only the last microbatches. If no
-    such time is found, the loop runs from the start.
-
-    Parameters
-    ----------
-    order : int32 array
-        Op ids device by device in layout order (``reorder_grid``).
-    ostart : int32 array
-        Layout start of ``order[i]``.
-    cut : bool
-        Try the sweep and cut (False: the event loop over every op).
-
-    Raises
-    ------
-    None
-        Kernels return statuses; the caller checks ``ran``.
-
-    Returns
-    -------
-    out : int32 array
-        Op ids, device by device in run order (``dptr`` as for ``order``):
-        ``order`` itself, overwritten.
-    ran : int
-        Ops run (all of them unless the programs deadlock).
-    swept : int
-        Ops timed by the sweep before the cut (0 without a cut).
-    """
-    n = order.shape[0]
-    m = n // l_dev.shape[0]
-    p = devices
-    split, tail, tail_from, roff, rank = _tails(order, dptr, l_kind, m, p)
-    # Separate kernels called from here, not from one kernel: a kernel that
-    # calls another compiles the callee's code again inside itself.
-    swept = 0
-    base = dptr[:-1].copy()  # the event loop starts at these positions
-    free_at = np.zeros(p, np.int64)
-    queued = np.ones(p, np.bool_)
-    ring = np.zeros(1, np.int64)
-    if cut:
-        ok, ptr, ring, _skipped = _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m,
-                                         interval)
-        if ok and _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at,
-                              queued):
-            swept = int((base - dptr[:-1]).sum())
-    if swept > 0:
-        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, True)
-        if jb < 0:  # a producer on another device had left the ring
-            swept = 0
-    if swept == 0:  # the event loop from the start
-        base = dptr[:-1].copy()
-        free_at[:] = 0
-        queued[:] = True
-        done, jb = _done_after(order, dptr, base, l_prod, l_dev, m, ring, False)
-    out, ran = _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued,
-                           done, jb, swept, l_kind, l_dev, l_dur, l_prod, l_cons, p)
-    return out, ran, swept
-
-
 @njit(cache=True, error_model="numpy")
 def _tails(order, dptr, l_kind, m, p):
     """Each device's first op after its last F (``split``), its slice of the
@@ -872,7 +795,8 @@ def _tails(order, dptr, l_kind, m, p):
 @njit(cache=True, error_model="numpy")
 def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued, done, jb,
                 swept, l_kind, l_dev, l_dur, l_prod, l_cons, p):
-    """``greedy_cooldown``'s event loop from positions ``base`` (times
+    """The cool-down scheduler's event loop (see ``blocks._cooldown_kernels``)
+    from positions ``base`` (times
     ``free_at``, ``queued`` devices in the queue), ``done`` holding finish
     times from microbatch ``jb`` on; returns the new order and the ops run."""
     n = order.shape[0]

@@ -31,7 +31,7 @@ from ..core import buffers
 from ..core.cpus import local_cpus
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, _check_int
-from ..kernels.vblocks import columns, greedy_cooldown, reorder_grid
+from ..kernels.vblocks import _choose_cut, _done_after, _event_loop, _sweep, _tails, columns, reorder_grid
 from .registry import column_buffers
 
 __all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
@@ -432,9 +432,7 @@ def _squeeze_kernels(t):
                                       t["devices"], t["horizon"], t["warm_end"],
                                       t["cool_start"], 3, True)
     # The cool-down scheduler writes the new order over ``order``.
-    out, ran, _swept = greedy_cooldown(order, ostart, dptr, t["l_kind"], t["l_dev"], t["l_dur"],
-                                       t["l_prod"], t["l_cons"], t["devices"], t["interval"],
-                                       _CUT)
+    out, ran, _swept = _cooldown_kernels(t, order, ostart, dptr, _CUT)
     if ran < len(out):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
     cols = column_buffers(len(out))
@@ -444,6 +442,86 @@ def _squeeze_kernels(t):
     halves = len(out) >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
     _in_halves(columns, halves, p, out, dptr, t["l_kind"], t["l_stage"], cols)
     return cols
+
+
+def _cooldown_kernels(t, order, ostart, dptr, cut):
+    """Each device's program with its ops after the last F re-ordered.
+
+    Event-driven like the Python version: devices take turns by least
+    (free time, device) (Python's heap; a tournament tree here); before its last F a device runs its ops in
+    order, after it the ready backward (B or BW) of lowest rank, else the
+    W of lowest rank, else the op ready first. An op becomes ready (and
+    joins its device's "later" heap keyed by (ready time, is W, rank)) when
+    its last producer finishes; an attempt moves every op ready by then
+    into the "now" heap keyed by (is W, rank). Finishing an op wakes the
+    devices of its consumers. Python keeps a set of waiting devices per op
+    and may queue a device twice; waking every consumer device once (a
+    device whose turn is pending is not queued again) takes the same
+    decisions, since an attempt can only succeed after a wake-up that
+    Python also makes.
+
+    With ``cut``, the ops before the last microbatches get their times from
+    ``kernels.vblocks._sweep`` (in layout order, no event queue) and the
+    event loop starts at a time tau in the state it would have reached
+    there by itself (``kernels.vblocks._choose_cut`` says why); the loop
+    then covers only the last microbatches. Where the sweep cannot tell,
+    the loop runs from the start. Separate kernels called from here, not
+    one kernel: a kernel that calls another compiles the callee again
+    inside itself (17 s of first compile against 13).
+
+    Parameters
+    ----------
+    t : dict
+        The block's tables (``_block_tables``).
+    order : int32 array
+        Op ids device by device in layout order (``reorder_grid``).
+    ostart : int32 array
+        Layout start of ``order[i]``.
+    dptr : int64 array
+        Device d's ops are ``order[dptr[d]:dptr[d + 1]]``.
+    cut : bool
+        Try the sweep and cut (False: the event loop over every op).
+
+    Raises
+    ------
+    None
+        Kernels return statuses; the caller checks ``ran``.
+
+    Returns
+    -------
+    out : int32 array
+        Op ids, device by device in run order (``dptr`` as for ``order``):
+        ``order`` itself, overwritten.
+    ran : int
+        Ops run (all of them unless the programs deadlock).
+    swept : int
+        Ops timed by the sweep before the cut (0 without a cut).
+    """
+    kind, dev, dur, prod = t["l_kind"], t["l_dev"], t["l_dur"], t["l_prod"]
+    m = len(order) // len(dev)
+    p = t["devices"]
+    split, tail, tail_from, roff, rank = _tails(order, dptr, kind, m, p)
+    swept = 0
+    base = dptr[:-1].copy()  # the event loop starts at these positions
+    free_at = np.zeros(p, np.int64)
+    queued = np.ones(p, np.bool_)
+    ring = np.zeros(1, np.int64)
+    if cut:
+        ok, ptr, ring, _skipped = _sweep(order, ostart, dptr, split, prod, dev, dur, m, t["interval"])
+        if ok and _choose_cut(order, dptr, prod, dev, dur, m, ptr, ring, base, free_at, queued):
+            swept = int((base - dptr[:-1]).sum())
+    if swept > 0:
+        done, jb = _done_after(order, dptr, base, prod, dev, m, ring, True)
+        if jb < 0:  # a producer on another device had left the ring
+            swept = 0
+    if swept == 0:  # the event loop from the start
+        base = dptr[:-1].copy()
+        free_at[:] = 0
+        queued[:] = True
+        done, jb = _done_after(order, dptr, base, prod, dev, m, ring, False)
+    out, ran = _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued,
+                           done, jb, swept, kind, dev, dur, prod, t["l_cons"], p)
+    return out, ran, swept
 
 
 def _producers(kind, stage, j, stages, offsets):
