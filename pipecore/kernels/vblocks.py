@@ -85,6 +85,19 @@ def _last_at_least(alive, bmax, lazy, d, a, b, level):
     return -1
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _block_of(op, m, inv):
+    """op // m by a float product (inv = 1 / m), corrected to the exact
+    quotient: an integer division per op took most of the time of the
+    kernels that go over every op."""
+    bi = np.int64(op * inv)
+    if bi * m > op:
+        bi -= 1
+    elif (bi + 1) * m <= op:
+        bi += 1
+    return bi
+
+
 @njit(cache=True, error_model="numpy")
 def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
                  horizon, warm_end, cool_start, rounds, window):
@@ -191,6 +204,10 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         if not (warm_end <= start[op] <= cool_start):
             cand[i] = op
             i += 1
+    cdev = np.empty(n_cand, np.int64)  # each candidate's device, for the sorts
+    inv = 1.0 / m  # for _block_of
+    for i in range(n_cand):
+        cdev[i] = l_dev[_block_of(cand[i], m, inv)]
     by_dev = np.empty(n_cand, np.int64)
     visit = np.empty(n_cand, np.int64)
     count = np.empty(max(devices, horizon) + 1, np.int64)
@@ -200,11 +217,11 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         # counting sorts, by device and then (stable) by start.
         count[:devices + 1] = 0
         for i in range(n_cand):
-            count[l_dev[cand[i] // m] + 1] += 1
+            count[cdev[i] + 1] += 1
         for d in range(devices):
             count[d + 1] += count[d]
         for i in range(n_cand):
-            d = l_dev[cand[i] // m]
+            d = cdev[i]
             by_dev[count[d]] = cand[i]
             count[d] += 1
         count[:horizon + 1] = 0
@@ -219,7 +236,7 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         moved = False
         for i in range(n_cand):
             op = visit[i]
-            bi = op // m
+            bi = _block_of(op, m, inv)
             j = op - bi * m
             d = l_dev[bi]
             t = start[op]
@@ -412,19 +429,6 @@ def _ring_finish(ring, bi, j):
     """Finish of op (bi, j) from the sweep's ring, or -1 if it has left it."""
     x = ring[(bi << _RING_BITS) | (j & ((1 << _RING_BITS) - 1))]
     return x & 0xFFFFFFFF if (x >> 32) == j else -1
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _block_of(op, m, inv):
-    """op // m by a float product (inv = 1 / m), corrected to the exact
-    quotient: an integer division per op took most of the time of the
-    kernels that go over every op."""
-    bi = np.int64(op * inv)
-    if bi * m > op:
-        bi -= 1
-    elif (bi + 1) * m <= op:
-        bi += 1
-    return bi
 
 
 @njit(cache=True, error_model="numpy")
