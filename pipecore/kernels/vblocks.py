@@ -98,6 +98,18 @@ def _block_of(op, m, inv):
     return bi
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _alive_change(alive, mid, d, u, A, B, v):
+    """Add v to device d's alive-count change at slot u: stored at u below A,
+    at u - (B - A) from B, summed in ``mid[d]`` in between."""
+    if u < A:
+        alive[d, u] += v
+    elif u >= B:
+        alive[d, u - (B - A)] += v
+    else:
+        mid[d] += v
+
+
 @njit(cache=True, error_model="numpy")
 def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
                  horizon, warm_end, cool_start, rounds, window):
@@ -161,20 +173,8 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
             d = l_dev[bi]
             z = l_last[bi]
             for j in range(m):
-                u = start[bi * m + j]
-                if u < A:
-                    alive[d, u] += 1
-                elif u >= B:
-                    alive[d, u - D] += 1
-                else:
-                    mid[d] += 1
-                u = start[z * m + j] + l_dur[z]
-                if u < A:
-                    alive[d, u] -= 1
-                elif u >= B:
-                    alive[d, u - D] -= 1
-                else:
-                    mid[d] -= 1
+                _alive_change(alive, mid, d, start[bi * m + j], A, B, 1)
+                _alive_change(alive, mid, d, start[z * m + j] + l_dur[z], A, B, -1)
     limit = np.zeros(devices, np.int32)
     # The counts in [A, B) repeat every T (no microbatch is cut off there:
     # A >= every op's end, B <= every op's start + T * (m - 1)), and so do
@@ -301,10 +301,11 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
                 ostart[w] = u
                 w += 1
         r = A % T
+        invT = 1.0 / T  # for _block_of: u - offset is a multiple of T here
         for u in range(A, B):
             bi = at[d, r]
             if bi >= 0 and u >= l_off[bi]:
-                j = (u - l_off[bi]) // T
+                j = _block_of(u - l_off[bi], T, invT)
                 if j < m:
                     order[w] = bi * m + j
                     ostart[w] = u
@@ -800,9 +801,9 @@ def _tails(order, dptr, l_kind, m, p):
 def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued, done, jb,
                 swept, l_kind, l_dev, l_dur, l_prod, l_cons, p):
     """The cool-down scheduler's event loop (see ``blocks._cooldown_kernels``)
-    from positions ``base`` (times
-    ``free_at``, ``queued`` devices in the queue), ``done`` holding finish
-    times from microbatch ``jb`` on; returns the new order and the ops run."""
+    from positions ``base`` (times ``free_at``, ``queued`` devices in the
+    queue), ``done`` holding finish times from microbatch ``jb`` on;
+    returns the new order and the ops run."""
     n = order.shape[0]
     m = n // l_dev.shape[0]
     K = l_dev.shape[0]
