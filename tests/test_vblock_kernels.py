@@ -213,9 +213,7 @@ def test_w_placement_equals_the_rescanning_version(p, monkeypatch):
 
 def _grid(block, m):
     t = blocks._block_tables(block, m)
-    ostart, order, dptr = vblocks.reorder_grid(
-        t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"], t["l_is_last"], t["l_last"],
-        t["m"], t["interval"], t["devices"], t["horizon"], t["warm_end"], t["cool_start"], 3, True)
+    ostart, order, dptr = blocks._reorder_kernels(t)
     return t, ostart, order, dptr
 
 
@@ -339,21 +337,19 @@ def test_the_restart_refuses_a_cross_device_producer_missing_from_the_ring():
 
 
 # -- the reorder's windows ---------------------------------------------------
-# ``reorder_grid`` stores only the grid's warm-up and cool-down windows when
-# the steady phase between them spans more than an interval; the whole grid
-# (window=False) is the reference.
-
-def _reorder(block, m, window):
-    t = blocks._block_tables(block, m)
-    return vblocks.reorder_grid(
-        t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"], t["l_is_last"], t["l_last"],
-        t["m"], t["interval"], t["devices"], t["horizon"], t["warm_end"], t["cool_start"], 3, window)
-
+# ``blocks._reorder_kernels`` stores only the grid's warm-up and cool-down
+# windows when the steady phase between them spans more than an interval,
+# and then moves the warm-up and the cool-down ops separately (in two
+# threads at scale); the whole grid (window=False), one call of the moves
+# over all ops, is the reference.
 
 def _same_reorder(block, m):
-    got, want = _reorder(block, m, True), _reorder(block, m, False)
-    for a, b in zip(got, want):
-        assert np.array_equal(a, b)
+    t = blocks._block_tables(block, m)
+    want = blocks._reorder_kernels(t, window=False)
+    for threads in (False, True):
+        got = blocks._reorder_kernels(t, threads=threads)
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(MAKE))

@@ -99,6 +99,12 @@ def _block_of(op, m, inv):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _outside(jj, j0, j1):
+    """The jj-th microbatch outside [j0, j1)."""
+    return jj if jj < j0 else jj + (j1 - j0)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _alive_change(alive, mid, d, u, A, B, v):
     """Add v to device d's alive-count change at slot u: stored at u below A,
     at u - (B - A) from B, summed in ``mid[d]`` in between."""
@@ -111,22 +117,26 @@ def _alive_change(alive, mid, d, u, A, B, v):
 
 
 @njit(cache=True, error_model="numpy")
-def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, interval, devices,
-                 horizon, warm_end, cool_start, rounds, window):
-    """Start of every op after the reorder, and each device's ops by start.
+def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, horizon, warm_end,
+                  cool_start, window):
+    """The reorder's grids before any move, and its candidates (step 1 of 3).
 
     ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
     ``alive[d, u]`` the number of activations alive there (an F's lives from
-    its start to the end of the stage's last backward, ``l_last``). An F
-    may only move to slots that keep every alive count it passes at or
-    below the device's initial peak. With ``window`` only the slots the
-    warm-up and cool-down ops can reach are stored (same result).
+    its start to the end of the stage's last backward, ``l_last``), with
+    per-block maxima ``bmax`` and pending adds ``lazy``; ``limit[d]`` is
+    device d's initial peak. With ``window`` only the slots the warm-up and
+    cool-down ops can reach are stored (same result): [0, A) and
+    [B, horizon), slot u >= B at u - (B - A).
 
     Returns
     -------
-    ostart : int32 array, the start of ``order[i]``
-    order : int32 array of op ids, device by device, by start
-    dptr : int64 array, device d's ops are ``order[dptr[d]:dptr[d + 1]]``
+    start : int32 array, each op's start (only those of ops outside the
+        steady microbatches are written)
+    occ, alive, bmax, lazy, limit : the grids
+    warm, cool : int64 arrays, the warm-up and the cool-down ops that may
+        move, by op id
+    A, B : int, the windows' bounds (both 0 without windows)
     """
     K = l_dev.shape[0]
     n = K * m
@@ -152,13 +162,24 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         B = 0
     D = B - A
     H = horizon - D
+    # Microbatches j0 to j1 start at A or later and end before B: none of
+    # their ops is stored, moves or is read, and each F's two alive-count
+    # changes cancel in [A, B). Their starts are never written (nor their
+    # pages faulted in).
+    j0 = 0
+    j1 = 0
+    if D > 0:
+        j0 = min(m, max(0, -((minoff - A) // T)))
+        j1 = min(m, max(j0, -((maxend - B) // T)))
+    n_out = m - (j1 - j0)  # microbatches outside, numbered jj: j = _outside(jj, j0, j1)
     start = np.empty(n, np.int32)
     occ = np.full((devices, H), -1, np.int32)
     nblk = (H + _BLOCK) >> _SHIFT
     alive = np.zeros((devices, nblk << _SHIFT), np.int32)
     for bi in range(K):
         d = l_dev[bi]
-        for j in range(m):
+        for jj in range(n_out):
+            j = _outside(jj, j0, j1)
             op = bi * m + j
             t = l_off[bi] + j * T
             start[op] = t
@@ -172,7 +193,8 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         if l_is_f[bi]:
             d = l_dev[bi]
             z = l_last[bi]
-            for j in range(m):
+            for jj in range(n_out):
+                j = _outside(jj, j0, j1)
                 _alive_change(alive, mid, d, start[bi * m + j], A, B, 1)
                 _alive_change(alive, mid, d, start[z * m + j] + l_dur[z], A, B, -1)
     limit = np.zeros(devices, np.int32)
@@ -194,16 +216,52 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
         for blk in range(nblk):
             _block_max(alive, bmax, d, blk)
     # Warm-up and cool-down ops; the steady phase between them stays.
-    n_cand = 0
-    for op in range(n):
-        if not (warm_end <= start[op] <= cool_start):
-            n_cand += 1
-    cand = np.empty(n_cand, np.int64)
-    i = 0
-    for op in range(n):
-        if not (warm_end <= start[op] <= cool_start):
-            cand[i] = op
-            i += 1
+    # With windows a cool-down op and its producers start after B, so the
+    # two sets never read each other's starts or slots (``reorder_moves``).
+    n_warm = 0
+    n_cool = 0
+    for bi in range(K):
+        for jj in range(n_out):
+            u = start[bi * m + _outside(jj, j0, j1)]
+            if u < warm_end:
+                n_warm += 1
+            elif u > cool_start:
+                n_cool += 1
+    warm = np.empty(n_warm, np.int64)
+    cool = np.empty(n_cool, np.int64)
+    n_warm = 0
+    n_cool = 0
+    for bi in range(K):
+        for jj in range(n_out):
+            op = bi * m + _outside(jj, j0, j1)
+            if start[op] < warm_end:
+                warm[n_warm] = op
+                n_warm += 1
+            elif start[op] > cool_start:
+                cool[n_cool] = op
+                n_cool += 1
+    return start, occ, alive, bmax, lazy, limit, warm, cool, A, B
+
+
+@njit(cache=True, error_model="numpy", nogil=True)  # warm-up and cool-down in two threads
+def reorder_moves(cand, start, occ, alive, bmax, lazy, limit, l_dev, l_dur, l_prod, l_is_f,
+                  l_is_last, m, devices, horizon, A, B, rounds):
+    """Move ops ``cand`` into earlier free slots, in place (step 2 of 3).
+
+    Each round visits the ops by start (ties by device) and moves each to
+    the first free slot after its producers end; an F only as far as keeps
+    every alive count it passes at or below the device's peak. Stops after
+    ``rounds`` rounds or one without a move. With windows (``B > A``) the
+    warm-up ops and the cool-down ops touch disjoint slots and starts, so
+    two calls, one per set, may run at once and equal one call on both.
+
+    Returns
+    -------
+    int : the number of moves
+    """
+    n_cand = cand.shape[0]
+    D = B - A
+    n_moves = 0
     cdev = np.empty(n_cand, np.int64)  # each candidate's device, for the sorts
     inv = 1.0 / m  # for _block_of
     for i in range(n_cand):
@@ -277,16 +335,31 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
                 elif l_is_last[bi]:
                     _add(alive, bmax, lazy, d, slot + ln, t - sh + ln, -1)
                 moved = True
+                n_moves += 1
                 break
         if not moved:
             break
+    return n_moves
+
+
+@njit(cache=True, error_model="numpy")
+def reorder_emit(start, occ, l_dev, l_off, m, interval, devices, horizon, A, B, ostart, order):
+    """Each device's ops by start after the moves (step 3 of 3), written to
+    ``order`` (op ids, device by device, by start) and ``ostart`` (the start
+    of ``order[i]``), both (K * m,) int32 allocated by the caller.
+
+    Returns
+    -------
+    dptr : int64 array, device d's ops are ``order[dptr[d]:dptr[d + 1]]``
+    """
+    K = l_dev.shape[0]
+    T = interval
+    D = B - A
     dptr = np.zeros(devices + 1, np.int64)
     for bi in range(K):
         dptr[l_dev[bi] + 1] += m
     for d in range(devices):
         dptr[d + 1] += dptr[d]
-    order = np.empty(n, np.int32)
-    ostart = np.empty(n, np.int32)
     # Each block op's start slot within the interval, by device (the block's
     # ops do not collide, so at most one per slot): the ops starting in [A, B).
     at = np.full((devices, T), -1, np.int64)
@@ -319,7 +392,7 @@ def reorder_grid(l_dev, l_off, l_dur, l_prod, l_is_f, l_is_last, l_last, m, inte
                 order[w] = op
                 ostart[w] = u
                 w += 1
-    return ostart, order, dptr
+    return dptr
 
 
 @njit(cache=True, error_model="numpy")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +32,17 @@ from ..core import buffers
 from ..core.cpus import local_cpus
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, _check_int
-from ..kernels.vblocks import _choose_cut, _done_after, _event_loop, _sweep, _tails, columns, reorder_grid
+from ..kernels.vblocks import (
+    _choose_cut,
+    _done_after,
+    _event_loop,
+    _sweep,
+    _tails,
+    columns,
+    reorder_emit,
+    reorder_moves,
+    reorder_setup,
+)
 from .registry import column_buffers
 
 __all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
@@ -427,10 +438,7 @@ def _block_tables(block, microbatches):
 def _squeeze_kernels(t):
     """Columns (device, slot, kind, stage, microbatch) of the squeezed schedule
     by ``kernels/vblocks.py``; equal to ``_squeeze_programs``."""
-    ostart, order, dptr = reorder_grid(t["l_dev"], t["l_off"], t["l_dur"], t["l_prod"], t["l_is_f"],
-                                      t["l_is_last"], t["l_last"], t["m"], t["interval"],
-                                      t["devices"], t["horizon"], t["warm_end"],
-                                      t["cool_start"], 3, True)
+    ostart, order, dptr = _reorder_kernels(t)
     # The cool-down scheduler writes the new order over ``order``.
     out, ran, _swept = _cooldown_kernels(t, order, ostart, dptr, _CUT)
     if ran < len(out):  # pragma: no cover - the layout order is always feasible
@@ -442,6 +450,63 @@ def _squeeze_kernels(t):
     halves = len(out) >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
     _in_halves(columns, halves, p, out, dptr, t["l_kind"], t["l_stage"], cols)
     return cols
+
+
+_REORDER_THREADS_MIN_OPS = 1 << 20
+
+
+def _reorder_kernels(t, rounds=3, window=True, threads=None):
+    """``_reorder`` on the block tables ``t`` by ``kernels/vblocks.py``.
+
+    Parameters
+    ----------
+    t : dict
+        ``_block_tables``'s output.
+    rounds : int
+        At most this many rounds of moves.
+    window : bool
+        Store only the grid's warm-up and cool-down windows (the same
+        result; False stores the whole grid, the tests' reference).
+    threads : bool or None
+        Move the warm-up and the cool-down ops in two threads (only with
+        windows, where they are independent). None: when the block has at
+        least ``_REORDER_THREADS_MIN_OPS`` ops and two CPUs are free.
+
+    Returns
+    -------
+    ostart : numpy.ndarray of int32
+        The start of ``order[i]``.
+    order : numpy.ndarray of int32
+        Op ids (``bi * m + j``), device by device, by start.
+    dptr : numpy.ndarray of int64
+        Device d's ops are ``order[dptr[d]:dptr[d + 1]]``.
+    """
+    n = len(t["l_dev"]) * t["m"]
+    # The outputs' pages fault in on the other CPU while the setup runs.
+    ostart = buffers.empty(n, np.int32)
+    order = buffers.empty(n, np.int32)
+    buffers.populate(order, ostart)
+    start, occ, alive, bmax, lazy, limit, warm, cool, A, B = reorder_setup(
+        t["l_dev"], t["l_off"], t["l_dur"], t["l_is_f"], t["l_last"], t["m"], t["interval"],
+        t["devices"], t["horizon"], t["warm_end"], t["cool_start"], window)
+    args = (start, occ, alive, bmax, lazy, limit, t["l_dev"], t["l_dur"], t["l_prod"], t["l_is_f"],
+            t["l_is_last"], t["m"], t["devices"], t["horizon"], A, B, rounds)
+    if threads is None:
+        threads = n >= _REORDER_THREADS_MIN_OPS and local_cpus() >= 2
+    if B <= A:
+        # No windows: a cool-down op may read a warm-up op's start.
+        reorder_moves(np.concatenate([warm, cool]), *args)
+    elif threads:
+        with ThreadPoolExecutor(1) as pool:
+            other = pool.submit(reorder_moves, cool, *args)
+            reorder_moves(warm, *args)
+            other.result()
+    else:
+        reorder_moves(warm, *args)
+        reorder_moves(cool, *args)
+    dptr = reorder_emit(start, occ, t["l_dev"], t["l_off"], t["m"], t["interval"], t["devices"],
+                        t["horizon"], A, B, ostart, order)
+    return ostart, order, dptr
 
 
 def _cooldown_kernels(t, order, ostart, dptr, cut):
