@@ -29,10 +29,14 @@ from numba import njit
 
 
 # Alive counts are kept in blocks of 2**_SHIFT slots with a per-block
-# maximum and pending add, so a move or a check over a long range costs
-# about its length / 32 plus two partial blocks.
+# maximum and pending add, and those in superblocks of 2**_SUPER blocks with
+# the same, so a move or a check over a long range costs about its length /
+# 256 plus partial blocks and superblocks at its ends (v-zb's warm-up
+# moves span about 6,000 slots at p=1024).
 _SHIFT = 5
 _BLOCK = 1 << _SHIFT
+_SUPER = 3
+_SPAN = _BLOCK << _SUPER  # slots per superblock
 
 
 @njit(cache=True, error_model="numpy")
@@ -45,7 +49,15 @@ def _block_max(alive, bmax, d, blk):
 
 
 @njit(cache=True, error_model="numpy")
-def _add(alive, bmax, lazy, d, a, b, v):
+def _super_max(bmax, lazy, smax, d, s):
+    x = bmax[d, s << _SUPER] + lazy[d, s << _SUPER]
+    for blk in range((s << _SUPER) + 1, (s + 1) << _SUPER):
+        x = max(x, bmax[d, blk] + lazy[d, blk])
+    smax[d, s] = x
+
+
+@njit(cache=True, error_model="numpy")
+def _add(alive, bmax, lazy, smax, slazy, d, a, b, v):
     """Add v to device d's alive counts on [a, b)."""
     if a >= b:
         return
@@ -55,28 +67,49 @@ def _add(alive, bmax, lazy, d, a, b, v):
         for u in range(a, b):
             alive[d, u] += v
         _block_max(alive, bmax, d, ba)
+        _super_max(bmax, lazy, smax, d, ba >> _SUPER)
         return
     for u in range(a, (ba + 1) << _SHIFT):
         alive[d, u] += v
     _block_max(alive, bmax, d, ba)
-    for blk in range(ba + 1, bb):
-        lazy[d, blk] += v
     for u in range(bb << _SHIFT, b):
         alive[d, u] += v
     _block_max(alive, bmax, d, bb)
+    # Blocks ba + 1 to bb - 1 are whole: those in a whole superblock get
+    # the add there, the others their own.
+    sa = ba >> _SUPER
+    sb = bb >> _SUPER
+    if sa == sb:
+        for blk in range(ba + 1, bb):
+            lazy[d, blk] += v
+    else:
+        for blk in range(ba + 1, (sa + 1) << _SUPER):
+            lazy[d, blk] += v
+        for s in range(sa + 1, sb):
+            slazy[d, s] += v
+        for blk in range(sb << _SUPER, bb):
+            lazy[d, blk] += v
+        _super_max(bmax, lazy, smax, d, sb)
+    _super_max(bmax, lazy, smax, d, sa)
 
 
 @njit(cache=True, error_model="numpy")
-def _last_at_least(alive, bmax, lazy, d, a, b, level):
+def _last_at_least(alive, bmax, lazy, smax, slazy, d, a, b, level):
     """The last slot u in [a, b) where device d's alive count is >= level, or -1."""
     u = b - 1
     while u >= a:
         blk = u >> _SHIFT
+        s = blk >> _SUPER
         first = blk << _SHIFT
-        if first >= a and u == first + _BLOCK - 1 and bmax[d, blk] + lazy[d, blk] < level:
-            u = first - 1
-            continue
-        lz = lazy[d, blk]
+        sz = slazy[d, s]
+        if first >= a and u == first + _BLOCK - 1:
+            if (u & (_SPAN - 1)) == _SPAN - 1 and u + 1 - _SPAN >= a and smax[d, s] + sz < level:
+                u -= _SPAN
+                continue
+            if bmax[d, blk] + lazy[d, blk] + sz < level:
+                u = first - 1
+                continue
+        lz = lazy[d, blk] + sz
         stop = max(a, first)
         while u >= stop:
             if alive[d, u] + lz >= level:
@@ -124,7 +157,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
     ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
     ``alive[d, u]`` the number of activations alive there (an F's lives from
     its start to the end of the stage's last backward, ``l_last``), with
-    per-block maxima ``bmax`` and pending adds ``lazy``; ``limit[d]`` is
+    per-block maxima ``bmax`` and pending adds ``lazy`` (per superblock:
+    ``smax``, ``slazy``); ``limit[d]`` is
     device d's initial peak. With ``window`` only the slots the warm-up and
     cool-down ops can reach are stored (same result): [0, A) and
     [B, horizon), slot u >= B at u - (B - A).
@@ -133,7 +167,7 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
     -------
     start : int32 array, each op's start (only those of ops outside the
         steady microbatches are written)
-    occ, alive, bmax, lazy, limit : the grids
+    occ, alive, bmax, lazy, smax, slazy, limit : the grids
     warm, cool : int64 arrays, the warm-up and the cool-down ops that may
         move, by op id
     A, B : int, the windows' bounds (both 0 without windows)
@@ -155,9 +189,11 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
         minoff = min(minoff, l_off[bi])
         maxend = max(maxend, l_off[bi] + l_dur[bi])
         maxdur = max(maxdur, l_dur[bi])
-    A = ((max(warm_end + maxdur, maxend) + _BLOCK - 1) >> _SHIFT) << _SHIFT
-    B = ((min(cool_start - maxoff, minoff + T * m)) >> _SHIFT) << _SHIFT
-    if B - A < T + _BLOCK or not window:
+    # Whole superblocks in each window: the two threads of the moves never
+    # share one.
+    A = (max(warm_end + maxdur, maxend) + _SPAN - 1) // _SPAN * _SPAN
+    B = min(cool_start - maxoff, minoff + T * m) // _SPAN * _SPAN
+    if B - A < T + _SPAN or not window:
         A = 0  # no window: the whole grid
         B = 0
     D = B - A
@@ -174,7 +210,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
     n_out = m - (j1 - j0)  # microbatches outside, numbered jj: j = _outside(jj, j0, j1)
     start = np.empty(n, np.int32)
     occ = np.full((devices, H), -1, np.int32)
-    nblk = (H + _BLOCK) >> _SHIFT
+    nsup = (H + _SPAN) // _SPAN  # at least one padding slot after H
+    nblk = nsup << _SUPER
     alive = np.zeros((devices, nblk << _SHIFT), np.int32)
     for bi in range(K):
         d = l_dev[bi]
@@ -203,6 +240,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
     # those of [B, B + T): the peak of the stored slots is the device's.
     bmax = np.empty((devices, nblk), np.int32)
     lazy = np.zeros((devices, nblk), np.int32)
+    smax = np.empty((devices, nsup), np.int32)
+    slazy = np.zeros((devices, nsup), np.int32)
     for d in range(devices):
         c = 0
         for u in range(H):
@@ -215,6 +254,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
         alive[d, H] = 0
         for blk in range(nblk):
             _block_max(alive, bmax, d, blk)
+        for sup in range(nsup):
+            _super_max(bmax, lazy, smax, d, sup)
     # Warm-up and cool-down ops; the steady phase between them stays.
     # With windows a cool-down op and its producers start after B, so the
     # two sets never read each other's starts or slots (``reorder_moves``).
@@ -240,11 +281,11 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
             elif start[op] > cool_start:
                 cool[n_cool] = op
                 n_cool += 1
-    return start, occ, alive, bmax, lazy, limit, warm, cool, A, B
+    return start, occ, alive, bmax, lazy, smax, slazy, limit, warm, cool, A, B
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # warm-up and cool-down in two threads
-def reorder_moves(cand, start, occ, alive, bmax, lazy, limit, l_dev, l_dur, l_prod, l_is_f,
+def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, l_prod, l_is_f,
                   l_is_last, m, devices, horizon, A, B, rounds):
     """Move ops ``cand`` into earlier free slots, in place (step 2 of 3).
 
@@ -313,7 +354,7 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, limit, l_dev, l_dur, l_pr
             lo = ready
             if l_is_f[bi]:
                 # An earlier F is alive over [slot, t): those counts must stay <= the peak.
-                x = _last_at_least(alive, bmax, lazy, d, ready - sh, t - sh, limit[d])
+                x = _last_at_least(alive, bmax, lazy, smax, slazy, d, ready - sh, t - sh, limit[d])
                 if x >= 0:
                     lo = max(ready, x + sh + 1)
             for slot in range(lo - sh, t - sh):
@@ -331,9 +372,9 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, limit, l_dev, l_dur, l_pr
                     occ[d, u] = op
                 start[op] = slot + sh
                 if l_is_f[bi]:
-                    _add(alive, bmax, lazy, d, slot, t - sh, 1)
+                    _add(alive, bmax, lazy, smax, slazy, d, slot, t - sh, 1)
                 elif l_is_last[bi]:
-                    _add(alive, bmax, lazy, d, slot + ln, t - sh + ln, -1)
+                    _add(alive, bmax, lazy, smax, slazy, d, slot + ln, t - sh + ln, -1)
                 moved = True
                 n_moves += 1
                 break

@@ -486,11 +486,12 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
     ostart = buffers.empty(n, np.int32)
     order = buffers.empty(n, np.int32)
     buffers.populate(order, ostart)
-    start, occ, alive, bmax, lazy, limit, warm, cool, A, B = reorder_setup(
+    start, occ, alive, bmax, lazy, smax, slazy, limit, warm, cool, A, B = reorder_setup(
         t["l_dev"], t["l_off"], t["l_dur"], t["l_is_f"], t["l_last"], t["m"], t["interval"],
         t["devices"], t["horizon"], t["warm_end"], t["cool_start"], window)
-    args = (start, occ, alive, bmax, lazy, limit, t["l_dev"], t["l_dur"], t["l_prod"], t["l_is_f"],
-            t["l_is_last"], t["m"], t["devices"], t["horizon"], A, B, rounds)
+    args = (start, occ, alive, bmax, lazy, smax, slazy, limit, t["l_dev"], t["l_dur"],
+            t["l_prod"], t["l_is_f"], t["l_is_last"], t["m"], t["devices"], t["horizon"], A, B,
+            rounds)
     if threads is None:
         threads = n >= _REORDER_THREADS_MIN_OPS and local_cpus() >= 2
     if B <= A:
