@@ -367,3 +367,42 @@ def test_the_windowed_reorder_equals_the_whole_grid_on_the_v_blocks(name, p, m):
 @given(spec=random_blocks(), m=st.integers(1, 80))
 def test_the_windowed_reorder_equals_the_whole_grid_on_random_blocks(spec, m):
     _same_reorder(_kernel_block(spec, m), m)
+
+
+# -- the reorder's alive counts ----------------------------------------------
+# ``_add`` and ``_last_at_least`` keep each device's alive counts in blocks
+# and superblocks, each with a maximum and a pending add; a plain array is
+# the reference. Ranges up to 3,000 slots cover many superblocks (256 slots).
+
+@settings(max_examples=60, deadline=None)
+@given(width=st.integers(1, 3000), seed=st.integers(0, 2 ** 32 - 1))
+def test_the_alive_count_blocks_equal_a_plain_array(width, seed):
+    rng = np.random.default_rng(seed)
+    devices = 2
+    nsup = (width + vblocks._SPAN) // vblocks._SPAN  # as reorder_setup sizes them
+    nblk = nsup << vblocks._SUPER
+    plain = rng.integers(0, 4, size=(devices, width))
+    alive = np.zeros((devices, nblk << vblocks._SHIFT), np.int32)
+    alive[:, :width] = plain
+    bmax = np.empty((devices, nblk), np.int32)
+    lazy = np.zeros((devices, nblk), np.int32)
+    smax = np.empty((devices, nsup), np.int32)
+    slazy = np.zeros((devices, nsup), np.int32)
+    for d in range(devices):
+        for blk in range(nblk):
+            vblocks._block_max(alive, bmax, d, blk)
+        for s in range(nsup):
+            vblocks._super_max(bmax, lazy, smax, d, s)
+    for _ in range(60):
+        d = int(rng.integers(devices))
+        a, b = sorted(int(x) for x in rng.integers(0, width + 1, 2))
+        if rng.random() < 0.5:
+            v = int(rng.choice([-1, 1]))
+            vblocks._add(alive, bmax, lazy, smax, slazy, d, a, b, v)
+            plain[d, a:b] += v
+        else:
+            level = int(rng.integers(0, 7))
+            hits = np.flatnonzero(plain[d, a:b] >= level)
+            want = a + int(hits[-1]) if hits.size else -1
+            got = vblocks._last_at_least(alive, bmax, lazy, smax, slazy, d, a, b, level)
+            assert got == want, (d, a, b, level)
