@@ -138,83 +138,66 @@ def _outside(jj, j0, j1):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _alive_change(alive, mid, d, u, A, B, v):
+def _alive_change(alive, mid, d, u, A, B, v, d0):
     """Add v to device d's alive-count change at slot u: stored at u below A,
-    at u - (B - A) from B, summed in ``mid[d]`` in between."""
+    at u - (B - A) from B, summed in ``mid[d - d0]`` in between."""
     if u < A:
         alive[d, u] += v
     elif u >= B:
         alive[d, u - (B - A)] += v
     else:
-        mid[d] += v
+        mid[d - d0] += v
 
 
 @njit(cache=True, error_model="numpy")
-def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, horizon, warm_end,
-                  cool_start, window):
-    """The reorder's grids before any move, and its candidates (step 1 of 3).
+def reorder_start(n):
+    """The reorder's (n,) int32 array of op starts. Allocated here, not by
+    numpy: a kernel's own allocation gets 4 KB pages, so the pages of the
+    steady microbatches, never written, are never faulted in."""
+    return np.empty(n, np.int32)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)  # two threads, halves of the devices
+def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, cool_start, A, B,
+                  j0, j1, start, occ, alive, bmax, lazy, smax, slazy, limit, d0, d1):
+    """The reorder's grids before any move, and its candidates, for devices
+    ``d0`` to ``d1`` (step 1 of 3; rows of other devices are not touched,
+    so two calls on disjoint ranges may run at once).
 
     ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
     ``alive[d, u]`` the number of activations alive there (an F's lives from
-    its start to the end of the stage's last backward, ``l_last``), with
-    per-block maxima ``bmax`` and pending adds ``lazy`` (per superblock:
-    ``smax``, ``slazy``); ``limit[d]`` is
-    device d's initial peak. With ``window`` only the slots the warm-up and
-    cool-down ops can reach are stored (same result): [0, A) and
-    [B, horizon), slot u >= B at u - (B - A).
+    its start to the end of the stage's last backward, ``l_last``, on the
+    same device), with per-block maxima ``bmax`` and pending adds ``lazy``
+    (per superblock: ``smax``, ``slazy``); ``limit[d]`` is device d's
+    initial peak. All are allocated by the caller (any content) with the
+    shapes ``blocks._reorder_kernels`` gives them. Only the windows [0, A)
+    and [B, horizon) of the time grid are stored, slot u >= B at
+    u - (B - A) (A = B = 0: the whole grid); microbatches ``j0`` to ``j1``
+    start at A or later and end before B: none of their ops is stored,
+    moves or is read, each F's two alive-count changes cancel in [A, B),
+    and their starts are not written.
 
     Returns
     -------
-    start : int32 array, each op's start (only those of ops outside the
-        steady microbatches are written)
-    occ, alive, bmax, lazy, smax, slazy, limit : the grids
-    warm, cool : int64 arrays, the warm-up and the cool-down ops that may
-        move, by op id
-    A, B : int, the windows' bounds (both 0 without windows)
+    warm, cool : int64 arrays, the warm-up and the cool-down ops of these
+        devices that may move, by op id
     """
     K = l_dev.shape[0]
-    n = K * m
     T = interval
-    # Only two windows of the grid are stored: [0, A) holds every slot a
-    # warm-up op reads or moves to, [B, horizon) every slot a cool-down op
-    # does (its producers start after microbatch j's first F, at least
-    # cool_start - max offset); nothing moves in [A, B), where the layout
-    # and the alive counts repeat every interval. Slot u >= B is at u - D.
-    maxoff = 0
-    minoff = l_off[0]
-    maxend = 0
-    maxdur = 0
-    for bi in range(K):
-        maxoff = max(maxoff, l_off[bi])
-        minoff = min(minoff, l_off[bi])
-        maxend = max(maxend, l_off[bi] + l_dur[bi])
-        maxdur = max(maxdur, l_dur[bi])
-    # Whole superblocks in each window: the two threads of the moves never
-    # share one.
-    A = (max(warm_end + maxdur, maxend) + _SPAN - 1) // _SPAN * _SPAN
-    B = min(cool_start - maxoff, minoff + T * m) // _SPAN * _SPAN
-    if B - A < T + _SPAN or not window:
-        A = 0  # no window: the whole grid
-        B = 0
     D = B - A
-    H = horizon - D
-    # Microbatches j0 to j1 start at A or later and end before B: none of
-    # their ops is stored, moves or is read, and each F's two alive-count
-    # changes cancel in [A, B). Their starts are never written (nor their
-    # pages faulted in).
-    j0 = 0
-    j1 = 0
-    if D > 0:
-        j0 = min(m, max(0, -((minoff - A) // T)))
-        j1 = min(m, max(j0, -((maxend - B) // T)))
+    H = occ.shape[1]
+    nblk = bmax.shape[1]
+    nsup = smax.shape[1]
     n_out = m - (j1 - j0)  # microbatches outside, numbered jj: j = _outside(jj, j0, j1)
-    start = np.empty(n, np.int32)
-    occ = np.full((devices, H), -1, np.int32)
-    nsup = (H + _SPAN) // _SPAN  # at least one padding slot after H
-    nblk = nsup << _SUPER
-    alive = np.zeros((devices, nblk << _SHIFT), np.int32)
+    for d in range(d0, d1):
+        occ[d, :] = -1
+        alive[d, :] = 0
+        lazy[d, :] = 0
+        slazy[d, :] = 0
     for bi in range(K):
         d = l_dev[bi]
+        if d < d0 or d >= d1:
+            continue
         for jj in range(n_out):
             j = _outside(jj, j0, j1)
             op = bi * m + j
@@ -225,33 +208,28 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
                     occ[d, u] = op
                 elif u >= B:
                     occ[d, u - D] = op
-    mid = np.zeros(devices, np.int32)  # alive-count changes in [A, B)
+    mid = np.zeros(d1 - d0, np.int32)  # alive-count changes in [A, B), by d - d0
     for bi in range(K):
-        if l_is_f[bi]:
-            d = l_dev[bi]
+        d = l_dev[bi]
+        if l_is_f[bi] and d0 <= d < d1:
             z = l_last[bi]
             for jj in range(n_out):
                 j = _outside(jj, j0, j1)
-                _alive_change(alive, mid, d, start[bi * m + j], A, B, 1)
-                _alive_change(alive, mid, d, start[z * m + j] + l_dur[z], A, B, -1)
-    limit = np.zeros(devices, np.int32)
+                _alive_change(alive, mid, d, start[bi * m + j], A, B, 1, d0)
+                _alive_change(alive, mid, d, start[z * m + j] + l_dur[z], A, B, -1, d0)
     # The counts in [A, B) repeat every T (no microbatch is cut off there:
     # A >= every op's end, B <= every op's start + T * (m - 1)), and so do
     # those of [B, B + T): the peak of the stored slots is the device's.
-    bmax = np.empty((devices, nblk), np.int32)
-    lazy = np.zeros((devices, nblk), np.int32)
-    smax = np.empty((devices, nsup), np.int32)
-    slazy = np.zeros((devices, nsup), np.int32)
-    for d in range(devices):
+    for d in range(d0, d1):
+        limit[d] = 0
         c = 0
         for u in range(H):
             if u == A:
-                c += mid[d]
+                c += mid[d - d0]
             c += alive[d, u]
             alive[d, u] = c
             if c > limit[d]:
                 limit[d] = c
-        alive[d, H] = 0
         for blk in range(nblk):
             _block_max(alive, bmax, d, blk)
         for sup in range(nsup):
@@ -262,6 +240,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
     n_warm = 0
     n_cool = 0
     for bi in range(K):
+        if l_dev[bi] < d0 or l_dev[bi] >= d1:
+            continue
         for jj in range(n_out):
             u = start[bi * m + _outside(jj, j0, j1)]
             if u < warm_end:
@@ -273,6 +253,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
     n_warm = 0
     n_cool = 0
     for bi in range(K):
+        if l_dev[bi] < d0 or l_dev[bi] >= d1:
+            continue
         for jj in range(n_out):
             op = bi * m + _outside(jj, j0, j1)
             if start[op] < warm_end:
@@ -281,7 +263,7 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, devices, hor
             elif start[op] > cool_start:
                 cool[n_cool] = op
                 n_cool += 1
-    return start, occ, alive, bmax, lazy, smax, slazy, limit, warm, cool, A, B
+    return warm, cool
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # warm-up and cool-down in two threads
@@ -383,30 +365,23 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     return n_moves
 
 
-@njit(cache=True, error_model="numpy")
-def reorder_emit(start, occ, l_dev, l_off, m, interval, devices, horizon, A, B, ostart, order):
-    """Each device's ops by start after the moves (step 3 of 3), written to
-    ``order`` (op ids, device by device, by start) and ``ostart`` (the start
-    of ``order[i]``), both (K * m,) int32 allocated by the caller.
-
-    Returns
-    -------
-    dptr : int64 array, device d's ops are ``order[dptr[d]:dptr[d + 1]]``
-    """
+@njit(cache=True, error_model="numpy", nogil=True)  # two threads, halves of the devices
+def reorder_emit(start, occ, l_dev, l_off, m, interval, horizon, A, B, dptr, ostart, order, d0,
+                 d1):
+    """Devices ``d0`` to ``d1``'s ops by start after the moves (step 3 of
+    3), written to ``order`` (op ids, device by device, by start) and
+    ``ostart`` (the start of ``order[i]``), both (K * m,) int32 allocated by
+    the caller; device d's ops go to ``order[dptr[d]:dptr[d + 1]]``."""
     K = l_dev.shape[0]
     T = interval
     D = B - A
-    dptr = np.zeros(devices + 1, np.int64)
-    for bi in range(K):
-        dptr[l_dev[bi] + 1] += m
-    for d in range(devices):
-        dptr[d + 1] += dptr[d]
     # Each block op's start slot within the interval, by device (the block's
     # ops do not collide, so at most one per slot): the ops starting in [A, B).
-    at = np.full((devices, T), -1, np.int64)
+    at = np.full((d1 - d0, T), -1, np.int64)
     for bi in range(K):
-        at[l_dev[bi], l_off[bi] % T] = bi
-    for d in range(devices):
+        if d0 <= l_dev[bi] < d1:
+            at[l_dev[bi] - d0, l_off[bi] % T] = bi
+    for d in range(d0, d1):
         w = dptr[d]
         for u in range(A):
             op = occ[d, u]
@@ -417,7 +392,7 @@ def reorder_emit(start, occ, l_dev, l_off, m, interval, devices, horizon, A, B, 
         r = A % T
         invT = 1.0 / T  # for _block_of: u - offset is a multiple of T here
         for u in range(A, B):
-            bi = at[d, r]
+            bi = at[d - d0, r]
             if bi >= 0 and u >= l_off[bi]:
                 j = _block_of(u - l_off[bi], T, invT)
                 if j < m:
@@ -433,7 +408,6 @@ def reorder_emit(start, occ, l_dev, l_off, m, interval, devices, horizon, A, B, 
                 order[w] = op
                 ostart[w] = u
                 w += 1
-    return dptr
 
 
 @njit(cache=True, error_model="numpy")

@@ -33,6 +33,9 @@ from ..core.cpus import local_cpus
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, _check_int
 from ..kernels.vblocks import (
+    _BLOCK,
+    _SPAN,
+    _SUPER,
     _choose_cut,
     _done_after,
     _event_loop,
@@ -42,6 +45,7 @@ from ..kernels.vblocks import (
     reorder_emit,
     reorder_moves,
     reorder_setup,
+    reorder_start,
 )
 from .registry import column_buffers
 
@@ -468,9 +472,10 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
         Store only the grid's warm-up and cool-down windows (the same
         result; False stores the whole grid, the tests' reference).
     threads : bool or None
-        Move the warm-up and the cool-down ops in two threads (only with
-        windows, where they are independent). None: when the block has at
-        least ``_REORDER_THREADS_MIN_OPS`` ops and two CPUs are free.
+        Two threads: each sets up and emits half of the devices, and they
+        move the warm-up and the cool-down ops at once (with windows, where
+        the two are independent). None: when the block has at least
+        ``_REORDER_THREADS_MIN_OPS`` ops and two CPUs are free.
 
     Returns
     -------
@@ -481,32 +486,83 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
     dptr : numpy.ndarray of int64
         Device d's ops are ``order[dptr[d]:dptr[d + 1]]``.
     """
-    n = len(t["l_dev"]) * t["m"]
-    # The outputs' pages fault in on the other CPU while the setup runs.
+    l_dev, l_off, l_dur, m, T = t["l_dev"], t["l_off"], t["l_dur"], t["m"], t["interval"]
+    p, horizon, warm_end, cool_start = t["devices"], t["horizon"], t["warm_end"], t["cool_start"]
+    n = len(l_dev) * m
+    if threads is None:
+        threads = n >= _REORDER_THREADS_MIN_OPS and local_cpus() >= 2 and p > 1
+    # Only two windows of the time grid are stored: [0, A) holds every slot
+    # a warm-up op reads or moves to, [B, horizon) every slot a cool-down op
+    # does (its producers start after microbatch j's first F, at least
+    # cool_start - max offset); nothing moves in [A, B), where the layout
+    # and the alive counts repeat every interval. Whole superblocks in each
+    # window, so the two threads of the moves never share one.
+    span = _SPAN
+    minoff = int(l_off.min())
+    maxoff = max(0, int(l_off.max()))
+    maxend = max(0, int((l_off + l_dur).max()))
+    maxdur = max(0, int(l_dur.max()))
+    A = -(-max(warm_end + maxdur, maxend) // span) * span
+    B = min(cool_start - maxoff, minoff + T * m) // span * span
+    if B - A < T + span or not window:
+        A = B = 0  # no window: the whole grid
+    # Microbatches j0 to j1 lie in [A, B) (see reorder_setup).
+    j0 = j1 = 0
+    if B > A:
+        j0 = min(m, max(0, -((minoff - A) // T)))
+        j1 = min(m, max(j0, -((maxend - B) // T)))
+    H = horizon - (B - A)
+    nsup = (H + span) // span  # at least one padding slot after H
+    nblk = nsup << _SUPER
+    start = reorder_start(n)
+    occ = buffers.empty((p, H), np.int32)
+    alive = buffers.empty((p, nblk * _BLOCK), np.int32)
+    bmax = np.empty((p, nblk), np.int32)
+    lazy = np.empty((p, nblk), np.int32)
+    smax = np.empty((p, nsup), np.int32)
+    slazy = np.empty((p, nsup), np.int32)
+    limit = np.empty(p, np.int32)
     ostart = buffers.empty(n, np.int32)
     order = buffers.empty(n, np.int32)
+    # The outputs' pages fault in on a helper thread meanwhile.
     buffers.populate(order, ostart)
-    start, occ, alive, bmax, lazy, smax, slazy, limit, warm, cool, A, B = reorder_setup(
-        t["l_dev"], t["l_off"], t["l_dur"], t["l_is_f"], t["l_last"], t["m"], t["interval"],
-        t["devices"], t["horizon"], t["warm_end"], t["cool_start"], window)
-    args = (start, occ, alive, bmax, lazy, smax, slazy, limit, t["l_dev"], t["l_dur"],
-            t["l_prod"], t["l_is_f"], t["l_is_last"], t["m"], t["devices"], t["horizon"], A, B,
-            rounds)
-    if threads is None:
-        threads = n >= _REORDER_THREADS_MIN_OPS and local_cpus() >= 2
-    if B <= A:
-        # No windows: a cool-down op may read a warm-up op's start.
-        reorder_moves(np.concatenate([warm, cool]), *args)
-    elif threads:
-        with ThreadPoolExecutor(1) as pool:
+    setup = (l_dev, l_off, l_dur, t["l_is_f"], t["l_last"], m, T, warm_end, cool_start, A, B,
+             j0, j1, start, occ, alive, bmax, lazy, smax, slazy, limit)
+    dptr = np.zeros(p + 1, np.int64)
+    dptr[1:] = np.cumsum(np.bincount(l_dev, minlength=p) * m)
+    emit = (start, occ, l_dev, l_off, m, T, horizon, A, B, dptr, ostart, order)
+    half = p // 2
+    pool = ThreadPoolExecutor(1) if threads else None
+    try:
+        if pool is not None:
+            other = pool.submit(reorder_setup, *setup, half, p)
+            warm, cool = reorder_setup(*setup, 0, half)
+            warm2, cool2 = other.result()
+            warm, cool = np.concatenate([warm, warm2]), np.concatenate([cool, cool2])
+        else:
+            warm, cool = reorder_setup(*setup, 0, p)
+        args = (start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, t["l_prod"],
+                t["l_is_f"], t["l_is_last"], m, p, horizon, A, B, rounds)
+        if B <= A:
+            # No windows: a cool-down op may read a warm-up op's start. (The
+            # order of the candidates is no matter: each round sorts them.)
+            reorder_moves(np.concatenate([warm, cool]), *args)
+        elif pool is not None:
             other = pool.submit(reorder_moves, cool, *args)
             reorder_moves(warm, *args)
             other.result()
-    else:
-        reorder_moves(warm, *args)
-        reorder_moves(cool, *args)
-    dptr = reorder_emit(start, occ, t["l_dev"], t["l_off"], t["m"], t["interval"], t["devices"],
-                        t["horizon"], A, B, ostart, order)
+        else:
+            reorder_moves(warm, *args)
+            reorder_moves(cool, *args)
+        if pool is not None:
+            other = pool.submit(reorder_emit, *emit, half, p)
+            reorder_emit(*emit, 0, half)
+            other.result()
+        else:
+            reorder_emit(*emit, 0, p)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return ostart, order, dptr
 
 
