@@ -438,17 +438,26 @@ def _ready_at(l_prod, done, bi, j, K):
 
 
 @njit(cache=True, error_model="numpy")
-def _set_turn(tree, key, leaves, d, t):
+def _set_turn(tk, td, leaves, d, t):
     """Set device d's key to t (``_IDLE``: not queued) and replay its
-    matches up the tree; ``tree[1]`` is then the device of least
-    (key, device), as the top of Python's heap of (time, device)."""
-    key[d] = t
-    i = (leaves + d) >> 1
-    while i >= 1:
-        a = tree[2 * i]
-        b = tree[2 * i + 1]
-        tree[i] = a if key[a] < key[b] or (key[a] == key[b] and a < b) else b
+    matches up the tree; node i holds its match's winner, key ``tk[i]``
+    and device ``td[i]`` (leaf ``leaves + d`` is device d), so ``td[1]`` is
+    the device of least (key, device), as the top of Python's heap of
+    (time, device). The winner climbs in registers: a level reads only its
+    sibling, no load waits on another."""
+    i = leaves + d
+    tk[i] = t
+    wk = t
+    wd = np.int64(d)
+    while i > 1:
+        sk = tk[i ^ 1]
+        sd = td[i ^ 1]
+        take = (sk < wk) | ((sk == wk) & (sd < wd))
+        wk = sk if take else wk
+        wd = sd if take else wd
         i >>= 1
+        tk[i] = wk
+        td[i] = wd
 
 
 @njit(cache=True, error_model="numpy")
@@ -939,25 +948,26 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
     leaves = 1
     while leaves < p:
         leaves *= 2
-    key = np.full(leaves, _IDLE, np.int64)
-    for d in range(p):
-        if queued[d]:
-            key[d] = free_at[d]
-    tree = np.zeros(2 * leaves, np.int64)
+    tk = np.full(2 * leaves, _IDLE, np.int64)  # key of each match's winner
+    td = np.zeros(2 * leaves, np.int64)  # its device
     for d in range(leaves):
-        tree[leaves + d] = d
+        td[leaves + d] = d
+        if d < p and queued[d]:
+            tk[leaves + d] = free_at[d]
     for i in range(leaves - 1, 0, -1):
-        a = tree[2 * i]
-        b = tree[2 * i + 1]
-        tree[i] = a if key[a] < key[b] or (key[a] == key[b] and a < b) else b
+        a = 2 * i
+        b = a + 1
+        w = a if tk[a] < tk[b] or (tk[a] == tk[b] and td[a] < td[b]) else b
+        tk[i] = tk[w]
+        td[i] = td[w]
     # The new order overwrites ``order``: up to a device's last F it is the
     # same, and the tail is read only before the loop.
     out = order
     written = base.copy()
     ran = swept
-    while key[tree[1]] != _IDLE:
-        d = tree[1]
-        now = key[d]
+    while tk[1] != _IDLE:
+        d = td[1]
+        now = tk[1]
         if pos[d] < split[d]:
             i = pos[d] - base[d]
             op = prog[(((i >> 6) * p + d) << 6) | (i & 63)]
@@ -965,7 +975,7 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
             j = op - bi * m
             t = _ready_at(l_prod, done, bi, j - jb, K)
             if t < 0:
-                _set_turn(tree, key, leaves, d, _IDLE)
+                _set_turn(tk, td, leaves, d, _IDLE)
                 continue
             pos[d] += 1
         else:
@@ -983,7 +993,7 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
                 op = ki[lo + later[d]]
                 t = kt[lo + later[d]]
             else:
-                _set_turn(tree, key, leaves, d, _IDLE)
+                _set_turn(tk, td, leaves, d, _IDLE)
                 continue
             left[d] -= 1
         bi = op // m
@@ -997,7 +1007,7 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
             out[written[d]] = op
         written[d] += 1
         ran += 1
-        _set_turn(tree, key, leaves, d, free_at[d] if pos[d] < split[d] or left[d] > 0 else _IDLE)
+        _set_turn(tk, td, leaves, d, free_at[d] if pos[d] < split[d] or left[d] > 0 else _IDLE)
         for r in range(l_cons.shape[1]):
             c = l_cons[bi, r]
             if c < 0:
@@ -1014,8 +1024,8 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
                     if l_kind[c] == 2:
                         code += n
                     later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
-            if e != d and key[e] == _IDLE:
-                _set_turn(tree, key, leaves, e, free_at[e])
+            if e != d and tk[leaves + e] == _IDLE:
+                _set_turn(tk, td, leaves, e, free_at[e])
     return out, ran
 
 
