@@ -1,7 +1,9 @@
 """The building blocks' squeeze (``schedules.blocks``) on flat arrays.
 
-``reorder_grid`` moves warm-up and cool-down ops into earlier free slots of
-the integer time grid, as ``blocks._reorder`` does; the cool-down
+The reorder (``reorder_setup``, ``reorder_moves``, ``reorder_emit``,
+driven by ``blocks._reorder_kernels``) moves warm-up and cool-down ops into
+earlier free slots of the integer time grid, as ``blocks._reorder`` does;
+the cool-down
 scheduler (``_event_loop``, driven by ``blocks._cooldown_kernels``)
 re-orders each device's ops after its last forward, as
 ``blocks._greedy_cooldown`` does. Both equal the Python versions (kept as

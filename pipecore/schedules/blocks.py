@@ -497,14 +497,13 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
     # cool_start - max offset); nothing moves in [A, B), where the layout
     # and the alive counts repeat every interval. Whole superblocks in each
     # window, so the two threads of the moves never share one.
-    span = _SPAN
     minoff = int(l_off.min())
     maxoff = max(0, int(l_off.max()))
     maxend = max(0, int((l_off + l_dur).max()))
     maxdur = max(0, int(l_dur.max()))
-    A = -(-max(warm_end + maxdur, maxend) // span) * span
-    B = min(cool_start - maxoff, minoff + T * m) // span * span
-    if B - A < T + span or not window:
+    A = -(-max(warm_end + maxdur, maxend) // _SPAN) * _SPAN
+    B = min(cool_start - maxoff, minoff + T * m) // _SPAN * _SPAN
+    if B - A < T + _SPAN or not window:
         A = B = 0  # no window: the whole grid
     # Microbatches j0 to j1 lie in [A, B) (see reorder_setup).
     j0 = j1 = 0
@@ -512,7 +511,7 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
         j0 = min(m, max(0, -((minoff - A) // T)))
         j1 = min(m, max(j0, -((maxend - B) // T)))
     H = horizon - (B - A)
-    nsup = (H + span) // span  # at least one padding slot after H
+    nsup = (H + _SPAN) // _SPAN  # at least one padding slot after H
     nblk = nsup << _SUPER
     start = reorder_start(n)
     occ = buffers.empty((p, H), np.int32)
@@ -545,7 +544,8 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
                 t["l_is_f"], t["l_is_last"], m, p, horizon, A, B, rounds)
         if B <= A:
             # No windows: a cool-down op may read a warm-up op's start. (The
-            # order of the candidates is no matter: each round sorts them.)
+            # candidates' order does not matter: each round sorts them by
+            # start and device, which no two share.)
             reorder_moves(np.concatenate([warm, cool]), *args)
         elif pool is not None:
             other = pool.submit(reorder_moves, cool, *args)
@@ -596,7 +596,7 @@ def _cooldown_kernels(t, order, ostart, dptr, cut):
     t : dict
         The block's tables (``_block_tables``).
     order : int32 array
-        Op ids device by device in layout order (``reorder_grid``).
+        Op ids device by device in layout order (``_reorder_kernels``).
     ostart : int32 array
         Layout start of ``order[i]``.
     dptr : int64 array
