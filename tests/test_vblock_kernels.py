@@ -353,19 +353,22 @@ def _same_reorder(block, m):
 
 
 @pytest.mark.parametrize("name", sorted(MAKE))
-@pytest.mark.parametrize("p, m", [(3, 40), (8, 100), (16, 200)])
+@pytest.mark.parametrize("p, m", [(3, 150), (8, 200), (16, 300)])
 def test_the_windowed_reorder_equals_the_whole_grid_on_the_v_blocks(name, p, m):
     block = MAKE[name](p)
     t = blocks._block_tables(block, m)
-    # The windows leave out at least a few intervals here.
-    assert t["cool_start"] - int(t["l_off"].max()) - t["warm_end"] > 3 * t["interval"] + 64
+    # The windows leave out slots and whole microbatches here.
+    A, B, j0, j1 = blocks._reorder_windows(t)
+    assert B > A and j1 > j0
     _same_reorder(block, m)
 
 
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
-@given(spec=random_blocks(), m=st.integers(1, 80))
+@given(spec=random_blocks(), m=st.one_of(st.integers(1, 60), st.integers(200, 500)))
 def test_the_windowed_reorder_equals_the_whole_grid_on_random_blocks(spec, m):
+    # Windows need [A, B) to span an interval and a superblock (256 slots):
+    # most blocks have them from m = 200 on.
     _same_reorder(_kernel_block(spec, m), m)
 
 

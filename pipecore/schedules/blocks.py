@@ -459,6 +459,34 @@ def _squeeze_kernels(t):
 _REORDER_THREADS_MIN_OPS = 1 << 20
 
 
+def _reorder_windows(t, window=True):
+    """The windows of the reorder's time grid: slots [0, A) and [B, horizon)
+    are stored, and microbatches j0 to j1 lie wholly in [A, B) (all 0: the
+    whole grid, when ``window`` is False or [A, B) would be too short)."""
+    l_off, l_dur, m, T = t["l_off"], t["l_dur"], t["m"], t["interval"]
+    warm_end, cool_start = t["warm_end"], t["cool_start"]
+    # Only two windows of the time grid are stored: [0, A) holds every slot
+    # a warm-up op reads or moves to, [B, horizon) every slot a cool-down op
+    # does (its producers start after microbatch j's first F, at least
+    # cool_start - max offset); nothing moves in [A, B), where the layout
+    # and the alive counts repeat every interval. Whole superblocks in each
+    # window, so the two threads of the moves never share one.
+    minoff = int(l_off.min())
+    maxoff = max(0, int(l_off.max()))
+    maxend = max(0, int((l_off + l_dur).max()))
+    maxdur = max(0, int(l_dur.max()))
+    A = -(-max(warm_end + maxdur, maxend) // _SPAN) * _SPAN
+    B = min(cool_start - maxoff, minoff + T * m) // _SPAN * _SPAN
+    if B - A < T + _SPAN or not window:
+        A = B = 0  # no window: the whole grid
+    # Microbatches j0 to j1 start at A or later and end before B.
+    j0 = j1 = 0
+    if B > A:
+        j0 = min(m, max(0, -((minoff - A) // T)))
+        j1 = min(m, max(j0, -((maxend - B) // T)))
+    return A, B, j0, j1
+
+
 def _reorder_kernels(t, rounds=3, window=True, threads=None):
     """``_reorder`` on the block tables ``t`` by ``kernels/vblocks.py``.
 
@@ -491,25 +519,7 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
     n = len(l_dev) * m
     if threads is None:
         threads = n >= _REORDER_THREADS_MIN_OPS and local_cpus() >= 2 and p > 1
-    # Only two windows of the time grid are stored: [0, A) holds every slot
-    # a warm-up op reads or moves to, [B, horizon) every slot a cool-down op
-    # does (its producers start after microbatch j's first F, at least
-    # cool_start - max offset); nothing moves in [A, B), where the layout
-    # and the alive counts repeat every interval. Whole superblocks in each
-    # window, so the two threads of the moves never share one.
-    minoff = int(l_off.min())
-    maxoff = max(0, int(l_off.max()))
-    maxend = max(0, int((l_off + l_dur).max()))
-    maxdur = max(0, int(l_dur.max()))
-    A = -(-max(warm_end + maxdur, maxend) // _SPAN) * _SPAN
-    B = min(cool_start - maxoff, minoff + T * m) // _SPAN * _SPAN
-    if B - A < T + _SPAN or not window:
-        A = B = 0  # no window: the whole grid
-    # Microbatches j0 to j1 lie in [A, B) (see reorder_setup).
-    j0 = j1 = 0
-    if B > A:
-        j0 = min(m, max(0, -((minoff - A) // T)))
-        j1 = min(m, max(j0, -((maxend - B) // T)))
+    A, B, j0, j1 = _reorder_windows(t, window)
     H = horizon - (B - A)
     nsup = (H + _SPAN) // _SPAN  # at least one padding slot after H
     nblk = nsup << _SUPER
