@@ -142,7 +142,8 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
     :func:`structure_fbw_transfers` advances). Returns 0, or 1 when a rule
     breaks. Without all-reduces a producer has at most one consumer on
     another device in a valid schedule, so disjoint row ranges may be
-    counted at once (an invalid one returns 1 and its counts are dropped).
+    counted at once (an invalid one returns 1 and its counts are dropped);
+    without all-reduces each row counts its own transfers as a producer.
     """
     for r in range(r0, r1):
         k = kind[r]
@@ -175,6 +176,34 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
                     q1 = idx[key + m, 1]
         dep[r, 0] = q0
         dep[r, 1] = q1
+        if not replicated:
+            # Stage s runs on first_dev[s] (F rows are checked above, the
+            # others run where their F does), so devices come from that
+            # small array, not from rows far away; and this row's transfers
+            # as a producer are known here: an F's to the next stage's F, a
+            # B's or BW's to the previous stage's backward. Written at this
+            # row only, so halves of the rows never share an entry.
+            s = stage[r]
+            dr = first_dev[s]
+            if q0 >= 0:
+                if paired[r] and q0 == r - 1:
+                    return 1
+                if first_dev[s - 1 if k == 0 else s] == dr and q0 > r:
+                    return 1
+            if q1 >= 0:
+                if paired[r] and q1 == r - 1:
+                    return 1
+                if first_dev[s + 1] == dr and q1 > r:
+                    return 1
+            c = 0
+            if k == 0:
+                if s < S - 1 and first_dev[s + 1] != dr:
+                    c = 1
+            elif k == 1 or k == 3:
+                if s > 0 and first_dev[s - 1] != dr:
+                    c = 1
+            out_ptr[r + 2] = c
+            continue
         for q in (q0, q1):
             if q < 0:
                 continue
