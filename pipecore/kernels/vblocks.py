@@ -159,6 +159,29 @@ def reorder_start(n):
     return np.empty(n, np.int32)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, warm, cool):
+    """Devices d0 to d1's warm-up and cool-down ops (by op id) written to
+    ``warm`` and ``cool`` as far as they have room; returns how many."""
+    n_out = m - (j1 - j0)
+    n_warm = 0
+    n_cool = 0
+    for bi in range(l_dev.shape[0]):
+        if l_dev[bi] < d0 or l_dev[bi] >= d1:
+            continue
+        for jj in range(n_out):
+            op = bi * m + _outside(jj, j0, j1)
+            if start[op] < warm_end:
+                if n_warm < warm.shape[0]:
+                    warm[n_warm] = op
+                n_warm += 1
+            elif start[op] > cool_start:
+                if n_cool < cool.shape[0]:
+                    cool[n_cool] = op
+                n_cool += 1
+    return n_warm, n_cool
+
+
 @njit(cache=True, error_model="numpy", nogil=True)  # two threads, halves of the devices
 def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, cool_start, A, B,
                   j0, j1, start, occ, alive, bmax, lazy, smax, slazy, limit, d0, d1):
@@ -239,32 +262,12 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
     # Warm-up and cool-down ops; the steady phase between them stays.
     # With windows a cool-down op and its producers start after B, so the
     # two sets never read each other's starts or slots (``reorder_moves``).
-    n_warm = 0
-    n_cool = 0
-    for bi in range(K):
-        if l_dev[bi] < d0 or l_dev[bi] >= d1:
-            continue
-        for jj in range(n_out):
-            u = start[bi * m + _outside(jj, j0, j1)]
-            if u < warm_end:
-                n_warm += 1
-            elif u > cool_start:
-                n_cool += 1
+    empty = np.empty(0, np.int64)
+    n_warm, n_cool = _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, empty,
+                                empty)
     warm = np.empty(n_warm, np.int64)
     cool = np.empty(n_cool, np.int64)
-    n_warm = 0
-    n_cool = 0
-    for bi in range(K):
-        if l_dev[bi] < d0 or l_dev[bi] >= d1:
-            continue
-        for jj in range(n_out):
-            op = bi * m + _outside(jj, j0, j1)
-            if start[op] < warm_end:
-                warm[n_warm] = op
-                n_warm += 1
-            elif start[op] > cool_start:
-                cool[n_cool] = op
-                n_cool += 1
+    _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, warm, cool)
     return warm, cool
 
 
