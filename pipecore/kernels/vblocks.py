@@ -159,7 +159,7 @@ def reorder_start(n):
     return np.empty(n, np.int32)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, warm, cool):
     """Devices d0 to d1's warm-up and cool-down ops (by op id) written to
     ``warm`` and ``cool`` as far as they have room; returns how many."""
