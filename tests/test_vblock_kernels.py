@@ -118,15 +118,20 @@ def random_blocks(draw):
     return placement, o, interval, dur
 
 
+def _spec_block(spec):
+    """The block of a random_blocks spec (an example is dropped if it is none)."""
+    placement, offsets, interval, dur = spec
+    try:
+        return blocks.BuildingBlock(placement, offsets, interval, durations=dur)
+    except ValueError:  # copies collide: not a block
+        assume(False)
+
+
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(spec=random_blocks(), m=st.integers(1, 16))
 def test_kernels_equal_the_python_reference_on_random_blocks(spec, m):
-    placement, offsets, interval, dur = spec
-    try:
-        block = blocks.BuildingBlock(placement, offsets, interval, durations=dur)
-    except ValueError:  # copies collide: not a block
-        assume(False)
+    block = _spec_block(spec)
     if blocks._block_tables(block, m) is None:
         # devices / stages is not a multiple of 2**-20: the kernels decline.
         assert not (block.devices / block.stages * 2 ** 20).is_integer()
@@ -238,11 +243,7 @@ def _cut_state(block, m):
 
 def _kernel_block(spec, m):
     """The block of a random_blocks spec, if it is one the kernels take."""
-    placement, offsets, interval, dur = spec
-    try:
-        block = blocks.BuildingBlock(placement, offsets, interval, durations=dur)
-    except ValueError:  # copies collide: not a block
-        assume(False)
+    block = _spec_block(spec)
     assume(blocks._block_tables(block, m) is not None)
     return block
 

@@ -272,8 +272,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # warm-up and cool-down in two threads
-def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, l_prod, l_is_f,
-                  l_is_last, m, devices, horizon, A, B, rounds):
+def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, l_prod,
+                  l_is_f, l_is_last, m, devices, horizon, A, B, rounds):
     """Move ops ``cand`` into earlier free slots, in place (step 2 of 3).
 
     Each round visits the ops by start (ties by device) and moves each to
