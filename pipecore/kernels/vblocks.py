@@ -151,31 +151,55 @@ def _alive_change(alive, mid, d, u, A, B, v, d0):
         mid[d - d0] += v
 
 
-@njit(cache=True, error_model="numpy")
-def reorder_start(n):
-    """The reorder's (n,) int32 array of op starts. Allocated here, not by
-    numpy: a kernel's own allocation gets 4 KB pages, so the pages of the
-    steady microbatches, never written, are never faulted in."""
-    return np.empty(n, np.int32)
+@njit(cache=True, error_model="numpy", inline="always")
+def _kept(bi, jj, K):
+    """Where op bi of outside microbatch jj (``_outside``) keeps its start:
+    in tiles of 64 microbatches that hold all K block ops' 64 starts each,
+    so ops close in time are close in memory (a move reads its producers'
+    starts, K rows apart in a by-op array, 32 KB at m=8192)."""
+    return (((jj >> 6) * K + bi) << 6) + (jj & 63)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _inside(j, j0, j1):
+    """The outside index jj of microbatch j (not in [j0, j1))."""
+    return j if j < j0 else j - (j1 - j0)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _start_of(start, op, m, inv, K, j0, j1):
+    """The start of op id ``op`` (``bi * m + j``); inv = 1 / m."""
+    bi = _block_of(op, m, inv)
+    return start[_kept(bi, _inside(op - bi * m, j0, j1), K)]
+
+
+def start_size(K, m, j0, j1):
+    """Entries of the reorder's start array (see ``_kept``) for K block ops
+    and the microbatches outside [j0, j1)."""
+    return ((m - (j1 - j0) + 63) >> 6) * K * 64
 
 
 @njit(cache=True, error_model="numpy")
-def _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, warm, cool):
-    """Devices d0 to d1's warm-up and cool-down ops (by op id) written to
-    ``warm`` and ``cool`` as far as they have room; returns how many."""
+def _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, warm, cool):
+    """Devices d0 to d1's warm-up and cool-down ops (by op id, by their
+    layout starts) written to ``warm`` and ``cool`` as far as they have
+    room; returns how many."""
     n_out = m - (j1 - j0)
+    K = l_dev.shape[0]
     n_warm = 0
     n_cool = 0
-    for bi in range(l_dev.shape[0]):
+    for bi in range(K):
         if l_dev[bi] < d0 or l_dev[bi] >= d1:
             continue
         for jj in range(n_out):
-            op = bi * m + _outside(jj, j0, j1)
-            if start[op] < warm_end:
+            j = _outside(jj, j0, j1)
+            op = bi * m + j
+            t = l_off[bi] + j * T
+            if t < warm_end:
                 if n_warm < warm.shape[0]:
                     warm[n_warm] = op
                 n_warm += 1
-            elif start[op] > cool_start:
+            elif t > cool_start:
                 if n_cool < cool.shape[0]:
                     cool[n_cool] = op
                 n_cool += 1
@@ -200,7 +224,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
     u - (B - A) (A = B = 0: the whole grid); microbatches ``j0`` to ``j1``
     start at A or later and end before B: none of their ops is stored,
     moves or is read, each F's two alive-count changes cancel in [A, B),
-    and their starts are not written.
+    and their starts are not stored (``start`` holds the others', see
+    ``_kept``).
 
     Returns
     -------
@@ -219,6 +244,12 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
         alive[d, :] = 0
         lazy[d, :] = 0
         slazy[d, :] = 0
+    # Starts tile by tile (see _kept), so the writes run in sequence.
+    for tile in range((n_out + 63) >> 6):
+        for bi in range(K):
+            if d0 <= l_dev[bi] < d1:
+                for jj in range(tile << 6, min(n_out, (tile + 1) << 6)):
+                    start[_kept(bi, jj, K)] = l_off[bi] + _outside(jj, j0, j1) * T
     for bi in range(K):
         d = l_dev[bi]
         if d < d0 or d >= d1:
@@ -227,7 +258,6 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
             j = _outside(jj, j0, j1)
             op = bi * m + j
             t = l_off[bi] + j * T
-            start[op] = t
             for u in range(t, t + l_dur[bi]):
                 if u < A:
                     occ[d, u] = op
@@ -240,8 +270,8 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
             z = l_last[bi]
             for jj in range(n_out):
                 j = _outside(jj, j0, j1)
-                _alive_change(alive, mid, d, start[bi * m + j], A, B, 1, d0)
-                _alive_change(alive, mid, d, start[z * m + j] + l_dur[z], A, B, -1, d0)
+                _alive_change(alive, mid, d, l_off[bi] + j * T, A, B, 1, d0)
+                _alive_change(alive, mid, d, l_off[z] + j * T + l_dur[z], A, B, -1, d0)
     # The counts in [A, B) repeat every T (no microbatch is cut off there:
     # A >= every op's end, B <= every op's start + T * (m - 1)), and so do
     # those of [B, B + T): the peak of the stored slots is the device's.
@@ -263,17 +293,17 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
     # With windows a cool-down op and its producers start after B, so the
     # two sets never read each other's starts or slots (``reorder_moves``).
     empty = np.empty(0, np.int64)
-    n_warm, n_cool = _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, empty,
+    n_warm, n_cool = _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, empty,
                                 empty)
     warm = np.empty(n_warm, np.int64)
     cool = np.empty(n_cool, np.int64)
-    _split_ops(start, l_dev, m, j0, j1, warm_end, cool_start, d0, d1, warm, cool)
+    _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, warm, cool)
     return warm, cool
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # warm-up and cool-down in two threads
 def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, l_prod,
-                  l_is_f, l_is_last, m, devices, horizon, A, B, rounds):
+                  l_is_f, l_is_last, m, devices, horizon, A, B, j0, j1, rounds):
     """Move ops ``cand`` into earlier free slots, in place (step 2 of 3).
 
     Each round visits the ops by start (ties by device) and moves each to
@@ -282,20 +312,35 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     ``rounds`` rounds or one without a move. With windows (``B > A``) the
     warm-up ops and the cool-down ops touch disjoint slots and starts, so
     two calls, one per set, may run at once and equal one call on both.
+    ``start`` is indexed by ``_at`` (microbatches ``j0`` to ``j1`` are not
+    stored).
 
     Returns
     -------
     int : the number of moves
     """
     n_cand = cand.shape[0]
+    K = l_dev.shape[0]
     D = B - A
     n_moves = 0
-    cdev = np.empty(n_cand, np.int64)  # each candidate's device, for the sorts
+    # Per candidate: its device (for the sorts), its block op, its outside
+    # microbatch and a copy of its start, all read in candidate order.
+    cop = np.empty(n_cand, np.int32)
+    cdev = np.empty(n_cand, np.int32)
+    cbi = np.empty(n_cand, np.int32)
+    cjj = np.empty(n_cand, np.int32)
+    cst = np.empty(n_cand, np.int32)
     inv = 1.0 / m  # for _block_of
     for i in range(n_cand):
-        cdev[i] = l_dev[_block_of(cand[i], m, inv)]
-    by_dev = np.empty(n_cand, np.int64)
-    visit = np.empty(n_cand, np.int64)
+        bi = _block_of(cand[i], m, inv)
+        jj = _inside(cand[i] - bi * m, j0, j1)
+        cop[i] = cand[i]
+        cdev[i] = l_dev[bi]
+        cbi[i] = bi
+        cjj[i] = jj
+        cst[i] = start[_kept(bi, jj, K)]
+    by_dev = np.empty(n_cand, np.int32)  # candidate numbers
+    visit = np.empty(n_cand, np.int32)
     count = np.empty(max(devices, horizon) + 1, np.int64)
     for _round in range(rounds):
         # By start, ties (on different devices) by device: the Python
@@ -308,30 +353,42 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
             count[d + 1] += count[d]
         for i in range(n_cand):
             d = cdev[i]
-            by_dev[count[d]] = cand[i]
+            by_dev[count[d]] = i
             count[d] += 1
         count[:horizon + 1] = 0
         for i in range(n_cand):
-            count[start[by_dev[i]] + 1] += 1
+            count[cst[i] + 1] += 1
         for u in range(horizon):
             count[u + 1] += count[u]
-        for i in range(n_cand):
-            u = start[by_dev[i]]
-            visit[count[u]] = by_dev[i]
+        for k in range(n_cand):
+            i = by_dev[k]
+            u = cst[i]
+            visit[count[u]] = i
             count[u] += 1
+        if _round == 0:
+            # Renumber the candidates in this order: a later round's order
+            # differs where ops moved, so the arrays are read nearly in
+            # sequence, not at random.
+            for x in (cop, cdev, cbi, cjj, cst):
+                for k in range(n_cand):
+                    by_dev[k] = x[visit[k]]
+                x[:] = by_dev
+            for k in range(n_cand):
+                visit[k] = k
         moved = False
-        for i in range(n_cand):
-            op = visit[i]
-            bi = _block_of(op, m, inv)
-            j = op - bi * m
-            d = l_dev[bi]
-            t = start[op]
+        for k in range(n_cand):
+            i = visit[k]
+            op = cop[i]
+            bi = cbi[i]
+            jj = cjj[i]
+            d = cdev[i]
+            t = cst[i]
             ln = l_dur[bi]
             ready = 0
             for r in range(l_prod.shape[1]):
                 q = l_prod[bi, r]
                 if q >= 0:
-                    e = start[q * m + j] + l_dur[q]
+                    e = start[_kept(q, jj, K)] + l_dur[q]
                     if e > ready:
                         ready = e
             if ready >= t:
@@ -357,7 +414,8 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
                     occ[d, u] = -1
                 for u in range(slot, slot + ln):
                     occ[d, u] = op
-                start[op] = slot + sh
+                start[_kept(bi, jj, K)] = slot + sh
+                cst[i] = slot + sh
                 if l_is_f[bi]:
                     _add(alive, bmax, lazy, smax, slazy, d, slot, t - sh, 1)
                 elif l_is_last[bi]:
@@ -371,8 +429,8 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # two threads, halves of the devices
-def reorder_emit(start, occ, l_dev, l_off, m, interval, horizon, A, B, dptr, ostart, order, d0,
-                 d1):
+def reorder_emit(start, occ, l_dev, l_off, m, interval, horizon, A, B, j0, j1, dptr, ostart,
+                 order, d0, d1):
     """Devices ``d0`` to ``d1``'s ops by start after the moves (step 3 of
     3), written to ``order`` (op ids, device by device, by start) and
     ``ostart`` (the start of ``order[i]``), both (K * m,) int32 allocated by
@@ -386,11 +444,13 @@ def reorder_emit(start, occ, l_dev, l_off, m, interval, horizon, A, B, dptr, ost
     for bi in range(K):
         if d0 <= l_dev[bi] < d1:
             at[l_dev[bi] - d0, l_off[bi] % T] = bi
+    inv = 1.0 / m  # for _block_of
     for d in range(d0, d1):
         w = dptr[d]
+        # An op's slots are consecutive: it starts at u unless it holds u - 1.
         for u in range(A):
             op = occ[d, u]
-            if op >= 0 and start[op] == u:
+            if op >= 0 and (u == 0 or occ[d, u - 1] != op):
                 order[w] = op
                 ostart[w] = u
                 w += 1
@@ -409,7 +469,10 @@ def reorder_emit(start, occ, l_dev, l_off, m, interval, horizon, A, B, dptr, ost
                 r = 0
         for u in range(max(A, B), horizon):
             op = occ[d, u - D]
-            if op >= 0 and start[op] == u:
+            # Slot B - 1 is not stored (unless there are no windows): an op
+            # held at B may have started before it (then it went out above).
+            if op >= 0 and (occ[d, u - D - 1] != op if u > B else
+                            _start_of(start, op, m, inv, K, j0, j1) == u):
                 order[w] = op
                 ostart[w] = u
                 w += 1

@@ -45,7 +45,7 @@ from ..kernels.vblocks import (
     reorder_emit,
     reorder_moves,
     reorder_setup,
-    reorder_start,
+    start_size,
 )
 from .registry import column_buffers
 
@@ -523,7 +523,8 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
     H = horizon - (B - A)
     nsup = (H + _SPAN) // _SPAN  # at least one padding slot after H
     nblk = nsup << _SUPER
-    start = reorder_start(n)
+    # Starts of the microbatches outside [j0, j1) only (kernels/vblocks.py's _kept).
+    start = buffers.empty(start_size(len(l_dev), m, j0, j1), np.int32)
     occ = buffers.empty((p, H), np.int32)
     alive = buffers.empty((p, nblk * _BLOCK), np.int32)
     bmax = np.empty((p, nblk), np.int32)
@@ -539,7 +540,7 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
              j0, j1, start, occ, alive, bmax, lazy, smax, slazy, limit)
     dptr = np.zeros(p + 1, np.int64)
     dptr[1:] = np.cumsum(np.bincount(l_dev, minlength=p) * m)
-    emit = (start, occ, l_dev, l_off, m, T, horizon, A, B, dptr, ostart, order)
+    emit = (start, occ, l_dev, l_off, m, T, horizon, A, B, j0, j1, dptr, ostart, order)
     half = p // 2
     pool = ThreadPoolExecutor(1) if threads else None
     try:
@@ -551,7 +552,7 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
         else:
             warm, cool = reorder_setup(*setup, 0, p)
         args = (start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, t["l_prod"],
-                t["l_is_f"], t["l_is_last"], m, p, horizon, A, B, rounds)
+                t["l_is_f"], t["l_is_last"], m, p, horizon, A, B, j0, j1, rounds)
         if B <= A:
             # No windows: a cool-down op may read a warm-up op's start. (The
             # candidates' order does not matter: each round sorts them by
