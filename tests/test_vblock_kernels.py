@@ -66,8 +66,10 @@ def test_build_takes_the_kernels_from_the_threshold_and_gives_the_same_schedule(
 
 @pytest.mark.parametrize("name", sorted(MAKE))
 def test_columns_in_two_threads_with_populated_pages_equal_the_reference(name, monkeypatch):
-    # At scale (4M ops) two threads write the columns, half of the devices
-    # each, while a helper faults their pages in: here at a small shape.
+    # At scale (4M ops) the columns of each device's rows before its last F
+    # are written beside the cool-down scheduler, then two threads write
+    # the rest, half of the devices each (and a helper faults the reorder's
+    # outputs in): here at small shapes.
     from pipecore.core import buffers
 
     monkeypatch.setattr(blocks, "_COLUMNS_THREADS_MIN_OPS", 0)

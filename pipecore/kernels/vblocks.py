@@ -646,7 +646,7 @@ def _periods(order, ostart, dptr, split, ptr, ptr_snap, m, T, u, stop):
     return max(k, 0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)  # columns are written meanwhile
 def _sweep(order, ostart, dptr, split, l_prod, l_dev, l_dur, m, T):
     """Finish times of the fixed ops (up to each device's last F) that start
     in the layout before the first op after any device's last F.
@@ -792,7 +792,7 @@ def _began(order, ring, l_dur, m, i):
     return f - l_dur[bi] if f >= 0 else -1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)  # columns are written meanwhile
 def _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at, queued):
     """Where the cool-down scheduler's event loop stands when it first takes a
     turn at a time >= tau, tau the earliest start of a device's last swept op.
@@ -875,7 +875,7 @@ def _choose_cut(order, dptr, l_prod, l_dev, l_dur, m, ptr, ring, base, free_at, 
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)  # columns are written meanwhile
 def _done_after(order, dptr, base, l_prod, l_dev, m, ring, cut):
     """Finish times for the event loop, which runs each device's ops from
     ``base[d]``: -1 for those, and (with ``cut``) the ring's finish for
@@ -962,7 +962,7 @@ def _tails(order, dptr, l_kind, m, p):
     return split, tail, tail_from, roff, rank
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)  # columns are written meanwhile
 def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, queued, done, jb,
                 swept, l_kind, l_dev, l_dur, l_prod, l_cons, p):
     """The cool-down scheduler's event loop (see ``blocks._cooldown_kernels``)
@@ -1097,17 +1097,18 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
     return out, ran
 
 
-@njit(cache=True, error_model="numpy", nogil=True)  # two threads, and buffers.populate
-def columns(order, dptr, l_kind, l_stage, out, d0, d1):
-    """Fill devices ``d0`` to ``d1 - 1``'s rows of ``out``, the op table's
-    columns (device, slot, kind, stage, microbatch) of the programs
-    ``order[dptr[d]:dptr[d + 1]]``, allocated by the caller."""
+@njit(cache=True, error_model="numpy", nogil=True)  # two threads, or beside the cool-down
+def columns(order, dptr, lo, hi, l_kind, l_stage, out, d0, d1):
+    """Fill rows ``lo[d]`` to ``hi[d] - 1`` of devices ``d0`` to ``d1 - 1``
+    in ``out``, the op table's columns (device, slot, kind, stage,
+    microbatch) of the programs ``order[dptr[d]:dptr[d + 1]]``, allocated
+    by the caller."""
     n = order.shape[0]
     m = n // l_kind.shape[0]
     inv = 1.0 / m  # for _block_of
     dev, slot, kind, stage, mb = out
     for d in range(d0, d1):
-        for i in range(dptr[d], dptr[d + 1]):
+        for i in range(lo[d], hi[d]):
             op = order[i]
             bi = _block_of(op, m, inv)
             dev[i] = d

@@ -442,17 +442,31 @@ def _block_tables(block, microbatches):
 def _squeeze_kernels(t):
     """Columns (device, slot, kind, stage, microbatch) of the squeezed schedule
     by ``kernels/vblocks.py``; equal to ``_squeeze_programs``."""
-    ostart, order, dptr = _reorder_kernels(t)
-    # The cool-down scheduler writes the new order over ``order``.
-    out, ran, _swept = _cooldown_kernels(t, order, ostart, dptr, _CUT)
+    p = t["devices"]
+    n = len(t["l_dev"]) * t["m"]
+    cols = column_buffers(n)
+    two = n >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
+    ostart, order, dptr = _reorder_kernels(t, fault=cols if two else ())
+    tails = _tails(order, dptr, t["l_kind"], t["m"], p)
+    lo, split, hi = dptr[:-1], tails[0], dptr[1:]
+    kinds = t["l_kind"], t["l_stage"]
+    if two:
+        # The cool-down scheduler (one thread) writes over ``order`` only each
+        # device's ops after its last F: the rows before are final, so the
+        # other CPU writes their columns meanwhile.
+        with ThreadPoolExecutor(1) as pool:
+            head = pool.submit(columns, order, dptr, lo, split, *kinds, cols, 0, p)
+            try:
+                out, ran, _swept = _cooldown_kernels(t, order, ostart, dptr, _CUT, tails)
+            finally:
+                head.result()
+        lo = split
+    else:
+        out, ran, _swept = _cooldown_kernels(t, order, ostart, dptr, _CUT, tails)
     if ran < len(out):  # pragma: no cover - the layout order is always feasible
         raise RuntimeError("cool-down reordering stalled")
-    cols = column_buffers(len(out))
-    buffers.populate(*cols)  # faulted in on a helper thread meanwhile
-    p = t["devices"]
     # Devices own disjoint rows: two threads (the kernel releases the GIL).
-    halves = len(out) >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
-    _in_halves(columns, halves, p, out, dptr, t["l_kind"], t["l_stage"], cols)
+    _in_halves(columns, two, p, out, dptr, lo, hi, *kinds, cols)
     return cols
 
 
@@ -487,7 +501,7 @@ def _reorder_windows(t, window=True):
     return A, B, j0, j1
 
 
-def _reorder_kernels(t, rounds=3, window=True, threads=None):
+def _reorder_kernels(t, rounds=3, window=True, threads=None, fault=()):
     """``_reorder`` on the block tables ``t`` by ``kernels/vblocks.py``.
 
     Parameters
@@ -504,6 +518,10 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
         move the warm-up and the cool-down ops at once (with windows, where
         the two are independent). None: when the block has at least
         ``_REORDER_THREADS_MIN_OPS`` ops and two CPUs are free.
+    fault : tuple of numpy.ndarray
+        Arrays the caller fills next: their pages are faulted in on a
+        helper thread from the moves on (the thread that ends its set of
+        moves first leaves a CPU free).
 
     Returns
     -------
@@ -553,6 +571,8 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
             warm, cool = reorder_setup(*setup, 0, p)
         args = (start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, t["l_prod"],
                 t["l_is_f"], t["l_is_last"], m, p, horizon, A, B, j0, j1, rounds)
+        if fault:
+            buffers.populate(*fault)
         if B <= A:
             # No windows: a cool-down op may read a warm-up op's start. (The
             # candidates' order does not matter: each round sorts them by
@@ -577,7 +597,7 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None):
     return ostart, order, dptr
 
 
-def _cooldown_kernels(t, order, ostart, dptr, cut):
+def _cooldown_kernels(t, order, ostart, dptr, cut, tails=None):
     """Each device's program with its ops after the last F re-ordered.
 
     Event-driven like the Python version: devices take turns by least
@@ -614,6 +634,8 @@ def _cooldown_kernels(t, order, ostart, dptr, cut):
         Device d's ops are ``order[dptr[d]:dptr[d + 1]]``.
     cut : bool
         Try the sweep and cut (False: the event loop over every op).
+    tails : tuple, optional
+        ``kernels.vblocks._tails`` of ``order`` when the caller has it.
 
     Raises
     ------
@@ -633,7 +655,9 @@ def _cooldown_kernels(t, order, ostart, dptr, cut):
     kind, dev, dur, prod = t["l_kind"], t["l_dev"], t["l_dur"], t["l_prod"]
     m = len(order) // len(dev)
     p = t["devices"]
-    split, tail, tail_from, roff, rank = _tails(order, dptr, kind, m, p)
+    if tails is None:
+        tails = _tails(order, dptr, kind, m, p)
+    split, tail, tail_from, roff, rank = tails
     swept = 0
     base = dptr[:-1].copy()  # the event loop starts at these positions
     free_at = np.zeros(p, np.int64)
