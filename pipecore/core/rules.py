@@ -474,8 +474,10 @@ class _Structure(dict):
         raise KeyError(key)
 
     def _fill_transfers(self):
-        dev, dep, kind, out_ptr, p, nx, shared = self["_pending"]
+        dev, dep, kind, count, p, nx, shared = self["_pending"]
         n = len(dev)
+        out_ptr = buffers.empty(n + 2, np.int64)
+        prefix_sum_counts(count, out_ptr)
         xfer = buffers.empty((n, 2), np.int32)
         x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
         # Their pages fault in on the other CPU while the kernel fills xfer.
@@ -549,9 +551,12 @@ def _structure_fast(schedule):
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
     buffers.populate(paired, dep)
     idx = buffers.full((S * m, 5), -1, np.int32)
-    out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
-    first_dev = np.empty(S, dtype=np.int32)
     replicated = bool(schedule.replicated)
+    # Transfers per producer: each row writes its own without all-reduces;
+    # with them rows add to their producers' (zeros). Their CSR (out_ptr,
+    # n + 2 int64) is made with the transfer lists, on first use.
+    count = (buffers.zeros if replicated else buffers.empty)(n, np.uint8)
+    first_dev = np.empty(S, dtype=np.int32)
     if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
                            first_dev):
         return None
@@ -560,9 +565,10 @@ def _structure_fast(schedule):
     # kernels release the GIL); an invalid schedule returns 1 from some half.
     halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
     if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, idx,
-                  paired, dep, first_dev, out_ptr):
+                  paired, dep, first_dev, count):
         return None
-    nx = prefix_sum_counts(out_ptr)
+    # Counts are 0 or 1 without all-reduces.
+    nx = int(count.sum(dtype=np.int64) if replicated else np.count_nonzero(count))
     # The F rows are only needed to list a replicated stage's devices, and
     # to mark recomputed forwards.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
@@ -597,7 +603,7 @@ def _structure_fast(schedule):
     return _Structure({
         "_op_dev": dev,
         # What the transfer lists are filled from (on first use; see _Structure).
-        "_pending": (dev, dep, kind if has_ar else None, out_ptr, p, nx, replicated),
+        "_pending": (dev, dep, kind if has_ar else None, count, p, nx, replicated),
         "stages": S,
         "op_class": op_class,
         "paired": paired,
