@@ -7,9 +7,9 @@ simulation, so it is checked by :func:`pipecore.validate` through the kernel.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-import threading
 
 import numpy as np
 

@@ -173,12 +173,6 @@ def _start_of(start, op, m, inv, K, j0, j1):
     return start[_kept(bi, _inside(op - bi * m, j0, j1), K)]
 
 
-def start_size(K, m, j0, j1):
-    """Entries of the reorder's start array (see ``_kept``) for K block ops
-    and the microbatches outside [j0, j1)."""
-    return ((m - (j1 - j0) + 63) >> 6) * K * 64
-
-
 @njit(cache=True, error_model="numpy")
 def _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, warm, cool):
     """Devices d0 to d1's warm-up and cool-down ops (by op id, by their

@@ -45,7 +45,6 @@ from ..kernels.vblocks import (
     reorder_emit,
     reorder_moves,
     reorder_setup,
-    start_size,
 )
 from .registry import column_buffers
 
@@ -541,8 +540,9 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None, fault=()):
     H = horizon - (B - A)
     nsup = (H + _SPAN) // _SPAN  # at least one padding slot after H
     nblk = nsup << _SUPER
-    # Starts of the microbatches outside [j0, j1) only (kernels/vblocks.py's _kept).
-    start = buffers.empty(start_size(len(l_dev), m, j0, j1), np.int32)
+    # Starts of the microbatches outside [j0, j1) only, in whole tiles of
+    # 64 microbatches by K block ops (kernels/vblocks.py's _kept).
+    start = buffers.empty(((m - (j1 - j0) + 63) >> 6) * len(l_dev) * 64, np.int32)
     occ = buffers.empty((p, H), np.int32)
     alive = buffers.empty((p, nblk * _BLOCK), np.int32)
     bmax = np.empty((p, nblk), np.int32)
