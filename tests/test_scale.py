@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
-from pipecore.core import rules
 from pipecore.core.ops import ScheduleError
 from pipecore.core.rules import structure
 from pipecore.core.schedule import Schedule
@@ -50,11 +49,9 @@ def _reference(name, p, m, v):
 
 
 def _same_structure(a, b):
-    # The kernel path keeps the device column ("_op_dev") and makes
-    # "x_src_dev" and the transfer lists on first use (a[key] below) from
-    # what "_pending" holds.
-    lazy = {"x_src_dev"} | set(rules._Structure.TRANSFERS)
-    assert (set(a) | lazy) - {"_op_dev", "_pending"} == set(b)
+    # The kernel path keeps the device column ("_op_dev") and gathers
+    # "x_src_dev" from it on first use (a[key] below).
+    assert (set(a) | {"x_src_dev"}) - {"_op_dev"} == set(b)
     for key, want in b.items():
         got = a[key]
         if isinstance(want, np.ndarray):
@@ -223,51 +220,6 @@ def test_large_schedules_take_the_kernel_path_by_default(monkeypatch):
     sched = pc.build("zb-h1", 8, 32)
     assert calls and sched.num_ops == 8 * 32 * 3
     _same_structure(structure(sched), structure(sched, fast=False))
-
-
-def test_the_transfer_lists_are_filled_once_on_first_use_and_survive_pickling(monkeypatch):
-    # The kernel path validates at construction and fills the transfer
-    # lists on first use. Filling advances cursors in out_ptr, so a second
-    # fill would be wrong: two threads asking at once must get one fill.
-    import pickle
-    import threading
-    import time
-
-    sched = pc.build("zb-h1", 6, 20)
-    want = structure(sched, fast=False)
-    lazy = structure(sched, fast=True)
-    assert "_pending" in lazy and not rules._Structure.TRANSFERS & set(lazy)
-    # A copy pickled before the fill fills its own later.
-    copy = pickle.loads(pickle.dumps(lazy))
-    calls = []
-    real = rules.structure_fbw_transfers
-
-    def slow_fill(*args):
-        calls.append(1)
-        time.sleep(0.05)  # long enough for the other thread to ask meanwhile
-        if len(calls) > 1:
-            raise AssertionError("the transfer lists were filled twice")
-        return real(*args)
-
-    monkeypatch.setattr(rules, "structure_fbw_transfers", slow_fill)
-    go = threading.Barrier(2)
-    got = {}
-
-    def ask(key):
-        go.wait()
-        got[key] = lazy[key]
-
-    threads = [threading.Thread(target=ask, args=(key,)) for key in ("xfer", "x_link")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(calls) == 1 and set(got) == {"xfer", "x_link"}
-    _same_structure(lazy, want)
-    calls.clear()
-    _same_structure(copy, want)
-    with pytest.raises(KeyError):
-        lazy["no such key"]
 
 
 def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypatch):

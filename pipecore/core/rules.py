@@ -7,7 +7,6 @@ simulation, so it is checked by :func:`pipecore.validate` through the kernel.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -442,67 +441,17 @@ def structure(schedule, fast=None):
 
 
 class _Structure(dict):
-    """The kernel path's structure. Two parts are made on first use, not
-    with the validation:
-
-    - ``x_src_dev`` (each transfer's source device), gathered from the
-      device column, since only a network with nodes or shared host links
-      reads it (at p=1024 m=8192 interleaved, 134 MB fewer to write);
-    - the transfer lists (``TRANSFERS``: ``xfer``, ``out_ptr``, ``x_src``,
-      ``x_dst``, ``x_dst_dev``, ``x_link``, ``n_links``, ``x_is_ar``),
-      which only a simulation reads; at p=1024 m=8192 they are 0.3-0.5 s
-      and about 1 GB of a 50M-op build. The counting pass has checked every
-      rule and counted each producer's transfers, so filling them cannot
-      fail.
-    """
-
-    TRANSFERS = frozenset({"xfer", "out_ptr", "x_src", "x_dst", "x_dst_dev", "x_link",
-                           "n_links", "x_is_ar"})
+    """The kernel path's structure: ``x_src_dev`` (each transfer's source
+    device) is gathered from the device column on first use, since only
+    a network with nodes or shared host links reads it (at p=1024 m=8192
+    interleaved, 134 MB fewer to write per build)."""
 
     def __missing__(self, key):
-        if key == "x_src_dev":
-            value = self["_op_dev"][self["x_src"]]
-            self[key] = value
-            return value
-        if key in self.TRANSFERS and "_pending" in self:
-            # One thread fills them (filling advances cursors in out_ptr, so
-            # two at once would be wrong); the others wait and read.
-            with _TRANSFERS_LOCK:
-                if "_pending" in self:
-                    self._fill_transfers()
-            return self[key]
-        raise KeyError(key)
-
-    def _fill_transfers(self):
-        dev, dep, kind, count, p, nx, shared = self["_pending"]
-        n = len(dev)
-        out_ptr = buffers.empty(n + 2, np.int64)
-        prefix_sum_counts(count, out_ptr)
-        xfer = buffers.empty((n, 2), np.int32)
-        x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
-        # Their pages fault in on the other CPU while the kernel fills xfer.
-        buffers.populate(x_link, x_dst_dev, x_dst, x_src)
-        link_id = np.full(p * p, -1, np.int32)
-        # As in the counting pass: halves of the rows at once unless a
-        # producer may have consumers on several devices (replicated).
-        halves = not shared and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
-        _in_halves(structure_fbw_transfers, halves, n, dev, dep, out_ptr, p, xfer, x_src, x_dst,
-                   x_dst_dev, link_id)
-        n_links = structure_fbw_link_ids(dev, x_src, x_dst_dev, link_id, p, x_link)
-        self.update({
-            "x_is_ar": kind[x_dst] == AR if kind is not None else np.zeros(nx, dtype=bool),
-            "x_dst_dev": x_dst_dev,
-            "x_link": x_link,
-            "n_links": int(n_links),
-            "xfer": xfer,
-            "x_src": x_src,
-            "x_dst": x_dst,
-            "out_ptr": out_ptr[:n + 1],
-        })
-        del self["_pending"]
-
-
-_TRANSFERS_LOCK = threading.Lock()
+        if key != "x_src_dev":
+            raise KeyError(key)
+        value = self["_op_dev"][self["x_src"]]
+        self[key] = value
+        return value
 
 
 def _in_halves(kernel, halves, n, *args):
@@ -548,13 +497,14 @@ def _structure_fast(schedule):
     # (core/buffers.py; a kernel's own allocations always get 4 KB pages).
     paired = buffers.empty(n, bool)  # the kernels write every row of these
     dep = buffers.empty((n, 2), np.int32)
+    xfer = buffers.empty((n, 2), np.int32)
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
-    buffers.populate(paired, dep)
+    buffers.populate(xfer, paired, dep)
     idx = buffers.full((S * m, 5), -1, np.int32)
     replicated = bool(schedule.replicated)
-    # Transfers per producer: each row writes its own without all-reduces;
-    # with them rows add to their producers' (zeros). Their CSR (out_ptr,
-    # n + 2 int64) is made with the transfer lists, on first use.
+    # Transfers per producer, one byte each: each row writes its own without
+    # all-reduces; with them rows add to their producers' (zeros). Their
+    # CSR, out_ptr, comes from the prefix sum.
     count = (buffers.zeros if replicated else buffers.empty)(n, np.uint8)
     first_dev = np.empty(S, dtype=np.int32)
     if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
@@ -567,13 +517,21 @@ def _structure_fast(schedule):
     if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, idx,
                   paired, dep, first_dev, count):
         return None
-    # Counts are 0 or 1 without all-reduces.
-    nx = int(count.sum(dtype=np.int64) if replicated else np.count_nonzero(count))
     # The F rows are only needed to list a replicated stage's devices, and
     # to mark recomputed forwards.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
     dropped = idx[idx[:, 4] >= 0, 0] if top == R else None  # F rows with an R
     del idx
+    out_ptr = buffers.empty(n + 2, np.int64)
+    nx = prefix_sum_counts(count, out_ptr)
+    del count
+    x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
+    buffers.populate(x_link, x_dst_dev, x_dst, x_src)
+    link_id = np.full(p * p, -1, np.int32)
+    _in_halves(structure_fbw_transfers, halves, n, dev, dep, out_ptr, p, xfer, x_src, x_dst,
+               x_dst_dev, link_id)
+    n_links = structure_fbw_link_ids(dev, x_src, x_dst_dev, link_id, p, x_link)
+    out_ptr = out_ptr[:n + 1]
     # Rows are sorted by device: each device's first row by bisection.
     # (Queries of the column's dtype: numpy would otherwise cast the column.)
     dev_ptr = np.searchsorted(dev, np.arange(p + 1, dtype=dev.dtype), side="left")
@@ -602,20 +560,26 @@ def _structure_fast(schedule):
         op_class[dropped] = F_DROP
     return _Structure({
         "_op_dev": dev,
-        # What the transfer lists are filled from (on first use; see _Structure).
-        "_pending": (dev, dep, kind if has_ar else None, count, p, nx, replicated),
         "stages": S,
         "op_class": op_class,
         "paired": paired,
+        "x_is_ar": kind[x_dst] == AR if has_ar else np.zeros(nx, dtype=bool),
         "x_host": np.zeros(nx, dtype=np.int8),
         # No offload here, so no transfer waits for another: empty means
         # none (nx int32 fewer to fill here and to stream per simulation).
         "x_after": np.empty(0, dtype=np.int32),
         "op_kind": op_kind,
         "op_stage": op_stage,
+        "x_dst_dev": x_dst_dev,
+        "x_link": x_link,
+        "n_links": int(n_links),
         "microbatches": m,
         "placement": placement,
         "stage_devices": stage_devices,
         "dev_ptr": dev_ptr,
         "dep": dep,
+        "xfer": xfer,
+        "x_src": x_src,
+        "x_dst": x_dst,
+        "out_ptr": out_ptr,
     })
