@@ -501,12 +501,9 @@ def _structure_fast(schedule):
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
     buffers.populate(xfer, paired, dep)
     idx = buffers.full((S * m, 5), -1, np.int32)
-    replicated = bool(schedule.replicated)
-    # Transfers per producer, one byte each: each row writes its own without
-    # all-reduces; with them rows add to their producers' (zeros). Their
-    # CSR, out_ptr, comes from the prefix sum.
-    count = (buffers.zeros if replicated else buffers.empty)(n, np.uint8)
+    out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
     first_dev = np.empty(S, dtype=np.int32)
+    replicated = bool(schedule.replicated)
     if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
                            first_dev):
         return None
@@ -515,16 +512,14 @@ def _structure_fast(schedule):
     # kernels release the GIL); an invalid schedule returns 1 from some half.
     halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
     if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, idx,
-                  paired, dep, first_dev, count):
+                  paired, dep, first_dev, out_ptr):
         return None
+    nx = prefix_sum_counts(out_ptr)
     # The F rows are only needed to list a replicated stage's devices, and
     # to mark recomputed forwards.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
     dropped = idx[idx[:, 4] >= 0, 0] if top == R else None  # F rows with an R
     del idx
-    out_ptr = buffers.empty(n + 2, np.int64)
-    nx = prefix_sum_counts(count, out_ptr)
-    del count
     x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
     buffers.populate(x_link, x_dst_dev, x_dst, x_src)
     link_id = np.full(p * p, -1, np.int32)

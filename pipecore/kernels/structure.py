@@ -133,17 +133,17 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pa
 
 @njit(cache=True, nogil=True)  # two threads may count halves of the rows
 def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep, first_dev,
-                        count, r0, r1):
+                        out_ptr, r0, r1):
     """Pass 1b, rows ``r0`` to ``r1``: the remaining rules, each op's
-    producers (``dep``) and each producer's transfer count, ``count[q]``
-    (``count`` (n,) uint8: any content without all-reduces, where every
-    row writes its own; else all 0 beforehand, as rows add to their
-    producers'; a producer has at most three transfers, to the next
-    stage's F or the previous stage's backward and to all-reduces).
-    Returns 0, or 1 when a rule breaks. Without all-reduces a producer has
-    at most one consumer on another device in a valid schedule, so
-    disjoint row ranges may be counted at once (an invalid one returns 1
-    and its counts are dropped).
+    producers (``dep``) and each producer's transfer count at
+    ``out_ptr[q + 2]`` (``out_ptr`` (n+2,) int64 all 0 beforehand; two
+    places on, so after an inclusive prefix sum from index 1,
+    ``out_ptr[q + 1]`` is the first transfer of producer q, the cursor
+    :func:`structure_fbw_transfers` advances). Returns 0, or 1 when a rule
+    breaks. Without all-reduces a producer has at most one consumer on
+    another device in a valid schedule, so disjoint row ranges may be
+    counted at once (an invalid one returns 1 and its counts are dropped);
+    without all-reduces each row counts its own transfers as a producer.
     """
     for r in range(r0, r1):
         k = kind[r]
@@ -202,7 +202,7 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
             elif k == 1 or k == 3:
                 if s > 0 and first_dev[s - 1] != dr:
                     c = 1
-            count[r] = c
+            out_ptr[r + 2] = c
             continue
         for q in (q0, q1):
             if q < 0:
@@ -213,24 +213,19 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
                 if q > r:
                     return 1
             else:
-                count[q] += 1
+                out_ptr[q + 2] += 1
     return 0
 
 
 @njit(cache=True, nogil=True)
-def prefix_sum_counts(count, out_ptr):
-    """After :func:`structure_fbw_count`: ``out_ptr`` (n+2,) int64 gets 0
-    and then each producer q's first transfer at ``out_ptr[q + 1]`` (the
-    cursor :func:`structure_fbw_transfers` advances to the next producer's
-    first); returns the number of transfers."""
-    n = count.size
-    out_ptr[0] = 0
-    total = 0
-    for q in range(n):
-        out_ptr[q + 1] = total
-        total += count[q]
-    out_ptr[n + 1] = total
-    return total
+def prefix_sum_counts(out_ptr):
+    """After :func:`structure_fbw_count`: the counts at ``out_ptr[q + 2]``
+    become, in place, each producer's first transfer at ``out_ptr[q + 1]``;
+    returns the number of transfers."""
+    n = out_ptr.size - 2
+    for r in range(n):
+        out_ptr[r + 2] += out_ptr[r + 1]
+    return out_ptr[n + 1]
 
 
 @njit(cache=True, nogil=True)  # two threads may fill halves of the rows
