@@ -306,7 +306,7 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     ``rounds`` rounds or one without a move. With windows (``B > A``) the
     warm-up ops and the cool-down ops touch disjoint slots and starts, so
     two calls, one per set, may run at once and equal one call on both.
-    ``start`` is indexed by ``_at`` (microbatches ``j0`` to ``j1`` are not
+    ``start`` is indexed by ``_kept`` (microbatches ``j0`` to ``j1`` are not
     stored).
 
     Returns
