@@ -1,5 +1,7 @@
 """pipecore.generate.zbv_greedy: valid, within its memory limit, or a clear error."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -42,22 +44,39 @@ def test_bad_arguments(kwargs, match):
         zbv_greedy(**kwargs)
 
 
-@settings(max_examples=40, deadline=None)
-@given(placement=st.lists(st.integers(0, 5), min_size=1, max_size=10), m=st.integers(1, 12))
-def test_greedy_kernel_equals_the_python_reference(placement, m):
+@settings(max_examples=60, deadline=None)
+@given(placement=st.lists(st.integers(0, 5), min_size=1, max_size=14), m=st.integers(1, 12),
+       scan_max=st.sampled_from([0, 2, 8, 1000]))
+def test_greedy_kernel_equals_the_python_reference(placement, m, scan_max):
     # generate.greedy runs as a Numba kernel from GREEDY_KERNEL_MIN_OPS ops;
-    # the pure-Python loop it replaced is the reference.
+    # the pure-Python heap loop it replaced is the reference. The kernel's
+    # devices pick their next op by a scan up to scan_max queues, else by a
+    # heap: 0 forces the heap, 1000 the scan.
     from pipecore.schedules import generate
 
     used = sorted(set(placement))
     placement = [used.index(d) for d in placement]  # every device holds a stage
     want = generate._greedy_reference(placement, m, "greedy")
-    saved = generate.GREEDY_KERNEL_MIN_OPS
-    generate.GREEDY_KERNEL_MIN_OPS = 0
-    try:
+    with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
+            mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
         got = generate.greedy(placement, m)
-    finally:
-        generate.GREEDY_KERNEL_MIN_OPS = saved
+    assert got.table.equals(want.table)
+
+
+@pytest.mark.parametrize("placement", [
+    [0] * 12,  # one device: 24 queues, the heap
+    [0, 1, 2, 2, 1, 0],  # a V
+    [0, 1, 0, 1, 2, 2, 2, 2, 2, 1, 0],
+])
+@pytest.mark.parametrize("scan_max", [0, 1000])
+def test_greedy_kernel_equals_the_reference_on_longer_runs(placement, scan_max):
+    # More microbatches than the property test: the steady state's choices.
+    from pipecore.schedules import generate
+
+    want = generate._greedy_reference(placement, 40, "greedy")
+    with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
+            mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
+        got = generate.greedy(placement, 40)
     assert got.table.equals(want.table)
 
 

@@ -1,10 +1,13 @@
-"""The memory-aware list scheduler of ``schedules.generate.memory_greedy``.
+"""The list schedulers of ``schedules.generate``: ``memory_greedy`` and
+``greedy``.
 
-The same rule, step for step (B first, F by memory headroom and warm-up cap,
-W into gaps at least ``w_fill`` W-times long, the earliest-starting op
-committed next, ties to the lower device), on flat arrays. ``tune`` runs it
-for many warm-up depths, which made the pure-Python loop the larger part of
-tune's time. The Python version stays as the tested reference.
+``memory_greedy_kernel`` follows the same rule, step for step (B first, F
+by memory headroom and warm-up cap, W into gaps at least ``w_fill``
+W-times long, the earliest-starting op committed next, ties to the lower
+device), on flat arrays. ``tune`` runs it for many warm-up depths, which
+made the pure-Python loop the larger part of tune's time.
+``earliest_first`` is ``greedy``'s unit-time rule (hanayo's order). The
+Python versions stay as the tested references.
 """
 
 from __future__ import annotations
@@ -191,54 +194,61 @@ def memory_greedy_kernel(placement, st_ptr, st_list, m, tf, tb, tw, comm, act, a
 
 _BITS = 21
 _MASK = (1 << _BITS) - 1
+_IDLE = np.int64(1) << 62  # above every key
 
 
 @njit(cache=True, inline="always")
-def _less(a1, a2, b1, b2):
-    return a1 < b1 or (a1 == b1 and a2 < b2)
-
-
-@njit(cache=True)
-def _push(h1, h2, size, k1, k2):
+def _heap_push(heap, base, size, key):
+    """Push ``key`` on the min-heap ``heap[base:base + size]``; returns the new size."""
     i = size
     while i > 0:
         up = (i - 1) >> 1
-        if not _less(k1, k2, h1[up], h2[up]):
+        if heap[base + up] <= key:
             break
-        h1[i] = h1[up]
-        h2[i] = h2[up]
+        heap[base + i] = heap[base + up]
         i = up
-    h1[i] = k1
-    h2[i] = k2
+    heap[base + i] = key
     return size + 1
 
 
-@njit(cache=True)
-def _pop(h1, h2, size):
-    # Moves the last entry down from the root; the caller read the root first.
+@njit(cache=True, inline="always")
+def _heap_pop(heap, base, size):
+    """Remove the root of ``heap[base:base + size]`` (the caller read it);
+    returns the new size."""
     size -= 1
-    k1 = h1[size]
-    k2 = h2[size]
+    key = heap[base + size]
     i = 0
     while True:
         c = 2 * i + 1
         if c >= size:
             break
-        if c + 1 < size and _less(h1[c + 1], h2[c + 1], h1[c], h2[c]):
+        if c + 1 < size and heap[base + c + 1] < heap[base + c]:
             c += 1
-        if not _less(h1[c], h2[c], k1, k2):
+        if heap[base + c] >= key:
             break
-        h1[i] = h1[c]
-        h2[i] = h2[c]
+        heap[base + i] = heap[base + c]
         i = c
     if size > 0:
-        h1[i] = k1
-        h2[i] = k2
+        heap[base + i] = key
     return size
 
 
+@njit(cache=True, inline="always")
+def _head_ready(nxt, q, m, S):
+    """True when queue q's next op (stage q >> 1, F for even q, BW for odd)
+    exists and its producers have run: an F after the previous stage's F,
+    a BW after its F and the next stage's BW."""
+    s = q >> 1
+    j = nxt[q]
+    if j >= m:
+        return False
+    if q & 1 == 0:
+        return s == 0 or nxt[q - 2] > j
+    return nxt[q - 1] > j and (s == S - 1 or nxt[q + 2] > j)
+
+
 @njit(cache=True)
-def earliest_first(placement, m, p, out):
+def earliest_first(placement, m, p, out, scan_max):
     """The unit-time list scheduler of ``schedules.generate.greedy``.
 
     Fused F/BW ops of one time unit, free communication; the op that can
@@ -246,73 +256,143 @@ def earliest_first(placement, m, p, out):
     microbatch, then the deeper stage. Fills and returns ``out``, the op
     table's columns in (device, program position) order: ``(device, slot,
     kind (0=F, 3=BW), stage, microbatch)``, 2 S m rows each, allocated by
-    the caller. Needs m and the stage count below 2**21 (the
-    tie-break key packs both into one int64).
+    the caller. Needs m and the stage count below 2**21 (the tie-break key
+    packs both into one int64). ``scan_max``: the most queues (two per
+    stage) a device may have for a pop to scan them rather than keep a heap.
+
+    Time advances one unit per step, and in a step every device with a
+    ready op runs the least by (BW first, microbatch, deeper stage); an op
+    that becomes ready in step t can run from step t + 1 on, which is when
+    the earliest-start rule would start it. Each stage runs its F, and its
+    BW, in microbatch order (their inputs arrive in that order), so a
+    device only weighs the next F and the next BW of each of its stages,
+    those of them that are ready (scanned, or in a heap per device).
     """
     S = placement.size
-    done = np.full((2, S, m), -1, np.int64)  # finish time of F (0) and BW (1)
-    free = np.zeros(p, np.int64)
+    n_q = 2 * S  # queue 2s: stage s's F; 2s + 1: its BW
+    nxt = np.zeros(n_q, np.int64)  # next microbatch of each queue
+    in_heap = np.zeros(n_q, np.bool_)
+    # Device d's heap lives at heap[hbase[d]:hbase[d] + hsize[d]]: one
+    # entry per queue at most.
+    hbase = np.zeros(p + 1, np.int64)
     dev_ptr = np.zeros(p + 1, np.int64)
     for s in range(S):
+        hbase[placement[s] + 1] += 2
         dev_ptr[placement[s] + 1] += 2 * m
     for d in range(p):
+        hbase[d + 1] += hbase[d]
         dev_ptr[d + 1] += dev_ptr[d]
+    heap = np.empty(n_q, np.int64)
+    hsize = np.zeros(p, np.int64)
+    # Up to scan_max queues per device: each queue keeps its own entry in
+    # the device's range (its key, or _IDLE when not ready) and a pop scans
+    # them, cheaper than a heap's branches; more: the range is a heap.
+    width = 0
+    for d in range(p):
+        width = max(width, hbase[d + 1] - hbase[d])
+    scan = width <= scan_max
+    lq = np.empty(n_q, np.int64)  # slot of queue q in its device's range
+    seen = np.zeros(p, np.int64)
+    for q in range(n_q):
+        e = placement[q >> 1]
+        lq[q] = seen[e]
+        seen[e] += 1
+    if scan:
+        heap[:] = _IDLE
     filled = np.zeros(p, np.int64)
     device, slot, kind, stage, mb = out
-    # Heap of (start, tie) with tie = (0 for BW, 1 for F) | microbatch |
-    # deepest stage first. Each pop pushes at most one entry back, so it
-    # never holds more than the m first forwards it starts with.
-    h1 = np.empty(m, np.int64)
-    h2 = np.empty(m, np.int64)
-    size = 0
-    for j in range(m):
-        size = _push(h1, h2, size, 0, (1 << (2 * _BITS)) | (j << _BITS) | (S - 1))
-    while size > 0:
-        t0 = h1[0]
-        tie = h2[0]
-        size = _pop(h1, h2, size)
-        k = 1 if (tie >> (2 * _BITS)) == 0 else 0
-        j = (tie >> _BITS) & _MASK
-        s = S - 1 - (tie & _MASK)
-        d = placement[s]
-        t = free[d]
-        if k == 0:
-            if s > 0:
-                t = max(t, done[0, s - 1, j])
-        else:
-            t = max(t, done[0, s, j])
-            if s < S - 1:
-                t = max(t, done[1, s + 1, j])
-        if t > t0:
-            size = _push(h1, h2, size, t, tie)  # the device got busy meanwhile
-            continue
-        done[k, s, j] = t + 1
-        free[d] = t + 1
-        r = dev_ptr[d] + filled[d]
-        device[r] = d
-        slot[r] = filled[d]
-        kind[r] = 0 if k == 0 else 3
-        stage[r] = s
-        mb[r] = j
-        filled[d] += 1
-        # The consumer, pushed once all its producers have finished.
-        if k == 0:
-            ck, cs = (0, s + 1) if s < S - 1 else (1, s)
-        elif s > 0:
-            ck, cs = 1, s - 1
-        else:
-            continue
-        if ck == 0:
-            ready = done[0, cs - 1, j]
-        else:
-            ready = done[0, cs, j]
-            if cs < S - 1:
-                if done[1, cs + 1, j] < 0:
+    # Devices with a ready op in this step and the next, and the queues
+    # whose op ran this step.
+    active = np.empty(p, np.int64)
+    n_active = 0
+    listed = np.zeros(p, np.bool_)
+    ran = np.empty(p, np.int64)
+    top = np.int64(1) << (2 * _BITS)
+    # Step 0: stage 0's first F.
+    d0 = placement[0]
+    if scan:
+        heap[hbase[d0] + lq[0]] = top | (S - 1)
+        hsize[d0] = 1
+    else:
+        hsize[d0] = _heap_push(heap, hbase[d0], 0, top | (S - 1))
+    in_heap[0] = True
+    active[0] = d0
+    n_active = 1
+    listed[d0] = True
+    while n_active > 0:
+        # Every listed device runs its least ready op.
+        for a in range(n_active):
+            d = active[a]
+            if scan:
+                b = hbase[d]
+                at = b
+                key = heap[b]
+                for u in range(b + 1, hbase[d + 1]):
+                    if heap[u] < key:
+                        key = heap[u]
+                        at = u
+                heap[at] = _IDLE
+                hsize[d] -= 1
+            else:
+                key = heap[hbase[d]]
+                hsize[d] = _heap_pop(heap, hbase[d], hsize[d])
+            s = S - 1 - (key & _MASK)
+            j = (key >> _BITS) & _MASK
+            is_bw = (key >> (2 * _BITS)) == 0
+            q = 2 * s + (1 if is_bw else 0)
+            in_heap[q] = False
+            nxt[q] = j + 1
+            # Only the queue goes in (in the stage column): one scattered
+            # write stream per device instead of three; decoded below.
+            stage[dev_ptr[d] + filled[d]] = q
+            filled[d] += 1
+            ran[a] = q
+        # Then what those ops made ready joins the heaps for the next step:
+        # each queue's next op, and the next op of its consumer's queue.
+        n_ran = n_active
+        n_next = 0
+        for a in range(n_ran):
+            d = active[a]
+            listed[d] = False
+            if hsize[d] > 0:
+                active[n_next] = d
+                listed[d] = True
+                n_next += 1
+        for a in range(n_ran):
+            q = ran[a]
+            s = q >> 1
+            if q & 1 == 0:
+                c = q + 2 if s < S - 1 else q + 1
+            else:
+                c = q - 2 if s > 0 else -1
+            for x in (q, c):
+                if x < 0 or in_heap[x] or not _head_ready(nxt, x, m, S):
                     continue
-                ready = max(ready, done[1, cs + 1, j])
-        if ready < 0:
-            continue
-        start = max(ready, free[placement[cs]])
-        flag = 0 if ck == 1 else 1
-        size = _push(h1, h2, size, start, (flag << (2 * _BITS)) | (j << _BITS) | (S - 1 - cs))
+                sx = x >> 1
+                e = placement[sx]
+                flag = top if x & 1 == 0 else 0
+                key = flag | (nxt[x] << _BITS) | (S - 1 - sx)
+                if scan:
+                    heap[hbase[e] + lq[x]] = key
+                    hsize[e] += 1
+                else:
+                    hsize[e] = _heap_push(heap, hbase[e], hsize[e], key)
+                in_heap[x] = True
+                if not listed[e]:
+                    listed[e] = True
+                    active[n_next] = e
+                    n_next += 1
+        n_active = n_next
+    # The columns in one sequential pass: a queue runs its microbatches in
+    # order, so counting them per queue gives each op's microbatch.
+    nxt[:] = 0
+    for d in range(p):
+        for r in range(dev_ptr[d], dev_ptr[d + 1]):
+            q = stage[r]
+            device[r] = d
+            slot[r] = r - dev_ptr[d]
+            kind[r] = 3 if q & 1 else 0
+            stage[r] = q >> 1
+            mb[r] = nxt[q]
+            nxt[q] += 1
     return device, slot, kind, stage, mb
