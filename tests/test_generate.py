@@ -77,7 +77,12 @@ def test_greedy_kernel_equals_the_reference_on_longer_runs(placement, scan_max):
     with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
             mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
         got = generate.greedy(placement, 40)
+        # The columns written by two threads, half of the devices each.
+        with mock.patch.object(generate, "GREEDY_THREADS_MIN_OPS", 0), \
+                mock.patch.object(generate, "local_cpus", lambda: 2):
+            two = generate.greedy(placement, 40)
     assert got.table.equals(want.table)
+    assert two.table.equals(want.table)
 
 
 # zbv_greedy's passes run in kernels/zbv.py when the scaled amounts fit its

@@ -247,18 +247,21 @@ def _head_ready(nxt, q, m, S):
     return nxt[q - 1] > j and (s == S - 1 or nxt[q + 2] > j)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # buffers.populate faults the columns in meanwhile
 def earliest_first(placement, m, p, out, scan_max):
     """The unit-time list scheduler of ``schedules.generate.greedy``.
 
     Fused F/BW ops of one time unit, free communication; the op that can
     start earliest is committed next, ties to a backward, then the lower
-    microbatch, then the deeper stage. Fills and returns ``out``, the op
-    table's columns in (device, program position) order: ``(device, slot,
-    kind (0=F, 3=BW), stage, microbatch)``, 2 S m rows each, allocated by
-    the caller. Needs m and the stage count below 2**21 (the tie-break key
-    packs both into one int64). ``scan_max``: the most queues (two per
-    stage) a device may have for a pop to scan them rather than keep a heap.
+    microbatch, then the deeper stage. ``out`` holds the op table's columns
+    ``(device, slot, kind, stage, microbatch)``, 2 S m rows each, allocated
+    by the caller, rows in (device, program position) order: this kernel
+    writes each op's queue (2 * stage, + 1 for a BW) into the stage column
+    only, and :func:`greedy_columns` then writes the columns from it.
+    Returns ``dev_ptr`` (device d's rows are ``dev_ptr[d]:dev_ptr[d + 1]``).
+    Needs m and the stage count below 2**21 (the tie-break key packs both
+    into one int64). ``scan_max``: the most queues (two per stage) a device
+    may have for a pop to scan them rather than keep a heap.
 
     Time advances one unit per step, and in a step every device with a
     ready op runs the least by (BW first, microbatch, deeper stage); an op
@@ -383,16 +386,24 @@ def earliest_first(placement, m, p, out, scan_max):
                     active[n_next] = e
                     n_next += 1
         n_active = n_next
-    # The columns in one sequential pass: a queue runs its microbatches in
-    # order, so counting them per queue gives each op's microbatch.
-    nxt[:] = 0
-    for d in range(p):
+    return dev_ptr
+
+
+@njit(cache=True, nogil=True)  # two threads may write halves of the devices
+def greedy_columns(dev_ptr, n_q, out, d0, d1):
+    """After :func:`earliest_first`: devices ``d0`` to ``d1``'s rows of the
+    columns ``out`` from the queue each op came from (in the stage column).
+    A queue runs its microbatches in order, so counting its ops gives each
+    op's microbatch. Devices own their rows and queues, so two calls on
+    disjoint device ranges may run at once."""
+    device, slot, kind, stage, mb = out
+    count = np.zeros(n_q, np.int64)
+    for d in range(d0, d1):
         for r in range(dev_ptr[d], dev_ptr[d + 1]):
             q = stage[r]
             device[r] = d
             slot[r] = r - dev_ptr[d]
             kind[r] = 3 if q & 1 else 0
             stage[r] = q >> 1
-            mb[r] = nxt[q]
-            nxt[q] += 1
-    return device, slot, kind, stage, mb
+            mb[r] = count[q]
+            count[q] += 1

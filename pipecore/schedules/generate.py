@@ -15,7 +15,10 @@ from collections import deque
 
 import numpy as np
 
+from ..core import buffers
 from ..core.costs import Costs
+from ..core.cpus import local_cpus
+from ..core.rules import _in_halves
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import validate
 from ..kernels import greedy as _greedy
@@ -390,8 +393,15 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     S = len(placement)
     p = max(placement) + 1
     if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
-        cols = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p,
-                                      column_buffers(2 * S * m), GREEDY_SCAN_MAX)
+        cols = column_buffers(2 * S * m)
+        device, slot, kind, stage, mb = cols
+        # The kernel writes the stage column as it goes; the other columns'
+        # pages fault in on the other CPU meanwhile.
+        buffers.populate(stage, mb, kind, slot, device)
+        dev_ptr = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p, cols,
+                                         GREEDY_SCAN_MAX)
+        two = 2 * S * m >= GREEDY_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
+        _in_halves(_greedy.greedy_columns, two, p, dev_ptr, 2 * S, cols)
         return Schedule.from_arrays(*cols, name=name, devices=p, copy=False)
     return _greedy_reference(placement, m, name)
 
@@ -403,6 +413,8 @@ GREEDY_KERNEL_MIN_OPS = 2_048
 # next op by a scan, not a heap (hanayo p=1024 m=8192: kernel 1.53 s
 # against 1.72, medians of four turns in one process).
 GREEDY_SCAN_MAX = 8
+# From this many ops two threads write greedy's columns, half of the devices each.
+GREEDY_THREADS_MIN_OPS = 1 << 22
 
 
 def _greedy_reference(placement, m, name):
