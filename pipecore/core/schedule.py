@@ -144,7 +144,9 @@ class Schedule:
                     f"codes are 0..{len(KINDS) - 1} for {', '.join(KINDS)}",
                     rule="kind")
             own["kind"] = codes.astype(np.int8, copy=copy)
-            kind_arr = pa.DictionaryArray.from_arrays(pa.array(own["kind"]), _KIND_DICTIONARY)
+            # In range (checked above): arrow need not check every index again.
+            kind_arr = pa.DictionaryArray.from_arrays(pa.array(own["kind"]), _KIND_DICTIONARY,
+                                                      safe=False)
         else:
             kind_arr = pa.array([str(k) for k in kind], type=pa.string())
         for name, values in (("device", device), ("slot", slot), ("stage", stage),
@@ -529,7 +531,8 @@ def _normalise_table(table: pa.Table) -> pa.Table:
         cols[name] = col.cast(pa.int32())
     kind = table.column("kind")
     kind = kind.chunks[0] if kind.num_chunks == 1 else kind.combine_chunks()  # no copy of one
-    codes = _own_codes(kind)
+    codes = _own_codes(kind)  # in range when not None
+    checked = codes is not None
     if codes is None:
         if pa.types.is_dictionary(kind.type):
             kind = kind.dictionary_decode()
@@ -539,14 +542,15 @@ def _normalise_table(table: pa.Table) -> pa.Table:
         codes = np.full(len(names), -1, dtype=np.int8)
         for k, c in KIND_CODE.items():
             codes[names == k] = c
-    if (codes < 0).any():
+    if not checked and (codes < 0).any():
         i = int(np.flatnonzero(codes < 0)[0])
         dev = cols["device"].to_numpy()[i]
         slot = cols["slot"].to_numpy()[i]
         raise ScheduleError(
             f"kind: device {dev} slot {slot} has kind {names[i]!r}; kinds are "
             f"{', '.join(KINDS)}", rule="kind", device=int(dev), slot=int(slot))
-    cols["kind"] = pa.DictionaryArray.from_arrays(pa.array(codes), _KIND_DICTIONARY)
+    # Every code is in range (above): arrow need not check each index again.
+    cols["kind"] = pa.DictionaryArray.from_arrays(pa.array(codes), _KIND_DICTIONARY, safe=False)
     out = pa.table({n: cols[n] for n in SCHEMA.names}, schema=SCHEMA)
     dev = cols["device"].to_numpy()
     slot = cols["slot"].to_numpy()
