@@ -258,7 +258,10 @@ def earliest_first(placement, m, p, out, scan_max):
     by the caller, rows in (device, program position) order: this kernel
     writes each op's queue (2 * stage, + 1 for a BW) into the stage column
     only, and :func:`greedy_columns` then writes the columns from it.
-    Returns ``dev_ptr`` (device d's rows are ``dev_ptr[d]:dev_ptr[d + 1]``).
+    Returns ``(status, dev_ptr)``: device d's rows are
+    ``dev_ptr[d]:dev_ptr[d + 1]``; status 0, or 1 if some op never ran
+    (the rule cannot stall, so 1 means a broken kernel: the stage column
+    then holds unwritten rows, which :func:`greedy_columns` must not read).
     Needs m and the stage count below 2**21 (the tie-break key packs both
     into one int64). ``scan_max``: the most queues (two per stage) a device
     may have for a pop to scan them rather than keep a heap.
@@ -303,7 +306,7 @@ def earliest_first(placement, m, p, out, scan_max):
     if scan:
         heap[:] = _IDLE
     filled = np.zeros(p, np.int64)
-    device, slot, kind, stage, mb = out
+    stage = out[3]
     # Devices with a ready op in this step and the next, and the queues
     # whose op ran this step.
     active = np.empty(p, np.int64)
@@ -346,7 +349,8 @@ def earliest_first(placement, m, p, out, scan_max):
             in_heap[q] = False
             nxt[q] = j + 1
             # Only the queue goes in (in the stage column): one scattered
-            # write stream per device instead of three; decoded below.
+            # write stream per device instead of three (greedy_columns
+            # writes the columns from it).
             stage[dev_ptr[d] + filled[d]] = q
             filled[d] += 1
             ran[a] = q
@@ -386,7 +390,10 @@ def earliest_first(placement, m, p, out, scan_max):
                     active[n_next] = e
                     n_next += 1
         n_active = n_next
-    return dev_ptr
+    for d in range(p):
+        if filled[d] != dev_ptr[d + 1] - dev_ptr[d]:
+            return 1, dev_ptr
+    return 0, dev_ptr
 
 
 @njit(cache=True, nogil=True)  # two threads may write halves of the devices

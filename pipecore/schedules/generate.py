@@ -398,8 +398,10 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
         # The kernel writes the stage column as it goes; the other columns'
         # pages fault in on the other CPU meanwhile.
         buffers.populate(stage, mb, kind, slot, device)
-        dev_ptr = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p, cols,
-                                         GREEDY_SCAN_MAX)
+        status, dev_ptr = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p,
+                                                 cols, GREEDY_SCAN_MAX)
+        if status:  # pragma: no cover - the earliest-start rule never stalls
+            raise RuntimeError("greedy: the kernel left ops unscheduled")
         two = 2 * S * m >= GREEDY_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
         _in_halves(_greedy.greedy_columns, two, p, dev_ptr, 2 * S, cols)
         return Schedule.from_arrays(*cols, name=name, devices=p, copy=False)
