@@ -1,4 +1,5 @@
-"""pipecore.generate.zbv_greedy: valid, within its memory limit, or a clear error."""
+"""pipecore.generate: zbv_greedy valid, within its memory limit, or a clear
+error; greedy's kernel equal to its Python reference."""
 
 from unittest import mock
 
