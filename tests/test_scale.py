@@ -157,6 +157,56 @@ def test_structure_kernel_takes_recompute_and_explains_its_errors_like_numpy():
         assert _error(bad, True)[1] == rule
 
 
+def test_structure_kernel_widens_its_index_when_a_kind_has_no_column(monkeypatch):
+    # The per-key index holds only F and BW when a sample of the rows shows
+    # no B or W. A schedule with B and W under that guess: the index kernel
+    # says a kind has no column (status 2) and the structure is redone with
+    # one for every kind, equal to the numpy rules'.
+    import pipecore.core.rules as rules
+
+    real = rules._index_columns
+    asked = []
+
+    def f_bw_guess(kind, top, guess=True):
+        asked.append(guess)
+        if not guess:
+            return real(kind, top, guess)
+        col = np.full(6, -1, np.int64)
+        col[0], col[3] = 0, 1
+        return col
+
+    monkeypatch.setattr(rules, "_index_columns", f_bw_guess)
+    sched = pc.build("zb-h1", 4, 8)  # F, B and W only
+    fast = rules._structure_fast(sched)
+    assert asked == [True, False]
+    assert fast is not None
+    _same_structure(fast, structure(sched, fast=False))
+
+
+def test_structure_kernel_on_f_bw_rows_with_one_b_w_pair_the_sample_skips(monkeypatch):
+    # 1f1b (F and BW) with one BW split into B and W: 16,385 rows, every
+    # fourth sampled, so the F/BW guess is wrong and the kernel widens.
+    import pipecore.core.rules as rules
+
+    base = pc.build("1f1b", 2, 4096).programs()
+    for j in range(8, 16):  # a microbatch whose B and W rows the sample skips
+        progs = [list(prog) for prog in base]
+        i = progs[1].index(("BW", 1, j))
+        progs[1][i:i + 1] = [("B", 1, j), ("W", 1, j)]
+        sched = Schedule.from_programs(progs, validate=False)
+        if rules._index_columns(sched.kind_codes, 3)[1] == -1:
+            break
+    else:
+        pytest.fail("every split pair was sampled")
+    real, statuses = rules.structure_fbw_index, []
+    monkeypatch.setattr(rules, "structure_fbw_index",
+                        lambda *a: statuses.append(real(*a)) or statuses[-1])
+    fast = rules._structure_fast(sched)
+    assert statuses == [2, 0]
+    assert fast is not None
+    _same_structure(fast, structure(sched, fast=False))
+
+
 def _error(table, fast, **kwargs):
     sched = Schedule(table, validate=False, **kwargs)
     with pytest.raises(ScheduleError) as info:

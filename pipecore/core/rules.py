@@ -465,6 +465,30 @@ def _in_halves(kernel, halves, n, *args):
         return bool(other.result()) or bool(first)
 
 
+def _index_columns(kind, top, guess=True):
+    """Column of each kind code's rows in the fast path's per-key index
+    (-1: none; AR rows are not indexed).
+
+    Only kinds up to the largest code ``top`` get one. With ``guess``, an
+    F/BW schedule (no B or W among a sample of about 4,096 rows) gets F and
+    BW only: half the index of F, B, W and BW. The index kernel returns 2
+    when a row's kind has no column; the caller then asks again without
+    guessing.
+    """
+    col = np.full(6, -1, np.int64)
+    if top == BW and guess:
+        sample = kind[::max(1, kind.size >> 12)]
+        if not ((sample == B) | (sample == W)).any():
+            col[F], col[BW] = 0, 1
+            return col
+    col[F], col[B], col[W] = 0, 1, 2
+    if top >= BW:
+        col[BW] = 3
+    if top == R:
+        col[R] = 4
+    return col
+
+
 def _structure_fast(schedule):
     """The kernel path of :func:`structure`, or None where it does not apply
     or a rule is broken (the numpy path then finds and names it)."""
@@ -500,25 +524,32 @@ def _structure_fast(schedule):
     xfer = buffers.empty((n, 2), np.int32)
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
     buffers.populate(xfer, paired, dep)
-    idx = buffers.full((S * m, 5), -1, np.int32)
+    col = _index_columns(kind, top)
+    idx = buffers.full((S * m, int(col.max()) + 1), -1, np.int32)
     out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
     first_dev = np.empty(S, dtype=np.int32)
     replicated = bool(schedule.replicated)
-    if structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
-                           first_dev):
+    status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,
+                                 paired, dep, first_dev)
+    if status == 2:  # the sample missed a kind: a column for each
+        col = _index_columns(kind, top, guess=False)
+        idx = buffers.full((S * m, int(col.max()) + 1), -1, np.int32)
+        status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,
+                                     paired, dep, first_dev)
+    if status:
         return None
     # Without all-reduces each producer has one consumer on another device
     # at most, so two threads count, then fill, halves of the rows (the
     # kernels release the GIL); an invalid schedule returns 1 from some half.
     halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
-    if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, idx,
-                  paired, dep, first_dev, out_ptr):
+    if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, col,
+                  idx, paired, dep, first_dev, out_ptr):
         return None
     nx = prefix_sum_counts(out_ptr)
     # The F rows are only needed to list a replicated stage's devices, and
     # to mark recomputed forwards.
     f_idx = idx[:, 0].copy() if schedule.replicated else None
-    dropped = idx[idx[:, 4] >= 0, 0] if top == R else None  # F rows with an R
+    dropped = idx[idx[:, col[R]] >= 0, 0] if top == R else None  # F rows with an R
     del idx
     x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
     buffers.populate(x_link, x_dst_dev, x_dst, x_src)

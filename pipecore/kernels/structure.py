@@ -13,8 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Kind codes (core.ops): F=0, B=1, W=2, BW=3, AR=4, R=5. An R's row goes in
-# column 4 of the per-key index (AR rows are not indexed there).
+# Kind codes (core.ops): F=0, B=1, W=2, BW=3, AR=4, R=5. ``col[k]`` is the
+# column of kind k's rows in the per-key index, -1 for a kind it has none
+# for (AR rows are never indexed): only the kinds a schedule can hold get a
+# column, so an F/B/W or F/BW schedule fills and reads a narrower index.
 
 
 @njit(cache=True)
@@ -33,8 +35,8 @@ def rows_sorted(dev, slot, kind):
 
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, paired, dep,
-                        first_dev):
+def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx, paired,
+                        dep, first_dev):
     """Pass 1a of the structure of a schedule made of F, B, W, BW and R ops,
     and AR ops when ``replicated``: the rules of each row on its own and in
     program order, and the row of every (stage, microbatch, kind).
@@ -43,12 +45,14 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pa
     more than the largest stage and microbatch (of the non-AR rows; an AR's
     microbatch is ignored). The caller allocates the outputs (numpy puts
     large ones on huge pages; this kernel's own allocations would fault
-    page by page): ``idx`` (S*m, 5) int32 all -1 (rows of F, B, W, BW, R
-    per key), ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written
-    here and by :func:`structure_fbw_count`, any content), ``first_dev``
-    (S,) int32 (device of each stage's microbatch 0). Returns a status: 0
-    when these rules hold (then run :func:`structure_fbw_count`), 1 when one
-    breaks (the numpy rules then name it).
+    page by page): ``idx`` (S*m, c) int32 all -1 (row of kind k of each
+    key in column ``col[k]``, ``col`` (6,) int64 with ``col[0] == 0``),
+    ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written here and
+    by :func:`structure_fbw_count`, any content), ``first_dev`` (S,) int32
+    (device of each stage's microbatch 0). Returns a status: 0 when these
+    rules hold (then run :func:`structure_fbw_count`), 1 when one breaks
+    (the numpy rules then name it), 2 when a row's kind has no column (run
+    again with one for every kind).
     """
     n = dev.size
     # All-reduces (replicated only): a stage's two devices (from its F
@@ -60,6 +64,7 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pa
     last_back = np.full((n_rep, 2), -1, np.int32)
     ar_row = np.full((n_rep, 2), -1, np.int32)
     n_f = 0
+    cb = col[1]
     for r in range(n):
         k = kind[r]
         if k < 0 or k > 5 or slot[r] < 0 or stage[r] < 0:
@@ -91,10 +96,12 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pa
                 # device is one of the stage's.
                 last_back[s, 0 if dev[r] == rep_dev[s, 0] else 1] = r
         key = stage[r] * m + mb[r]
-        col = 4 if k == 5 else k
-        if idx[key, col] >= 0:
+        c = col[k]
+        if c < 0:
+            return 2
+        if idx[key, c] >= 0:
             return 1
-        idx[key, col] = r
+        idx[key, c] = r
         if k == 0:
             n_f += 1
         else:
@@ -104,7 +111,7 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pa
             f = idx[key, 0]
             if f < 0 or dev[f] != dev[r]:
                 return 1
-            if k == 2 and idx[key, 1] < 0:
+            if k == 2 and (cb < 0 or idx[key, cb] < 0):
                 return 1
     if n_f != S * m or n_f == 0:
         return 1
@@ -132,8 +139,8 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, idx, pa
 
 
 @njit(cache=True, nogil=True)  # two threads may count halves of the rows
-def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep, first_dev,
-                        out_ptr, r0, r1):
+def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, col, idx, paired, dep,
+                        first_dev, out_ptr, r0, r1):
     """Pass 1b, rows ``r0`` to ``r1``: the remaining rules, each op's
     producers (``dep``) and each producer's transfer count at
     ``out_ptr[q + 2]`` (``out_ptr`` (n+2,) int64 all 0 beforehand; two
@@ -144,7 +151,12 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
     another device in a valid schedule, so disjoint row ranges may be
     counted at once (an invalid one returns 1 and its counts are dropped);
     without all-reduces each row counts its own transfers as a producer.
+    ``col`` and ``idx`` are those :func:`structure_fbw_index` filled.
     """
+    cb = col[1]
+    cw = col[2]
+    cbw = col[3]
+    cr = col[5]
     for r in range(r0, r1):
         k = kind[r]
         key = stage[r] * m + mb[r]
@@ -154,26 +166,28 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, idx, paired, dep
             q0 = dep[r, 0]
         elif k == 0:
             # Exactly one backward (BW, or B and W) per (stage, microbatch).
-            if idx[key, 3] >= 0:
-                if idx[key, 1] >= 0 or idx[key, 2] >= 0:
+            has_b = cb >= 0 and idx[key, cb] >= 0
+            has_w = cw >= 0 and idx[key, cw] >= 0
+            if cbw >= 0 and idx[key, cbw] >= 0:
+                if has_b or has_w:
                     return 1
-            elif idx[key, 1] < 0 or idx[key, 2] < 0:
+            elif not has_b or not has_w:
                 return 1
             if not replicated and dev[r] != first_dev[stage[r]]:
                 return 1
             if stage[r] > 0:
                 q0 = idx[key - m, 0]
         elif k == 2:
-            q0 = idx[key, 1]
+            q0 = idx[key, cb]  # the index pass checked the B is there
         elif k == 5:
             q0 = idx[key, 0]
         else:
             # A recomputed backward needs its R (which needs the F).
-            q0 = idx[key, 4] if idx[key, 4] >= 0 else idx[key, 0]
+            q0 = idx[key, cr] if cr >= 0 and idx[key, cr] >= 0 else idx[key, 0]
             if stage[r] < S - 1:
-                q1 = idx[key + m, 3]
-                if q1 < 0:
-                    q1 = idx[key + m, 1]
+                q1 = idx[key + m, cbw] if cbw >= 0 else -1
+                if q1 < 0 and cb >= 0:
+                    q1 = idx[key + m, cb]
         dep[r, 0] = q0
         dep[r, 1] = q1
         if not replicated:
