@@ -532,6 +532,7 @@ def _structure_fast(schedule):
     status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,
                                  paired, dep, first_dev)
     if status == 2:  # the sample missed a kind: a column for each
+        del idx
         col = _index_columns(kind, top, guess=False)
         idx = buffers.full((S * m, int(col.max()) + 1), -1, np.int32)
         status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,

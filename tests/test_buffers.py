@@ -1,0 +1,108 @@
+"""core/buffers.py's pool: large arrays hand their memory back for reuse
+when their last view dies, never before, within a cap, and ``release``
+returns it to the OS."""
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+from pipecore.core import buffers
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    """An empty pool for arrays of 1 MB or more, capped at 64 MB."""
+    buffers.release()
+    monkeypatch.setattr(buffers, "_POOL_MIN_BYTES", 1 << 20)
+    monkeypatch.setenv("PIPECORE_POOL_BYTES", str(64 << 20))
+    yield buffers
+    buffers.release()
+
+
+def test_memory_returns_to_the_pool_when_the_last_view_dies(pool):
+    a = pool.empty((1 << 18, 2), np.int32)  # 2 MB
+    assert a.shape == (1 << 18, 2) and a.dtype == np.int32 and a.flags.writeable
+    a[:] = 5
+    view = a[10:20, 1]
+    del a
+    gc.collect()
+    assert pool._pool_bytes == 0  # the view still holds the mapping
+    assert (view == 5).all()
+    del view
+    assert pool._pool_bytes == 2 << 20
+    b = pool.empty(1 << 19, np.int32)  # the same 2 MB again
+    assert pool._pool_bytes == 0
+    del b
+    assert pool._pool_bytes == 2 << 20
+
+
+def test_arrow_columns_keep_pooled_memory_alive(pool):
+    pa = pytest.importorskip("pyarrow")
+    a = pool.empty(1 << 20, np.int32)
+    a[:] = np.arange(1 << 20, dtype=np.int32)
+    col = pa.array(a)  # zero-copy: Arrow holds the array
+    del a
+    b = pool.empty(1 << 20, np.int32)  # must not get col's memory
+    b[:] = -1
+    assert col[12345].as_py() == 12345 and col[-1].as_py() == (1 << 20) - 1
+    del b, col
+
+
+def test_reused_memory_is_zeroed_by_zeros_and_sized_by_best_fit(pool):
+    a = pool.empty(3 << 20, np.uint8)  # a 4 MB mapping
+    a[:] = 7
+    small = pool.empty(1 << 20, np.uint8)  # a 2 MB mapping
+    del a, small
+    assert pool._pool_bytes == 6 << 20
+    z = pool.zeros(1 << 20, np.uint8)  # fits both: takes the 2 MB one
+    assert not z.any() and pool._pool_bytes == 4 << 20
+    z2 = pool.zeros((3 << 20) // 8, np.int64)  # the 4 MB one, written with 7s before
+    assert not z2.any() and pool._pool_bytes == 0
+    full = pool.full(1 << 18, -3, np.int32)  # a fresh mapping
+    assert (full == -3).all()
+    big = pool.empty(9 << 20, np.uint8)  # no pooled mapping is large enough
+    del z, z2, full, big
+    assert pool._pool_bytes == (2 + 4 + 2 + 10) << 20
+
+
+def test_the_cap_and_release(pool, monkeypatch):
+    monkeypatch.setenv("PIPECORE_POOL_BYTES", str(3 << 20))
+    a, b = pool.empty(2 << 20, np.uint8), pool.empty(2 << 20, np.uint8)
+    del a
+    del b  # over the 3 MB cap: back to the OS
+    assert pool._pool_bytes == 2 << 20 and len(pool._pool) == 1
+    assert pool.release() == 2 << 20
+    assert pool._pool_bytes == 0 and not pool._pool
+
+
+def test_pooling_off_and_a_bad_setting(pool, monkeypatch):
+    monkeypatch.setenv("PIPECORE_POOL_BYTES", "0")
+    a = pool.empty(1 << 20, np.uint8)
+    assert not isinstance(a.base, memoryview)  # numpy's own memory
+    del a
+    assert pool._pool_bytes == 0
+    monkeypatch.setenv("PIPECORE_POOL_BYTES", "lots")
+    with pytest.raises(ValueError, match="PIPECORE_POOL_BYTES.*'lots'"):
+        pool.empty(1 << 20, np.uint8)
+
+
+def test_threads_never_share_a_mapping(pool):
+    errors = []
+
+    def work(tag):
+        for _ in range(40):
+            x = pool.empty(1 << 18, np.int32)
+            x[:] = tag
+            if not (x == tag).all():
+                errors.append(tag)
+            del x
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert pool._pool_bytes <= 4 * (2 << 20)  # at most one 2 MB mapping per thread came back
