@@ -1,6 +1,6 @@
-"""core/buffers.py's pool: large arrays hand their memory back for reuse
-when their last view dies, never before, within a cap, and ``release``
-returns it to the OS."""
+"""core/buffers.py's pool (``PIPECORE_POOL_BYTES``, off by default): large
+arrays hand their memory back for reuse when their last view dies, never
+before, within a cap, and ``release`` returns it to the OS."""
 
 import gc
 import threading
@@ -67,22 +67,32 @@ def test_reused_memory_is_zeroed_by_zeros_and_sized_by_best_fit(pool):
     assert pool._pool_bytes == (2 + 4 + 2 + 10) << 20
 
 
-def test_the_cap_and_release(pool, monkeypatch):
-    monkeypatch.setenv("PIPECORE_POOL_BYTES", str(3 << 20))
-    a, b = pool.empty(2 << 20, np.uint8), pool.empty(2 << 20, np.uint8)
+def test_the_cap_keeps_the_newest_and_release_empties_it(pool, monkeypatch):
+    monkeypatch.setenv("PIPECORE_POOL_BYTES", str(5 << 20))
+    a, b = pool.empty(2 << 20, np.uint8), pool.empty(4 << 20, np.uint8)
+    big = pool.empty(6 << 20, np.uint8)
     del a
-    del b  # over the 3 MB cap: back to the OS
-    assert pool._pool_bytes == 2 << 20 and len(pool._pool) == 1
-    assert pool.release() == 2 << 20
+    del b  # over the 5 MB cap: the older (a's 2 MB) goes back to the OS
+    assert pool._pool_bytes == 4 << 20 and len(pool._pool) == 1
+    del big  # larger than the cap: never pooled
+    assert pool._pool_bytes == 4 << 20
+    assert pool.release() == 4 << 20
     assert pool._pool_bytes == 0 and not pool._pool
 
 
-def test_pooling_off_and_a_bad_setting(pool, monkeypatch):
-    monkeypatch.setenv("PIPECORE_POOL_BYTES", "0")
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_pooling_is_off_by_default_and_with_zero(pool, monkeypatch, setting):
+    if setting is None:
+        monkeypatch.delenv("PIPECORE_POOL_BYTES")
+    else:
+        monkeypatch.setenv("PIPECORE_POOL_BYTES", setting)
     a = pool.empty(1 << 20, np.uint8)
     assert not isinstance(a.base, memoryview)  # numpy's own memory
     del a
     assert pool._pool_bytes == 0
+
+
+def test_a_bad_pool_setting_is_named(pool, monkeypatch):
     monkeypatch.setenv("PIPECORE_POOL_BYTES", "lots")
     with pytest.raises(ValueError, match="PIPECORE_POOL_BYTES.*'lots'"):
         pool.empty(1 << 20, np.uint8)

@@ -62,13 +62,16 @@ def _allocate(make, shape, dtype):
 # A large array's memory goes back to the OS when the array dies, and the
 # next build faults and zeroes it all again: 0.2-0.3 ns/B here for memory
 # the process had before, 2-3 ns/B for memory the VM's host has not handed
-# out yet (zb-v at p=1024 m=8192 allocates about 3 GB per build). Arrays of
-# _POOL_MIN_BYTES or more therefore live in anonymous mappings that return
-# to a pool when their last view dies (a finalizer on the buffer numpy
-# holds); a later array of similar size reuses one, its pages still
-# mapped. Pooled memory is marked MADV_FREE: the kernel may take it back
-# under memory pressure (a reuse then faults in fresh zero pages), and it
-# counts as available memory meanwhile.
+# out yet (zb-v at p=1024 m=8192 allocates about 3 GB per build). With
+# PIPECORE_POOL_BYTES set, arrays of _POOL_MIN_BYTES or more live in
+# anonymous mappings that return to a pool when their last view dies (a
+# finalizer on the buffer numpy holds); a later array of similar size
+# reuses one, its pages still mapped. Pooled memory is marked MADV_FREE:
+# the kernel may take it back under memory pressure (a reuse then faults in
+# fresh zero pages), and it counts as available memory meanwhile. Off by
+# default: repeated builds of one family gain (zb-v 1.15-1.40 s against
+# 2.0-2.6), but after bitpipe's builds chimera's and dualpipe's measured
+# 0.3-0.5 s slower on our VM, which we have not explained yet.
 _POOL_MIN_BYTES = 1 << 25
 _HUGE_PAGE = 1 << 21
 _pool_lock = threading.RLock()  # a finalizer may run inside _from_pool (GC)
@@ -77,19 +80,13 @@ _pool_bytes = 0
 
 
 def _pool_cap() -> int:
-    """Bytes the pool may hold: ``PIPECORE_POOL_BYTES``, else a quarter of
-    physical memory up to 8 GiB (0 turns pooling off)."""
-    env = os.environ.get("PIPECORE_POOL_BYTES")
-    if env is not None:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            raise ValueError(f"PIPECORE_POOL_BYTES must be a number of bytes (got {env!r})") from None
+    """Bytes the pool may hold: ``PIPECORE_POOL_BYTES`` (unset or 0: no
+    pool)."""
+    env = os.environ.get("PIPECORE_POOL_BYTES", "0")
     try:
-        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return 0
-    return min(ram // 4, 8 << 30)
+        return max(0, int(env))
+    except ValueError:
+        raise ValueError(f"PIPECORE_POOL_BYTES must be a number of bytes (got {env!r})") from None
 
 
 def _from_pool(nbytes):
@@ -119,12 +116,17 @@ def _from_pool(nbytes):
 def _to_pool(mm):
     global _pool_bytes
     with _pool_lock:
-        if _pool_bytes + len(mm) > _pool_cap():
-            mm.close()  # over the cap: back to the OS
+        cap = _pool_cap()
+        if len(mm) > cap:
+            mm.close()  # larger than the pool: back to the OS
             return
         _advise(mm, "MADV_FREE")
         _pool.append(mm)
         _pool_bytes += len(mm)
+        while _pool_bytes > cap:  # the oldest go back to the OS: sizes follow the work
+            old = _pool.pop(0)
+            _pool_bytes -= len(old)
+            old.close()
 
 
 def _advise(mm, name):
@@ -150,13 +152,13 @@ if hasattr(os, "register_at_fork"):
 def release() -> int:
     """Give the memory pooled for reuse back to the OS.
 
-    Large arrays from this module (32 MB or more) return their memory to a
-    pool when they die, so the next large build or simulation reuses it
-    instead of faulting in and zeroing fresh pages (about 0.7 s less per
-    build of a 50M-op schedule on our VM). The pool holds at most
-    ``PIPECORE_POOL_BYTES`` (default a quarter of physical memory, at most
-    8 GiB; 0 turns it off), and the kernel may reclaim pooled pages under
-    memory pressure anyway.
+    With ``PIPECORE_POOL_BYTES`` set (bytes; unset or 0: no pool), large
+    arrays from this module (32 MB or more) return their memory to a pool
+    of at most that size when they die (the oldest leave first), so the
+    next large build or simulation reuses it instead of faulting in and
+    zeroing fresh pages (about 0.7 s less per build of a 50M-op schedule
+    on our VM). The kernel may reclaim pooled pages under memory pressure
+    anyway.
 
     Returns
     -------
