@@ -50,7 +50,7 @@ def test_arrow_columns_keep_pooled_memory_alive(pool):
     del b, col
 
 
-def test_reused_memory_is_zeroed_by_zeros_and_sized_by_best_fit(pool):
+def test_reused_memory_is_zeroed_by_zeros_and_sized_exactly(pool):
     a = pool.empty(3 << 20, np.uint8)  # a 4 MB mapping
     a[:] = 7
     small = pool.empty(1 << 20, np.uint8)  # a 2 MB mapping
@@ -58,13 +58,18 @@ def test_reused_memory_is_zeroed_by_zeros_and_sized_by_best_fit(pool):
     assert pool._pool_bytes == 6 << 20
     z = pool.zeros(1 << 20, np.uint8)  # fits both: takes the 2 MB one
     assert not z.any() and pool._pool_bytes == 4 << 20
+    other = pool.empty(1 << 20, np.uint8)  # only a larger one left: a new mapping
+    assert pool._pool_bytes == 4 << 20
+    del other
+    assert pool._pool_bytes == 6 << 20
+    other = pool.empty(2 << 20, np.uint8)  # the 2 MB one back again
     z2 = pool.zeros((3 << 20) // 8, np.int64)  # the 4 MB one, written with 7s before
     assert not z2.any() and pool._pool_bytes == 0
     full = pool.full(1 << 18, -3, np.int32)  # a fresh mapping
     assert (full == -3).all()
     big = pool.empty(9 << 20, np.uint8)  # no pooled mapping is large enough
-    del z, z2, full, big
-    assert pool._pool_bytes == (2 + 4 + 2 + 10) << 20
+    del z, z2, full, big, other
+    assert pool._pool_bytes == (2 + 4 + 2 + 10 + 2) << 20
 
 
 def test_the_cap_keeps_the_newest_and_release_empties_it(pool, monkeypatch):

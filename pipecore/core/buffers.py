@@ -69,11 +69,11 @@ def _allocate(make, shape, dtype):
 # reuses one, its pages still mapped. Pooled memory is marked MADV_FREE:
 # the kernel may take it back under memory pressure (a reuse then faults in
 # fresh zero pages), and it counts as available memory meanwhile. Off by
-# default: repeated builds of one family gain (zb-v 1.15-1.40 s against
-# 2.0-2.6), but after bitpipe's builds chimera's and dualpipe's measured
-# 0.3-0.5 s slower on our VM, which we have not explained yet.
+# default (it holds memory the process no longer uses): repeated builds of
+# one family gain (zb-v 1.15-1.84 s against 1.9-2.6).
 _POOL_MIN_BYTES = 1 << 25
 _HUGE_PAGE = 1 << 21
+_POOL_FIT = 1.0  # a pooled mapping serves requests down to 1/_POOL_FIT of its size
 _pool_lock = threading.RLock()  # a finalizer may run inside _from_pool (GC)
 _pool = []  # free mappings
 _pool_bytes = 0
@@ -90,14 +90,17 @@ def _pool_cap() -> int:
 
 
 def _from_pool(nbytes):
-    """A uint8 array of ``nbytes`` in a pooled mapping (the smallest free
-    one that holds it and is at most twice as large, else a new one), and
-    whether that mapping is new (then it reads as zeros)."""
+    """A uint8 array of ``nbytes`` in a pooled mapping of its size (rounded
+    up to 2 MB; else a new one), and whether that mapping is new (then it
+    reads as zeros). Larger mappings are not lent out: after bitpipe's
+    builds, chimera's in the same process measured 0.3-0.5 s slower when
+    they could take mappings up to twice their arrays' size (not yet
+    explained), and the same sizes with exact fits."""
     global _pool_bytes
     want = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
     mm = None
     with _pool_lock:
-        fits = [i for i, m in enumerate(_pool) if want <= len(m) <= 2 * want]
+        fits = [i for i, m in enumerate(_pool) if want <= len(m) <= _POOL_FIT * want]
         if fits:
             mm = _pool.pop(min(fits, key=lambda i: len(_pool[i])))
             _pool_bytes -= len(mm)
