@@ -207,6 +207,18 @@ def test_structure_kernel_on_f_bw_rows_with_one_b_w_pair_the_sample_skips(monkey
     _same_structure(fast, structure(sched, fast=False))
 
 
+def test_stage_devices_of_one_two_and_three_devices():
+    # Each row is a stage's device per microbatch; the answers are written
+    # out by hand.
+    from pipecore.core.rules import _stage_devices
+
+    rows = np.array([[3, 3, 3, 3],    # one device
+                     [5, 1, 1, 5],    # two, the greater first
+                     [0, 2, 1, 2],    # three: the per-row sort
+                     [7, 7, 4, 4]])
+    assert _stage_devices(rows) == [(3,), (1, 5), (0, 1, 2), (4, 7)]
+
+
 def _error(table, fast, **kwargs):
     sched = Schedule(table, validate=False, **kwargs)
     with pytest.raises(ScheduleError) as info:

@@ -285,7 +285,7 @@ def structure(schedule, fast=None):
                      f"device {int(dev[r0])} for microbatch 0; a stage lives on one device "
                      f"unless the schedule is built with replicated=True", mark=[r0, r1])
     placement = stage_dev[:, 0].astype(np.int32)
-    stage_devices = [tuple(int(x) for x in np.unique(row)) for row in stage_dev]
+    stage_devices = _stage_devices(stage_dev)
 
     # Producers of each op (same microbatch).
     dep = np.full((n, 2), -1, dtype=np.int64)
@@ -465,6 +465,26 @@ def _in_halves(kernel, halves, n, *args):
         return bool(other.result()) or bool(first)
 
 
+def _stage_devices(stage_dev):
+    """The sorted distinct devices of each row of ``stage_dev`` (a stage's
+    device for each microbatch). A row holding only its least and greatest
+    device (a stage on one device or two, every layout pipecore builds)
+    is read from those two, without sorting it; others by ``np.unique``
+    (a sort per stage took 0.1-0.3 s at p=1024 m=8192)."""
+    lo = stage_dev.min(axis=1)
+    hi = stage_dev.max(axis=1)
+    two = ((stage_dev == lo[:, None]) | (stage_dev == hi[:, None])).all(axis=1)
+    out = []
+    for s, row in enumerate(stage_dev):
+        if not two[s]:
+            out.append(tuple(int(x) for x in np.unique(row)))
+        elif lo[s] == hi[s]:
+            out.append((int(lo[s]),))
+        else:
+            out.append((int(lo[s]), int(hi[s])))
+    return out
+
+
 def _index_columns(kind, top, guess=True):
     """Column of each kind code's rows in the fast path's per-key index
     (-1: none; AR rows are not indexed).
@@ -566,7 +586,7 @@ def _structure_fast(schedule):
     if schedule.replicated:
         stage_dev = dev[f_idx.reshape(S, m)]
         placement = stage_dev[:, 0].astype(np.int32)
-        stage_devices = [tuple(int(x) for x in np.unique(row)) for row in stage_dev]
+        stage_devices = _stage_devices(stage_dev)
     else:
         # Every op of a stage runs on its one device (checked by the kernel).
         placement = first_dev
