@@ -43,7 +43,7 @@ def _allocate(make, shape, dtype):
     for the call, then put back."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes >= _POOL_MIN_BYTES and _pool_cap() > 0:
+    if nbytes >= _POOL_MIN_BYTES and _POOL_OK and _pool_cap() > 0:
         out, fresh = _from_pool(nbytes)
         out = out.view(dtype).reshape(shape)
         if make is np.zeros and not fresh:
@@ -65,7 +65,7 @@ def _allocate(make, shape, dtype):
 # out yet (zb-v at p=1024 m=8192 allocates about 3 GB per build). With
 # PIPECORE_POOL_BYTES set, arrays of _POOL_MIN_BYTES or more live in
 # anonymous mappings that return to a pool when their last view dies (a
-# finalizer on the buffer numpy holds); a later array of similar size
+# finalizer on the buffer numpy holds); a later array of the same size
 # reuses one, its pages still mapped. Pooled memory is marked MADV_FREE:
 # the kernel may take it back under memory pressure (a reuse then faults in
 # fresh zero pages), and it counts as available memory meanwhile. Off by
@@ -74,6 +74,7 @@ def _allocate(make, shape, dtype):
 _POOL_MIN_BYTES = 1 << 25
 _HUGE_PAGE = 1 << 21
 _POOL_FIT = 1.0  # a pooled mapping serves requests down to 1/_POOL_FIT of its size
+_POOL_OK = hasattr(mmap, "MAP_ANONYMOUS")  # POSIX: anonymous mappings
 _pool_lock = threading.RLock()  # a finalizer may run inside _from_pool (GC)
 _pool = []  # free mappings
 _pool_bytes = 0
@@ -92,10 +93,10 @@ def _pool_cap() -> int:
 def _from_pool(nbytes):
     """A uint8 array of ``nbytes`` in a pooled mapping of its size (rounded
     up to 2 MB; else a new one), and whether that mapping is new (then it
-    reads as zeros). Larger mappings are not lent out: after bitpipe's
-    builds, chimera's in the same process measured 0.3-0.5 s slower when
-    they could take mappings up to twice their arrays' size (not yet
-    explained), and the same sizes with exact fits."""
+    reads as zeros). Larger mappings are not lent out: when chimera's
+    builds could take bitpipe's mappings up to twice their arrays' size,
+    they measured 0.3-0.5 s slower (not yet explained); with exact sizes
+    they did not."""
     global _pool_bytes
     want = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
     mm = None
