@@ -544,19 +544,17 @@ def _structure_fast(schedule):
     xfer = buffers.empty((n, 2), np.int32)
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
     buffers.populate(xfer, paired, dep)
-    col = _index_columns(kind, top)
-    idx = buffers.full((S * m, int(col.max()) + 1), -1, np.int32)
     out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
     first_dev = np.empty(S, dtype=np.int32)
     replicated = bool(schedule.replicated)
-    status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,
-                                 paired, dep, first_dev)
-    if status == 2:  # the sample missed a kind: a column for each
-        del idx
-        col = _index_columns(kind, top, guess=False)
+    for guess in (True, False):  # status 2: the sample missed a kind, so a column for each
+        col = _index_columns(kind, top, guess)
         idx = buffers.full((S * m, int(col.max()) + 1), -1, np.int32)
         status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,
                                      paired, dep, first_dev)
+        if status != 2:
+            break
+        idx = None  # freed before the wider one
     if status:
         return None
     # Without all-reduces each producer has one consumer on another device
