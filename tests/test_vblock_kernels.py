@@ -420,3 +420,47 @@ def test_the_alive_count_blocks_equal_a_plain_array(width, seed):
             want = a + int(hits[-1]) if hits.size else -1
             got = vblocks._last_at_least(alive, bmax, lazy, smax, slazy, d, a, b, level)
             assert got == want, (d, a, b, level)
+
+
+# -- the cool-down's sets of ops ready now -----------------------------------
+# ``_now_add`` and ``_now_take`` keep each device's ready codes as bits with a
+# bit per non-empty word above them; Python's min over a set is the
+# reference. Tails up to 9,000 ops (18,000 codes, five summary words) reach
+# past the first summary word, which the kernel tests' small shapes do not.
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 9000), min_size=1, max_size=4),
+       seed=st.integers(0, 2 ** 32 - 1))
+def test_the_ready_now_sets_equal_python_sets(lengths, seed):
+    rng = np.random.default_rng(seed)
+    p = len(lengths)
+    woff = np.zeros(p + 1, np.int64)  # sized as _event_loop sizes them
+    soff = np.zeros(p + 1, np.int64)
+    for d, n in enumerate(lengths):
+        nw = (2 * n + 63) >> 6
+        woff[d + 1] = woff[d] + nw
+        soff[d + 1] = soff[d] + ((nw + 63) >> 6)
+    bits = np.zeros(woff[p], np.uint64)
+    summ = np.zeros(soff[p], np.uint64)
+    want = [set() for _ in range(p)]
+    for _ in range(400):
+        d = int(rng.integers(p))
+        if want[d] and rng.random() < 0.45:
+            got = vblocks._now_take(bits, summ, woff, soff, d)
+            assert got == min(want[d]), (d, sorted(want[d])[:5])
+            want[d].remove(got)
+        else:
+            free = 2 * lengths[d] - len(want[d])
+            if free == 0:
+                continue
+            b = int(rng.integers(2 * lengths[d]))
+            while b in want[d]:
+                b = (b + 1) % (2 * lengths[d])
+            vblocks._now_add(bits, summ, woff, soff, d, b)
+            want[d].add(b)
+    for d in range(p):  # emptied in order, the bits are all clear again
+        while want[d]:
+            got = vblocks._now_take(bits, summ, woff, soff, d)
+            assert got == min(want[d])
+            want[d].remove(got)
+    assert not bits.any() and not summ.any()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 # Kind codes (core.ops): F=0, B=1, W=2, BW=3.
 # error_model="numpy": no zero-division checks (every divisor is a count
@@ -575,6 +576,33 @@ def _key_pop(kt, kc, ki, lo, size):
     return size
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _now_add(bits, summ, woff, soff, d, b):
+    """Put code b in device d's set of ops ready now (a bit per code, and a
+    bit per non-empty word of those)."""
+    w = b >> 6
+    bits[woff[d] + w] |= np.uint64(1) << np.uint64(b & 63)
+    summ[soff[d] + (w >> 6)] |= np.uint64(1) << np.uint64(w & 63)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _now_take(bits, summ, woff, soff, d):
+    """Remove and return the least code in device d's (non-empty) set of
+    ops ready now."""
+    s = soff[d]
+    while summ[s] == 0:
+        s += 1
+    x = summ[s]
+    w = ((s - soff[d]) << 6) + trailing_zeros(x)
+    y = bits[woff[d] + w]
+    b = (w << 6) + trailing_zeros(y)
+    y &= y - np.uint64(1)
+    bits[woff[d] + w] = y
+    if y == 0:
+        summ[s] = x & (x - np.uint64(1))
+    return b
+
+
 # The sweep keeps the finish of each block op's last 2**_RING_BITS
 # microbatches (a cross-device producer is read a few time units after it
 # ran), tries to skip ahead every _JUMP_EVERY intervals, and looks at most
@@ -979,15 +1007,30 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
     left = np.empty(p, np.int64)  # tail ops not run yet
     for d in range(p):
         left[d] = dptr[d + 1] - split[d]
-    # Per-device heaps of ready tail ops, in the device's slice of the tail.
+    # A tail op's code on its device: its rank, plus the tail's length for
+    # a W, so the least code is the op Python's key (is W, rank) picks.
+    # Tail ops ready later than their device's turn wait in per-device heaps
+    # keyed by (ready time, code), in the device's slice of the tail; those
+    # ready by then are bits in a per-device set of codes (most ops: about
+    # 700 of them were ready at once on a device of v-zb at p=1024, a heap
+    # of that size cost four mispredicted levels per push and pop).
     kt = np.empty(tail[p], np.int64)
     kc = np.empty(tail[p], np.int64)
     ki = np.empty(tail[p], np.int32)
-    nt = np.zeros(tail[p], np.int64)
-    nc = np.empty(tail[p], np.int64)
-    ni = np.empty(tail[p], np.int32)
     later = np.zeros(p, np.int64)
     now_n = np.zeros(p, np.int64)
+    woff = np.zeros(p + 1, np.int64)  # device d's words of bits: [woff[d], woff[d + 1])
+    soff = np.zeros(p + 1, np.int64)  # and of their summary bits
+    for d in range(p):
+        nw = (2 * (tail[d + 1] - tail[d]) + 63) >> 6
+        woff[d + 1] = woff[d] + nw
+        soff[d + 1] = soff[d] + ((nw + 63) >> 6)
+    bits = np.zeros(woff[p], np.uint64)
+    summ = np.zeros(soff[p], np.uint64)
+    tail_op = np.empty(tail[p], np.int32)  # the op of each rank (``order`` is overwritten)
+    for d in range(p):
+        for r in range(tail[d + 1] - tail[d]):
+            tail_op[tail[d] + r] = order[split[d] + r]
     if swept > 0:
         # Tail ops whose producers all ran before the cut joined their
         # device's "later" heap when the last of them finished.
@@ -1002,7 +1045,7 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
                 if t >= 0:
                     code = np.int64(rank[roff[c] + j - tail_from[c]])
                     if l_kind[c] == 2:
-                        code += n
+                        code += tail[e + 1] - tail[e]
                     later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
     # A tournament tree over the devices instead of a heap: each change
     # replays a fixed path of matches without data-dependent branches, where
@@ -1044,11 +1087,13 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
             lo = tail[d]
             while later[d] > 0 and kt[lo] <= now:
                 later[d] = _key_pop(kt, kc, ki, lo, later[d])
-                y = lo + later[d]
-                now_n[d] = _key_push(nt, nc, ni, lo, now_n[d], 0, kc[y], ki[y])
+                _now_add(bits, summ, woff, soff, d, kc[lo + later[d]])
+                now_n[d] += 1
             if now_n[d] > 0:
-                now_n[d] = _key_pop(nt, nc, ni, lo, now_n[d])
-                op = ni[lo + now_n[d]]
+                b = _now_take(bits, summ, woff, soff, d)
+                now_n[d] -= 1
+                ln = tail[d + 1] - lo
+                op = tail_op[lo + (b - ln if b >= ln else b)]
                 t = now
             elif later[d] > 0:
                 later[d] = _key_pop(kt, kc, ki, lo, later[d])
@@ -1084,8 +1129,15 @@ def _event_loop(order, dptr, split, tail, tail_from, roff, rank, base, free_at, 
                 if t >= 0:
                     code = np.int64(rk)
                     if l_kind[c] == 2:
-                        code += n
-                    later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
+                        code += tail[e + 1] - tail[e]
+                    if t <= free_at[e]:
+                        # Ready by e's next turn, which comes at free_at[e]
+                        # (it changes only when e runs an op): the turn
+                        # would move it out of the heap first thing.
+                        _now_add(bits, summ, woff, soff, e, code)
+                        now_n[e] += 1
+                    else:
+                        later[e] = _key_push(kt, kc, ki, tail[e], later[e], t, code, cop)
             if e != d and tk[leaves + e] == _IDLE:
                 _set_turn(tk, td, leaves, e, free_at[e])
     return out, ran
