@@ -606,7 +606,7 @@ def _cooldown_kernels(t, order, ostart, dptr, cut, tails=None):
     W of lowest rank, else the op ready first. An op becomes ready (and
     joins its device's "later" heap keyed by (ready time, is W, rank)) when
     its last producer finishes; an attempt moves every op ready by then
-    into the "now" heap keyed by (is W, rank). Finishing an op wakes the
+    into the "now" set ordered by (is W, rank). Finishing an op wakes the
     devices of its consumers. Python keeps a set of waiting devices per op
     and may queue a device twice; waking every consumer device once (a
     device whose turn is pending is not queued again) takes the same
