@@ -1,6 +1,7 @@
 """core/buffers.py's pool (``PIPECORE_POOL_BYTES``, off by default): large
 arrays hand their memory back for reuse when their last view dies, never
-before, within a cap, and ``release`` returns it to the OS."""
+before, within a cap, and ``release`` returns it to the OS; ``arena`` puts
+small tables side by side on huge pages."""
 
 import gc
 import threading
@@ -121,3 +122,68 @@ def test_threads_never_share_a_mapping(pool):
         t.join()
     assert not errors
     assert pool._pool_bytes <= 4 * (2 << 20)  # at most one 2 MB mapping per thread came back
+
+
+# -- arena: small tables together on huge pages ------------------------------
+
+def test_arena_arrays_have_their_shapes_and_do_not_overlap(monkeypatch):
+    monkeypatch.delenv("PIPECORE_HUGEPAGES", raising=False)
+    specs = [((3, 5), np.int32), (0, np.float64), ((2,), np.int8), (7, np.int64),
+             ((1024, 1160), np.int32)]
+    arrays = buffers.arena(*specs)
+    assert [a.shape for a in arrays] == [(3, 5), (0,), (2,), (7,), (1024, 1160)]
+    assert [a.dtype for a in arrays] == [np.dtype(d) for _s, d in specs]
+    for k, a in enumerate(arrays):
+        assert a.flags.writeable and a.flags.c_contiguous
+        assert a.ctypes.data % 64 == 0  # each on its own cache lines
+        a[...] = k + 1
+    for k, a in enumerate(arrays):  # no write reached another array
+        assert (a == k + 1).all()
+    for a in arrays:
+        for b in arrays:
+            assert a is b or not np.shares_memory(a, b)
+
+
+def test_arena_falls_back_to_numpy_without_huge_pages(monkeypatch):
+    monkeypatch.setenv("PIPECORE_HUGEPAGES", "0")
+    a, b = buffers.arena(((4, 4), np.int32), (3, np.float64))
+    assert a.shape == (4, 4) and b.shape == (3,)
+    assert not np.shares_memory(a, b) and a.flags.owndata and b.flags.owndata
+
+
+def test_arena_names_a_negative_shape():
+    with pytest.raises(ValueError, match=r"negative dimensions.*\(-1, -2\)"):
+        buffers.arena(((-1, -2), np.int32))
+
+
+def _thp_eligible(address):
+    """THPeligible of the mapping holding ``address`` (None: not readable)."""
+    try:
+        with open("/proc/self/smaps") as f:
+            inside = False
+            for line in f:
+                head = line.split()[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo <= address < hi
+                elif inside and head == "THPeligible:":
+                    return line.split()[1] == "1"
+    except OSError:
+        return None
+    return None
+
+
+def test_arena_asks_for_huge_pages(monkeypatch):
+    monkeypatch.delenv("PIPECORE_HUGEPAGES", raising=False)
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read()
+    except OSError:
+        pytest.skip("this system reports no transparent huge pages")
+    if "[never]" in mode or not buffers._POOL_OK:
+        pytest.skip("transparent huge pages are off on this system")
+    (a,) = buffers.arena(((256, 145), np.int32))  # smax's size at p=256: numpy would not hint it
+    eligible = _thp_eligible(a.ctypes.data)
+    if eligible is None:
+        pytest.skip("/proc/self/smaps does not say THPeligible here")
+    assert eligible
