@@ -229,7 +229,7 @@ def arena(*specs) -> list:
     Raises
     ------
     ValueError
-        If a shape is negative (numpy's error).
+        If a dimension of a shape is negative.
     """
     norm = []
     for shape, dtype in specs:
