@@ -383,6 +383,60 @@ def test_the_windowed_reorder_equals_the_whole_grid_on_random_blocks(spec, m):
     _same_reorder(_kernel_block(spec, m), m)
 
 
+# -- the reorder's rounds ----------------------------------------------------
+# ``reorder_moves`` stops after a round once no op can move in the next one
+# (only an F whose alive-count check stopped it, after a later last
+# backward op lowered the count that stopped it). The Python reference
+# always runs the next round. These blocks were found by an exhaustive
+# search over two-stage blocks (gaps 0 to 5) with the Python reference
+# counting its moves per round: at m=5 its second round moves 10 to 12 ops.
+SECOND_ROUND_BLOCKS = [
+    ({("F", 0): 0, ("F", 1): 4, ("B", 1): 6, ("W", 1): 11, ("B", 0): 10, ("W", 0): 11}, 3),
+    ({("F", 0): 0, ("F", 1): 4, ("B", 1): 8, ("W", 1): 9, ("B", 0): 11, ("W", 0): 16}, 3),
+    ({("F", 0): 0, ("F", 1): 5, ("B", 1): 8, ("W", 1): 14, ("B", 0): 13, ("W", 0): 14}, 4),
+]
+
+
+def _rounds_run(t, **kw):
+    """``_reorder_kernels(t)`` and the rounds each ``reorder_moves`` call ran."""
+    ran = []
+    real = blocks.reorder_moves
+
+    def counted(*a):
+        n_moves, n_rounds = real(*a)
+        ran.append(n_rounds)
+        return n_moves, n_rounds
+
+    with mock.patch.object(blocks, "reorder_moves", counted):
+        out = blocks._reorder_kernels(t, **kw)
+    return out, ran
+
+
+@pytest.mark.parametrize("offsets, interval", SECOND_ROUND_BLOCKS)
+def test_a_second_round_runs_when_a_last_backward_move_frees_a_stopped_f(offsets, interval):
+    block = blocks.BuildingBlock([0, 1], offsets, interval,
+                                 durations={"F": 1, "B": 1, "W": 1, "BW": 2})
+    m = 5
+    t = blocks._block_tables(block, m)
+    one = blocks._reorder_kernels(t, rounds=1)
+    out, ran = _rounds_run(t)
+    # The second round changes the result here...
+    assert not all(np.array_equal(a, b) for a, b in zip(one, out))
+    assert max(ran) >= 2
+    # ... and the kernels still equal the reference, which always runs it.
+    assert kernel_programs(block, m) == reference_programs(block, m)
+
+
+@pytest.mark.parametrize("name", sorted(MAKE))
+@pytest.mark.parametrize("p, m", [(4, 40), (16, 300)])
+def test_the_v_blocks_reorder_in_one_round(name, p, m):
+    # The second round moved nothing on any block searched (the paper's,
+    # random ones, v-zb, v-min and v-half up to p=1024): it is skipped.
+    t = blocks._block_tables(MAKE[name](p), m)
+    _out, ran = _rounds_run(t)
+    assert ran and all(r == 1 for r in ran)
+
+
 # -- the reorder's alive counts ----------------------------------------------
 # ``_add`` and ``_last_at_least`` keep each device's alive counts in blocks
 # and superblocks, each with a maximum and a pending add; a plain array is

@@ -304,7 +304,9 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     Each round visits the ops by start (ties by device) and moves each to
     the first free slot after its producers end; an F only as far as keeps
     every alive count it passes at or below the device's peak. Stops after
-    ``rounds`` rounds or one without a move. With windows (``B > A``) the
+    ``rounds`` rounds, or a round after which no op can move (see the
+    round's comment; the Python version runs that round and moves
+    nothing). With windows (``B > A``) the
     warm-up ops and the cool-down ops touch disjoint slots and starts, so
     two calls, one per set, may run at once and equal one call on both.
     ``start`` is indexed by ``_kept`` (microbatches ``j0`` to ``j1`` are not
@@ -312,7 +314,10 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
 
     Returns
     -------
-    int : the number of moves
+    n_moves : int
+        The number of moves.
+    n_rounds : int
+        Rounds run.
     """
     n_cand = cand.shape[0]
     K = l_dev.shape[0]
@@ -337,6 +342,8 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     by_dev = np.empty(n_cand, np.int32)  # candidate numbers
     visit = np.empty(n_cand, np.int32)
     count = np.empty(max(devices, horizon) + 1, np.int64)
+    x_lo = np.empty(devices, np.int64)
+    x_hi = np.empty(devices, np.int64)
     for _round in range(rounds):
         # By start, ties (on different devices) by device: the Python
         # version's stable sort of a list ordered by (device, start). Two
@@ -371,6 +378,16 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
             for k in range(n_cand):
                 visit[k] = k
         moved = False
+        # A later round can move only an F whose check stopped it in this
+        # one (the ops visited after an op start later, so their moves free
+        # slots only after it, and its producers, which start earlier, were
+        # visited before it), and only once the count at x, the last slot
+        # that stopped it, drops: by the move of a last backward op visited
+        # after it on its device. The slots x of the round's stopped Fs lie
+        # in [x_lo[d], x_hi[d]] per device.
+        again = False
+        x_lo[:] = horizon
+        x_hi[:] = -1
         for k in range(n_cand):
             i = visit[k]
             op = cop[i]
@@ -396,6 +413,8 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
                 x = _last_at_least(alive, bmax, lazy, smax, slazy, d, ready - sh, t - sh, limit[d])
                 if x >= 0:
                     lo = max(ready, x + sh + 1)
+                    x_lo[d] = min(x_lo[d], x)
+                    x_hi[d] = max(x_hi[d], x)
             for slot in range(lo - sh, t - sh):
                 free = True
                 for u in range(slot, slot + ln):
@@ -415,12 +434,14 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
                     _add(alive, bmax, lazy, smax, slazy, d, slot, t - sh, 1)
                 elif l_is_last[bi]:
                     _add(alive, bmax, lazy, smax, slazy, d, slot + ln, t - sh + ln, -1)
+                    if slot + ln <= x_hi[d] and x_lo[d] < t - sh + ln:
+                        again = True
                 moved = True
                 n_moves += 1
                 break
-        if not moved:
-            break
-    return n_moves
+        if not moved or not again:
+            return n_moves, _round + 1
+    return n_moves, rounds
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # two threads, halves of the devices
