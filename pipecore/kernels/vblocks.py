@@ -174,39 +174,12 @@ def _start_of(start, op, m, inv, K, j0, j1):
     return start[_kept(bi, _inside(op - bi * m, j0, j1), K)]
 
 
-@njit(cache=True, error_model="numpy")
-def _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, warm, cool):
-    """Devices d0 to d1's warm-up and cool-down ops (by op id, by their
-    layout starts) written to ``warm`` and ``cool`` as far as they have
-    room; returns how many."""
-    n_out = m - (j1 - j0)
-    K = l_dev.shape[0]
-    n_warm = 0
-    n_cool = 0
-    for bi in range(K):
-        if l_dev[bi] < d0 or l_dev[bi] >= d1:
-            continue
-        for jj in range(n_out):
-            j = _outside(jj, j0, j1)
-            op = bi * m + j
-            t = l_off[bi] + j * T
-            if t < warm_end:
-                if n_warm < warm.shape[0]:
-                    warm[n_warm] = op
-                n_warm += 1
-            elif t > cool_start:
-                if n_cool < cool.shape[0]:
-                    cool[n_cool] = op
-                n_cool += 1
-    return n_warm, n_cool
-
-
 @njit(cache=True, error_model="numpy", nogil=True)  # two threads, halves of the devices
 def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, cool_start, A, B,
                   j0, j1, start, occ, alive, bmax, lazy, smax, slazy, limit, d0, d1):
-    """The reorder's grids before any move, and its candidates, for devices
-    ``d0`` to ``d1`` (step 1 of 3; rows of other devices are not touched,
-    so two calls on disjoint ranges may run at once).
+    """The reorder's grids before any move, for devices ``d0`` to ``d1``
+    (step 1 of 3; rows of other devices are not touched, so two calls on
+    disjoint ranges may run at once).
 
     ``occ[d, u]`` is the op on device d's unit slot u (-1 free) and
     ``alive[d, u]`` the number of activations alive there (an F's lives from
@@ -222,10 +195,7 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
     and their starts are not stored (``start`` holds the others', see
     ``_kept``).
 
-    Returns
-    -------
-    warm, cool : int64 arrays, the warm-up and the cool-down ops of these
-        devices that may move, by op id
+    The ops that may move are listed by ``reorder_moves`` itself.
     """
     K = l_dev.shape[0]
     T = interval
@@ -284,22 +254,85 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
             _block_max(alive, bmax, d, blk)
         for sup in range(nsup):
             _super_max(bmax, lazy, smax, d, sup)
-    # Warm-up and cool-down ops; the steady phase between them stays.
-    # With windows a cool-down op and its producers start after B, so the
-    # two sets never read each other's starts or slots (``reorder_moves``).
-    empty = np.empty(0, np.int64)
-    n_warm, n_cool = _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, empty,
-                                empty)
-    warm = np.empty(n_warm, np.int64)
-    cool = np.empty(n_cool, np.int64)
-    _split_ops(l_dev, l_off, m, T, j0, j1, warm_end, cool_start, d0, d1, warm, cool)
-    return warm, cool
+
+
+@njit(cache=True, error_model="numpy")
+def _by_start(cdev, cst, devices, horizon, count, by_dev, visit):
+    """``visit``: the candidates by start, ties (on different devices) by
+    device, as the Python version's stable sort of a list ordered by
+    (device, start) gives them. Two counting sorts, by device and then
+    (stable) by start."""
+    n_cand = cdev.shape[0]
+    count[:devices + 1] = 0
+    for i in range(n_cand):
+        count[cdev[i] + 1] += 1
+    for d in range(devices):
+        count[d + 1] += count[d]
+    for i in range(n_cand):
+        d = cdev[i]
+        by_dev[count[d]] = i
+        count[d] += 1
+    count[:horizon + 1] = 0
+    for i in range(n_cand):
+        count[cst[i] + 1] += 1
+    for u in range(horizon):
+        count[u + 1] += count[u]
+    for k in range(n_cand):
+        i = by_dev[k]
+        u = cst[i]
+        visit[count[u]] = i
+        count[u] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _candidates(order, qq, rr, l_dev, m, T, j0, j1, warm_end, cool_start, which, cop, cdev, cbi,
+                cjj, cst):
+    """The ops that may move by layout start, ties by device: written to the
+    c* arrays when they have room; returns how many. ``which``: 1 the
+    warm-up ops (start < warm_end), 2 the cool-down ops (start >
+    cool_start, the others), 3 both. Block op bi starts at (qq[bi] + j) * T
+    + rr[bi] in microbatch j, so the starts in [w * T, (w + 1) * T) are
+    those of the block ops by (rr, device) (``order``), each of microbatch
+    j = w - qq[bi], where that is a stored microbatch."""
+    K = l_dev.shape[0]
+    w_top = 0
+    for bi in range(K):
+        w_top = max(w_top, qq[bi] + m - 1)
+    w_lo = 0 if which & 1 else max(0, (cool_start + 1) // T)
+    w_hi = w_top if which & 2 else min(w_top, (warm_end - 1) // T)
+    fill = cop.shape[0]
+    n = 0
+    for w in range(w_lo, w_hi + 1):
+        for x in range(K):
+            bi = order[x]
+            j = w - qq[bi]
+            # (Microbatches j0 to j1 start after warm_end and end before
+            # cool_start; skipped anyway: their starts are not stored.)
+            if j < 0 or j >= m or (j0 <= j < j1):
+                continue
+            t = w * T + rr[bi]
+            if t < warm_end:
+                if not which & 1:
+                    continue
+            elif t <= cool_start or not which & 2:
+                continue
+            if n < fill:
+                cop[n] = bi * m + j
+                cdev[n] = l_dev[bi]
+                cbi[n] = bi
+                cjj[n] = _inside(j, j0, j1)
+                cst[n] = t
+            n += 1
+    return n
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # warm-up and cool-down in two threads
-def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, l_prod,
-                  l_is_f, l_is_last, m, devices, horizon, A, B, j0, j1, rounds):
-    """Move ops ``cand`` into earlier free slots, in place (step 2 of 3).
+def reorder_moves(which, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_off, l_dur,
+                  l_prod, l_is_f, l_is_last, m, interval, warm_end, cool_start, devices, horizon,
+                  A, B, j0, j1, rounds):
+    """Move the warm-up ops (``which`` 1), the cool-down ops (2) or both (3)
+    into earlier free slots, in place (step 2 of 3; the warm-up ops start
+    before ``warm_end``, the cool-down ops after ``cool_start``).
 
     Each round visits the ops by start (ties by device) and moves each to
     the first free slot after its producers end; an F only as far as keeps
@@ -310,7 +343,7 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     warm-up ops and the cool-down ops touch disjoint slots and starts, so
     two calls, one per set, may run at once and equal one call on both.
     ``start`` is indexed by ``_kept`` (microbatches ``j0`` to ``j1`` are not
-    stored).
+    stored) and holds the layout's starts when called.
 
     Returns
     -------
@@ -319,64 +352,42 @@ def reorder_moves(cand, start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev
     n_rounds : int
         Rounds run.
     """
-    n_cand = cand.shape[0]
     K = l_dev.shape[0]
     D = B - A
+    T = interval
     n_moves = 0
-    # Per candidate: its device (for the sorts), its block op, its outside
-    # microbatch and a copy of its start, all read in candidate order.
+    # The first round's order comes from the layout itself (no sort): the
+    # candidates' block ops by start within an interval, interval by
+    # interval; per candidate its id, device, block op, stored microbatch
+    # and start, read in this order.
+    qq = np.empty(K, np.int64)
+    rr = np.empty(K, np.int64)
+    key = np.empty(K, np.int64)
+    for bi in range(K):
+        qq[bi] = l_off[bi] // T
+        rr[bi] = l_off[bi] - qq[bi] * T
+        key[bi] = rr[bi] * devices + l_dev[bi]
+    order = np.argsort(key, kind="mergesort")
+    none = np.empty(0, np.int32)
+    n_cand = _candidates(order, qq, rr, l_dev, m, T, j0, j1, warm_end, cool_start, which, none,
+                         none, none, none, none)
     cop = np.empty(n_cand, np.int32)
     cdev = np.empty(n_cand, np.int32)
     cbi = np.empty(n_cand, np.int32)
     cjj = np.empty(n_cand, np.int32)
     cst = np.empty(n_cand, np.int32)
-    inv = 1.0 / m  # for _block_of
-    for i in range(n_cand):
-        bi = _block_of(cand[i], m, inv)
-        jj = _inside(cand[i] - bi * m, j0, j1)
-        cop[i] = cand[i]
-        cdev[i] = l_dev[bi]
-        cbi[i] = bi
-        cjj[i] = jj
-        cst[i] = start[_kept(bi, jj, K)]
+    _candidates(order, qq, rr, l_dev, m, T, j0, j1, warm_end, cool_start, which, cop, cdev, cbi,
+                cjj, cst)
     by_dev = np.empty(n_cand, np.int32)  # candidate numbers
     visit = np.empty(n_cand, np.int32)
     count = np.empty(max(devices, horizon) + 1, np.int64)
     x_lo = np.empty(devices, np.int64)
     x_hi = np.empty(devices, np.int64)
+    for k in range(n_cand):
+        visit[k] = k
     for _round in range(rounds):
-        # By start, ties (on different devices) by device: the Python
-        # version's stable sort of a list ordered by (device, start). Two
-        # counting sorts, by device and then (stable) by start.
-        count[:devices + 1] = 0
-        for i in range(n_cand):
-            count[cdev[i] + 1] += 1
-        for d in range(devices):
-            count[d + 1] += count[d]
-        for i in range(n_cand):
-            d = cdev[i]
-            by_dev[count[d]] = i
-            count[d] += 1
-        count[:horizon + 1] = 0
-        for i in range(n_cand):
-            count[cst[i] + 1] += 1
-        for u in range(horizon):
-            count[u + 1] += count[u]
-        for k in range(n_cand):
-            i = by_dev[k]
-            u = cst[i]
-            visit[count[u]] = i
-            count[u] += 1
-        if _round == 0:
-            # Renumber the candidates in this order: a later round's order
-            # differs where ops moved, so the arrays are read nearly in
-            # sequence, not at random.
-            for x in (cop, cdev, cbi, cjj, cst):
-                for k in range(n_cand):
-                    by_dev[k] = x[visit[k]]
-                x[:] = by_dev
-            for k in range(n_cand):
-                visit[k] = k
+        if _round > 0:
+            _by_start(cdev, cst, devices, horizon, count, by_dev, visit)
         moved = False
         # A later round can move only an F whose check stopped it in this
         # one (the ops visited after an op start later, so their moves free

@@ -470,6 +470,8 @@ def _squeeze_kernels(t):
 
 
 _REORDER_THREADS_MIN_OPS = 1 << 20
+# reorder_moves's sets: the warm-up ops, the cool-down ops.
+_WARM, _COOL = 1, 2
 
 
 def _reorder_windows(t, window=True):
@@ -564,27 +566,25 @@ def _reorder_kernels(t, rounds=3, window=True, threads=None, fault=()):
     try:
         if pool is not None:
             other = pool.submit(reorder_setup, *setup, half, p)
-            warm, cool = reorder_setup(*setup, 0, half)
-            warm2, cool2 = other.result()
-            warm, cool = np.concatenate([warm, warm2]), np.concatenate([cool, cool2])
+            reorder_setup(*setup, 0, half)
+            other.result()
         else:
-            warm, cool = reorder_setup(*setup, 0, p)
-        args = (start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_dur, t["l_prod"],
-                t["l_is_f"], t["l_is_last"], m, p, horizon, A, B, j0, j1, rounds)
+            reorder_setup(*setup, 0, p)
+        args = (start, occ, alive, bmax, lazy, smax, slazy, limit, l_dev, l_off, l_dur,
+                t["l_prod"], t["l_is_f"], t["l_is_last"], m, T, warm_end, cool_start, p, horizon,
+                A, B, j0, j1, rounds)
         if fault:
             buffers.populate(*fault)
         if B <= A:
-            # No windows: a cool-down op may read a warm-up op's start. (The
-            # candidates' order does not matter: each round sorts them by
-            # start and device, which no two share.)
-            reorder_moves(np.concatenate([warm, cool]), *args)
+            # No windows: a cool-down op may read a warm-up op's start.
+            reorder_moves(_WARM | _COOL, *args)
         elif pool is not None:
-            other = pool.submit(reorder_moves, cool, *args)
-            reorder_moves(warm, *args)
+            other = pool.submit(reorder_moves, _COOL, *args)
+            reorder_moves(_WARM, *args)
             other.result()
         else:
-            reorder_moves(warm, *args)
-            reorder_moves(cool, *args)
+            reorder_moves(_WARM, *args)
+            reorder_moves(_COOL, *args)
         if pool is not None:
             other = pool.submit(reorder_emit, *emit, half, p)
             reorder_emit(*emit, 0, half)
