@@ -257,31 +257,30 @@ def reorder_setup(l_dev, l_off, l_dur, l_is_f, l_last, m, interval, warm_end, co
 
 
 @njit(cache=True, error_model="numpy")
+def _stable_by_key(key, n_keys, src, dst, count):
+    """``dst``: the items ``src`` ordered by ``key[item]`` (0 to n_keys - 1),
+    ties in their order in ``src`` (a counting sort; ``count`` is scratch of
+    n_keys + 1 or more)."""
+    count[:n_keys + 1] = 0
+    for k in range(src.shape[0]):
+        count[key[src[k]] + 1] += 1
+    for c in range(n_keys):
+        count[c + 1] += count[c]
+    for k in range(src.shape[0]):
+        c = key[src[k]]
+        dst[count[c]] = src[k]
+        count[c] += 1
+
+
+@njit(cache=True, error_model="numpy")
 def _by_start(cdev, cst, devices, horizon, count, by_dev, visit):
     """``visit``: the candidates by start, ties (on different devices) by
     device, as the Python version's stable sort of a list ordered by
-    (device, start) gives them. Two counting sorts, by device and then
-    (stable) by start."""
-    n_cand = cdev.shape[0]
-    count[:devices + 1] = 0
-    for i in range(n_cand):
-        count[cdev[i] + 1] += 1
-    for d in range(devices):
-        count[d + 1] += count[d]
-    for i in range(n_cand):
-        d = cdev[i]
-        by_dev[count[d]] = i
-        count[d] += 1
-    count[:horizon + 1] = 0
-    for i in range(n_cand):
-        count[cst[i] + 1] += 1
-    for u in range(horizon):
-        count[u + 1] += count[u]
-    for k in range(n_cand):
-        i = by_dev[k]
-        u = cst[i]
-        visit[count[u]] = i
-        count[u] += 1
+    (device, start) gives them: by device, then stably by start."""
+    for k in range(cdev.shape[0]):
+        visit[k] = k
+    _stable_by_key(cdev, devices, visit, by_dev, count)
+    _stable_by_key(cst, horizon, by_dev, visit, count)
 
 
 @njit(cache=True, error_model="numpy")
