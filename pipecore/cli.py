@@ -4,6 +4,7 @@ and ``list``."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import signal
@@ -51,6 +52,19 @@ def _cost_args(p):
     n.add_argument("--latency", type=float, default=0.0, help="link latency (default 0)")
 
 
+def _memory_args(p, weights=0.0):
+    mem = p.add_argument_group("memory (per microbatch, per device share; limit per device)")
+    mem.add_argument("--activation", type=float, default=1.0, help="activation of one F (default 1)")
+    mem.add_argument("--activation-w", type=float, default=0.0,
+                     help="part of it kept until W (default 0)")
+    mem.add_argument("--weights", type=float, default=weights,
+                     help=("weights of one device share (default 0: the limit is on activations)"
+                           if weights == 0 else f"weights of one device share (default {weights:g})"))
+    mem.add_argument("--memory-limit", type=float, default=None,
+                     help="per-device limit on activation + weights (default none)")
+    return mem
+
+
 def _progress_args(p):
     bar = p.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
@@ -60,7 +74,9 @@ def _progress_args(p):
 
 
 def _costs(args):
-    return Costs(f=args.f, b=args.b, w=args.w, comm=args.comm)
+    memory = {k: getattr(args, k) for k in ("activation", "activation_w", "weights")
+              if hasattr(args, k)}
+    return Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, **memory)
 
 
 def _network(args):
@@ -90,6 +106,7 @@ def _parser():
     s.add_argument("name", help="schedule name (see 'pipecore list')")
     _shape_args(s, None)
     _cost_args(s)
+    _memory_args(s, weights=1.0)  # Costs' default, as pc.simulate
     s.add_argument("--json", action="store_true", help="print metrics as JSON")
     s.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
     s.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
@@ -150,14 +167,7 @@ def _parser():
     u.add_argument("--devices", "-p", type=_positive_int, required=True, help="pipeline devices")
     u.add_argument("--microbatches", "-m", type=_positive_int, required=True, help="microbatches")
     _cost_args(u)
-    mem = u.add_argument_group("memory (per microbatch, per device share; limit per device)")
-    mem.add_argument("--activation", type=float, default=1.0, help="activation of one F (default 1)")
-    mem.add_argument("--activation-w", type=float, default=0.0,
-                     help="part of it kept until W (default 0)")
-    mem.add_argument("--weights", type=float, default=0.0,
-                     help="weights of one device share (default 0: the limit is on activations)")
-    mem.add_argument("--memory-limit", type=float, default=None,
-                     help="per-device limit on activation + weights (default none)")
+    mem = _memory_args(u)
     mem.add_argument("--checkpoint", type=float, default=0.0,
                      help="memory a recomputed F keeps (default 0)")
     mem.add_argument("--r", type=float, default=None,
@@ -216,6 +226,49 @@ def _parser():
                    help="steps per --check run (default 6; the first two are left out)")
     w.add_argument("--json", action="store_true", help="print the rows as JSON")
     return parser
+
+
+def _suggest(word, choices):
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _check_flags(parser, argv):
+    """Reject a mistyped subcommand or flag with the subcommand's own usage
+    and the closest valid name.
+
+    argparse reports an unknown flag of a subcommand through the top-level
+    parser (its usage lists only the subcommands), and reports a missing
+    required flag before an unknown one, so ``--devics 8`` only says that
+    ``--devices`` is required.
+    """
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):  # the top level's own flags take no values
+        rest.pop(0)
+    if not rest:
+        return
+    command, rest = rest[0], rest[1:]
+    sub = commands.choices.get(command)
+    if sub is None:
+        parser.error(f"unknown command {command!r} (choose from {', '.join(commands.choices)})"
+                     + _suggest(command, commands.choices))
+    known = sub._option_string_actions
+    longs = [o for o in known if o.startswith("--")]
+    for token in rest:
+        if token == "--":
+            break
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            if name in known or sum(o.startswith(name) for o in longs) == 1:
+                continue  # exact, or an abbreviation argparse accepts
+            if any(o.startswith(name) for o in longs):
+                continue  # ambiguous: argparse says which flags it could mean
+            sub.error(f"unrecognized argument {name}" + _suggest(name, longs))
+        elif (len(token) > 1 and token[0] == "-" and token[1].isalpha()
+              and token[:2] not in known):
+            sub.error(f"unrecognized argument {token}"
+                      + _suggest(token[:2], [o for o in known if not o.startswith("--")]))
 
 
 def _draw_gantts(jobs, bar):
@@ -361,7 +414,23 @@ def _cmd_report(args, out):
     return 0
 
 
+def _output_file(option, path):
+    """Refuse an output file whose folder is missing, before any work is done."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{option} {path}: is a folder, not a file")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: folder {folder} does not exist")
+
+
 def _cmd_simulate(args, out):
+    for option in ("parquet", "trace", "gantt"):
+        _output_file(f"--{option}", getattr(args, option))
+    if args.memory_limit is not None and not args.memory_limit > 0:
+        raise ValueError(f"--memory-limit must be > 0 (got {args.memory_limit:g})")
     fam = family(args.name)
     sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
     res = simulate(sched, _costs(args), _network(args))
@@ -375,6 +444,11 @@ def _cmd_simulate(args, out):
     if args.gantt:
         files["gantt"] = str(output.write_gantt(res, args.gantt, critical=args.critical))
     metrics = res.metrics()
+    memory = res.peak_activation + res.static_memory
+    metrics["memory_max"] = float(memory.max())
+    if args.memory_limit is not None:
+        metrics["memory_limit"] = args.memory_limit
+        metrics["fits"] = bool(memory.max() <= args.memory_limit)
     extra = {}
     if args.critical:
         from .analysis.critical import critical_path, device_share
@@ -397,6 +471,13 @@ def _cmd_simulate(args, out):
             out.write(f"{key:<20} {text}{units.get(key, '')}\n")
         out.write(f"{'peak_activation':<20} "
                   f"{' '.join(f'{x:g}' for x in metrics['peak_activation'])}  (M, per device)\n")
+        worst = int(memory.argmax())
+        out.write(f"{'memory_max':<20} {metrics['memory_max']:.6g}  (M, peak activation + weights "
+                  f"{res.static_memory[worst]:g}, device {worst})\n")
+        if args.memory_limit is not None:
+            verdict = "yes" if metrics["fits"] else (
+                f"no: device {worst} needs {metrics['memory_max']:.6g} M")
+            out.write(f"{'fits':<20} {verdict}  (limit {args.memory_limit:g} M per device)\n")
         if extra:
             _write_critical(extra["critical_path"], out)
         for kind, path in files.items():
@@ -639,7 +720,10 @@ def main(argv=None, out=None) -> int:
         From argparse on malformed arguments (status 2).
     """
     out = sys.stdout if out is None else out
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _check_flags(parser, argv)
+    args = parser.parse_args(argv)
     try:
         if args.command == "compare":
             return _cmd_compare(args, out)
@@ -670,6 +754,10 @@ def main(argv=None, out=None) -> int:
             return 0
     except (ValueError, MemoryError) as exc:  # ScheduleError is a ValueError
         print(f"pipecore: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file or folder: one line that names it
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"pipecore: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     return 2
 

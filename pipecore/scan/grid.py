@@ -223,6 +223,8 @@ class Grid:
             If the file is missing, not TOML, or a key is unknown or bad.
         """
         path = Path(path)
+        if path.is_dir():
+            raise ScanError(f"grid file {str(path)!r} is a folder, not a TOML file")
         if not path.is_file():
             raise ScanError(f"grid file {str(path)!r} does not exist")
         try:
