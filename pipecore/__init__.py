@@ -27,7 +27,7 @@ from .core.simulate import Result, compile_schedule, simulate, validate
 from .output import writers as _writers  # noqa: F401  (registers Result's writers)
 from .output.report import report
 from .scan.batch import product, simulate_many
-from .scan.scans import Grid, ScanError, scan, write_scan
+from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan
 from .schedules import adaptive, blocks, generate
 from .schedules.offload import offload
 from .schedules.recompute import recompute
@@ -45,7 +45,7 @@ __all__ = [
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
     "adaptive", "recompute", "offload",
-    "Grid", "ScanError", "scan", "write_scan", "tune", "Tuned", "TuneError",
+    "Grid", "ScanError", "ScanWarning", "scan", "write_scan", "verify_scan", "tune", "Tuned", "TuneError",
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share", "report", "product",

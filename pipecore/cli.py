@@ -1,5 +1,5 @@
-"""Command line: ``pipecore compare``, ``simulate``, ``table``, ``study``, ``scan``, ``tune``
-and ``list``."""
+"""Command line: ``pipecore compare``, ``simulate``, ``report``, ``table``, ``study``,
+``scan``, ``verify``, ``tune``, ``run-torch``, ``what-if``, ``list`` and ``warm``."""
 
 from __future__ import annotations
 
@@ -162,6 +162,10 @@ def _parser():
     bar.add_argument("--no-progress", dest="progress", action="store_false",
                      help="never show the progress bar")
     g.add_argument("--no-plot", action="store_true", help="do not draw _pareto.png")
+
+    vf = sub.add_parser("verify", help="check a scan's Parquet folder: every part present, whole "
+                                      "and of this scan (exit 1 naming each bad part)")
+    vf.add_argument("folder", help="the scan's --out folder")
 
     u = sub.add_parser("tune", help="the fastest schedule that fits a per-device memory limit")
     u.add_argument("--devices", "-p", type=_positive_int, required=True, help="pipeline devices")
@@ -571,13 +575,34 @@ def _cmd_study(args, out):
     return 0
 
 
+def _cmd_verify(args, out):
+    from .scan.scans import verify_scan
+
+    check = verify_scan(args.folder)
+    out.write(check.report() + "\n")
+    return 0 if check.ok else 1
+
+
 def _cmd_scan(args, out):
-    from .scan.scans import write_scan
+    import warnings
+
+    from .scan.scans import ScanWarning, write_scan
 
     try:
-        summary = write_scan(args.grid, args.out, resume=args.resume, backend=args.backend,
-                             address=args.address, progress=args.progress,
-                             plot=not args.no_plot)
+        with warnings.catch_warnings():  # restores showwarning on the way out
+            warnings.simplefilter("always", ScanWarning)
+            shown = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                if issubclass(category, ScanWarning):  # one plain line, as it happens
+                    print(f"pipecore: set aside {message}", file=sys.stderr)
+                else:
+                    shown(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            summary = write_scan(args.grid, args.out, resume=args.resume, backend=args.backend,
+                                 address=args.address, progress=args.progress,
+                                 plot=not args.no_plot)
     except KeyboardInterrupt:
         print(f"\npipecore: scan interrupted; finished parts are kept in {args.out}: "
               f"rerun with --resume to continue", file=sys.stderr)
@@ -737,6 +762,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_study(args, out)
         if args.command == "scan":
             return _cmd_scan(args, out)
+        if args.command == "verify":
+            return _cmd_verify(args, out)
         if args.command == "tune":
             return _cmd_tune(args, out)
         if args.command == "run-torch":

@@ -1,11 +1,9 @@
 """pipecore scan: grids, mixed-structure batches, durable Parquet output, resume, kill."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipecore as pc
-from pipecore.scan import scans as scan_mod
+from pipecore.scan import parts as parts_mod
 
 GRID = {
     "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipev", "chimera"],
@@ -94,20 +92,20 @@ def test_write_resume_after_interrupt(tmp_path, monkeypatch):
     ref = tmp_path / "ref"
     pc.write_scan(GRID, ref, plot=False)
     expected = _full(ref)
-    real = scan_mod._write_atomic
+    real = parts_mod.write_part
     calls = []
 
-    def flaky(table, folder, k):
+    def flaky(table, folder, k, fingerprint):
         calls.append(k)
         if len(calls) == 3:
             raise KeyboardInterrupt  # Ctrl-C in the middle of the third part
-        real(table, folder, k)
+        return real(table, folder, k, fingerprint)
 
     out = tmp_path / "out"
-    monkeypatch.setattr(scan_mod, "_write_atomic", flaky)
+    monkeypatch.setattr(parts_mod, "write_part", flaky)
     with pytest.raises(KeyboardInterrupt):
         pc.write_scan(GRID, out, plot=False)
-    monkeypatch.setattr(scan_mod, "_write_atomic", real)
+    monkeypatch.setattr(parts_mod, "write_part", real)
     assert len(list(out.glob("part-*.parquet"))) == 2
     with pytest.raises(pc.ScanError, match="resume"):
         pc.write_scan(GRID, out, plot=False)
@@ -147,6 +145,25 @@ def _cli(*args):
     return [sys.executable, "-m", "pipecore.cli", *args]
 
 
+# Runs the command line in a child that signals itself right after its third part is
+# published: the fault lands at a chosen point, not after a sleep.
+_STOP_AFTER_THIRD_PART = """
+import os, signal, sys
+from pipecore.scan import parts
+real = parts.write_part
+done = []
+def write_then_stop(table, folder, k, fingerprint):
+    path = real(table, folder, k, fingerprint)
+    done.append(k)
+    if len(done) == 3:
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    return path
+parts.write_part = write_then_stop
+from pipecore.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_scan_resumes_exactly(tmp_path, sig):
     grid = tmp_path / "grid.toml"
@@ -157,29 +174,23 @@ def test_killed_scan_resumes_exactly(tmp_path, sig):
     n_parts = pc.Grid.from_toml(grid).parts
     assert n_parts >= 20
     out = tmp_path / "out"
-    env = dict(os.environ, PIPECORE_SCAN_DELAY="0.05")  # slow each part so the kill lands mid-scan
-    proc = subprocess.Popen(_cli("scan", str(grid), "--out", str(out), "--no-plot"), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(out.glob("part-*.parquet"))) < 3:
-        time.sleep(0.02)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    proc = subprocess.run([sys.executable, "-c", _STOP_AFTER_THIRD_PART, sig.name, "scan",
+                           str(grid), "--out", str(out), "--no-plot"],
+                          capture_output=True, text=True, timeout=300)
     if sig == signal.SIGINT:
-        assert proc.returncode == 130 and "--resume" in err
+        assert proc.returncode == 130 and "--resume" in proc.stderr, proc.stderr
     else:
         assert proc.returncode == -signal.SIGKILL
     parts = sorted(out.glob("part-*.parquet"))
-    assert 3 <= len(parts) < n_parts
+    assert len(parts) == 3
     for path in parts:  # every visible part is whole and equals the reference rows
-        k = int(path.name[5:11])
         part = pq.read_table(path)
-        lo = part.column("config").to_numpy()
-        assert pq.read_table(ref / path.name).equals(part), k
-        assert len(lo) > 0
+        assert pq.read_table(ref / path.name).equals(part), path.name
+        assert part.num_rows > 0
     done = subprocess.run(_cli("scan", str(grid), "--out", str(out), "--resume", "--no-plot"),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert "set aside" not in done.stderr  # the three parts verified and were kept
     assert _full(out).equals(expected)
     assert not list(out.glob(".*tmp"))
 

@@ -13,18 +13,18 @@ number: a resumed scan writes exactly the rows an uninterrupted one would.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..analysis.frontier import pareto_front
 from ..core.progress import Progress as _Progress
 from ..output.plots import plot_pareto as _plot_pareto
+from . import parts as _parts
 from .batch import threads
 from .grid import (  # noqa: F401  (re-exported: scan's public names and the parts ray reuses)
     MANIFEST,
@@ -37,7 +37,14 @@ from .grid import (  # noqa: F401  (re-exported: scan's public names and the par
     _StructureCache,
 )
 
-__all__ = ["Grid", "scan", "scan_part", "write_scan", "ScanError", "pareto_front"]
+__all__ = ["Grid", "scan", "scan_part", "write_scan", "verify_scan", "ScanError", "ScanWarning",
+           "pareto_front"]
+
+verify_scan = _parts.verify_scan
+
+
+class ScanWarning(UserWarning):
+    """A file in a scan folder that a resume set aside (its name and the reason)."""
 
 def scan_part(grid, k: int, cache=None) -> pa.Table | None:
     """Evaluate part k of a grid.
@@ -98,43 +105,16 @@ def scan(grid, parts=None) -> Iterator[pa.RecordBatch]:
             yield from table.to_batches(max_chunksize=table.num_rows)
 
 
-# -- durable output -------------------------------------------------------
-
-def _part_name(k):
-    return f"part-{k:06d}.parquet"
+# -- durable output: see parts.py for how a part is written and verified ---------
 
 
-def _write_atomic(table, folder, k):
-    final = folder / _part_name(k)
-    tmp = folder / f".{_part_name(k)}.{os.getpid()}.tmp"
-    try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as fh:  # publish only what is on disk
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:  # Ctrl-C mid-write: leave no half part behind
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _empty_marker(folder, k):
-    # A part with no buildable point leaves a marker so resume knows it is done.
-    final = folder / f"_empty-{k:06d}"
-    final.write_text("")
-
-
-def _done_parts(folder):
-    done = set()
-    for path in folder.iterdir():
-        name = path.name
-        if name.startswith("part-") and name.endswith(".parquet"):
-            done.add(int(name[5:11]))
-        elif name.startswith("_empty-"):
-            done.add(int(name[7:13]))
-    return done
-
-
-
+def _publish(table, folder, k, fingerprint):
+    """Write part k (or its empty marker); returns its rows."""
+    if table is None:
+        _parts.write_empty(folder, k, fingerprint)
+        return 0
+    _parts.write_part(table, folder, k, fingerprint)
+    return table.num_rows
 
 
 def write_scan(grid, out, resume: bool = False, backend: str = "local", address=None,
@@ -143,8 +123,13 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
 
     A part becomes visible only when complete (written to a hidden
     temporary file, synced, then renamed), so a scan killed at any moment
-    leaves only whole parts; ``resume=True`` skips them and writes exactly
-    the rows an uninterrupted run would.
+    leaves only whole parts; ``resume=True`` verifies them (the grid's
+    fingerprint, the part's number, rows and configurations in its
+    metadata, a CRC on every page), keeps those that verify and writes
+    exactly the rows an uninterrupted run would. Any other file named like
+    a part (truncated, empty, another grid's, a stray name) is moved aside
+    to ``_rejected-NAME.bad`` with a :class:`ScanWarning` saying why, and
+    the part is recomputed.
 
     Parameters
     ----------
@@ -155,7 +140,8 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
         ``_summary.json`` and ``_pareto.png`` when done (names starting with "_" or
         "." are skipped by Parquet dataset readers).
     resume : bool
-        Continue a scan of the same grid in ``out``.
+        Continue a scan of the same grid in ``out`` (also one whose
+        ``_scan.json`` was deleted: its parts are verified against ``grid``).
     backend : {"local", "ray"}
         Where parts are evaluated; ``"ray"`` needs the ``pipecore[ray]``
         extra.
@@ -173,13 +159,16 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
     -------
     dict
         The summary also written to ``_summary.json``: rows, parts, skipped
-        shapes with their reasons, seconds, configs/s.
+        shapes with their reasons, seconds, configs/s, and ``rejected``
+        (file name -> reason and where it was moved).
 
     Raises
     ------
     ScanError
         For a bad grid, a non-empty ``out`` holding another scan (or any
-        scan without ``resume``), or an unknown backend.
+        scan without ``resume``), a damaged ``_scan.json`` (naming it and
+        the way out), a part that cannot be written (disk full: the part is
+        not counted and a later resume finishes it), or an unknown backend.
     """
     grid = _as_grid(grid)
     if backend not in ("local", "ray"):
@@ -191,26 +180,42 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
             raise ScanError('the Ray backend needs Ray: pip install "pipecore[ray]" '
                             '(or use the local backend)')
     folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ScanError(f"'out' {str(folder)!r} is a file, not a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = folder / MANIFEST
     fp = grid.fingerprint()
-    if manifest.exists():
-        old = json.loads(manifest.read_text())
-        if old.get("fingerprint") != fp:
+    manifest = _parts.read_manifest(folder)
+    if manifest is not None:
+        if manifest["fingerprint"] != fp:
             raise ScanError(f"{str(folder)!r} holds a scan of a different grid "
-                            f"(fingerprint {old.get('fingerprint')} != {fp}); use a new folder")
+                            f"(fingerprint {manifest['fingerprint']} != {fp}); use a new folder")
         if not resume:
             raise ScanError(f"{str(folder)!r} already holds this scan; pass resume=True "
                             f"(--resume) to continue it, or use a new folder")
-    else:
-        if any(p.name.startswith("part-") for p in folder.iterdir()):
-            raise ScanError(f"{str(folder)!r} holds part files but no {MANIFEST}; use a new folder")
-        manifest.write_text(json.dumps({"fingerprint": fp, "grid": grid.describe(),
-                                        "points": grid.points, "rows": grid.rows,
-                                        "parts": grid.parts}, indent=1))
-    for stale in folder.glob(".part-*.tmp"):  # left by a killed run
+    elif not resume and any(_parts.looks_like_part(p.name) for p in folder.iterdir()):
+        raise ScanError(f"{str(folder)!r} holds part files but no {MANIFEST}; pass resume=True "
+                        f"(--resume) to verify them against this grid and continue, or use a "
+                        f"new folder")
+    for stale in folder.glob(".*.tmp"):  # left by a killed run
         stale.unlink()
-    done = _done_parts(folder)
+    done, kept_rows, bad = _parts.survey(folder, fp, grid.parts, grid.part_indices)
+    if manifest is None:
+        foreign = sorted(n for n, why in bad.items() if why.startswith("a part of another grid"))
+        if foreign:
+            raise ScanError(f"{str(folder)!r} has no {MANIFEST} and holds parts of another grid "
+                            f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); "
+                            f"use a new folder")
+        (folder / MANIFEST).write_text(json.dumps(
+            {"fingerprint": fp, "grid": grid.describe(), "points": grid.points,
+             "rows": grid.rows, "parts": grid.parts}, indent=1))
+    rejected = {}
+    for name, why in bad.items():  # never read as data: moved out of the dataset
+        target = _parts.set_aside(folder, name)
+        rejected[name] = {"reason": why, "moved_to": target.name}
+        warnings.warn(f"{folder / name}: {why}; moved to {target.name}"
+                      + (" and recomputed" if _parts.part_number(name) is not None
+                         and _parts.part_number(name) < grid.parts else ""),
+                      ScanWarning, stacklevel=2)
     todo = [k for k in range(grid.parts) if k not in done]
     sizes = {k: min(grid.part_size, grid.rows - k * grid.part_size) for k in range(grid.parts)}
     enabled = sys.stderr.isatty() if progress is None else bool(progress)
@@ -218,30 +223,18 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
     t0 = time.perf_counter()
     written = 0
     skipped = {}
-    # Testing aid: seconds to pause after each part, so a test can kill a scan mid-run.
-    delay = float(os.environ.get("PIPECORE_SCAN_DELAY", "0") or 0)
     if backend == "local":
         cache = _StructureCache(grid)
         for k in todo:
-            if delay:
-                time.sleep(delay)
             table = _part_table(grid, grid.part_indices(k), cache, threads())
-            if table is None:
-                _empty_marker(folder, k)
-            else:
-                _write_atomic(table, folder, k)
-                written += table.num_rows
+            written += _publish(table, folder, k, fp)
             bar.update(sizes[k])
         skipped = cache.skipped
     else:
         from .ray import run_parts
 
         for k, table, sk in run_parts(grid, todo, address):
-            if table is None:
-                _empty_marker(folder, k)
-            else:
-                _write_atomic(table, folder, k)
-                written += table.num_rows
+            written += _publish(table, folder, k, fp)
             skipped.update(sk)
             bar.update(sizes[k])
     bar.update(0, final=True)
@@ -251,8 +244,8 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
                "configs_per_s": (sum(sizes[k] for k in todo) / seconds) if seconds > 0 else None,
                "skipped": {"/".join(map(str, grid._structures[s])): why
                            for s, why in sorted(skipped.items())}}
-    summary["rows"] = sum(pq.ParquetFile(f).metadata.num_rows
-                          for f in folder.glob("part-*.parquet"))
+    summary["rows"] = kept_rows + written
+    summary["rejected"] = rejected
     if plot:
         summary["plot"] = _plot_pareto(folder)
     (folder / SUMMARY).write_text(json.dumps(summary, indent=1))
