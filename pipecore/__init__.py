@@ -22,7 +22,7 @@ from .analysis.model import Hardware, Layer, Model
 from .analysis.table import IdealTable, ideal_table
 from .analysis.variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
 from .core.costs import Costs, Network
-from .core.schedule import KINDS, Action, Schedule, ScheduleError, from_actions
+from .core.schedule import KINDS, Action, DeviceGapWarning, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
 from .output import writers as _writers  # noqa: F401  (registers Result's writers)
 from .output.report import report
@@ -39,7 +39,7 @@ from .search.tune import Tuned, TuneError, tune
 __version__ = "0.1.0"
 
 __all__ = [
-    "KINDS", "Action", "Schedule", "ScheduleError", "from_actions",
+    "KINDS", "Action", "Schedule", "ScheduleError", "DeviceGapWarning", "from_actions",
     "Costs", "Network",
     "Family", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",

@@ -614,6 +614,9 @@ def _cmd_scan(args, out):
     out.write(")\n")
     for shape, why in summary["skipped"].items():
         out.write(f"skipped {shape}: {why}\n")
+    if summary.get("rows_with_error_written"):
+        out.write(f"{summary['rows_with_error_written']:,} rows written now have no answer "
+                  f"(their 'error' column says why; their time columns are null)\n")
     if summary.get("plot"):
         out.write(f"wrote {summary['plot']}\n")
     return 0

@@ -103,8 +103,18 @@ def _producers_of(unit_ops, where, stages):
     return [key for key in need if key not in own]
 
 
+#: Bytes per op of the slot-by-slot pass (its Python lists and dicts), rounded up from a
+#: reading of 1f1b at p=256, m=2048.
+BYTES_PER_OP = 500
+
+
+#: Ops above which :func:`ideal_table` refuses unless told otherwise: its pass is pure
+#: Python, one op at a time: minutes at this size.
+MAX_OPS = 4_000_000
+
+
 def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
-                r: int | None = None) -> IdealTable:
+                r: int | None = None, max_ops: int | None = MAX_OPS) -> IdealTable:
     """Place every op in integer time slots, with no communication.
 
     Every op of kind F takes ``f`` slots whatever its chunk, B ``b``, W
@@ -124,6 +134,10 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
         Slots per op kind (>= 1 for f and b, >= 0 for w).
     r : int, optional
         Slots of an R op (>= 0); defaults to ``f``.
+    max_ops : int or None, default 4,000,000
+        Refuse a schedule with more ops (the pass is pure Python, one op at
+        a time, and holds about 500 bytes per op); None lifts the cap, and
+        the available memory still bounds it.
 
     Returns
     -------
@@ -132,15 +146,27 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
     Raises
     ------
     ValueError
-        If a slot count is not a non-negative int (f and b must be >= 1).
+        If a slot count is not a non-negative int (f and b must be >= 1), or
+        the schedule has more than ``max_ops`` ops.
     ScheduleError
         If the schedule deadlocks (no device can ever start its next unit).
+    MemoryError
+        If the table needs more memory than the machine has available (the
+        message gives both sizes), before any of it is allocated.
     """
     r = f if r is None else r
     for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0), ("r", r, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
     slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0, "R": r, "O": 0, "L": 0}
+    if max_ops is not None and schedule.num_ops > max_ops:
+        raise ValueError(
+            f"ideal_table of {schedule.name!r}: {schedule.num_ops:,} ops is above "
+            f"max_ops={max_ops:,}. The table is worked out slot by slot in pure Python (an "
+            f"independent check of the simulator) and would hold about "
+            f"{schedule.num_ops * BYTES_PER_OP / 1e9:.3g} GB for a long time; pass max_ops=None "
+            f"to run it anyway, or use pc.simulate at unit costs (f=b=w=1) for the makespan")
+    _check_size(schedule, slots)
     programs = schedule.programs()
     units = [[u if isinstance(u[0], tuple) else (u,) for u in prog] for prog in programs]
     where = {}
@@ -207,6 +233,28 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
             grid[d, start_slot[d][i]:start_slot[d][i] + span] = row  # a pair is drawn under its F row
             row += len(unit)
     return IdealTable(schedule, grid, {"F": f, "B": b, "W": w, "BW": b + w, "R": r})
+
+
+def _check_size(schedule, slots):
+    """Refuse, before the pass starts, a table the machine cannot hold."""
+    from ..core import buffers
+
+    codes = schedule.kind_codes
+    per_kind = np.array([slots[k] for k in ("F", "B", "W", "BW", "AR", "R", "O", "L")],
+                        dtype=np.int64)
+    busy = np.bincount(schedule._column("device"), weights=per_kind[codes],
+                       minlength=schedule.devices)
+    length = int(busy.max()) if busy.size else 0  # every device's own slots: a lower bound
+    grid = schedule.devices * length * 8
+    need = schedule.num_ops * BYTES_PER_OP + grid
+    free = buffers.available_bytes()
+    if free is not None and need > free:
+        raise MemoryError(
+            f"ideal_table of {schedule.name!r} ({schedule.num_ops:,} ops on {schedule.devices} "
+            f"devices) needs at least {need / 1e9:.3g} GB: about {BYTES_PER_OP} bytes per op for "
+            f"its slot-by-slot pass and a {schedule.devices} x {length:,}-slot grid of "
+            f"{grid / 1e9:.3g} GB; {free / 1e9:.3g} GB are available. Use pc.simulate at unit "
+            f"costs (f=b=w=1) for a schedule this large")
 
 
 def _rows_before(prog, units_done):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -29,7 +30,17 @@ from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules 
 )
 from .rules import FAST_MIN_OPS, structure
 
-__all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "from_actions", "op_label"]
+__all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "DeviceGapWarning", "from_actions",
+           "op_label"]
+
+
+#: Devices a schedule may have beyond its op count (idle ones): enough for any real
+#: cluster's idle ranks, few enough that per-device arrays stay small.
+_FREE_DEVICES = 4096
+
+
+class DeviceGapWarning(UserWarning):
+    """Device numbers with a gap: the devices in it become idle devices of the schedule."""
 
 
 class Schedule:
@@ -84,6 +95,16 @@ class Schedule:
         if devices is None:
             devices = inferred
         devices = _check_int("devices", devices, minimum=1)
+        # Per-device arrays are sized by the device count: bound it by the
+        # input before anything (validation, an error's rendering) allocates.
+        if devices > max(n, _FREE_DEVICES):
+            where = (f"device index {inferred - 1} (row {int(np.argmax(device))})"
+                     if inferred == devices else f"devices={devices}")
+            raise ScheduleError(
+                f"range: {where} asks for {devices} devices but the schedule has {n} ops: a "
+                f"schedule may have at most max(ops, {_FREE_DEVICES}) devices; number devices "
+                f"from 0 without gaps",
+                rule="range")
         if inferred > devices:
             bad = int(np.flatnonzero(device >= devices)[0])
             raise ScheduleError(
@@ -133,6 +154,8 @@ class Schedule:
             As :class:`Schedule`.
         """
         kind = np.asarray(kind)
+        if kind.ndim != 1:
+            raise ValueError(f"column 'kind' must be one-dimensional (got shape {kind.shape})")
         own = {}
         if kind.dtype.kind in "iu":
             codes = kind
@@ -407,15 +430,25 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     ScheduleError
         If the schedule breaks a rule.
     """
+    if devices is not None:
+        devices = _check_int("devices", devices, minimum=1)
     if isinstance(programs, Mapping):
         keys = list(programs)
         for k in keys:
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
                 raise ValueError(f"device keys must be ints >= 0 (got {k!r})")
         count = (max(keys) + 1) if keys else 0
+        entries = sum(len(p) for p in programs.values())
+        if count > max(entries, _FREE_DEVICES):  # before a list per device is made
+            raise ScheduleError(
+                f"range: device key {count - 1} asks for {count} devices but the programs hold "
+                f"{entries} actions: a schedule may have at most max(actions, {_FREE_DEVICES}) "
+                f"devices; number devices from 0 without gaps", rule="range")
+        missing = sorted(set(range(count)) - {int(k) for k in keys})
         lists = [programs.get(d, []) for d in range(count)]
     else:
         lists = list(programs)
+        missing = []
     parsed = []
     for d, prog in enumerate(lists):
         row = []
@@ -429,8 +462,25 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
             ops = [(x.kind, x.stage, x.microbatch) for x in parts]
             row.append(ops[0] if len(ops) == 1 else tuple(ops))
         parsed.append(row)
+    if missing:
+        stages = 1 + max((op[1] for prog in parsed for entry in prog
+                          for op in (entry if isinstance(entry[0], tuple) else (entry,))),
+                         default=0)
+        count = len(parsed) if devices is None else devices
+        warnings.warn(
+            f"from_actions: no program for device(s) {', '.join(map(str, missing[:10]))}"
+            f"{' ...' if len(missing) > 10 else ''} (keys go up to {len(parsed) - 1}): they "
+            f"become idle devices, so the schedule has {count} devices for {stages} stages; "
+            f"Costs are per device share (1/{count} of the model), so each op takes "
+            f"{count}/{stages} of a share's time. Number the devices 0..n-1 without gaps "
+            f"unless you mean idle devices", DeviceGapWarning, stacklevel=2)
     if devices is None:
         devices = max(len(parsed), 1)
+    ops = sum(len(p) for p in parsed)
+    if devices > max(ops, _FREE_DEVICES):  # before a list per device is made
+        raise ScheduleError(
+            f"range: devices={devices} but the programs hold {ops} actions: a schedule may have "
+            f"at most max(actions, {_FREE_DEVICES}) devices", rule="range")
     while len(parsed) < devices:
         parsed.append([])
     return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated)
@@ -509,11 +559,14 @@ def _int_array(name, values, copy=True):
         return np.zeros(0, np.int32)
     if arr.dtype.kind not in "iu":
         raise ValueError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
-    if arr.dtype != np.int32 and (arr.min() < np.iinfo(np.int32).min
-                                  or arr.max() > np.iinfo(np.int32).max):
-        raise ValueError(f"column '{name}' has values outside int32")
     if arr.ndim != 1:
         raise ValueError(f"column '{name}' must be one-dimensional (got shape {arr.shape})")
+    if arr.dtype != np.int32 and (arr.min() < np.iinfo(np.int32).min
+                                  or arr.max() > np.iinfo(np.int32).max):
+        row = int(np.flatnonzero((arr < np.iinfo(np.int32).min)
+                                 | (arr > np.iinfo(np.int32).max))[0])
+        raise ValueError(f"column '{name}' row {row}: {int(arr[row])} is outside int32, the op "
+                         f"table's type")
     return np.ascontiguousarray(arr.astype(np.int32, copy=copy))
 
 
@@ -528,8 +581,23 @@ def _normalise_table(table: pa.Table) -> pa.Table:
         col = table.column(name)
         if not pa.types.is_integer(col.type):
             raise ValueError(f"column '{name}' must be an integer type (got {col.type})")
-        cols[name] = col.cast(pa.int32())
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"column '{name}' row {row}: null is not a value (every op needs "
+                             f"a {name})")
+        try:
+            cols[name] = col.cast(pa.int32())
+        except pa.ArrowInvalid:
+            values = col.to_numpy()
+            row = int(np.flatnonzero((values < np.iinfo(np.int32).min)
+                                     | (values > np.iinfo(np.int32).max))[0])
+            raise ValueError(f"column '{name}' row {row}: {int(values[row])} is outside int32, "
+                             f"the op table's type") from None
     kind = table.column("kind")
+    if kind.null_count:
+        row = int(np.flatnonzero(kind.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"column 'kind' row {row}: null is not a kind; kinds are "
+                         f"{', '.join(KINDS)}")
     kind = kind.chunks[0] if kind.num_chunks == 1 else kind.combine_chunks()  # no copy of one
     codes = _own_codes(kind)  # in range when not None
     checked = codes is not None

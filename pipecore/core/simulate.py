@@ -341,10 +341,16 @@ def _transfer_arrays(st, network, stages, comm, offload):
     comm = np.asarray(comm, dtype=np.float64)
     ser = np.zeros((stages, X_CLASSES))
     x_lat = np.zeros((stages, X_CLASSES))
-    ser[:, 0], x_lat[:, 0] = nbytes / bw, comm + lat
-    ser[:, 1], x_lat[:, 1] = nbytes / ibw, comm + ilat
-    ser[:, 2], x_lat[:, 2] = grads / bw, comm + lat
-    ser[:, 3], x_lat[:, 3] = grads / ibw, comm + ilat
+    with np.errstate(over="ignore"):
+        ser[:, 0], x_lat[:, 0] = nbytes / bw, comm + lat
+        ser[:, 1], x_lat[:, 1] = nbytes / ibw, comm + ilat
+        ser[:, 2], x_lat[:, 2] = grads / bw, comm + lat
+        ser[:, 3], x_lat[:, 3] = grads / ibw, comm + ilat
+    if not (np.isfinite(ser).all() and np.isfinite(x_lat).all()):
+        raise ValueError(f"a transfer's time overflows float64: bytes / bandwidth = "
+                         f"{float(np.max(ser)):g} (bytes up to {float(np.max(nbytes)):g}, grad_bytes "
+                         f"up to {float(np.max(grads)):g}, bandwidth {min(bw, ibw):g}) and "
+                         f"latency {float(np.max(x_lat)):g}; use larger units")
     if offload is not None:
         ser[:, 4] = offload
     return st[key], (ser.reshape(-1), x_lat.reshape(-1))
@@ -849,8 +855,11 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         device).
     ValueError
         If costs, network, stragglers or jitter are invalid or do not fit
-        the schedule.
+        the schedule, or the times overflow float64 (no infinite makespan
+        is returned as an answer).
     """
+    if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
+        raise ValueError(f"'draw' must be an int >= 0, the index of a jitter draw (got {draw!r})")
     compiled = compile_schedule(schedule, costs, network)
     scale = None
     if stragglers is not None or jitter is not None:
@@ -864,10 +873,20 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     # something asks for them (a third faster when only the makespan, busy
     # times, spans and peaks are wanted).
     keep = compiled.op_kind.shape[0] < LAZY_MIN_OPS or compiled.shared_links
-    status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first = \
-        compiled.run(scale, keep=keep)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below, with a message
+        status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first = \
+            compiled.run(scale, keep=keep)
     if status == _kernels.STATUS_DEADLOCK:
         raise _deadlock_error(schedule, head)
+    if not (np.isfinite(dev_free).all() and np.isfinite(busy).all()):
+        c = _check_costs(costs)
+        raise ValueError(
+            f"the simulated times of {schedule.name!r} overflow float64 (makespan "
+            f"{float(np.max(dev_free)):g}): an op time, a transfer time or their sum along the "
+            f"schedule exceeds 1.8e308 (costs f={np.max(c.f):g}, b={np.max(c.b):g}, "
+            f"w={np.max(c.w):g}, comm={np.max(c.comm):g}"
+            + ("" if scale is None else f"; straggler/jitter factors up to {np.max(scale):g}")
+            + "); express the costs in a larger unit")
     times = (start, finish, x_start, x_arrival) if keep else None
     res = Result(schedule, _check_costs(costs), network, compiled, times, busy, dev_free,
                  dev_first, scale=None if keep else scale)

@@ -57,11 +57,43 @@ def _network_defaults(network):
             network.devices_per_node)
 
 
+def _numbers(name, values, where="column"):
+    """A column of real numbers, or an error naming the column, row and value.
+
+    Bools and complex numbers are refused, as Costs refuses them: True is
+    not a time, and numpy would silently drop an imaginary part.
+    """
+    arr = np.asarray(values)
+    kind = arr.dtype.kind
+    if kind in "iuf":
+        return arr
+    # The caller's own values when it gave a list: numpy turns [1, "a"] into strings.
+    items = values if isinstance(values, (list, tuple)) else arr.reshape(-1)
+    for i, v in enumerate(items):
+        if isinstance(v, (bool, np.bool_, complex, np.complexfloating)) \
+                or not isinstance(v, (int, float, np.integer, np.floating)):
+            shown = v.item() if isinstance(v, np.generic) else v
+            row = f" row {i}" if arr.ndim <= 1 else ""
+            raise ValueError(f"{where} {name!r}{row}: {shown!r} is not a real number "
+                             f"({type(shown).__name__})")
+    return arr.astype(np.float64)
+
+
 def _as_columns(table, what="costs_table"):
     if isinstance(table, pa.Table):
-        return {name: table.column(name).to_numpy() for name in table.column_names}
+        out = {}
+        for name in table.column_names:
+            col = table.column(name)
+            if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+                raise ValueError(f"{what} column {name!r} has type {col.type}; it needs "
+                                 f"numbers (integer or float)")
+            if col.null_count:
+                row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"{what} column {name!r} row {row}: null is not a value")
+            out[name] = col.to_numpy()
+        return out
     if isinstance(table, Mapping):
-        return {str(k): np.asarray(v) for k, v in table.items()}
+        return {str(k): _numbers(str(k), v) for k, v in table.items()}
     raise ValueError(f"'{what}' must be a pyarrow.Table or a mapping of columns "
                      f"(got {type(table).__name__})")
 
@@ -203,6 +235,28 @@ def metrics_from(out, devices, microbatches):
             "memory_max": out[_replay.O_PEAK_TOTAL]}
 
 
+#: The ``error`` column's text for a row whose times overflowed.
+OVERFLOW = ("times overflow float64 (an op time, a transfer time or their sum exceeds "
+            "1.8e308): scale the costs to a larger unit")
+
+
+def flag_overflow(metrics):
+    """Rows whose times are not finite get null time metrics and an ``error``.
+
+    The column ``error`` is always there (dictionary-encoded, null on good
+    rows), so every part of a scan has one schema.
+    """
+    bad = ~(np.isfinite(metrics["makespan"]) & np.isfinite(metrics["bubble_ratio"])
+            & np.isfinite(metrics["bubble_rate"]))
+    out = dict(metrics)
+    if bad.any():
+        for name in ("makespan", "bubble_ratio", "bubble_rate", "throughput"):
+            out[name] = pa.array(metrics[name], mask=bad)
+    out["error"] = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(bad.shape[0], dtype=np.int32), mask=~bad), pa.array([OVERFLOW]))
+    return out
+
+
 def threads():
     """Numba threads the batched kernels use."""
     return numba.get_num_threads()
@@ -234,7 +288,7 @@ def product(**columns) -> dict:
         raise ValueError("product() needs at least one column, e.g. product(f=[1, 2])")
     values = {}
     for name, v in columns.items():
-        arr = np.atleast_1d(np.asarray(v, dtype=np.float64))
+        arr = np.atleast_1d(_numbers(name, v, where="product(): column").astype(np.float64))
         if arr.ndim != 1 or arr.size == 0:
             raise ValueError(f"product(): column {name!r} needs a non-empty list of numbers "
                              f"(got {v!r})")
@@ -287,7 +341,10 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         (microbatches per time unit), ``peak_activation_max`` and
         ``memory_max`` (activation plus weights of the worst device), and
         ``fits`` (``memory_max <= memory_limit`` up to a relative 1e-9 for
-        rounding, see :func:`pipecore.costs.fits`) when a limit is given.
+        rounding, see :func:`pipecore.costs.fits`) when a limit is given,
+        and ``error``: null, or why the row has no answer (its times
+        overflow float64; its time metrics are then null, never inf or
+        NaN).
 
     Raises
     ------
@@ -349,9 +406,12 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     if limit is not None:
         cols["memory_limit"] = limit
     metrics = metrics_from(out, struct.devices, struct.microbatches)
-    cols.update(metrics)
+    flagged = flag_overflow(metrics)
+    error = flagged.pop("error")
+    cols.update(flagged)
     if limit is not None:
         cols["fits"] = fits(metrics["memory_max"], limit)
+    cols["error"] = error
     return pa.table(cols)
 
 

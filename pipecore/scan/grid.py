@@ -20,7 +20,7 @@ from ..core.pack import Pack, Structure
 from ..core.schedule import ScheduleError
 from ..kernels import replay as _replay
 from ..schedules.registry import build, family, schedules
-from .batch import COST_COLUMNS, NETWORK_COLUMNS, metrics_from
+from .batch import COST_COLUMNS, NETWORK_COLUMNS, flag_overflow, metrics_from
 
 #: Value axes, in index order (innermost last).
 VALUE_AXES = COST_COLUMNS + ("memory_limit",)
@@ -43,7 +43,7 @@ def _toml_load(path):
         return tomllib.load(fh)
 
 
-def _values(key, spec, integer=False, minimum=None):
+def _values(key, spec, integer=False, minimum=None, allow_inf=False):
     """A grid axis: a scalar, a list, or {min, max, num[, log]} (inclusive)."""
     if isinstance(spec, Mapping):
         extra = sorted(set(spec) - {"min", "max", "num", "log"})
@@ -78,6 +78,8 @@ def _values(key, spec, integer=False, minimum=None):
             v = float(v)
             if math.isnan(v):
                 raise ScanError(f"grid '{key}': NaN is not a value")
+            if math.isinf(v) and not allow_inf:  # as Costs refuses it
+                raise ScanError(f"grid '{key}': {v!r} is not a finite number")
         if minimum is not None and v < minimum:
             raise ScanError(f"grid '{key}': {v!r} is below the minimum {minimum}")
         out.append(v)
@@ -148,7 +150,9 @@ class Grid:
         axes = {}
         for name in VALUE_AXES:
             if name in self.costs:
-                axes[name] = _values(name, self.costs[name], minimum=0.0)
+                # An infinite memory limit is no limit; every cost must be finite.
+                axes[name] = _values(name, self.costs[name], minimum=0.0,
+                                     allow_inf=name == "memory_limit")
             elif name == "memory_limit":
                 axes[name] = [math.inf]
             else:
@@ -174,6 +178,11 @@ class Grid:
             if bad:
                 raise ScanError(f"grid options for {fam.name!r}: unknown {', '.join(bad)} "
                                 f"(its options: {', '.join(fam.options) or 'none'})")
+            if fam.check is not None:
+                try:
+                    fam.check(dict(opts))
+                except ValueError as exc:
+                    raise ScanError(f"grid [options.{fam.name}]: {exc}") from None
         self.options = {family(k).name: dict(v) for k, v in self.options.items()}
         if self.sample is not None and (not isinstance(self.sample, int) or self.sample < 1):
             raise ScanError(f"grid 'sample' must be an integer >= 1 (got {self.sample!r})")
@@ -488,7 +497,10 @@ def _part_table(grid, idx, cache, n_threads):
                else _replay.P_BYTES + NETWORK_COLUMNS.index(name))
         cols[name] = pa.array(params[row])
     cols["memory_limit"] = pa.array(limit)
-    for name, values in metrics.items():
+    flagged = flag_overflow(metrics)
+    error = flagged.pop("error")
+    for name, values in flagged.items():
         cols[name] = pa.array(values)
     cols["fits"] = pa.array(fits(metrics["memory_max"], limit))
+    cols["error"] = error
     return pa.table(cols)

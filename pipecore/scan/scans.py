@@ -89,8 +89,10 @@ def scan(grid, parts=None) -> Iterator[pa.RecordBatch]:
         ``microbatches``, ``chunks``, ``network``, the cost and network
         columns, ``memory_limit``, then ``makespan``, ``bubble_ratio``,
         ``bubble_rate``, ``throughput``, ``peak_activation_max``,
-        ``memory_max`` and ``fits``. Points whose shape cannot be built (a
-        family's constraint) yield no row; :func:`write_scan` lists them.
+        ``memory_max``, ``fits`` and ``error`` (null, or why the row has no
+        answer). Points whose shape cannot be built (a family's
+        constraint) yield no row: a :class:`ScanWarning` at the end names
+        them and why (:func:`write_scan` lists them in its summary).
 
     Raises
     ------
@@ -103,18 +105,25 @@ def scan(grid, parts=None) -> Iterator[pa.RecordBatch]:
         table = scan_part(grid, k, cache)
         if table is not None:
             yield from table.to_batches(max_chunksize=table.num_rows)
+    if cache.skipped:  # said, not silently dropped
+        shapes = ["/".join(map(str, grid._structures[s])) + f": {why}"
+                  for s, why in sorted(cache.skipped.items())]
+        warnings.warn(f"scan left out {len(shapes)} shape(s) that cannot be built (no rows): "
+                      + "; ".join(shapes[:5]) + (" ..." if len(shapes) > 5 else ""),
+                      ScanWarning, stacklevel=2)
 
 
 # -- durable output: see parts.py for how a part is written and verified ---------
 
 
 def _publish(table, folder, k, fingerprint):
-    """Write part k (or its empty marker); returns its rows."""
+    """Write part k (or its empty marker); returns its rows and rows with an error."""
     if table is None:
         _parts.write_empty(folder, k, fingerprint)
-        return 0
+        return 0, 0
     _parts.write_part(table, folder, k, fingerprint)
-    return table.num_rows
+    error = table.column("error")
+    return table.num_rows, len(error) - error.null_count
 
 
 def write_scan(grid, out, resume: bool = False, backend: str = "local", address=None,
@@ -221,20 +230,24 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
     enabled = sys.stderr.isatty() if progress is None else bool(progress)
     bar = _Progress(sum(sizes[k] for k in todo), enabled)
     t0 = time.perf_counter()
-    written = 0
+    written = failed = 0
     skipped = {}
     if backend == "local":
         cache = _StructureCache(grid)
         for k in todo:
             table = _part_table(grid, grid.part_indices(k), cache, threads())
-            written += _publish(table, folder, k, fp)
+            rows, errors = _publish(table, folder, k, fp)
+            written += rows
+            failed += errors
             bar.update(sizes[k])
         skipped = cache.skipped
     else:
         from .ray import run_parts
 
         for k, table, sk in run_parts(grid, todo, address):
-            written += _publish(table, folder, k, fp)
+            rows, errors = _publish(table, folder, k, fp)
+            written += rows
+            failed += errors
             skipped.update(sk)
             bar.update(sizes[k])
     bar.update(0, final=True)
@@ -245,6 +258,7 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
                "skipped": {"/".join(map(str, grid._structures[s])): why
                            for s, why in sorted(skipped.items())}}
     summary["rows"] = kept_rows + written
+    summary["rows_with_error_written"] = failed
     summary["rejected"] = rejected
     if plot:
         summary["plot"] = _plot_pareto(folder)

@@ -473,7 +473,32 @@ def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
             "peak_activation": peak, "exact": bool(exact and m % p == 0)}
 
 
-register(Family("chimera", build_chimera, formula_chimera,
+def _check_options(options):
+    """The option checks that hold at every shape (the rest need p and m)."""
+    variant = options.get("variant", "direct")
+    if variant not in ("direct", "forward-doubling"):
+        raise ValueError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
+                         f"(got {variant!r})")
+    if options.get("order") not in (None, "chimera", "list"):
+        raise ValueError(f"'chimera' order must be None, 'chimera' or 'list' "
+                         f"(got {options.get('order')!r})")
+    down = options.get("down")
+    if down is not None and (isinstance(down, bool) or not isinstance(down, (int, np.integer))
+                             or down < 1):
+        raise ValueError(f"'chimera' down must be an int >= 1 (got {down!r})")
+    for name in ("up_placement", "down_layers", "up_layers"):
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise ValueError(f"'chimera' {name} must be a list of ints (got {value!r})")
+        low = 0 if name == "up_placement" else 1
+        for i, x in enumerate(value):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
+                raise ValueError(f"'chimera' {name}[{i}] must be an int >= {low} (got {x!r})")
+
+
+register(Family("chimera", build_chimera, formula_chimera, check=_check_options,
                 options=("variant", "down", "up_placement", "down_layers", "up_layers", "order"),
                 tune_options={"variant": ("direct", "forward-doubling")},
                 summary="bidirectional pipelines, stages replicated (2x weights)"))

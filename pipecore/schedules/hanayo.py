@@ -120,5 +120,5 @@ def formula_hanayo(p, m, v, c, waves=None):
 
 
 register(Family("hanayo", build_hanayo, formula_hanayo, chunks=True, default_chunks=2,
-                options=("waves",), resolve=_resolve,
+                options=("waves",), resolve=_resolve, check=lambda o: _resolve(None, o),
                 summary="wave-like zig-zag placement (order: pipecore's greedy choice)"))

@@ -56,6 +56,11 @@ class Family:
     tune_options : dict, optional
         Values of each option that :func:`pipecore.tune` tries (options not
         listed keep their default there).
+    check : callable, optional
+        ``check(options)``: the checks of option values that hold whatever
+        the shape (raises ValueError naming the option); a grid runs them
+        before scanning, so a bad value is an error, not a family that
+        silently yields no rows.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Family:
     options: tuple = ()
     resolve: Callable | None = None
     tune_options: dict = field(default_factory=dict)
+    check: Callable | None = None
 
     def chunks_for(self, requested: int | None) -> int:
         """The chunks this family uses when ``requested`` is asked for.
