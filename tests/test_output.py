@@ -62,7 +62,7 @@ def _memory_table(rows):
         {
             "device": pa.array(cols[0], pa.int32()),
             "time": pa.array(cols[1], pa.float64()),
-            "bytes": pa.array(cols[2], pa.float64()),
+            "activation": pa.array(cols[2], pa.float64()),
         }
     )
 
@@ -151,7 +151,7 @@ def test_chrome_trace_metadata_and_counters(tmp_path):
     assert {e["name"] for e in counters} == {"activation d0", "activation d1"}
     assert all(e["pid"] == 0 for e in counters)
     first = [e for e in counters if e["name"] == "activation d0"]
-    assert [e["args"]["bytes"] for e in sorted(first, key=lambda e: e["ts"])] == [10.0, 20.0]
+    assert [e["args"]["activation"] for e in sorted(first, key=lambda e: e["ts"])] == [10.0, 20.0]
 
 
 def test_chrome_trace_link_events(tmp_path):
@@ -269,6 +269,16 @@ def test_gantt_many_ops(tmp_path):
     result = make_result(ops_rows=rows, transfer_rows=[], memory_rows=[])
     result.devices = p
     _assert_png(output.write_gantt(result, tmp_path / "big.png"))
+
+
+def test_trace_reads_a_memory_table_with_the_old_column_name(tmp_path):
+    # A hand-made result whose memory table still says 'bytes' (issue 37 item 6).
+    result = make_result()
+    result.memory = result.memory.rename_columns(["device", "time", "bytes"])
+    with pytest.warns(DeprecationWarning, match="'bytes' is now called 'activation'"):
+        doc = _load_trace(output.write_chrome_trace(result, tmp_path / "t.json"))
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert [e["args"]["activation"] for e in counters] == [r[2] for r in MEMORY_ROWS]
 
 
 def test_gantt_missing_matplotlib(tmp_path, monkeypatch):

@@ -223,7 +223,7 @@ def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> 
     mem = result.memory
     dev = mem.column("device").to_numpy()
     time = mem.column("time").to_numpy()
-    act = mem.column("bytes").to_numpy()
+    act = mem.column("activation").to_numpy()
     static = np.asarray(result.static_memory, dtype=np.float64)
     p = int(result.devices)
     traces = []

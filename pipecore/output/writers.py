@@ -9,7 +9,8 @@ Three formats are supported:
 * :func:`write_parquet` -- the per-op table as Parquet for further analysis.
 
 Every writer takes a result object exposing ``ops``, ``transfers`` and
-``memory`` (:class:`pyarrow.Table`), ``makespan``, ``devices`` and ``name``,
+``memory`` (:class:`pyarrow.Table`; memory's columns are ``device``,
+``time`` and ``activation``), ``makespan``, ``devices`` and ``name``,
 and returns the :class:`pathlib.Path` it wrote.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Union
@@ -49,7 +51,7 @@ _TRANSFER_COLUMNS = (
     "finish",
     "arrival",
 )
-_MEMORY_COLUMNS = ("device", "time", "bytes")
+_MEMORY_COLUMNS = ("device", "time", "activation")
 
 # Fixed kind order so legends and colours are stable from run to run.
 _KIND_ORDER = ("F", "B", "W", "BW", "AR", "R", "O", "L")
@@ -357,11 +359,19 @@ def _memory_events(memory: pa.Table, scale: float) -> list[dict[str, Any]]:
     """One "C" counter event per memory sample, in pid 0."""
     if memory is None or memory.num_rows == 0:
         return []
-    _require_columns(memory, _MEMORY_COLUMNS, "memory")
+    name = "activation"
+    if name not in memory.column_names and "bytes" in memory.column_names:
+        # A table made for the old name (Result.memory's column before the rename).
+        warnings.warn("the memory table's column 'bytes' is now called 'activation' (it holds "
+                      "activation in the unit of Costs.activation, not bytes); 'bytes' is read "
+                      "in this release only", DeprecationWarning, stacklevel=4)
+        name = "bytes"
+    else:
+        _require_columns(memory, _MEMORY_COLUMNS, "memory")
     time = _floats(memory, "time")
-    value = _floats(memory, "bytes")
+    value = _floats(memory, name)
     _check_finite(time, "memory.time")
-    _check_finite(value, "memory.bytes")
+    _check_finite(value, f"memory.{name}")
     return [
         {
             "name": f"activation d{d}",
@@ -369,7 +379,7 @@ def _memory_events(memory: pa.Table, scale: float) -> list[dict[str, Any]]:
             "pid": _PID_COMPUTE,
             "tid": d,
             "ts": t,
-            "args": {"bytes": b},
+            "args": {"activation": b},
         }
         for d, t, b in zip(
             _ints(memory, "device").tolist(), (time * scale).tolist(), value.tolist()
