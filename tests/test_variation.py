@@ -141,6 +141,18 @@ def test_quantiles():
     assert mc.summary()["draws"] == 101
 
 
+def test_what_if_report_says_more_when_removing_made_it_slower():
+    # A list schedule can slow down when an op speeds up (Graham's anomalies):
+    # the report must not print "-10.0% less".
+    w = pc.WhatIf(makespan=10.0, counterfactual=11.0, per_device={2: -0.5, 3: 1.0},
+                  removed="stragglers")
+    lines = w.report().splitlines()
+    assert lines[0] == "iteration 10; without stragglers: 11 (10.0% more)"
+    assert lines[1] == "  device 3: 1 of it (iteration 9 if only this device ran at normal speed)"
+    assert lines[2] == ("  device 2: none of it; at normal speed alone it would make the iteration "
+                        "0.5 longer (10.5)")
+
+
 def test_offloaded_schedules_fall_back_to_one_simulation_per_draw():
     sched = pc.offload(pc.build("1f1b", 4, 8), stages=[0])
     c = pc.Costs(f=1.0, b=2.0, offload=0.5)
