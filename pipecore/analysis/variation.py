@@ -311,6 +311,13 @@ class MonteCarlo:
         """float: 99th percentile."""
         return self.quantile(0.99)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: p50, p90, p99 and the other statistics with their unit,
+        the draw count, and a histogram marking the three quantiles."""
+        from ..core.simulate import _plugin
+
+        return _plugin("monte_carlo_html")(self)
+
     def summary(self) -> dict:
         """Mean, standard deviation, min, p50, p90, p99 and max.
 
