@@ -77,7 +77,7 @@ def assert_same(sched, c, network):
     mem = res.memory.to_pydict()
     ref_mem = [e for dev in ref["memory"] for e in dev]
     assert mem["time"] == [t for t, _ in ref_mem]
-    assert mem["bytes"] == [v for _, v in ref_mem]
+    assert mem["activation"] == [v for _, v in ref_mem]
     return res
 
 
@@ -205,7 +205,7 @@ def test_invariants(data, sched):
     assert res.makespan >= critical_path(sched, c, net) - tol
     assert np.all(res.start >= 0) and np.all(res.finish >= res.start)
     # Memory never goes negative (up to rounding of a - (a - aw) - aw).
-    mem = np.asarray(res.memory.column("bytes"))
+    mem = np.asarray(res.memory.column("activation"))
     scale = max(1.0, float(np.abs(mem).max()) if mem.size else 1.0)
     assert mem.min(initial=0.0) >= -1e-9 * scale
     # Each device ends with nothing held.

@@ -78,7 +78,7 @@ def test_memory_table_is_time_ordered_and_returns_to_zero():
     dev = np.asarray(mem["device"])
     for d in range(4):
         t = np.asarray(mem["time"])[dev == d]
-        v = np.asarray(mem["bytes"])[dev == d]
+        v = np.asarray(mem["activation"])[dev == d]
         assert np.all(np.diff(t) >= 0)
         assert v.min() >= -1e-12 and abs(v[-1]) < 1e-12
         assert res.peak_activation[d] == pytest.approx(max(0.0, v.max()))

@@ -62,7 +62,7 @@ def _memory_table(rows):
         {
             "device": pa.array(cols[0], pa.int32()),
             "time": pa.array(cols[1], pa.float64()),
-            "bytes": pa.array(cols[2], pa.float64()),
+            "activation": pa.array(cols[2], pa.float64()),
         }
     )
 
@@ -151,7 +151,7 @@ def test_chrome_trace_metadata_and_counters(tmp_path):
     assert {e["name"] for e in counters} == {"activation d0", "activation d1"}
     assert all(e["pid"] == 0 for e in counters)
     first = [e for e in counters if e["name"] == "activation d0"]
-    assert [e["args"]["bytes"] for e in sorted(first, key=lambda e: e["ts"])] == [10.0, 20.0]
+    assert [e["args"]["activation"] for e in sorted(first, key=lambda e: e["ts"])] == [10.0, 20.0]
 
 
 def test_chrome_trace_link_events(tmp_path):
@@ -269,6 +269,68 @@ def test_gantt_many_ops(tmp_path):
     result = make_result(ops_rows=rows, transfer_rows=[], memory_rows=[])
     result.devices = p
     _assert_png(output.write_gantt(result, tmp_path / "big.png"))
+
+
+def _png_text(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return dict(im.text), im.size
+
+
+def test_gantt_labels_what_fits_and_says_what_it_left_out(tmp_path):
+    """Issue 37 item 8: two-digit numbers are drawn where they fit, and the
+    title counts the boxes too small for theirs."""
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
+    # Twelve F boxes of one time unit (microbatches 0..11) and one of a
+    # thousandth: at any width a chart is drawn (the 12-unit chart is at
+    # least 800 px of axes, 66 px per unit) a two-digit number fits the
+    # first twelve and no number fits a box of 0.07 px.
+    rows = [(0, k, "F", 0, k, float(k), k + 1.0) for k in range(12)]
+    rows.append((0, 12, "F", 0, 12, 12.0, 12.001))
+    result = make_result(ops_rows=rows, transfer_rows=[], memory_rows=[])
+    result.devices = 1
+    text, _ = _png_text(output.write_gantt(result, tmp_path / "g.png", title="mine"))
+    assert text["pipecore:labels"] == "12" and text["pipecore:ops"] == "13"
+    assert text["Title"] == "mine\nmicrobatch numbers shown where they fit: 12 of 13 ops"
+
+
+def test_gantt_title_is_plain_when_every_number_fits(tmp_path):
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
+    import pipecore as pc
+
+    # 1F1B at p=8, m=32 (the README's main job): its shortest box, an F of
+    # one unit, is 1/117 of the axes (at least 800 px: 6.8 px per unit is
+    # too narrow for two digits at 6 pt; the chart widens for them).
+    res = pc.simulate(pc.build("1f1b", 8, 32), pc.Costs(f=1.0, b=1.0, w=1.0))
+    text, size = _png_text(output.write_gantt(res, tmp_path / "g.png"))
+    assert text["pipecore:labels"] == text["pipecore:ops"] == "512"
+    assert text["Title"] == ("1f1b, p=8 m=32, f=1 b=1 w=1 comm=0: makespan 117 cost units")
+    assert size[0] <= 2100  # readable whole on a screen
+
+
+def test_gantt_dense_chart_stays_screen_wide_and_says_no_numbers(tmp_path):
+    pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
+    # 2,000 ops of 0.9 units on one device: at most 1,800 px of axes give
+    # each box under a pixel, too narrow for any digit.
+    rows = [(0, k, "F", 0, k, float(k), k + 0.9) for k in range(2000)]
+    result = make_result(ops_rows=rows, transfer_rows=[], memory_rows=[])
+    result.devices = 1
+    text, size = _png_text(output.write_gantt(result, tmp_path / "g.png", title="dense"))
+    assert text["pipecore:labels"] == "0"
+    assert text["Title"] == ("dense\nmicrobatch numbers left out: at this size none fits its "
+                             "box (2,000 ops)")
+    assert size[0] <= 2100
+
+
+def test_trace_reads_a_memory_table_with_the_old_column_name(tmp_path):
+    # A hand-made result whose memory table still says 'bytes' (issue 37 item 6).
+    result = make_result()
+    result.memory = result.memory.rename_columns(["device", "time", "bytes"])
+    with pytest.warns(DeprecationWarning, match="'bytes' is now called 'activation'"):
+        doc = _load_trace(output.write_chrome_trace(result, tmp_path / "t.json"))
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert [e["args"]["activation"] for e in counters] == [r[2] for r in MEMORY_ROWS]
 
 
 def test_gantt_missing_matplotlib(tmp_path, monkeypatch):

@@ -78,7 +78,8 @@ def test_issue_shape_beats_the_uniform_split(name, chunks, limit):
     assert plan.gain > 0.01 and plan.gain_seconds > 0
     assert plan.result.makespan < plan.uniform.makespan
     assert plan.memory.max() <= plan.memory_limit * (1 + 1e-9)
-    assert "vs uniform" in plan.report() and f"{plan.gain * 100:+.2f} %" in plan.report()
+    assert (f"faster than uniform by {plan.gain_seconds * 1e3:.3f} ms per iteration "
+            f"({plan.gain * 100:.2f}% less time)") in plan.report()
     assert sum(plan.layers) == len(model) and min(plan.layers) >= 1
     # The plan's own costs, re-simulated, give its result.
     assert pc.simulate(plan.schedule, plan.costs, plan.network).makespan == plan.makespan
@@ -97,6 +98,52 @@ def test_memory_limit_uses_the_schedules_profile():
     assert plan.memory.max() <= 9.5 and not plan.uniform_fits
     assert plan.makespan > 33.0  # the equal split's 33 is the best without a limit
     assert "does NOT fit" in plan.report()
+    # Slower than the uniform split, which does not fit: said so, no sign to decode.
+    slower = (plan.makespan - 33.0) * 1e3
+    assert (f"uniform 33000.000 ms: slower than uniform by {slower:.3f} ms per iteration "
+            f"({slower / 33000.0 * 100:.2f}% more time)") in plan.report()
+    assert "% more time than uniform" in repr(plan) and "+" not in plan.report()
+
+
+def _lopsided():
+    # Embedding (free), four blocks (f=1, b=2) and a head (f=4, b=8), at 1 FLOP/s.
+    def layer(name, kind, f, b):
+        return pc.Layer(name, kind, f, b, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0)
+
+    return Model((layer("embedding", "embedding", 0.0, 0.0),)
+                 + tuple(layer(f"block {i}", "block", 1.0, 2.0) for i in range(4))
+                 + (layer("head", "head", 4.0, 8.0),), name="lopsided")
+
+
+def test_report_says_faster_in_words():
+    """Issue 37 item 6: a faster plan reads "faster", with no sign to decode."""
+    # 1F1B, p=2, m=4. Uniform (3, 3): stages f=2, b=4 and f=6, b=12; stage 1
+    # is busy 4 * 18 after stage 0's first F (2) and before its last B (4):
+    # 78 s. The plan (5, 1): stages f=4, b=8 each, (m + p - 1)(f + b) = 60 s.
+    # 18 s less is 23.08% of 78 s.
+    plan = partition(_lopsided(), devices=2, schedule="1f1b", hardware=UNIT, microbatches=4,
+                     memory_limit=math.inf)
+    assert plan.layers == (5, 1) and plan.uniform_layers == (3, 3)
+    text = plan.report()
+    assert ("iteration time    plan 60000.000 ms, uniform 78000.000 ms: faster than uniform by "
+            "18000.000 ms per iteration (23.08% less time)") in text
+    assert "+" not in text and "vs uniform" not in text
+    assert repr(plan).endswith("makespan=60 s, 23.08% less time than uniform)")
+
+
+def test_plan_html_has_the_headline_and_tables():
+    plan = partition(_lopsided(), devices=2, schedule="1f1b", hardware=UNIT, microbatches=4,
+                     memory_limit=math.inf)
+    page = plan._repr_html_()
+    assert "iteration time <b>60000.000 ms</b> (uniform split 78000.000 ms): faster than " \
+           "uniform by 18000.000 ms per iteration (23.08% less time)" in page
+    assert "limit none per device" in page
+    for head in ("layer range", "F ms", "activation GB per microbatch", "busy ms", "total GB"):
+        assert f">{head}</th>" in page
+    # One row per stage (both changed: bold) and one per device.
+    assert page.count("<tr style='font-weight:bold'>") == 2
+    assert "embedding .. block 3" in page and ">head</td>" in page
+    assert page.count("<tr") == 1 + 2 + 1 + 2
 
 
 def test_nothing_fits_says_the_least_memory():

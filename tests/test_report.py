@@ -135,11 +135,56 @@ def test_custom_schedule_reports_simulation_only(tmp_path):
     assert "simulation only" in page
 
 
+def _texts(svg):
+    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def test_result_svg_has_a_time_axis_and_a_kind_legend():
+    """Issue 37 item 6: the inline Gantt says what its x axis and colours mean."""
+    res = pc.simulate(pc.build("1f1b", 8, 32), UNIT)  # makespan 39 * 3 = 117
+    svg = res._repr_html_()
+    texts = _texts(svg)
+    # Round ticks over 0..117, 20 apart, and the axis title with its unit.
+    assert [t for t in texts if t in {"0", "20", "40", "60", "80", "100", "120"}][-6:] == \
+        ["0", "20", "40", "60", "80", "100"]
+    assert "time (cost units)" in texts and "device" in texts
+    # One legend entry per kind drawn, each swatch the colour of that kind's boxes.
+    assert [t for t in texts if "forward" in t or "backward" in t] == \
+        ["F forward", "BW backward (input and weights)"]
+    swatches = re.findall(r"<rect class='legend'[^>]*fill='(#[0-9A-Fa-f]{6})'/><text[^>]*>([^<]*)<",
+                          svg)
+    ops = svg[svg.index("<g class='ops'>"):svg.index("</g>")]
+    fills = re.findall(r"fill='(#[0-9A-Fa-f]{6})'", ops)
+    # Device 0's first op is F 0 and its last BW 31 (boxes in op-table order).
+    assert dict((label, colour) for colour, label in swatches) == {
+        "F forward": fills[0], "BW backward (input and weights)": fills[63]}
+    assert "makespan 117 cost units" in svg
+
+
+def test_result_svg_legend_explains_chunk_shades():
+    res = pc.simulate(pc.build("zb-v", 4, 8), UNIT)
+    texts = _texts(res._repr_html_())
+    assert {"F forward", "B backward (input)", "W backward (weights)", "chunk 0",
+            "chunk 1 (lighter: later chunk)"} <= set(texts)
+
+
+def test_nice_ticks_are_round():
+    from pipecore.output.views import nice_ticks
+
+    assert nice_ticks(0.0, 117.0) == [0, 20, 40, 60, 80, 100]
+    assert nice_ticks(0.0, 25.5) == [0, 5, 10, 15, 20, 25]
+    assert nice_ticks(0.0, 0.3) == [0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
+    assert nice_ticks(118.89, 122.6) == [119, 120, 121, 122]
+    with pytest.raises(ValueError, match="finite lo < hi"):
+        nice_ticks(1.0, 1.0)
+
+
 def test_jupyter_views_are_small():
     sched = pc.build("1f1b", 8, 32)
     res = pc.simulate(sched, UNIT)
     svg = res._repr_html_()
-    assert svg.count("<rect") == sched.num_ops  # no zero-length op in 1F1B with w=1
+    ops = svg[svg.index("<g class='ops'>"):svg.index("</g>")]
+    assert ops.count("<rect") == sched.num_ops  # no zero-length op in 1F1B with w=1
     assert "makespan 117" in svg  # (m + p - 1)(f + b + w) = 39 * 3
     grid = sched._repr_html_()
     assert grid.count("<td") == sched.num_ops

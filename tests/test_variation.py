@@ -6,6 +6,8 @@ draw by draw, bit for bit (the same arithmetic), and simulate itself is
 checked against the oracle elsewhere.
 """
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -139,6 +141,48 @@ def test_quantiles():
     mc = pc.MonteCarlo(np.arange(1.0, 102.0), pc.Jitter())
     assert (mc.p50, mc.p90, mc.p99) == (51.0, 91.0, 100.0)  # numpy's linear quantiles of 1..101
     assert mc.summary()["draws"] == 101
+
+
+def test_what_if_report_says_more_when_removing_made_it_slower():
+    # A list schedule can slow down when an op speeds up (Graham's anomalies):
+    # the report must not print "-10.0% less".
+    w = pc.WhatIf(makespan=10.0, counterfactual=11.0, per_device={2: -0.5, 3: 1.0},
+                  removed="stragglers")
+    lines = w.report().splitlines()
+    assert lines[0] == "iteration 10; without stragglers: 11 (10.0% more)"
+    assert lines[1] == "  device 3: 1 of it (iteration 9 if only this device ran at normal speed)"
+    assert lines[2] == ("  device 2: none of it; at normal speed alone it would make the iteration "
+                        "0.5 longer (10.5)")
+
+
+def _texts(svg):
+    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def test_monte_carlo_html_states_quantiles_units_and_draws():
+    """Issue 37 item 6: a Monte Carlo result shows itself in Jupyter."""
+    mc = pc.MonteCarlo(np.arange(1.0, 102.0), pc.Jitter.lognormal(0.05, seed=3), seconds=0.25)
+    page = mc._repr_html_()
+    # numpy's linear quantiles of 1..101 (test_quantiles): 51, 91, 100.
+    assert ("101 draws (lognormal jitter, sigma 0.05, one factor per op, seed 3) in 0.25 s<br>"
+            "iteration time p50 <b>51</b>, p90 <b>91</b>, p99 <b>100</b> cost units") in page
+    assert ">iteration time (cost units)</th>" in page and "+78.43%" in page  # p90 = 91 / 51 - 1
+    svg = page[page.index("<svg"):]
+    # 40 bins of 2.5 over [1, 101]: every one holds two or three draws.
+    assert svg.count("<rect") == 40
+    texts = _texts(svg)
+    assert ["p50", "p90", "p99"] == [t for t in texts if t.startswith("p")]
+    assert {"20", "40", "60", "80", "100"} <= set(texts) and "iteration time (cost units)" in texts
+    assert "draws" in texts
+
+
+def test_monte_carlo_html_without_spread():
+    # Sigma 0: every draw is GPipe's (m + p - 1)(f + b) = 3 * 3 = 9.
+    mc = pc.monte_carlo(pc.build("gpipe", 2, 2), pc.Costs(f=1.0, b=2.0),
+                        pc.Jitter.lognormal(0.0), draws=20)
+    page = mc._repr_html_()
+    assert "20 draws" in page and "p50 <b>9</b>, p90 <b>9</b>, p99 <b>9</b> cost units" in page
+    assert page[page.index("<svg"):].count("<rect") == 1
 
 
 def test_offloaded_schedules_fall_back_to_one_simulation_per_draw():

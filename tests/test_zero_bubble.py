@@ -87,5 +87,5 @@ def test_split_ops_and_memory_release():
     mem = res.memory.to_pydict()
     # Every device returns to zero; B releases M_B - M_W = 1.5, W the last 0.5.
     for d in (0, 1):
-        series = [v for dev, v in zip(mem["device"], mem["bytes"]) if dev == d]
+        series = [v for dev, v in zip(mem["device"], mem["activation"]) if dev == d]
         assert series[-1] == 0.0 and min(series) >= 0.0

@@ -311,6 +311,13 @@ class MonteCarlo:
         """float: 99th percentile."""
         return self.quantile(0.99)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: p50, p90, p99 and the other statistics with their unit,
+        the draw count, and a histogram marking the three quantiles."""
+        from ..core.simulate import _plugin
+
+        return _plugin("monte_carlo_html")(self)
+
     def summary(self) -> dict:
         """Mean, standard deviation, min, p50, p90, p99 and max.
 
@@ -462,12 +469,19 @@ class WhatIf:
         None
             Nothing beyond errors of the objects it is given.
         """
-        pct = 100 * self.saved / self.makespan if self.makespan else 0.0
+        pct = 100 * abs(self.saved) / self.makespan if self.makespan else 0.0
+        # A list schedule can get slower when an op gets faster: say which way.
+        change = ("the same" if self.saved == 0 else
+                  f"{pct:.1f}% {'less' if self.saved > 0 else 'more'}")
         lines = [f"iteration {self.makespan:.6g}; without {self.removed}: "
-                 f"{self.counterfactual:.6g} ({pct:.1f}% less)"]
+                 f"{self.counterfactual:.6g} ({change})"]
         for d, cost in sorted(self.per_device.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  device {d}: {cost:.6g} of it (iteration {self.makespan - cost:.6g} "
-                         f"if only this device ran at normal speed)")
+            if cost >= 0:
+                lines.append(f"  device {d}: {cost:.6g} of it (iteration {self.makespan - cost:.6g} "
+                             f"if only this device ran at normal speed)")
+            else:
+                lines.append(f"  device {d}: none of it; at normal speed alone it would make the "
+                             f"iteration {-cost:.6g} longer ({self.makespan - cost:.6g})")
         if self.share is not None:
             rows = sorted(self.share.to_pylist(), key=lambda r: -r["total"])
             lines.append("critical path by device (compute + transfers out):")

@@ -16,6 +16,7 @@ from ..kernels.memory import peak_memory
 from ..kernels.network import X_CLASSES, transfer_classes
 from . import buffers, tier
 from .costs import Costs, Network, per_stage_direct
+from .memtable import MemoryTable
 from .rules import F_DROP, N_CLASSES
 from .schedule import KINDS, Schedule, ScheduleError, op_label
 
@@ -615,21 +616,30 @@ class Result:
         return out
 
     @cached_property
-    def memory(self) -> pa.Table:
-        """pyarrow.Table: activation timeline, columns ``device``, ``time``, ``bytes``.
+    def memory(self) -> MemoryTable:
+        """MemoryTable: activation timeline, columns ``device``, ``time``, ``activation``.
 
         One row per op that allocates or frees: F and R at their start, B,
-        W and BW at their finish; ``bytes`` is the device's total after the
-        event. A recomputed F allocates only ``Costs.checkpoint`` and its R
-        the rest of the activation. With offload, a copy to host frees the
-        activation when it ends and a copy back allocates it when it
-        starts; rows are then sorted by time on each device.
+        W and BW at their finish; ``activation`` is the device's activation
+        after the event, in the unit of ``Costs.activation`` (M, one
+        microbatch's activation on one stage, by default; bytes for the
+        costs of :meth:`pipecore.Model.costs`), weights not included (see
+        ``static_memory``). A recomputed F allocates only
+        ``Costs.checkpoint`` and its R the rest of the activation. With
+        offload, a copy to host frees the activation when it ends and a
+        copy back allocates it when it starts; rows are then sorted by time
+        on each device.
+
+        The column was called ``bytes`` before; for one release that name
+        still reads ``activation``, with a ``DeprecationWarning``, which is
+        why this is a thin wrapper of the ``pyarrow.Table`` (``.table``)
+        rather than the table itself (see :mod:`pipecore.core.memtable`).
         """
         c = self._c
         if c.x_host is not None and c.x_host.any():
             dev, time, total = self._events()
-            return pa.table({"device": pa.array(dev.astype(np.int32)), "time": pa.array(time),
-                             "bytes": pa.array(total)})
+            return MemoryTable(pa.table({"device": pa.array(dev.astype(np.int32)),
+                                         "time": pa.array(time), "activation": pa.array(total)}))
         kind = c.op_class
         s = c.op_stage
         delta = np.select(
@@ -644,8 +654,9 @@ class Result:
             a, b = c.dev_ptr[d], c.dev_ptr[d + 1]
             total[a:b] = np.cumsum(delta[a:b])
         keep = kind != 4  # an all-reduce holds no activation and has no event
-        return pa.table({"device": pa.array(dev[keep].astype(np.int32)),
-                         "time": pa.array(time[keep]), "bytes": pa.array(total[keep])})
+        return MemoryTable(pa.table({"device": pa.array(dev[keep].astype(np.int32)),
+                                     "time": pa.array(time[keep]),
+                                     "activation": pa.array(total[keep])}))
 
     def metrics(self) -> dict:
         """The headline numbers as plain Python values.

@@ -22,6 +22,7 @@ from ..core.schedule import Schedule
 from ..core.simulate import plug
 from .page import CSS as _CSS
 from .page import plotly_js as _plotly_js
+from .views import kinds_in_order, svg_kind_legend, svg_time_axis
 from .writers import _KIND_COLOURS, _UNKNOWN_COLOUR, _chunk_of
 
 __all__ = ["report", "result_views", "schedule_grid_html", "result_svg_html"]
@@ -223,7 +224,7 @@ def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> 
     mem = result.memory
     dev = mem.column("device").to_numpy()
     time = mem.column("time").to_numpy()
-    act = mem.column("bytes").to_numpy()
+    act = mem.column("activation").to_numpy()
     static = np.asarray(result.static_memory, dtype=np.float64)
     p = int(result.devices)
     traces = []
@@ -525,6 +526,10 @@ def _summary(rows: list[dict], notes: dict[str, int]) -> str:
 def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     """An inline SVG Gantt and the headline numbers of a result (Jupyter).
 
+    One row per device, one box per op coloured by kind (later chunks
+    lighter), a time axis in cost units with round ticks, and a legend of
+    the kinds drawn (and of the chunk shades when a device holds several).
+
     Parameters
     ----------
     result : pipecore.Result
@@ -546,7 +551,7 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     """
     peak = np.asarray(result.peak_activation, dtype=np.float64)
     head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(result.name)}"
-            f"</b>: p={result.devices}, makespan {result.makespan:.6g}, bubble ratio "
+            f"</b>: p={result.devices}, makespan {result.makespan:.6g} cost units, bubble ratio "
             f"{result.bubble_ratio:.4f}, peak activation {peak.max() if peak.size else 0:.4g} M "
             f"(max device)</div>")
     ops = result.ops
@@ -561,11 +566,12 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     chunk = _chunks(result)
     n_chunks = int(chunk.max()) + 1 if chunk.size else 1
     ms = float(result.makespan) or 1.0
-    row_h, left = 14, 28
-    sx = (width - left - 4) / ms
+    row_h, left, right = 14, 40, 10
+    sx = (width - left - right) / ms
     h = p * row_h + 4
     rects = []
-    for i in np.flatnonzero(finish > start).tolist():
+    drawn = np.flatnonzero(finish > start)
+    for i in drawn.tolist():
         colour = _shade(_KIND_COLOURS.get(names[code[i]], _UNKNOWN_COLOUR),
                         0.45 * chunk[i] / max(n_chunks - 1, 1))
         rects.append(f"<rect x='{left + start[i] * sx:.1f}' y='{device[i] * row_h + 2}' "
@@ -573,8 +579,16 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
                      f"height='{row_h - 3}' fill='{colour}'/>")
     labels = "".join(f"<text x='{left - 4}' y='{d * row_h + row_h - 2}' text-anchor='end'>{d}"
                      "</text>" for d in range(p))
-    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{h}' "
-           f"font-size='10' font-family='sans-serif'>{labels}{''.join(rects)}</svg>")
+    device_title = (f"<text transform='translate(10,{h / 2:.1f}) rotate(-90)' "
+                    "text-anchor='middle' fill='#333'>device</text>")
+    axis, axis_h = svg_time_axis(left, h, width - left - right, 0.0, ms, "time (cost units)")
+    present = kinds_in_order([names[c] for c in np.unique(code[drawn]).tolist()])
+    legend, legend_h = svg_kind_legend(present, n_chunks, left, h + axis_h + 2,
+                                       width - left - right)
+    total = h + axis_h + 2 + legend_h + 2
+    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total:.0f}' "
+           f"font-size='10' font-family='sans-serif'>{labels}{device_title}"
+           f"<g class='ops'>{''.join(rects)}</g>{axis}{legend}</svg>")
     return head + svg
 
 

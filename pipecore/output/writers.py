@@ -9,7 +9,8 @@ Three formats are supported:
 * :func:`write_parquet` -- the per-op table as Parquet for further analysis.
 
 Every writer takes a result object exposing ``ops``, ``transfers`` and
-``memory`` (:class:`pyarrow.Table`), ``makespan``, ``devices`` and ``name``,
+``memory`` (:class:`pyarrow.Table`; memory's columns are ``device``,
+``time`` and ``activation``), ``makespan``, ``devices`` and ``name``,
 and returns the :class:`pathlib.Path` it wrote.
 """
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
@@ -49,7 +52,7 @@ _TRANSFER_COLUMNS = (
     "finish",
     "arrival",
 )
-_MEMORY_COLUMNS = ("device", "time", "bytes")
+_MEMORY_COLUMNS = ("device", "time", "activation")
 
 # Fixed kind order so legends and colours are stable from run to run.
 _KIND_ORDER = ("F", "B", "W", "BW", "AR", "R", "O", "L")
@@ -357,11 +360,19 @@ def _memory_events(memory: pa.Table, scale: float) -> list[dict[str, Any]]:
     """One "C" counter event per memory sample, in pid 0."""
     if memory is None or memory.num_rows == 0:
         return []
-    _require_columns(memory, _MEMORY_COLUMNS, "memory")
+    name = "activation"
+    if name not in memory.column_names and "bytes" in memory.column_names:
+        # A table made for the old name (Result.memory's column before the rename).
+        warnings.warn("the memory table's column 'bytes' is now called 'activation' (it holds "
+                      "activation in the unit of Costs.activation, not bytes); 'bytes' is read "
+                      "in this release only", DeprecationWarning, stacklevel=4)
+        name = "bytes"
+    else:
+        _require_columns(memory, _MEMORY_COLUMNS, "memory")
     time = _floats(memory, "time")
-    value = _floats(memory, "bytes")
+    value = _floats(memory, name)
     _check_finite(time, "memory.time")
-    _check_finite(value, "memory.bytes")
+    _check_finite(value, f"memory.{name}")
     return [
         {
             "name": f"activation d{d}",
@@ -369,7 +380,7 @@ def _memory_events(memory: pa.Table, scale: float) -> list[dict[str, Any]]:
             "pid": _PID_COMPUTE,
             "tid": d,
             "ts": t,
-            "args": {"bytes": b},
+            "args": {"activation": b},
         }
         for d, t, b in zip(
             _ints(memory, "device").tolist(), (time * scale).tolist(), value.tolist()
@@ -468,6 +479,76 @@ def _shade(rgb: np.ndarray, amount: np.ndarray) -> np.ndarray:
     return rgb * (1.0 - amount) + amount
 
 
+_GANTT_DPI = 100
+_AXES_LEFT, _AXES_WIDTH = 0.06, 0.84  # of the figure; the legend goes right of the axes
+_AXES_PX = (800.0, 1800.0)  # axes width bounds: the whole chart fits a screen at 100 %
+_ROW_IN = 0.4  # inches per device row
+_LABEL_PT = (6.0, 8.0)  # microbatch numbers: no smaller (unreadable), no larger
+# DejaVu Sans (matplotlib's default font) in ems: every digit advances
+# 0.636, and the widest digit's ink is 0.54 wide.
+_DIGIT_EM, _INK_EM = 0.64, 0.54
+
+
+@dataclass
+class _GanttLayout:
+    """Figure size and which ops get their microbatch number."""
+
+    fig_w: float
+    fig_h: float
+    label_pt: float
+    fits: np.ndarray
+    labelable: int
+
+    @property
+    def labelled(self) -> int:
+        return int(np.count_nonzero(self.fits))
+
+    def note(self) -> str | None:
+        """What the title says about labels left out (None: every op has its number)."""
+        if self.labelled == self.labelable:
+            return None
+        if self.labelled == 0:
+            return (f"microbatch numbers left out: at this size none fits its box "
+                    f"({self.labelable:,} ops)")
+        return (f"microbatch numbers shown where they fit: {self.labelled:,} of "
+                f"{self.labelable:,} ops")
+
+
+def _gantt_layout(width: np.ndarray, height: np.ndarray, mb: np.ndarray, labelable: np.ndarray,
+                  n_dev: int, x_max: float) -> _GanttLayout:
+    """Size the chart and decide, per op, whether its number fits its box.
+
+    ``width`` is each op's length in time units and ``height`` its box's
+    height in rows (0.8, or 0.4 for half of an F&B unit). The numbers get
+    the largest size in ``_LABEL_PT`` (at most half a bar's height) at
+    which nine in ten of them fit axes no wider than ``_AXES_PX``, the
+    smallest size when none does; a number is drawn only where its whole
+    width (digits at the font's advance, plus a margin) and height fit.
+    """
+    fig_h = min(max(2.5, _ROW_IN * n_dev + 1.5), 40.0)
+    # Rows take the figure's height between matplotlib's default margins.
+    row_px = fig_h * _GANTT_DPI * 0.77 / n_dev
+    digits = np.floor(np.log10(np.maximum(mb, 1))).astype(np.int64) + 1
+    cand = labelable & (width > 0)
+    lo, hi = _LABEL_PT
+    top = min(hi, 0.5 * 0.8 * row_px * 72.0 / _GANTT_DPI)
+    sizes = [top - k * 0.5 for k in range(int((top - lo) / 0.5) + 1)] if top >= lo else [lo]
+    for label_pt in sizes:
+        # Pixels: the number's ink and a pixel of room on each side.
+        need = ((digits - 1) * _DIGIT_EM + _INK_EM) * label_pt * _GANTT_DPI / 72.0 + 2.0
+        wanted = float(np.quantile(need[cand] / width[cand], 0.9)) * x_max if cand.any() else 0.0
+        if wanted <= _AXES_PX[1]:
+            break
+    axes_px = float(np.clip(wanted, *_AXES_PX))
+    px_per_unit = axes_px / x_max
+    label_px = label_pt * _GANTT_DPI / 72.0
+    # Digits stand about 0.73 em tall: a box needs that and a little room.
+    tall = height * row_px >= 0.9 * label_px
+    fits = cand & tall & (width * px_per_unit >= need)
+    fig_w = axes_px / (_GANTT_DPI * _AXES_WIDTH)
+    return _GanttLayout(fig_w, fig_h, label_pt, fits, int(np.count_nonzero(labelable)))
+
+
 def write_gantt(
     result: Any,
     path: PathLike,
@@ -480,7 +561,16 @@ def write_gantt(
     One row per device (device 0 at the top), one bar per op coloured by kind
     (F, B, W, BW, AR, R). For interleaved schedules, later stage chunks on a device
     (``stage // devices``) are drawn in lighter shades of the kind colour.
-    Bars wide enough to hold text are labelled with their microbatch number.
+
+    Each op's box holds its microbatch number where the whole number fits
+    at the chart's one label size (6 to 8 pt, the largest at which nine in
+    ten fit); the chart is as wide as that needs, within about 1,000 to
+    2,000 pixels, so it reads at the size it is written. When numbers are
+    left out, the title's second line says how many were shown (e.g.
+    "microbatch numbers shown where they fit: 480 of 1,536 ops"). The
+    PNG's text chunks hold the title (``Title``) and the counts
+    (``pipecore:labels``, numbers drawn; ``pipecore:ops``, ops that have a
+    microbatch).
 
     The figure is built with matplotlib's object-oriented API on an Agg
     canvas rather than through ``pyplot``: this renders headless without
@@ -496,7 +586,8 @@ def write_gantt(
     path : str or os.PathLike
         Destination PNG file. Its parent directory must exist.
     title : str, optional
-        Plot title. Defaults to ``f"{result.name}: makespan {result.makespan:g}"``.
+        Plot title. Defaults to the name, shape, costs and makespan. The
+        note on labels left out is added below it either way.
     show_transfers : bool, default False
         Also draw each transfer as a thin line from the sender's row at
         ``start`` to the receiver's row at ``arrival``.
@@ -567,15 +658,6 @@ def write_gantt(
     # Zero-length ops (W with w = 0, say) would be white gaps and legend
     # entries for nothing: they are not drawn.
     visible = finish > start
-    # Height grows with device count but stays bounded so huge p still saves;
-    # width grows with ops per device so more boxes are wide enough for a label.
-    per_dev = int(np.bincount(device[visible], minlength=1).max()) if visible.any() else 0
-    fig_w = float(min(max(14.0, 0.2 * per_dev), 30.0))
-    fig_h = min(max(2.5, 0.4 * n_dev + 1.5), 40.0)
-    dpi = 120
-    fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
 
     # --- bars: one PolyCollection of rectangles renders 30k ops quickly,
     # unlike one Rectangle artist per bar.
@@ -593,6 +675,17 @@ def write_gantt(
         y1 = np.where(first, device, y1)
         y0 = np.where(second, device, y0)
     width = np.maximum(finish - start, 0.0)
+
+    # --- size: rows of fixed height (bounded, so huge p still saves); the
+    # axes as wide as most microbatch numbers need at one readable size, up
+    # to what a screen shows whole. Numbers that do not fit are left out
+    # and the title says how many.
+    layout = _gantt_layout(width, y1 - y0, mb, visible & (kind != "AR") & (mb >= 0),
+                           n_dev, x_max)
+    fig = Figure(figsize=(layout.fig_w, layout.fig_h), dpi=_GANTT_DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    fig.subplots_adjust(left=_AXES_LEFT, right=_AXES_LEFT + _AXES_WIDTH)
     verts = np.empty((device.size, 4, 2), dtype=np.float64)
     verts[:, 0, 0] = start
     verts[:, 0, 1] = y0
@@ -666,33 +759,20 @@ def write_gantt(
     ax.set_yticklabels([f"d{d}" for d in range(n_dev)])
     ax.set_xlabel("time (cost units)")
     ax.set_ylabel("device")
-    ax.set_title(title)
+    note = layout.note()
+    ax.set_title(title if note is None else f"{title}\n{note}")
     ax.grid(axis="x", linewidth=0.3, alpha=0.5)
     ax.set_axisbelow(True)
 
-    # --- microbatch labels, only where the text fits. Width in pixels is
-    # estimated from the axes extent; the number of labels that fit is
-    # bounded by the axes width, so this stays cheap even for 30k ops.
-    if device.size:
-        ax_px = fig_w * dpi * ax.get_position().width
-        px_per_unit = ax_px / x_max
-        row_px = fig_h * dpi * ax.get_position().height / n_dev
-        fontsize = float(np.clip(row_px * 0.35, 4.0, 8.0))
-        digits = np.floor(np.log10(np.maximum(mb, 1))).astype(np.int64) + 1 + (mb < 0)
-        # Each label shrinks to its box, down to 5 pt (smaller is unreadable).
-        fit_size = (width * px_per_unit - 3.0) / (digits * dpi / 72.0 * 0.62)
-        sizes = np.minimum(fontsize, fit_size)
-        # Half-height bars (F&B units) need room for the text, and an
-        # all-reduce (no microbatch) gets no number.
-        tall = (y1 - y0) * row_px >= sizes * dpi / 72.0
-        fits = (sizes >= 5.0) & tall & (kind != "AR") & visible
-        idx = np.nonzero(fits)[0]
+    # --- microbatch numbers, one size, in the boxes they fit (at most as
+    # many as the axes are wide, so this stays cheap for 30k ops).
+    idx = np.flatnonzero(layout.fits)
+    if idx.size:
         # Dark text on light bars, white on dark ones.
         lum = colours @ np.array([0.299, 0.587, 0.114])
         centres = (start + finish) / 2
-        if idx.size:
-            _draw_labels(ax, centres[idx], ((y0 + y1) / 2)[idx], mb[idx], sizes[idx],
-                         lum[idx] > 0.6, dpi)
+        _draw_labels(ax, centres[idx], ((y0 + y1) / 2)[idx], mb[idx],
+                     np.full(idx.size, layout.label_pt), lum[idx] > 0.6, _GANTT_DPI)
 
     if legend_handles:
         ax.legend(
@@ -715,7 +795,12 @@ def write_gantt(
         tight = fig.get_tightbbox(fig.canvas.get_renderer()).padded(
             rcParams["savefig.pad_inches"])
         # Faster zlib level: most of savefig was PNG encoding; files grow ~10%.
-        fig.savefig(out, format="png", bbox_inches=tight, pil_kwargs={"compress_level": 2})
+        # The title and the label count go into the PNG's text chunks too,
+        # so a reader (or a test) gets them without looking at the pixels.
+        meta = {"Title": ax.get_title(), "Software": "pipecore",
+                "pipecore:labels": str(layout.labelled), "pipecore:ops": str(layout.labelable)}
+        fig.savefig(out, format="png", bbox_inches=tight, metadata=meta,
+                    pil_kwargs={"compress_level": 2})
     finally:
         # Release the figure's artists promptly; large charts hold a lot.
         fig.clear()
@@ -789,7 +874,7 @@ def _default_title(result: Any) -> str:
         parts.append(f"f={num(costs.f)} b={num(costs.b)} w={num(costs.w)} comm={num(costs.comm)}")
     if getattr(result, "network", None) is not None:
         parts.append("network")
-    return ", ".join(parts) + f": makespan {result.makespan:g}"
+    return ", ".join(parts) + f": makespan {result.makespan:g} cost units"
 
 
 def _draw_critical(ax: Any, path_table: pa.Table, verts: np.ndarray, poly: Any, line: Any) -> list:

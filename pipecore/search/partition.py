@@ -95,7 +95,9 @@ class Plan:
 
     @property
     def gain(self) -> float:
-        """float: ``1 - makespan / uniform makespan`` (0.1 is 10 % faster)."""
+        """float: ``1 - makespan / uniform makespan``: 0.1 when the plan takes
+        10% less time per iteration than the uniform split, negative when
+        it takes more (a uniform split over the memory limit can be faster)."""
         return 1.0 - self.result.makespan / self.uniform.makespan
 
     @property
@@ -153,7 +155,7 @@ class Plan:
             f"layers per stage  plan:    {list(self.layers)}",
             f"                  uniform: {list(self.uniform_layers)}",
             f"iteration time    plan {res.makespan * 1e3:.3f} ms, uniform {uni.makespan * 1e3:.3f} ms: "
-            f"{self.gain * 100:+.2f} % ({self.gain_seconds * 1e3:+.3f} ms) vs uniform",
+            f"{self._versus_uniform()}",
             f"worst device memory  plan {self.memory.max() / 1e9:.2f} GB, uniform "
             f"{self.uniform_memory.max() / 1e9:.2f} GB"
             + ("" if self.uniform_fits else " (the uniform split does NOT fit the limit)"),
@@ -176,9 +178,72 @@ class Plan:
                          f"{res.static_memory[d] / 1e9:11.3f} {self.memory[d] / 1e9:9.3f}")
         return "\n".join(lines)
 
+    def _versus_uniform(self, short: bool = False) -> str:
+        """The plan's time against the uniform split's, the direction in words."""
+        diff = abs(self.gain_seconds) * 1e3
+        pct = abs(self.gain) * 100
+        if self.gain_seconds == 0:
+            return "the same time as uniform"
+        if short:
+            return f"{pct:.2f}% {'less' if self.gain > 0 else 'more'} time than uniform"
+        if self.gain > 0:
+            return f"faster than uniform by {diff:.3f} ms per iteration ({pct:.2f}% less time)"
+        return f"slower than uniform by {diff:.3f} ms per iteration ({pct:.2f}% more time)"
+
     def __repr__(self) -> str:
         return (f"Plan({self.schedule.name!r}, layers={list(self.layers)}, "
-                f"makespan={self.makespan:.6g}, gain={self.gain * 100:.2f}%)")
+                f"makespan={self.makespan:.6g} s, {self._versus_uniform(short=True)})")
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the headline numbers with units and the per-stage and per-device tables."""
+        import html
+
+        sched, res, uni = self.schedule, self.result, self.uniform
+        esc = html.escape
+        lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit / 1e9:.2f} GB"
+        fits = "" if self.uniform_fits else " (the uniform split does not fit the limit)"
+        head = (
+            f"<div style='font-family:sans-serif;font-size:13px'><b>partition</b> of "
+            f"{esc(self.model.name)} ({len(self.model)} layers) on {esc(self.hardware.name)}: "
+            f"{esc(sched.name)}, {sched.devices} devices, {sched.stages} stages, "
+            f"{sched.microbatches} microbatches<br>"
+            f"iteration time <b>{res.makespan * 1e3:.3f} ms</b> (uniform split "
+            f"{uni.makespan * 1e3:.3f} ms): {esc(self._versus_uniform())}<br>"
+            f"worst device memory {self.memory.max() / 1e9:.2f} GB (uniform "
+            f"{self.uniform_memory.max() / 1e9:.2f} GB{fits}); limit {lim} per device; "
+            f"{self.evaluations} splits simulated</div>")
+        cell = "<td style='text-align:right;padding:0 6px'>"
+        th = "<th style='padding:0 6px;text-align:right'>"
+        table = ("<table style='font-family:sans-serif;font-size:12px;border-collapse:collapse;"
+                 "margin-top:6px'><thead><tr>")
+        arr = self.costs.stage_arrays(sched.stages, sched.devices)
+        names = [x.name for x in self.model.layers]
+        rows = []
+        for s, ((a, b), n, u) in enumerate(zip(self.stage_ranges(), self.layers,
+                                               self.uniform_layers)):
+            span = names[a] if b - a == 1 else f"{names[a]} .. {names[b - 1]}"
+            devs = ",".join(str(d) for d in sched.stage_devices[s])
+            moved = " style='font-weight:bold'" if n != u else ""  # the stages the plan changed
+            rows.append(
+                f"<tr{moved}>{cell}{s}</td>{cell}{devs}</td><td style='padding:0 6px'>"
+                f"{esc(span)}</td>{cell}{n}</td>{cell}{u}</td>{cell}{arr['f'][s] * 1e3:.3f}</td>"
+                f"{cell}{arr['b'][s] * 1e3:.3f}</td>{cell}{arr['w'][s] * 1e3:.3f}</td>"
+                f"{cell}{arr['activation'][s] / 1e9:.3f}</td>{cell}{arr['weights'][s] / 1e9:.3f}</td></tr>")
+        heads = ("stage", "devices", "layer range", "layers", "uniform", "F ms", "B ms", "W ms",
+                 "activation GB per microbatch", "weights GB")
+        stages = (table + "".join((th.replace("right", "left") if h == "layer range" else th)
+                                  + f"{h}</th>" for h in heads)
+                  + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+                  "<div style='font-family:sans-serif;font-size:11px;color:#555'>layers: the "
+                  "plan's; uniform: the uniform split's (bold: stages the plan changed); times "
+                  "per microbatch</div>")
+        rows = [f"<tr>{cell}{d}</td>{cell}{res.busy[d] * 1e3:.3f}</td>"
+                f"{cell}{res.peak_activation[d] / 1e9:.3f}</td>{cell}{res.static_memory[d] / 1e9:.3f}</td>"
+                f"{cell}{self.memory[d] / 1e9:.3f}</td></tr>" for d in range(sched.devices)]
+        heads = ("device", "busy ms", "peak activation GB", "weights GB", "total GB")
+        devices = (table + "".join(f"{th}{h}</th>" for h in heads)
+                   + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        return head + stages + devices
 
 
 def _fits(memory, limit):
