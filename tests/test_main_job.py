@@ -125,9 +125,13 @@ def test_peak_memory_counts_weights_like_the_chart(rows):
     for r in rows:
         assert float(by[r["name"]][6].split()[0]) == pytest.approx(_held(r["result"]))
         assert r["peak_memory_max"] == pytest.approx(_held(r["result"]))
-    # DualPipe keeps two device shares of weights on every device.
+    # DualPipe keeps two device shares of weights on every device, and the
+    # legend says which rows hold more weights than the rest.
     dual = {r["name"]: r for r in rows}["dualpipe"]["result"]
     assert set(np.asarray(dual.static_memory).tolist()) == {2.0}
+    double = sorted(r["name"] for r in rows if np.max(r["result"].static_memory) == 2.0)
+    text = " ".join(format_compare(rows).split())
+    assert f"1 M on most rows, 2 M on {', '.join(double)} (replicated stages)" in text
 
 
 def _run(args):

@@ -590,6 +590,24 @@ def _pair(sim, fm, fmt=lambda x: f"{x:.4g}") -> str:
     return f"{fmt(sim)} ({fmt(fm)})"
 
 
+def _weights_note(rows: list[dict]) -> str:
+    """Where the weights on a device differ between schedules (replicated
+    stages hold their weights twice), say which hold how much."""
+    held: dict[float, list[str]] = {}
+    for r in rows:
+        res = r.get("result")
+        if res is not None and not r.get("error"):
+            top = float(np.max(res.static_memory)) if res.devices else 0.0
+            held.setdefault(top, []).append(r["name"])
+    if len(held) < 2:
+        return ""
+    most = max(held, key=lambda w: len(held[w]))
+    others = "; ".join(f"{w:g} M on {', '.join(sorted(held[w]))}" for w in sorted(held)
+                       if w != most)
+    return (f"; a device holds the weights of each stage placed on it: {most:g} M on most "
+            f"rows, {others} (replicated stages)")
+
+
 def format_compare(rows: list[dict], memory_limit: float | None = None) -> str:
     """Render :func:`compare` rows as a headline, a text table that fits 120
     columns, a legend of its columns and notes.
@@ -671,13 +689,13 @@ def format_compare(rows: list[dict], memory_limit: float | None = None) -> str:
     lines += [line(row) for row in out]
     v_rows = sorted({int(r["chunks"]) for r in rows if int(r["chunks"]) > 1})
     legend = [
-        ("v", "chunks (stages) per device"),
+        ("v", "chunks per device (the model is cut into v x p stages)"),
         ("makespan", "one training step in cost units (f=1: one microbatch's forward through "
                      "one device's share of the model)"),
         ("bubble ratio", "idle share of p x makespan"),
         ("peak activation", "its peak on the fullest and on the emptiest device, in M"),
         ("peak memory", "activation + weights on the fullest device, in M: the peak of "
-                        "report.html's memory chart"
+                        "report.html's memory chart" + _weights_note(rows)
                         + ("; over limit: above the memory limit" if over else "")),
         ("ideal table", "length of the devices x time-slots table, every op one slot"
          + (f"; where v={'/'.join(map(str, v_rows))} a slot is one chunk's op (1/v of a device "

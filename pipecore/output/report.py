@@ -566,7 +566,7 @@ def _and(words: list[str]) -> str:
 def _summary(rows: list[dict], notes: dict[str, int], memory_limit: float | None = None,
              setting: dict | None = None) -> str:
     show_setting = bool(setting)
-    head = [("schedule", ""), ("v", "chunks (stages) per device"),
+    head = [("schedule", ""), ("v", "chunks per device"),
             (f"{_MAKESPAN} (cost units)", "one training step"),
             (_RATIO, "idle share of p \u00d7 makespan"),
             (f"{_PEAK}, fullest device (M)", "activation memory at its peak"),
