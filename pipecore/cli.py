@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import signal
 import sys
@@ -96,6 +97,10 @@ def _parser():
     c = sub.add_parser("compare", help="every schedule three ways: formula, ideal table, simulation")
     _shape_args(c, 2)
     _cost_args(c)
+    c.add_argument("--memory-limit", type=float, default=None, metavar="M",
+                   help="per-device memory limit in M on activation + weights (the table's peak "
+                        "memory column): the headline names the fastest schedule within it, the "
+                        "table marks the rows above it and report.html draws it")
     c.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
     c.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
     c.add_argument("--no-report", action="store_true", help="do not write report.html")
@@ -350,10 +355,21 @@ def _draw_gantts(jobs, bar):
 
 
 def _cmd_compare(args, out):
-    from .analysis.compare import compare, format_compare
+    from .analysis.compare import (
+        compare,
+        describe_costs,
+        describe_network,
+        format_compare,
+        headline,
+        sort_rows,
+    )
 
-    rows = compare(args.devices, args.microbatches, chunks=args.chunks, costs=_costs(args),
-                   network=_network(args))
+    limit = args.memory_limit
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise ValueError(f"--memory-limit must be a finite number > 0 in M (got {limit:g})")
+    costs, network = _costs(args), _network(args)
+    rows = sort_rows(compare(args.devices, args.microbatches, chunks=args.chunks, costs=costs,
+                             network=network))
     from .output.writers import MissingDependencyError
 
     written = []
@@ -376,19 +392,40 @@ def _cmd_compare(args, out):
         from .output.report import report
 
         try:
-            page = report(rows, Path(args.out) / "report.html",
+            page = report(rows, Path(args.out) / "report.html", memory_limit=limit,
                           title=f"pipecore compare: p={args.devices}, m={args.microbatches}")
         except MissingDependencyError as exc:
             print(f"report.html not written: {exc}", file=sys.stderr)
     if args.json:
         clean = [{k: v for k, v in r.items() if k != "result"} for r in rows]
-        json.dump({"rows": clean, "gantt": written, "report": str(page) if page else None},
-                  out, indent=2)
+        if limit is not None:
+            for r in clean:
+                r["fits_memory_limit"] = (None if r.get("error")
+                                          else bool(r["peak_memory_max"] <= limit * (1 + 1e-9)))
+        c = costs
+        setting = {"devices": args.devices, "microbatches": args.microbatches,
+                   "chunks": args.chunks,
+                   "costs": {"f": c.f, "b": c.b, "w": c.w, "comm": c.comm,
+                             "activation": c.activation, "activation_w": c.activation_w,
+                             "weights": c.weights},
+                   "network": None if network is None else {
+                       "bytes": network.bytes, "bandwidth": network.bandwidth,
+                       "latency": network.latency},
+                   "units": {"time": "cost units (f=1: one microbatch's forward through one "
+                                     "device's share of the model)",
+                             "memory": "M (the unit of activation and weights)"}}
+        json.dump({"rows": clean, "headline": headline(rows, limit), "setting": setting,
+                   "memory_limit": limit, "gantt": written,
+                   "report": str(page) if page else None}, out, indent=2)
         out.write("\n")
     else:
-        out.write(f"p={args.devices} m={args.microbatches} costs f={args.f:g} b={args.b:g} "
-                  f"w={args.w:g} comm={args.comm:g}\n")
-        out.write(format_compare(rows) + "\n")
+        out.write(f"pipecore compare: p={args.devices} devices, m={args.microbatches} "
+                  f"microbatches, v={args.chunks} chunks per device where a family "
+                  "interleaves\n")
+        out.write(describe_costs(costs) + "\n")
+        if network is not None:
+            out.write(f"network {describe_network(network)}\n")
+        out.write("\n" + format_compare(rows, memory_limit=limit) + "\n")
         if written:
             out.write(f"Gantt charts: {len(written)} PNG files in {args.out}/\n")
         if page:

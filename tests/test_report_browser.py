@@ -103,3 +103,20 @@ def test_the_console_check_catches_a_script_error(tmp_path):
     page.write_text("<html><body><script>noSuchFunction();</script></body></html>")
     _dom, console = _chromium(page, tmp_path, "--dump-dom")
     assert any("noSuchFunction" in line for line in console)
+
+
+def test_page_of_several_results_renders_each_setting(tmp_path):
+    # Issue 37: results with different costs, stragglers and jitter; each
+    # section states its own in the rendered page, and the headline is there.
+    sched = pc.build("1f1b", 4, 8)
+    plain = pc.simulate(sched, pc.Costs(f=1.0, b=2.0, w=0.0))
+    slow = pc.simulate(sched, pc.Costs(f=1.0, b=1.0, w=1.0, comm=0.1), stragglers={3: 1.3},
+                       jitter=pc.Jitter(sigma=0.1, seed=1))
+    dom = _render(pc.report([plain, slow], tmp_path / "two.html"), tmp_path)
+    settings = re.findall(r'<p class="setting">([^<]*)</p>', dom)
+    assert len(settings) == 2
+    assert "costs: f=1 b=2 w=0 comm=0" in settings[0] and "stragglers: none" in settings[0]
+    assert "costs: f=1 b=1 w=1 comm=0.1" in settings[1]
+    assert "stragglers: device 3 at 1.3x op time" in settings[1]
+    assert "jitter: lognormal sigma=0.1 per op, seed 1, draw 0" in settings[1]
+    assert 'class="headline"' in dom and "fastest: 1f1b #1 (makespan 33 cost units)" in dom

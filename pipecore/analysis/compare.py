@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import replace
+
 import numpy as np
 
 from ..core.costs import Costs, Network
@@ -11,7 +16,9 @@ from ..schedules.registry import build, family, schedules
 from .formulas import formula
 from .table import ideal_table
 
-__all__ = ["compare", "format_compare", "three_views"]
+__all__ = ["compare", "describe_costs", "describe_jitter", "describe_network", "describe_setting",
+           "describe_stragglers", "format_compare", "headline", "headline_lines", "peak_memory",
+           "setting_differences", "setting_text", "sort_rows", "three_views"]
 
 _TOL = 1e-9
 
@@ -46,8 +53,11 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         ``bubble_ratio``, ``formula_bubble_ratio``, ``bubble_rate``,
         ``formula_bubble_rate``, ``formula_exact``,
         ``peak_max``/``peak_min`` and their ``formula_`` twins,
-        ``flags`` (list of disagreements), ``error`` (why the family could
-        not be built, else None), and ``result`` (the simulation).
+        ``peak_memory_max`` (activation plus weights on the fullest
+        device, in M), ``flags`` (list of disagreements, each naming its
+        column and the cause), ``error`` (why the family could not be
+        built, else None), and ``result`` (the simulation). In the order
+        of ``names``; :func:`sort_rows` orders them by makespan.
 
     Raises
     ------
@@ -84,12 +94,18 @@ def three_views(sched, res, costs: Costs, network: Network | None,
     """The formula, ideal-table and simulation figures of one schedule and
     where they disagree (the columns of a :func:`compare` row).
 
+    Each flag names the column it qualifies and the cause of the gap:
+    jitter, a straggler or communication when removing it from the
+    simulation moves the figure, and an approximate formula when the
+    simulation without them still differs.
+
     Parameters
     ----------
     sched : Schedule
         The schedule.
     res : Result
-        Its simulation with ``costs`` and ``network``.
+        Its simulation with ``costs`` and ``network`` (and the stragglers
+        and jitter it records, if any).
     costs : Costs
     network : Network or None
     chunks : int, optional
@@ -100,7 +116,8 @@ def three_views(sched, res, costs: Costs, network: Network | None,
     -------
     dict
         ``result``, ``makespan``, ``formula_makespan``, ``table_slots``,
-        ``formula_slots``, bubble and peak figures, ``flags``.
+        ``formula_slots``, bubble and peak figures, ``peak_memory_max``
+        (activation plus weights on the fullest device), ``flags``.
 
     Raises
     ------
@@ -111,7 +128,7 @@ def three_views(sched, res, costs: Costs, network: Network | None,
     fm = formula(sched, costs)
     table = ideal_table(sched)
     unit = formula(sched, Costs(f=float(v), b=float(v), w=float(v)))
-    peak = res.peak_activation
+    peak = np.asarray(res.peak_activation, dtype=np.float64)
     row = {"flags": []}
     row.update(
         result=res,
@@ -128,42 +145,487 @@ def three_views(sched, res, costs: Costs, network: Network | None,
         peak_min=float(peak.min()),
         formula_peak_max=float(fm["peak_activation"].max()),
         formula_peak_min=float(fm["peak_activation"].min()),
+        peak_memory_max=peak_memory(res),
     )
-    comm = network is not None or np.any(np.asarray(costs.comm) > 0)
-    why = []
-    if comm:
-        why.append("communication")
-    if not fm["exact"]:
-        why.append("formula approximate for these costs")
-    note = f" ({', '.join(why)})" if why else ""
+    # Each flag names its column. The bubble flag names the ratio (the
+    # tables' column) and, where only the zero-bubble papers' rate differs,
+    # the rate.
+    gaps = []
     if not _close(res.makespan, fm["makespan"]):
-        row["flags"].append("sim vs formula: makespan" + note)
-    if not _close(res.bubble_rate, fm["bubble_rate"]):
-        row["flags"].append("sim vs formula: bubble rate" + note)
+        gaps.append(("makespan", _MAKESPAN))
+    if not _close(res.bubble_ratio, fm["bubble_ratio"]):
+        gaps.append(("bubble ratio", _RATIO))
+    elif not _close(res.bubble_rate, fm["bubble_rate"]):
+        gaps.append(("bubble rate (zero-bubble papers)", _RATE))
     if not _close(table.length, unit["makespan"]):
-        row["flags"].append("table vs formula: slots" + ("" if fm["exact"] else " (formula approximate)"))
+        gaps.append(("ideal table slots", None))
     # NaN: the family has no closed form for its peak.
     if (not np.isnan(fm["peak_activation"]).any()
             and not np.allclose(peak, fm["peak_activation"], rtol=_TOL, atol=_TOL)):
-        row["flags"].append("sim vs formula: peak activation" + note)
+        gaps.append(("peak activation", _PEAK))
+    steps = (_without_departures(sched, res, costs, network)
+             if any(m is not None for _c, m in gaps) else [])
+    for column, measure in gaps:
+        if measure is None:  # the ideal table and the formula, both at unit op times
+            row["flags"].append("ideal table slots: table differs from formula"
+                                + ("" if unit["exact"] else "; cause: formula approximate at "
+                                   "unit op times"))
+            continue
+        causes = _causes(res, steps, fm, measure)
+        note = (f"; cause{'s' if len(causes) > 1 else ''}: {', '.join(causes)}" if causes
+                else "")
+        row["flags"].append(f"{column}: simulation differs from formula{note}")
     return row
 
 
-def _num(v: float) -> str:
-    return "-" if np.isnan(v) else f"{v:.4g}"  # NaN: no closed form for it
+# The measures a flag can name: how to read each from a Result, and the
+# formula's key.
+_MAKESPAN = (lambda r: r.makespan, "makespan")
+_RATIO = (lambda r: r.bubble_ratio, "bubble_ratio")
+_RATE = (lambda r: r.bubble_rate, "bubble_rate")
+_PEAK = (lambda r: np.asarray(r.peak_activation, dtype=np.float64), "peak_activation")
 
 
-def format_compare(rows: list[dict]) -> str:
-    """Render :func:`compare` rows as a text table that fits 120 columns.
+def _differ(a, b) -> bool:
+    if np.ndim(a) or np.ndim(b):
+        return not np.allclose(a, b, rtol=_TOL, atol=_TOL)
+    return not _close(float(a), float(b))
 
-    ``agree`` is yes when the simulation, the closed formula and the ideal
-    table give the same makespan, bubble and peak; otherwise "no" with
-    footnote numbers, and the footnotes follow the table. The zero-bubble
-    papers' bubble rate is in the JSON output and the HTML report.
+
+def _has_comm(costs: Costs, network: Network | None) -> bool:
+    return network is not None or bool(np.any(np.asarray(costs.comm) > 0))
+
+
+def _without_departures(sched, res, costs: Costs, network: Network | None) -> list:
+    """The simulation with jitter, stragglers and communication taken away
+    one after the other: ``[(cause, result), ...]`` in that order."""
+    steps = []
+    jitter = getattr(res, "jitter", None)
+    stragglers = getattr(res, "stragglers", None)
+    if jitter is not None:
+        steps.append((_cause("jitter", jitter=jitter, draw=getattr(res, "draw", 0)),
+                      simulate(sched, costs, network, stragglers=stragglers)))
+    if stragglers is not None:
+        steps.append((_cause("stragglers", stragglers=stragglers),
+                      simulate(sched, costs, network)))
+    if _has_comm(costs, network):
+        steps.append(("communication", simulate(sched, replace(costs, comm=0.0), None)))
+    return steps
+
+
+def _causes(res, steps, fm, measure) -> list[str]:
+    """What moves a measure away from the formula: each departure whose
+    removal changes it, then the formula itself when the bare simulation
+    still differs and the formula is approximate for these costs."""
+    read, key = measure
+    causes = []
+    before = read(res)
+    for cause, alt in steps:
+        after = read(alt)
+        if _differ(before, after):
+            causes.append(cause)
+        before = after
+    if _differ(before, fm[key]) and not fm["exact"]:
+        causes.append("formula approximate for these costs")
+    return causes
+
+
+def peak_memory(res) -> float:
+    """Activation plus weights on the fullest device, in M: the peak of the
+    memory chart of :func:`pipecore.report`.
+
+    Parameters
+    ----------
+    res : Result
+
+    Returns
+    -------
+    float
+    """
+    held = (np.asarray(res.peak_activation, dtype=np.float64)
+            + np.asarray(res.static_memory, dtype=np.float64))
+    return float(held.max()) if held.size else 0.0
+
+
+# --- how a result was obtained, in words --------------------------------------
+
+def _value(x) -> str:
+    """A cost field in words: a scalar, or a per-stage vector (short ones in
+    full, longer ones as their range)."""
+    if np.ndim(x) == 0:
+        return f"{float(x):g}"
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.size <= 4:
+        return "[" + ", ".join(f"{v:g}" for v in arr.tolist()) + "] per stage"
+    return f"{arr.min():g} to {arr.max():g} per stage"
+
+
+def _cost_fields(costs: Costs) -> tuple[dict, dict]:
+    """The time and the memory fields of a Costs that shape a result, as
+    ``{name: value in words}``; optional ones only when set."""
+    c = costs
+    times = {k: _value(getattr(c, k)) for k in ("f", "b", "w", "comm")}
+    for k in ("bw", "r", "offload"):
+        if getattr(c, k) is not None:
+            times[k] = _value(getattr(c, k))
+    if np.any(np.asarray(c.overhead) != 0):
+        times["overhead"] = _value(c.overhead)
+    if c.fb_factor != 1.0:
+        times["fb_factor"] = f"{c.fb_factor:g}"
+    if c.host_link_devices != 1:
+        times["host_link_devices"] = str(c.host_link_devices)
+    memory = {k: _value(getattr(c, k)) for k in ("activation", "activation_w", "weights")}
+    if np.any(np.asarray(c.checkpoint) != 0):
+        memory["checkpoint"] = _value(c.checkpoint)
+    return times, memory
+
+
+def _fields(d: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+def describe_costs(costs: Costs) -> str:
+    """The op times and memory of a :class:`Costs` in one line, with units.
+
+    Times are per microbatch and device share of the model, in cost units;
+    memory is in M. Optional fields (recompute, offload, overhead, ...)
+    appear only when set.
+
+    Parameters
+    ----------
+    costs : Costs
+
+    Returns
+    -------
+    str
+    """
+    times, memory = _cost_fields(costs)
+    return (f"costs {_fields(times)} (times per microbatch and device share, in cost units); "
+            f"memory {_fields(memory)} (in M: activation per microbatch, weights per device "
+            "share)")
+
+
+def describe_network(network: Network | None) -> str:
+    """A :class:`Network` in words ("none" without one).
+
+    Parameters
+    ----------
+    network : Network or None
+
+    Returns
+    -------
+    str
+    """
+    if network is None:
+        return "none (each transfer takes comm)"
+    n = network
+    text = f"bytes={_value(n.bytes)} bandwidth={n.bandwidth:g} latency={n.latency:g}"
+    if n.devices_per_node is not None:
+        text += (f", {n.devices_per_node} devices per node, between nodes bandwidth="
+                 f"{n.inter_bandwidth:g} latency={n.inter_latency:g}")
+    if np.any(np.asarray(n.grad_bytes) != 0):
+        text += f", grad_bytes={_value(n.grad_bytes)}"
+    return text
+
+
+def describe_stragglers(stragglers) -> str:
+    """Stragglers as given to :func:`pipecore.simulate`, in words.
+
+    Parameters
+    ----------
+    stragglers : mapping of int to float, array_like or None
+
+    Returns
+    -------
+    str
+        "none", e.g. "device 3 at 1.3x op time", or the range of per-op
+        factors.
+    """
+    if stragglers is None:
+        return "none"
+    if isinstance(stragglers, Mapping):
+        slow = sorted((int(d), float(f)) for d, f in stragglers.items())
+        if not slow:
+            return "none"
+        return ", ".join(f"device {d} at {f:g}x" for d, f in slow) + " op time"
+    arr = np.asarray(stragglers, dtype=np.float64)
+    return f"per-op time factors {arr.min():g}x to {arr.max():g}x" if arr.size else "none"
+
+
+def describe_jitter(jitter, draw: int = 0) -> str:
+    """A :class:`pipecore.Jitter` and the draw a simulation used, in words.
+
+    Parameters
+    ----------
+    jitter : Jitter or None
+    draw : int, default 0
+
+    Returns
+    -------
+    str
+        "none", or e.g. "lognormal sigma=0.1 per op, seed 1, draw 0".
+    """
+    if jitter is None:
+        return "none"
+    dist = getattr(jitter, "dist", type(jitter).__name__)
+    if dist == "empirical":
+        facs = getattr(jitter, "factors", ())
+        spread = (f"{len(facs)} empirical factors {min(facs):g}x to {max(facs):g}x"
+                  if facs else "empirical factors")
+    else:
+        spread = f"{dist} sigma={getattr(jitter, 'sigma', float('nan')):g}"
+    return (f"{spread} per {getattr(jitter, 'per', 'op')}, seed {getattr(jitter, 'seed', 0)}, "
+            f"draw {draw}")
+
+
+def _cause(kind: str, stragglers=None, jitter=None, draw: int = 0) -> str:
+    """A departure from the formula's assumptions, named for a note."""
+    if kind == "jitter":
+        return f"jitter ({describe_jitter(jitter, draw)})"
+    many = not isinstance(stragglers, Mapping) or len(stragglers) > 1
+    return f"{'stragglers' if many else 'straggler'} ({describe_stragglers(stragglers)})"
+
+
+def describe_setting(result) -> dict:
+    """How a result was obtained, part by part, in words.
+
+    Parameters
+    ----------
+    result : Result
+
+    Returns
+    -------
+    dict of str to dict or str
+        ``shape`` (devices and microbatches), ``costs`` and ``memory``
+        (``{field: value}``), ``network``, ``stragglers``, ``jitter``.
+    """
+    s = result.schedule
+    times, memory = _cost_fields(result.costs)
+    return {"shape": f"p={s.devices} devices, m={s.microbatches} microbatches",
+            "costs": times, "memory": memory,
+            "network": describe_network(result.network),
+            "stragglers": describe_stragglers(getattr(result, "stragglers", None)),
+            "jitter": describe_jitter(getattr(result, "jitter", None), getattr(result, "draw", 0))}
+
+
+def setting_text(setting: dict, only=None) -> str:
+    """A :func:`describe_setting` dict in one line, e.g. "costs: f=1 b=2 w=0
+    comm=0 · memory: ... · network: none · stragglers: none · jitter: none".
+
+    Parameters
+    ----------
+    setting : dict
+        From :func:`describe_setting`.
+    only : dict of str to set, optional
+        The parts (and, for ``costs`` and ``memory``, the fields) to show;
+        all by default.
+
+    Returns
+    -------
+    str
+    """
+    out = []
+    for part, value in setting.items():
+        if only is not None and part not in only:
+            continue
+        if isinstance(value, dict):
+            keep = {k: v for k, v in value.items() if only is None or k in only[part]}
+            value = _fields(keep)
+        out.append(value if part == "shape" else f"{part}: {value}")
+    return " \u00b7 ".join(out)
+
+
+def setting_differences(settings: list[dict]) -> dict:
+    """What differs between settings: ``{part: set of fields}`` (for
+    ``costs`` and ``memory`` the fields that differ, else ``{part}``).
+
+    Parameters
+    ----------
+    settings : list of dict
+        From :func:`describe_setting`.
+
+    Returns
+    -------
+    dict of str to set
+        Empty when all are the same (or there is one).
+    """
+    if len(settings) < 2:
+        return {}
+    out = {}
+    for part in settings[0]:
+        values = [s[part] for s in settings]
+        if isinstance(values[0], dict):
+            keys = list(dict.fromkeys(k for v in values for k in v))
+            diff = {k for k in keys if len({v.get(k, "-") for v in values}) > 1}
+            if diff:
+                out[part] = diff
+        elif len(set(values)) > 1:
+            out[part] = {part}
+    return out
+
+
+# --- the rows in order, and what to read first --------------------------------
+
+def sort_rows(rows: list[dict]) -> list[dict]:
+    """Rows by makespan, ties by name; rows that could not be built last.
 
     Parameters
     ----------
     rows : list of dict
+        Rows of :func:`compare` (or of :func:`pipecore.report`).
+
+    Returns
+    -------
+    list of dict
+        A new list; the rows themselves are not copied.
+    """
+    def key(r):
+        if r.get("error") or r.get("result") is None and r.get("makespan") is None:
+            return (1, 0.0, r["name"])
+        return (0, float(r["makespan"]), r["name"])
+
+    return sorted(rows, key=key)
+
+
+def _check_limit(memory_limit):
+    if memory_limit is None:
+        return None
+    try:
+        x = float(memory_limit)
+    except (TypeError, ValueError):
+        raise ValueError(f"memory limit must be a number in M (got {memory_limit!r})") from None
+    if not math.isfinite(x) or x <= 0:
+        raise ValueError(f"memory limit must be a finite number > 0 in M (got {memory_limit!r})")
+    return x
+
+
+def headline(rows: list[dict], memory_limit: float | None = None) -> dict:
+    """What to read first: the fastest schedules, those with the lowest peak
+    memory and, with a limit, the fastest that fit.
+
+    Ties (equal within a relative 1e-9) are all named, in name order.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`compare`.
+    memory_limit : float, optional
+        Per-device limit in M on activation plus weights (the rows'
+        ``peak_memory_max``).
+
+    Returns
+    -------
+    dict
+        ``fastest`` (names), ``makespan``, ``lowest_peak_memory`` (names),
+        ``peak_memory``, ``built`` (how many rows were built); with a
+        limit also ``memory_limit``, ``fits`` (names of every row within
+        it), ``fastest_within_limit`` (names) and ``makespan_within_limit``
+        (None when nothing fits). Empty names and None figures when no
+        row was built.
+
+    Raises
+    ------
+    ValueError
+        If ``memory_limit`` is not a finite number > 0.
+    """
+    limit = _check_limit(memory_limit)
+    built = [r for r in rows if not r.get("error") and r.get("makespan") is not None]
+
+    def best(items, key):
+        if not items:
+            return [], None
+        low = min(key(r) for r in items)
+        return sorted(r["name"] for r in items if _close(key(r), low)), low
+
+    fastest, makespan = best(built, lambda r: float(r["makespan"]))
+    lowest, memory = best(built, lambda r: float(r["peak_memory_max"]))
+    out = {"fastest": fastest, "makespan": makespan, "lowest_peak_memory": lowest,
+           "peak_memory": memory, "built": len(built)}
+    if limit is not None:
+        fit = [r for r in built if r["peak_memory_max"] <= limit * (1 + _TOL)]
+        names, ms = best(fit, lambda r: float(r["makespan"]))
+        out.update(memory_limit=limit, fits=sorted(r["name"] for r in fit),
+                   fastest_within_limit=names, makespan_within_limit=ms)
+    return out
+
+
+def headline_lines(head: dict) -> list[str]:
+    """:func:`headline` in words, one finding a line.
+
+    Parameters
+    ----------
+    head : dict
+        From :func:`headline`.
+
+    Returns
+    -------
+    list of str
+    """
+    if not head["built"]:
+        return ["no schedule could be built for this shape (see the notes)"]
+    lines = [f"fastest: {', '.join(head['fastest'])} (makespan {head['makespan']:.6g} cost units)",
+             f"lowest peak memory: {', '.join(head['lowest_peak_memory'])} "
+             f"({head['peak_memory']:.4g} M, activation + weights on the fullest device)"]
+    if "memory_limit" in head:
+        lim = head["memory_limit"]
+        n, total = len(head["fits"]), head["built"]
+        if head["fastest_within_limit"]:
+            lines.append(f"fastest within the memory limit of {lim:g} M per device: "
+                         f"{', '.join(head['fastest_within_limit'])} (makespan "
+                         f"{head['makespan_within_limit']:.6g}; {n} of {total} schedules fit)")
+        else:
+            lines.append(f"no schedule fits the memory limit of {lim:g} M per device (the "
+                         f"lowest peak is {head['peak_memory']:.4g} M)")
+    return lines
+
+
+# --- the text table -----------------------------------------------------------
+
+def _pair(sim, fm, fmt=lambda x: f"{x:.4g}") -> str:
+    """The simulation's figure, and the formula's in parentheses where it differs."""
+    if fm is None or math.isnan(float(fm)):
+        return f"{fmt(sim)} (none)"
+    if _close(float(sim), float(fm)):
+        return fmt(sim)
+    return f"{fmt(sim)} ({fmt(fm)})"
+
+
+def _weights_note(rows: list[dict]) -> str:
+    """Where the weights on a device differ between schedules (replicated
+    stages hold their weights twice), say which hold how much."""
+    held: dict[float, list[str]] = {}
+    for r in rows:
+        res = r.get("result")
+        if res is not None and not r.get("error"):
+            top = float(np.max(res.static_memory)) if res.devices else 0.0
+            held.setdefault(top, []).append(r["name"])
+    if len(held) < 2:
+        return ""
+    most = max(held, key=lambda w: len(held[w]))
+    others = "; ".join(f"{w:g} M on {', '.join(sorted(held[w]))}" for w in sorted(held)
+                       if w != most)
+    return (f"; a device holds the weights of each stage placed on it: {most:g} M on most "
+            f"rows, {others} (replicated stages)")
+
+
+def format_compare(rows: list[dict], memory_limit: float | None = None) -> str:
+    """Render :func:`compare` rows as a headline, a text table that fits 120
+    columns, a legend of its columns and notes.
+
+    Rows are sorted by makespan (ties by name). A cell holds the
+    simulation's figure, and in parentheses the closed formula's where the
+    two differ. ``agree`` is yes when the simulation, the closed formula
+    and the ideal table give the same makespan, bubble and peak; otherwise
+    "no" with note numbers, and each note names the column it qualifies
+    and the cause of the gap.
+
+    Parameters
+    ----------
+    rows : list of dict
+    memory_limit : float, optional
+        Per-device limit in M on activation plus weights: the headline
+        names the fastest schedule within it and the table marks peaks
+        above it.
 
     Returns
     -------
@@ -171,38 +633,83 @@ def format_compare(rows: list[dict]) -> str:
 
     Raises
     ------
-    None
-        Nothing beyond errors of the objects it is given.
+    ValueError
+        If ``memory_limit`` is not a finite number > 0.
     """
-    head = ["schedule", "v", "makespan", "formula", "slots", "f.slots", "bubble", "f.bubble",
-            "peak max", "f.max", "peak min", "f.min", "agree"]
+    limit = _check_limit(memory_limit)
+    rows = sort_rows(rows)
     notes: dict[str, int] = {}
+    groups = [  # (title, units or qualifier): the two header lines of each column
+        ("", "schedule"), ("", "v"), ("makespan", "(cost units)"), ("bubble ratio", "(idle share)"),
+        ("peak activation (M)", "fullest"), ("", "emptiest"),
+        ("peak memory (M)", "act. + weights"), ("ideal table", "(slots)"), ("", "agree")]
     out = []
+    over = False
     for r in rows:
-        if r["error"]:
-            n = notes.setdefault("not built: " + r["error"], len(notes) + 1)
-            out.append([r["name"], str(r["chunks"])] + ["-"] * 10 + [f"n/a [{n}]"])
+        if r.get("error") or r.get("result") is None and r.get("makespan") is None:
+            n = notes.setdefault("not built: " + str(r.get("error")), len(notes) + 1)
+            out.append([r["name"], str(r["chunks"])] + ["-"] * 6 + [f"n/a [{n}]"])
             continue
         marks = [notes.setdefault(f, len(notes) + 1) for f in r["flags"]]
+        mem = f"{r['peak_memory_max']:.4g}"
+        if limit is not None and r["peak_memory_max"] > limit * (1 + _TOL):
+            mem += " over limit"
+            over = True
+        slots = r["table_slots"]
         out.append([
-            r["name"], str(r["chunks"]), f"{r['makespan']:.6g}", f"{r['formula_makespan']:.6g}",
-            str(r["table_slots"]), f"{r['formula_slots']:.6g}", f"{r['bubble_ratio']:.4f}",
-            f"{r['formula_bubble_ratio']:.4f}",
-            f"{r['peak_max']:.4g}", _num(r["formula_peak_max"]),
-            f"{r['peak_min']:.4g}", _num(r["formula_peak_min"]),
+            r["name"], str(r["chunks"]),
+            _pair(r["makespan"], r["formula_makespan"], lambda x: f"{x:.6g}"),
+            _pair(r["bubble_ratio"], r["formula_bubble_ratio"], lambda x: f"{x:.4f}"),
+            _pair(r["peak_max"], r["formula_peak_max"]),
+            _pair(r["peak_min"], r["formula_peak_min"]),
+            mem,
+            _pair(slots, r["formula_slots"], lambda x: f"{x:.6g}")
+            if isinstance(slots, (int, np.integer)) else str(slots),
             "yes" if not marks else "no " + ",".join(f"[{m}]" for m in marks),
         ])
     widths = [max(len(h), *(len(row[i]) for row in out)) if out else len(h)
-              for i, h in enumerate(head)]
-    lines = [" ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    for row in out:
-        lines.append(" ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    lines.append("times in cost units (f=1: one microbatch's forward on one stage); bubble = "
-                 "idle share of p x makespan;")
-    lines.append("peaks in M (one microbatch's activation); f. = closed formula; slots = ideal "
-                 "table length at unit op times.")
-    lines.append("agree: simulation, formula and ideal table give the same makespan, bubble "
-                 "and peak" + ("; where not:" if notes else "."))
+              for i, (_t, h) in enumerate(groups)]
+    # A title may run on over the next column when that one has none.
+    for i, (t, _h) in enumerate(groups):
+        room = widths[i] + (widths[i + 1] + 2 if i + 1 < len(groups) and not groups[i + 1][0]
+                            else 0)
+        if len(t) > room:
+            widths[i] += len(t) - room
+    sep = "  "
+
+    def line(cells):
+        return sep.join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    title = ""
+    for i, (t, _h) in enumerate(groups):
+        at = sum(widths[:i]) + len(sep) * i
+        title = title.ljust(at) + t if t else title
+    lines = headline_lines(headline(rows, limit)) + [""]
+    lines += [title.rstrip(), line([h for _t, h in groups])]
+    lines += [line(row) for row in out]
+    v_rows = sorted({int(r["chunks"]) for r in rows if int(r["chunks"]) > 1})
+    legend = [
+        ("v", "chunks per device (the model is cut into v x p stages)"),
+        ("makespan", "one training step in cost units (f=1: one microbatch's forward through "
+                     "one device's share of the model)"),
+        ("bubble ratio", "idle share of p x makespan"),
+        ("peak activation", "its peak on the fullest and on the emptiest device, in M"),
+        ("peak memory", "activation + weights on the fullest device, in M: the peak of "
+                        "report.html's memory chart" + _weights_note(rows)
+                        + ("; over limit: above the memory limit" if over else "")),
+        ("ideal table", "length of the devices x time-slots table, every op one slot"
+         + (f"; where v={'/'.join(map(str, v_rows))} a slot is one chunk's op (1/v of a device "
+            "share's), so those slots are not cost units: at f=b=w=1 a slot is 1/v cost unit "
+            "there and 1 where v=1" if v_rows else " (at f=b=w=1 a slot is 1 cost unit)")),
+        ("agree", "yes when the simulation, the formula and the ideal table give the same "
+                  "makespan, bubble and peak"
+                  + ("; where not, the note names the column and the cause" if notes else "")),
+    ]
+    lines.append("A cell holds the simulation's figure and, in parentheses, the closed "
+                 "formula's where they differ ((none): no formula).")
+    for name, text in legend:
+        lines += textwrap.wrap(text, 118, initial_indent=f"  {name:<17}",
+                               subsequent_indent=" " * 19)
     for text, n in notes.items():
         lines.append(f"  [{n}] {text}")
     return "\n".join(lines)

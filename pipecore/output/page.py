@@ -36,4 +36,12 @@ table.summary th:hover{background:#e6ebf0}.no{color:#b22222;font-weight:600}.yes
 .foot{font-size:12px;color:#555;margin:4px 0}.views{margin:6px 0 10px}
 .views td,.views th{text-align:right}.plot{width:100%}
 .legendtext{font-size:12px}
+.headline{background:#eef5ee;border-left:4px solid #2e7d32;padding:6px 12px;margin:10px 0 14px;
+font-size:14px}.headline p{margin:3px 0}
+.setting{font-size:12px;color:#444;margin:2px 0 8px}
+th .unit{display:block;font-weight:normal;font-size:11px;color:#666}
+table.summary th{max-width:150px;vertical-align:bottom}
+table.summary td:first-child{white-space:nowrap}
+table.summary .setting{text-align:left}
+table.summary td.setting{font-size:12px;color:#444;max-width:520px}
 """

@@ -74,14 +74,15 @@ def result_views(result: Any) -> dict:
     dict
         The keys of a :func:`pipecore.compare` row (``makespan``,
         ``formula_makespan``, ``table_slots``, ``formula_slots``, bubble and
-        peak figures, ``flags``).
+        peak figures, ``peak_memory_max``, ``flags``; each flag names its
+        column and the cause of the gap).
 
     Raises
     ------
     ValueError
         If ``result`` is not a Result.
     """
-    from ..analysis.compare import three_views
+    from ..analysis.compare import peak_memory, three_views
 
     _check_result(result)
     try:
@@ -95,6 +96,7 @@ def result_views(result: Any) -> dict:
                 "formula_bubble_rate": nan, "formula_exact": False,
                 "peak_max": float(peak.max()), "peak_min": float(peak.min()),
                 "formula_peak_max": nan, "formula_peak_min": nan,
+                "peak_memory_max": peak_memory(result),
                 "flags": [f"simulation only: {exc}"]}
 
 
@@ -254,17 +256,20 @@ def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> 
                               f"(weights {static[d]:.4g})<extra></extra>"),
             "visible": True if d in shown else "legendonly",
         })
+    lo, hi = (float(static.min()), float(static.max())) if static.size else (0.0, 0.0)
+    weights = (f"weights {lo:.4g} M on every device" if math.isclose(lo, hi)
+               else f"weights {lo:.4g} to {hi:.4g} M by device")
+    title = f"memory per device: activation + weights ({weights})"
+    if envelope:
+        title += f"; maximum per time bucket ({BUCKETS} buckets)"
     layout = {
-        "height": 320, "margin": {"l": 70, "r": 20, "t": 30, "b": 45},
+        "height": 340, "margin": {"l": 70, "r": 20, "t": 40, "b": 45},
+        "title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
         "xaxis": {"title": {"text": "time (cost units)"}, "zeroline": False},
-        "yaxis": {"title": {"text": "memory (M): activation + weights"},
-                  "rangemode": "tozero"},
+        "yaxis": {"title": {"text": "memory (M)"}, "rangemode": "tozero"},
         "hovermode": "closest", "plot_bgcolor": "#ffffff",
         "legend": {"font": {"size": 10}},
     }
-    if envelope:
-        layout["title"] = {"text": f"maximum per time bucket ({BUCKETS} buckets)",
-                           "font": {"size": 12}, "x": 0.01}
     if p > 16:
         layout["legend"]["title"] = {"text": "5 devices shown; click to add"}
     if memory_limit is not None:
@@ -318,19 +323,39 @@ def _fmt(v: Any, digits: int = 6) -> str:
     return html.escape(str(v))
 
 
+# The names of the measures, the same in the summary, the per-schedule
+# tables and the notes (a note names its column by the part before ":").
+_MAKESPAN = "makespan"
+_RATIO = "bubble ratio"
+_RATE = "bubble rate (zero-bubble papers)"
+_PEAK = "peak activation"
+_MEMORY = "peak memory"
+
+
 def _views_table(row: dict) -> str:
     r = row
-    lines = [("makespan", r["formula_makespan"], f"{r['table_slots']} slots "
-              f"(formula {_fmt(r['formula_slots'])})", r["makespan"]),
-             ("bubble ratio", r["formula_bubble_ratio"], "-", r["bubble_ratio"]),
-             ("bubble rate (zero-bubble papers)", r["formula_bubble_rate"], "-", r["bubble_rate"]),
-             ("peak activation, max device (M)", r["formula_peak_max"], "-", r["peak_max"]),
-             ("peak activation, min device (M)", r["formula_peak_min"], "-", r["peak_min"])]
+    v = int(r.get("chunks") or 1)
+    slots = r["table_slots"]
+    lines = [(f"{_MAKESPAN} (cost units)", r["formula_makespan"],
+              f"{_fmt(slots)} slots (formula {_fmt(r['formula_slots'])})", r["makespan"]),
+             (f"{_RATIO}: idle share of p \u00d7 makespan", r["formula_bubble_ratio"], "-",
+              r["bubble_ratio"]),
+             (f"{_RATE}: idle share of the longest device span", r["formula_bubble_rate"], "-",
+              r["bubble_rate"]),
+             (f"{_PEAK}, fullest device (M)", r["formula_peak_max"], "-", r["peak_max"]),
+             (f"{_PEAK}, emptiest device (M)", r["formula_peak_min"], "-", r["peak_min"]),
+             (f"{_MEMORY}, fullest device (M): activation + weights", None, "-",
+              r.get("peak_memory_max"))]
     body = "".join(f"<tr><th>{html.escape(a)}</th><td>{_fmt(b)}</td><td>{c}</td><td>{_fmt(d)}</td></tr>"
                    for a, b, c, d in lines)
+    note = ""
+    if v > 1 and slots != "-":
+        note = (f"<p class='foot'>ideal table: one slot per op; with v={v} chunks a slot is one "
+                f"chunk's op (1/{v} of a device share's op time), so its {_fmt(slots)} slots are "
+                f"not cost units (at f=b=w=1 a slot is 1/{v} cost unit).</p>")
     return ("<table class='views'><thead><tr><th></th><th>closed formula</th>"
-            "<th>ideal table (unit ops)</th><th>simulation</th></tr></thead>"
-            f"<tbody>{body}</tbody></table>")
+            "<th>ideal table (slots, one per op)</th><th>simulation</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>" + note)
 
 
 def _slug(name: str, i: int) -> str:
@@ -372,6 +397,10 @@ def _rows_for(obj: Any) -> list[dict]:
                        chunks=int(item.schedule.chunks))
             rows.append(row)
         elif isinstance(item, dict) and "name" in item and "result" in item:
+            if "peak_memory_max" not in item and item["result"] is not None:
+                from ..analysis.compare import peak_memory
+
+                item = dict(item, peak_memory_max=peak_memory(item["result"]))
             rows.append(item)
         else:
             raise ValueError(f"report() item {i} is a {type(item).__name__}: expected a pipecore "
@@ -430,39 +459,61 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
         from .scanreport import scan_report
 
         return scan_report(obj, path)
+    from ..analysis.compare import (
+        describe_setting,
+        headline,
+        headline_lines,
+        setting_differences,
+        setting_text,
+        sort_rows,
+    )
+
     rows = _rows_for(obj)
+    if len(rows) > 1:
+        rows = _labelled(sort_rows(rows))
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     js = _plotly_js()
     page_title = title or ("pipecore: " + (rows[0]["name"] if len(rows) == 1 else
                                            f"{len(rows)} schedules"))
-    first = next((r["result"] for r in rows if r.get("result") is not None), None)
-    sub = ""
-    if first is not None:
-        s = first.schedule
-        c = first.costs
-        sub = (f"p={s.devices} devices, m={s.microbatches} microbatches; costs f={_fmt(c.f)} "
-               f"b={_fmt(c.b)} w={_fmt(c.w)} comm={_fmt(c.comm)} (times in cost units: f=1 is one "
-               "microbatch's forward on one stage); memory in M, one microbatch's activation"
-               + ("; with a network" if first.network is not None else ""))
+    settings = {i: describe_setting(r["result"]) for i, r in enumerate(rows)
+                if r.get("result") is not None}
+    differ = setting_differences(list(settings.values()))
+    sub = ("Times in cost units (f=1: one microbatch's forward through one device's share of "
+           "the model); memory in M (activation per microbatch, weights per device share).")
+    common = ""
+    if len(settings) > 1 and not differ:  # one result: its section states it
+        common = "All schedules: " + setting_text(next(iter(settings.values())))
+    elif differ:
+        sub += (" The results differ in " + _and(list(differ)) + ": each section states its "
+                "own setting, and the table's setting column shows what differs.")
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(page_title)}"
              f"</title><style>{_CSS}</style><script>{js}</script></head><body>",
-             f"<h1>{html.escape(page_title)}</h1><p class='sub'>{html.escape(sub)}</p>"]
+             f"<h1>{html.escape(page_title)}</h1><p class='sub'>{html.escape(sub)}</p>"
+             + (f"<p class='sub'>{html.escape(common)}</p>" if common else "")]
     notes: dict[str, int] = {}
     for r in rows:
         for f in r.get("flags") or []:
             notes.setdefault(f, len(notes) + 1)
     if len(rows) > 1:
-        parts.append(_summary(rows, notes))
+        lines = headline_lines(headline([dict(r, name=r["label"]) for r in rows], memory_limit))
+        if differ:
+            lines.append(f"(the results differ in {_and(list(differ))}: not one setting)")
+        parts.append("<div class='headline'>" + "".join(
+            f"<p>{html.escape(t)}</p>" for t in lines) + "</div>")
+        parts.append(_summary(rows, notes, memory_limit,
+                              {i: setting_text(st, differ) for i, st in settings.items()}
+                              if differ else None))
     scripts = []
     for i, r in enumerate(rows):
         slug = _slug(r["name"], i)
-        parts.append(f"<h2 id='{slug}'>{html.escape(r['name'])}"
+        parts.append(f"<h2 id='{slug}'>{html.escape(r.get('label', r['name']))}"
                      + (f" (v={r['chunks']})" if r.get("chunks", 1) != 1 else "") + "</h2>")
         if r.get("error") or r.get("result") is None:
             parts.append(f"<p class='note'>not built: {html.escape(str(r.get('error')))}</p>")
             continue
         res = r["result"]
+        parts.append("<p class='setting'>" + html.escape(setting_text(settings[i])) + "</p>")
         parts.append(_views_table(r))
         if r.get("flags"):
             parts.append("".join(f"<p class='foot'>[{notes[f]}] {html.escape(f)}</p>"
@@ -492,32 +543,79 @@ def _new_plot(div: str, fig: dict) -> str:
     return f"Plotly.newPlot('{div}',{data},{layout},{config});\n"
 
 
-def _summary(rows: list[dict], notes: dict[str, int]) -> str:
-    head = ["schedule", "v", "makespan", "bubble ratio", "peak activation (M)", "agree"]
+def _labelled(rows: list[dict]) -> list[dict]:
+    """Copies of the rows with a ``label`` each: the name, numbered where
+    several rows share one ("1f1b #1", "1f1b #2")."""
+    count: dict[str, int] = {}
+    for r in rows:
+        count[r["name"]] = count.get(r["name"], 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for r in rows:
+        label = r["name"]
+        if count[label] > 1:
+            seen[label] = seen.get(label, 0) + 1
+            label = f"{label} #{seen[label]}"
+        out.append(dict(r, label=label))
+    return out
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _summary(rows: list[dict], notes: dict[str, int], memory_limit: float | None = None,
+             setting: dict | None = None) -> str:
+    show_setting = bool(setting)
+    head = [("schedule", ""), ("v", "chunks per device"),
+            (f"{_MAKESPAN} (cost units)", "one training step"),
+            (_RATIO, "idle share of p \u00d7 makespan"),
+            (f"{_PEAK}, fullest device (M)", "activation memory at its peak"),
+            (f"{_MEMORY}, fullest device (M)", "activation + weights: the memory chart's peak")]
+    if memory_limit is not None:
+        head.append((f"within {memory_limit:g} M", "peak memory at most the limit"))
+    head.append(("agree", "formula, ideal table and simulation"))
+    if show_setting:
+        head.append(("setting", "where the results differ"))
     out = ["<table class='summary'><thead><tr>"
-           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+           + "".join(f"<th title='{html.escape(t)}'"
+                     + (" class='setting'" if h == "setting" else "") + f">{html.escape(h)}"
+                     + (f"<br><span class='unit'>{html.escape(t)}</span>" if t else "") + "</th>"
+                     for h, t in head) + "</tr></thead><tbody>"]
     for i, r in enumerate(rows):
         slug = _slug(r["name"], i)
-        name = f"<a href='#{slug}'>{html.escape(r['name'])}</a>"
+        name = f"<a href='#{slug}'>{html.escape(r.get('label', r['name']))}</a>"
         if r.get("error") or r.get("result") is None:
-            out.append(f"<tr><td>{name}</td><td>{r.get('chunks', '')}</td><td>-</td><td>-</td>"
-                       f"<td>-</td><td>not built</td></tr>")
+            blank = len(head) - 3 - show_setting  # the figures' columns
+            out.append(f"<tr><td>{name}</td><td>{r.get('chunks', '')}</td>"
+                       + "<td>-</td>" * blank + "<td>not built</td>"
+                       + ("<td class='setting'></td>" if show_setting else "") + "</tr>")
             continue
         flags = r.get("flags") or []
         agree = ("<span class='yes'>yes</span>" if not flags else
                  "<span class='no'>no</span> " + ",".join(f"[{notes[f]}]" for f in flags))
-        out.append(f"<tr><td>{name}</td><td>{r['chunks']}</td>"
-                   f"<td class='makespan' data-v='{r['makespan']!r}'>{_fmt(r['makespan'])}</td>"
-                   f"<td data-v='{r['bubble_ratio']!r}'>{r['bubble_ratio']:.4f}</td>"
-                   f"<td data-v='{r['peak_max']!r}'>{_fmt(r['peak_max'], 4)}</td>"
-                   f"<td data-v='{len(flags)}'>{agree}</td></tr>")
+        cells = [f"<td>{name}</td><td>{r['chunks']}</td>",
+                 f"<td class='makespan' data-v='{r['makespan']!r}'>{_fmt(r['makespan'])}</td>",
+                 f"<td data-v='{r['bubble_ratio']!r}'>{r['bubble_ratio']:.4f}</td>",
+                 f"<td data-v='{r['peak_max']!r}'>{_fmt(r['peak_max'], 4)}</td>",
+                 f"<td class='memory' data-v='{r['peak_memory_max']!r}'>"
+                 f"{_fmt(r['peak_memory_max'], 4)}</td>"]
+        if memory_limit is not None:
+            fits = r["peak_memory_max"] <= memory_limit * (1 + 1e-9)
+            cells.append(f"<td data-v='{int(fits)}'>"
+                         + ("yes" if fits else "<span class='no'>no</span>") + "</td>")
+        cells.append(f"<td data-v='{len(flags)}'>{agree}</td>")
+        if show_setting:
+            cells.append("<td class='setting'>" + html.escape(setting.get(i, "")) + "</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     if notes:
         out.append("<p class='foot'>agree: the closed formula, the ideal table and the "
-                   "simulation give the same makespan, bubble and peak. Where they do not:</p>")
+                   "simulation give the same makespan, bubble and peak. Where they do not, the "
+                   "note names the column and the cause:</p>")
         out.extend(f"<p class='foot'>[{n}] {html.escape(f)}</p>" for f, n in notes.items())
-    out.append("<p class='foot'>Click a column header to sort; click a name to jump to its "
-               "charts.</p>")
+    out.append("<p class='foot'>Sorted by makespan (ties by name). Click a column header to "
+               "sort; click a name to jump to its charts.</p>")
     return "".join(out)
 
 

@@ -1,0 +1,100 @@
+"""The main job's report.html as a reader sees it (issue 37, item 3): a
+headline, a summary sorted by makespan whose columns say what they hold,
+notes that name the column they qualify, and a memory chart that counts
+what the table counts (activation + weights).
+
+Golden value: 1F1B's first device holds p = 8 activations (the 1F1B
+paper's closed form) and one device share of weights (weights=1 M), so
+its peak memory is 9 M. The rest is checked against the page's own chart
+data and the Result's arrays.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from pagetext import parse as _parse
+from pagetext import plots as _plots
+
+import pipecore as pc
+from pipecore.cli import main
+
+pytest.importorskip("plotly", reason="reports need plotly: pip install pipecore[plot]")
+
+
+def _run(args):
+    out = io.StringIO()
+    code = main(args, out=out)
+    return code, out.getvalue()
+
+
+def _page(folder, *extra):
+    code, _text = _run(["compare", "-p", "8", "-m", "32", "--no-gantt", "--out", str(folder),
+                        *extra])
+    assert code == 0
+    return (folder / "report.html").read_text()
+
+
+@pytest.fixture(scope="module")
+def main_page(tmp_path_factory):
+    return _page(tmp_path_factory.mktemp("mainjob"))
+
+
+def test_report_headline_and_columns(main_page):
+    page = _parse(main_page)
+    assert page.headline == ["fastest: interleaved-zb, v-zb, zb-v (makespan 99.5 cost units)",
+                             "lowest peak memory: v-min (4.5 M, activation + weights on the "
+                             "fullest device)"]
+    head = " | ".join(page.summary_head)
+    for words in ("makespan (cost units)", "bubble ratio", "idle share of p \u00d7 makespan",
+                  "peak activation, fullest device (M)", "peak memory, fullest device (M)",
+                  "activation + weights", "agree"):
+        assert words in head, words
+
+
+def test_report_with_a_memory_limit(tmp_path):
+    page = _parse(_page(tmp_path, "--memory-limit", "9"))
+    assert page.headline[2].startswith("fastest within the memory limit of 9 M per device: "
+                                       "interleaved-zb, v-zb, zb-v")
+    fits = {cells[0]: cells[6] for cells in page.summary_rows}
+    assert "within 9 M" in " ".join(page.summary_head)
+    assert fits["1f1b"] == "yes" and fits["gpipe"] == "no"  # 9 M and 33 M
+
+
+def test_report_rows_by_makespan(main_page):
+    page = _parse(main_page)
+    names = [cells[0] for cells in page.summary_rows]
+    makespans = [float(cells[2]) for cells in page.summary_rows]
+    assert sorted(names) == sorted(pc.schedules())
+    assert list(zip(makespans, names)) == sorted(zip(makespans, names))
+
+
+def test_report_footnotes_name_the_column(main_page):
+    page = _parse(main_page)
+    heads = page.summary_head + page.views_rows + page.views_head
+    notes = [f for f in page.feet if re.match(r"\[\d+\] ", f)]
+    assert notes
+    for note in notes:
+        column = note.split("] ", 1)[1].split(":")[0]
+        assert any(h.startswith(column) or h.startswith(column.replace(" slots", ""))
+                   for h in heads), note
+    # The summary's bubble column is the ratio; so is its note.
+    assert any("bubble ratio: simulation differs from formula" in n for n in notes)
+    assert not any("bubble rate" in n for n in notes)
+
+
+def test_report_chart_and_table_count_the_same_memory(main_page):
+    page = _parse(main_page)
+    plots = _plots(main_page)
+    memory = {k: v for k, v in plots.items() if k.endswith("-memory")}
+    assert len(memory) == 17
+    table = {cells[0]: float(cells[5]) for cells in page.summary_rows}
+    for div, (data, layout) in memory.items():
+        name = re.match(r"s\d+-(.*)-memory$", div).group(1)
+        top = max(max(t["y"]) for t in data)
+        assert top == pytest.approx(table[name]), name
+        assert "activation + weights" in layout["title"]["text"]
+        assert "weights" in layout["title"]["text"].split("(", 1)[1]
+    assert table["1f1b"] == 9.0  # 8 activations + 1 M of weights
