@@ -182,9 +182,21 @@ def _parser():
     sub.add_parser("warm", help="compile every Numba kernel into the cache now (for container "
                                 "images and CI; prints seconds per step)")
 
+    x = sub.add_parser("export", help="write a schedule as the CSV run-torch reads (torch's "
+                                      "compute_only format) and/or as per-device actions (JSON)")
+    x.add_argument("name", help="schedule name (see 'pipecore list')")
+    _shape_args(x, None)
+    x.add_argument("--csv", metavar="FILE", default=None,
+                   help="torch's compute_only CSV, one line per rank (needs pipecore[torch]); "
+                        "run it with pipecore run-torch FILE --ranks P")
+    x.add_argument("--actions", metavar="FILE.json", default=None,
+                   help="per-device programs as JSON, {device: [\"0F0\", \"0B0\", ...]} "
+                        "(Schedule.to_actions(); pipecore.from_actions reads it back)")
+
     r = sub.add_parser("run-torch", help="run a schedule CSV for real with PyTorch on CPU ranks "
                                          "(gloo; needs pipecore[torch])")
-    r.add_argument("csv", help="compute_only schedule CSV (pipecore.bindings.torch.to_csv)")
+    r.add_argument("csv", help="compute_only schedule CSV (pipecore export SCHEDULE -p P -m M "
+                               "--csv FILE, or pipecore.bindings.torch.to_csv)")
     r.add_argument("--ranks", type=_positive_int, required=True, help="processes (one per CSV line)")
     r.add_argument("--model", default="mlp", choices=("mlp", "tiny-transformer"),
                    help="model split into stages (default mlp)")
@@ -544,6 +556,50 @@ def _cmd_tune(args, out):
     return 0
 
 
+def _cmd_export(args, out):
+    if args.csv is None and args.actions is None:
+        raise ValueError("export needs --csv FILE (what run-torch reads) and/or "
+                         "--actions FILE.json (the per-device programs)")
+    fam = family(args.name)
+    sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
+    shape = (f"{sched.name}: {sched.devices} devices, {sched.stages} stages, "
+             f"{sched.microbatches} microbatches")
+    if args.csv is not None:
+        try:
+            from pipecore.bindings import torch as pt
+        except ImportError as exc:
+            print(f"pipecore: --csv: {exc}", file=sys.stderr)
+            return 2
+        pt.validate(sched)  # torch's own checks, so that run-torch will take the file
+        path = _write(args.csv, "--csv", lambda p: pt.to_csv(sched, p))
+        out.write(f"wrote {path} ({shape}; torch's compute_only CSV, line r is rank r)\n")
+        out.write(f"run it: pipecore run-torch {path} --ranks {sched.devices}\n")
+    if args.actions is not None:
+        # One device per line; JSON's keys are strings ("0", "1", ...), which from_actions takes.
+        programs = "{\n" + ",\n".join(f" {json.dumps(str(d))}: {json.dumps(prog)}"
+                                       for d, prog in sched.to_actions().items()) + "\n}\n"
+        path = _write(args.actions, "--actions", lambda p: p.write_text(programs))
+        shared = any(len(devs) > 1 for devs in sched.stage_devices)
+        out.write(f"wrote {path} ({shape}; per-device programs, pipecore's kinds F, B, W, BW)\n")
+        out.write(f"read it in Python: pc.from_actions(json.load(open({str(path)!r}))"
+                  f"{', replicated=True' if shared else ''})\n")
+    return 0
+
+
+def _write(name, option, write):
+    """Write an output file; a ValueError naming the option and path if it cannot be."""
+    path = Path(name)
+    if path.is_dir():
+        raise ValueError(f"{option} {name}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {name}: folder {path.parent} does not exist")
+    try:
+        write(path)
+    except OSError as exc:
+        raise ValueError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
+    return path
+
+
 def _cmd_run_torch(args, out):
     try:
         from pipecore.bindings import torch as pt
@@ -655,6 +711,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_scan(args, out)
         if args.command == "tune":
             return _cmd_tune(args, out)
+        if args.command == "export":
+            return _cmd_export(args, out)
         if args.command == "run-torch":
             return _cmd_run_torch(args, out)
         if args.command == "what-if":

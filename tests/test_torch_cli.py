@@ -1,9 +1,13 @@
-"""The PyTorch round trip from the command line.
+"""The PyTorch round trip from the command line: export, run-torch.
 
-What torch accepts is asked of torch itself (its parser and ``_validate_schedule``).
+Golden orders are written out by hand from the schedules' definitions (1F1B
+with p=2: rank 0 warms up with two forwards, rank 1 with one); what torch
+accepts is asked of torch itself (its parser and ``_validate_schedule``).
 """
 
 import importlib.util
+import io
+import json
 
 import pytest
 
@@ -12,6 +16,74 @@ from pipecore.cli import main
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="needs torch: pip install 'pipecore[torch]'")
+
+# 1F1B, p=2, m=4, by hand: rank 0 runs F0 F1, then alternates; rank 1 alternates from F0.
+ONEF1B_TORCH = [["0F0", "0F1", "0B0", "0F2", "0B1", "0F3", "0B2", "0B3"],
+                ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2", "1F3", "1B3"]]
+
+
+def run_cli(argv):
+    out = io.StringIO()
+    status = main(argv, out=out)
+    return status, out.getvalue()
+
+
+def test_export_actions_json_reads_back(tmp_path):
+    path = tmp_path / "s.json"
+    status, text = run_cli(["export", "1f1b", "-p", "2", "-m", "4", "--actions", str(path)])
+    assert status == 0 and f"wrote {path}" in text
+    data = json.loads(path.read_text())
+    # pipecore's kinds: torch's full backward B is pipecore's BW.
+    assert data == {str(r): [a.replace("B", "BW") for a in acts]
+                    for r, acts in enumerate(ONEF1B_TORCH)}
+    assert pc.from_actions(data).to_actions() == pc.build("1f1b", 2, 4).to_actions()
+
+
+def test_export_replicated_actions_say_how_to_read_them(tmp_path):
+    path = tmp_path / "c.json"
+    status, text = run_cli(["export", "chimera", "-p", "2", "-m", "4", "--actions", str(path)])
+    assert status == 0 and "replicated=True" in text
+    back = pc.from_actions(json.loads(path.read_text()), replicated=True)
+    assert back.to_actions() == pc.build("chimera", 2, 4).to_actions()
+
+
+def test_export_needs_an_output_and_names_bad_paths(tmp_path, capsys):
+    assert main(["export", "1f1b", "-p", "2", "-m", "4"]) == 2
+    assert "--csv FILE" in capsys.readouterr().err
+    missing = tmp_path / "no" / "s.json"
+    assert main(["export", "1f1b", "-p", "2", "-m", "4", "--actions", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--actions {missing}: folder {missing.parent} does not exist" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_from_actions_takes_json_keys():
+    assert pc.from_actions({"0": ["0F0", "0BW0"]}).to_actions() == {0: ["0F0", "0BW0"]}
+    with pytest.raises(ValueError, match=r"device keys must be ints >= 0 \(got '01'\)"):
+        pc.from_actions({"01": ["0F0", "0BW0"]})
+
+
+@needs_torch
+def test_export_csv_is_what_torch_reads(tmp_path):
+    from pipecore.bindings import torch as pt
+    from torch.distributed.pipelining import schedules as ts
+
+    path = tmp_path / "s.csv"
+    status, text = run_cli(["export", "1f1b", "-p", "2", "-m", "4", "--csv", str(path)])
+    assert status == 0
+    assert f"pipecore run-torch {path} --ranks 2" in text
+    assert path.read_text().splitlines() == [",".join(acts) for acts in ONEF1B_TORCH]
+    order = pt.read_csv(path)  # torch's own parser
+    assert ts._validate_schedule(order, 2, 2, 4) == {0: 0, 1: 1}
+
+
+@needs_torch
+def test_export_csv_refuses_replicated_schedules(tmp_path, capsys):
+    path = tmp_path / "c.csv"
+    assert main(["export", "dualpipe", "-p", "2", "-m", "4", "--csv", str(path)]) == 2
+    assert "replicated stage" in capsys.readouterr().err
+    assert not path.exists()
+
 
 def _older_grammar_csv(tmp_path):
     """A CSV shaped like torch's zb1p_2rank_2stagep_compute.csv: two stages per rank, idle
