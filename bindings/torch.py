@@ -62,14 +62,14 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
 from pipecore.core.costs import Costs
 from pipecore.core.schedule import Schedule, ScheduleError
 
-from ._profile import Profile, format_what_if, from_profile, what_if
+from ._profile import Profile, WhatIfRanking, format_what_if, from_profile, what_if
 from ._torch_run import RunResult
 
 __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
     "from_csv", "read_csv", "from_torch", "run", "RunResult", "calibrate", "costs_from_run", "fidelity",
     "format_fidelity", "ranking_agreement", "from_profile", "Profile", "what_if",
-    "format_what_if",
+    "format_what_if", "WhatIfRanking",
 ]
 
 #: The torch release these bindings were written and tested against.

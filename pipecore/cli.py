@@ -637,12 +637,16 @@ def _cmd_what_if(args, out):
         measured, notes = _check_top(pt, args, rows[:3])
     if args.json:
         json.dump({"rows": rows, "measured": measured, "profiled_step": prof.measured,
-                   "notes": notes}, out, indent=1)
+                   "profiled": rows.profiled, "left_out": rows.left_out,
+                   "warnings": rows.warnings, "notes": notes}, out, indent=1)
         out.write("\n")
         return 0
     out.write(f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
-              f"microbatches, median step {prof.measured * 1e3:.2f} ms; overhead "
+              f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
+              f"{len(prof.step_times)} profiled steps; overhead "
               f"{float(prof.costs.overhead) * 1e6:.0f} us per op\n")
+    if args.microbatches is not None and args.microbatches != prof.microbatches:
+        out.write(f"predicted for {args.microbatches} microbatches\n")
     out.write(pt.format_what_if(rows, measured) + "\n")
     for note in notes:
         out.write(note + "\n")
