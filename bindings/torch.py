@@ -601,10 +601,14 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     measure_transfer : bool
         Also time a ping-pong of one activation between ranks 0 and 1.
     profile : str or os.PathLike, optional
-        A folder: every rank profiles its steps after the first with
-        ``torch.profiler`` (CPU activities, shapes recorded), each step
-        inside a ``ProfilerStep#i`` label, and writes ``rank{r}.json``
-        (Chrome/Kineto trace) there; read them with :func:`from_profile`.
+        A folder: every rank profiles its steps after the first (which sets
+        torch's stages up; a one-step run profiles its only step, set-up
+        included) with ``torch.profiler`` (CPU activities, shapes
+        recorded), each step inside a ``ProfilerStep#i`` label, and writes
+        ``rank{r}.json`` (Chrome/Kineto trace) there, and
+        ``pipecore-run.json`` (the model, shape, profiled steps and the
+        machine's CPUs); read them with :func:`from_profile`.
+        ``RunResult.profiled_steps`` lists the profiled steps.
 
     Returns
     -------
@@ -650,12 +654,15 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
         # What `pipecore what-if --check` needs to run other schedules on the same setup.
         import json
 
+        from pipecore.core.cpus import local_cpus
+
         from ._profile import RUN_FILE
 
         (Path(profile) / RUN_FILE).write_text(json.dumps(
             {"schedule": sched.name, "ranks": sched.devices, "stages": sched.stages,
              "microbatches": sched.microbatches, "model": model, "hidden": hidden,
-             "layers": layers, "batch": batch, "steps": steps, "seed": seed}, indent=1))
+             "layers": layers, "batch": batch, "steps": steps, "seed": seed,
+             "profiled_steps": result.profiled_steps, "cpus": local_cpus()}, indent=1))
     return result
 
 

@@ -71,6 +71,11 @@ def _network(args):
     return Network.uniform(args.bytes, args.bandwidth, args.latency)
 
 
+#: run-torch --profile's default steps: the first sets torch's stages up and is
+#: not profiled; what-if takes the median of the others.
+_PROFILE_STEPS = 4
+
+
 def _parser():
     parser = argparse.ArgumentParser(prog="pipecore", description=(
         "Build, validate and simulate pipeline-parallel training schedules."))
@@ -204,11 +209,13 @@ def _parser():
                    help="blocks in the whole model (default one per stage; a multiple of stages)")
     r.add_argument("--profile", default=None, metavar="DIR",
                    help="write per-rank torch.profiler traces (rankN.json) of the steps after the "
-                        "first to DIR, for pipecore what-if")
+                        "first (which sets torch's stages up) to DIR, for pipecore what-if")
     r.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
     r.add_argument("--batch", type=_positive_int, default=None,
                    help="rows per step (default 2 per microbatch)")
-    r.add_argument("--steps", type=_positive_int, default=1, help="steps to run (default 1)")
+    r.add_argument("--steps", type=_positive_int, default=None,
+                   help=f"steps to run (default 1; {_PROFILE_STEPS} with --profile: one to set "
+                        f"torch up, {_PROFILE_STEPS - 1} profiled)")
     r.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     r.add_argument("--no-check", action="store_true",
                    help="do not compare gradients with the non-pipelined model")
@@ -603,22 +610,53 @@ def _write(name, option, write):
 def _cmd_run_torch(args, out):
     try:
         from pipecore.bindings import torch as pt
+        from pipecore.bindings._profile import RUN_FILE, oversubscribed
     except ImportError as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 2
+    if not Path(args.csv).is_file():
+        raise ValueError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
+                         f"SCHEDULE -p P -m M --csv {args.csv})")
+    steps = args.steps if args.steps is not None else (_PROFILE_STEPS if args.profile else 1)
     res = pt.run(args.csv, ranks=args.ranks, model=args.model, hidden=args.hidden, batch=args.batch,
-                 steps=args.steps, seed=args.seed, check=not args.no_check, layers=args.layers,
+                 steps=steps, seed=args.seed, check=not args.no_check, layers=args.layers,
                  profile=args.profile)
     summary = {"csv": args.csv, "ranks": res.ranks, "stages": res.stages,
                "microbatches": res.microbatches, "grads_match": res.grads_match,
                "max_abs_error": res.max_abs_error, "step_times": res.step_times}
+    warnings = [w for w in [oversubscribed(res.ranks, _local_cpus(), "this machine")] if w]
+    if args.profile:
+        folder = Path(args.profile)
+        files = [str(folder / f"rank{r}.json") for r in range(res.ranks)] + [str(folder / RUN_FILE)]
+        summary.update(profiled_steps=res.profiled_steps, profile_files=files)
     if args.json:
-        json.dump(summary, out, indent=1)
+        json.dump({**summary, "warnings": warnings}, out, indent=1)
         out.write("\n")
     else:
         for key, value in summary.items():
+            if key == "step_times":
+                value = " ".join(f"{t * 1e3:.2f}" for t in value) + " (ms, per step)"
+            elif key == "profiled_steps":
+                value = _profiled_text(value, len(res.step_times))
+            elif key == "profile_files":
+                key, value = "profile", ", ".join(value)
             out.write(f"{key:<14} {value}\n")
+        for w in warnings:
+            out.write(f"warning: {w}\n")
+        if args.profile:
+            out.write(f"next: pipecore what-if {args.profile}   (ranks every schedule family "
+                      f"on this run's profile)\n")
     return 1 if res.grads_match is False else 0
+
+
+def _profiled_text(indices, steps):
+    """Which steps a run profiled, for a person (steps counted from 1)."""
+    first, last = indices[0] + 1, indices[-1] + 1
+    which = f"step {first}" if first == last else f"steps {first}-{last}"
+    if first == 1:
+        return (f"{which} of {steps} (it includes torch's set-up of the stages; run --steps 2 or "
+                f"more to profile steps without it)")
+    return f"{which} of {steps} (step 1 sets torch's stages up and is left out)"
 
 
 def _cmd_what_if(args, out):

@@ -283,11 +283,13 @@ def test_what_if_check_needs_run_file(tmp_path, capsys):
 
 def test_real_run_profile_round_trip(tmp_path):
     # One short real run: torch writes PP: labels the parser maps, for every rank.
+    # At pt.run's default of one step, that step is profiled (set-up included).
     sched = pc.build("1f1b", 2, 2)
-    res = pt.run(sched, model="tiny-transformer", hidden=16, steps=2, profile=tmp_path)
-    assert res.grads_match
+    res = pt.run(sched, model="tiny-transformer", hidden=16, profile=tmp_path)
+    assert res.grads_match and res.profiled_steps == [0]
     prof = pt.from_profile(tmp_path)
     assert (prof.ranks, prof.stages, prof.microbatches) == (2, 2, 2)
+    assert len(prof.step_times) == 1
     assert prof.schedule.to_actions() == sched.to_actions()
     assert prof.labels["F"] == 4 and prof.labels["BW"] == 4
     assert prof.labels["SEND_F"] == 2 and prof.labels["RECV_B"] == 2

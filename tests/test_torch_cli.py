@@ -1,4 +1,4 @@
-"""The PyTorch round trip from the command line: export, run-torch.
+"""The PyTorch round trip from the command line: export, run-torch (--profile), what-if.
 
 Golden orders are written out by hand from the schedules' definitions (1F1B
 with p=2: rank 0 warms up with two forwards, rank 1 with one); what torch
@@ -8,6 +8,8 @@ accepts is asked of torch itself (its parser and ``_validate_schedule``).
 import importlib.util
 import io
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,8 @@ def run_cli(argv):
     status = main(argv, out=out)
     return status, out.getvalue()
 
+
+# -- export -----------------------------------------------------------------------------------
 
 def test_export_actions_json_reads_back(tmp_path):
     path = tmp_path / "s.json"
@@ -85,6 +89,8 @@ def test_export_csv_refuses_replicated_schedules(tmp_path, capsys):
     assert not path.exists()
 
 
+# -- torch's older grammar: B then W ----------------------------------------------------------
+
 def _older_grammar_csv(tmp_path):
     """A CSV shaped like torch's zb1p_2rank_2stagep_compute.csv: two stages per rank, idle
     cells, and B written for backward-input before each W (today's grammar writes I)."""
@@ -138,3 +144,61 @@ def test_b_then_w_from_actions_names_rank_and_step():
     with pytest.raises(pc.ScheduleError, match=r"rank 0: step 1 is 0B0 and step 2 is 0W0: "
                                                r"(.|\n)*backward-input action, which is I today"):
         pt.from_actions({0: ["0F0", "0B0", "0W0"]})
+
+
+@needs_torch
+def test_run_torch_missing_csv_is_one_line(tmp_path, capsys):
+    path = tmp_path / "nope.csv"
+    assert main(["run-torch", str(path), "--ranks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"run-torch: {path}: no such file" in err and "pipecore export" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# -- the README's lines, in order, at run-torch's defaults ------------------------------------
+
+def _readme_torch_lines():
+    """The README's PyTorch round trip: its command lines, in order, comments cut."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("# PyTorch round trip")[1].split("\n")[1:]
+    lines = []
+    for line in block:
+        line = line.strip()
+        if not line.startswith("pipecore "):
+            break
+        lines.append(shlex.split(line.split("#")[0])[1:])
+    return lines
+
+
+@needs_torch
+@pytest.mark.slow
+def test_readme_torch_lines_at_defaults(tmp_path, monkeypatch):
+    from pipecore.bindings import torch as pt
+
+    lines = _readme_torch_lines()
+    assert [argv[0] for argv in lines] == ["export", "run-torch", "run-torch", "what-if"]
+    monkeypatch.chdir(tmp_path)  # the README's relative paths land here
+    outputs = []
+    for argv in lines:
+        if "mlp" in argv:
+            continue  # a plain run, as test_bindings_torch's test_run_torch_cli_1f1b makes one
+        status, text = run_cli(argv)
+        assert status == 0, (argv, text)
+        outputs.append(text)
+    exported, profiled, ranked = outputs
+    assert "wrote sched.csv (1f1b: 2 devices, 2 stages, 4 microbatches" in exported
+    # run-torch --profile with --steps at its default (which once never reached the step
+    # where profiling starts, and every rank crashed).
+    assert "--steps" not in lines[2]
+    assert "grads_match    True" in profiled
+    assert "steps 2-4 of 4 (step 1 sets torch's stages up and is left out)" in profiled
+    assert len(profiled.split("step_times")[1].split("(ms")[0].split()) == 4
+    assert "next: pipecore what-if traces" in profiled
+    run = json.loads((tmp_path / "traces" / "pipecore-run.json").read_text())
+    assert (run["steps"], run["profiled_steps"]) == (4, [1, 2, 3])
+    prof = pt.from_profile(tmp_path / "traces")
+    assert len(prof.step_times) == 3  # steps 2, 3 and 4
+    assert prof.labels["F"] == 8 and prof.labels["BW"] == 8  # 2 stages x 4 microbatches a step
+    assert "profiled schedule (1f1b, 4 microbatches): predicted" in ranked
+    assert "median of 3 profiled steps" in ranked
+    assert "left out (3):" in ranked
