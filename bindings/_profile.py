@@ -26,7 +26,8 @@ import numpy as np
 from pipecore.core.costs import Costs, Network
 from pipecore.core.schedule import Schedule
 
-__all__ = ["Profile", "from_profile", "what_if", "format_what_if", "RUN_FILE"]
+__all__ = ["Profile", "WhatIfRanking", "from_profile", "what_if", "format_what_if", "RUN_FILE",
+           "oversubscribed"]
 
 #: Written beside the traces by ``pt.run(profile=...)``: the run's model and shape.
 RUN_FILE = "pipecore-run.json"
@@ -198,6 +199,10 @@ class Profile:
         Median of ``step_times``.
     labels : dict
         Count of each pipelining action kind found.
+    cpus : int or None
+        CPUs of the machine that ran the profiled run, from the
+        ``pipecore-run.json`` that ``run-torch --profile`` writes beside
+        the traces (None without it).
     """
 
     costs: Costs
@@ -209,6 +214,7 @@ class Profile:
     step_times: list
     measured: float
     labels: dict = field(default_factory=dict)
+    cpus: int | None = None
 
     def costs_for(self, stages: int) -> Costs:
         """The profile's costs resampled to another number of stages.
@@ -461,7 +467,20 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
         hi = max(t.step_spans[k][1] for t in traces.values())
         step_times.append((hi - lo) * 1e-6)
     return Profile(costs, network, sched, ranks, stages, microbatches, step_times,
-                   statistics.median(step_times), counts)
+                   statistics.median(step_times), counts, _run_cpus(files))
+
+
+def _run_cpus(files):
+    """The CPUs recorded in the run file beside the traces, or None."""
+    folders = {f.parent for f in files}
+    run_file = folders.pop() / RUN_FILE if len(folders) == 1 else None
+    if run_file is None or not run_file.is_file():
+        return None
+    try:
+        cpus = json.loads(run_file.read_text()).get("cpus")
+    except (OSError, ValueError, AttributeError):
+        return None  # a damaged run file only costs the CPU check; --check reports it
+    return cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus > 0 else None
 
 
 def _action(entry, trace):
@@ -486,7 +505,62 @@ def _fit_link(sends):
     return max(float(icpt), 0.0), float(1.0 / slope)
 
 
-def what_if(profile, schedules="all", microbatches: int | None = None) -> list[dict]:
+def oversubscribed(ranks: int, cpus: int, whose: str = "the run's machine") -> str | None:
+    """A warning when a run has more ranks than CPUs, else None.
+
+    Parameters
+    ----------
+    ranks : int
+        Processes of the run (one per rank).
+    cpus : int
+        CPUs they shared.
+    whose : str
+        Whose CPUs these are, for the text (e.g. ``"this machine"``).
+
+    Returns
+    -------
+    str or None
+    """
+    if ranks <= cpus:
+        return None
+    def plural(n, word):
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    return (f"{plural(ranks, 'rank')} on {plural(cpus, 'CPU')} ({whose}): the ranks took turns "
+            f"on the cores, so the measured times are dominated by the operating system's "
+            f"scheduler, which pipecore does not model (its devices all run at once); run at "
+            f"most {plural(cpus, 'rank')} here, or on a machine with at least {plural(ranks, 'CPU')}")
+
+
+class WhatIfRanking(list):
+    """:func:`what_if`'s rows (a list, fastest first) and what the ranking rests on.
+
+    Attributes
+    ----------
+    left_out : list of dict
+        Families asked for but not ranked: ``schedule`` and ``reason``.
+    profiled : dict
+        The profiled schedule's own prediction: ``schedule`` (the family
+        whose order it is, or ``"profiled"``), ``microbatches``,
+        ``predicted`` and ``measured`` (median profiled step), both in
+        seconds, ``error`` (``predicted / measured - 1``: negative when
+        the prediction is low) and ``steps`` (profiled steps).
+    warnings : list of str
+        What makes the measured times untrustworthy (ranks beyond CPUs).
+    """
+
+    def __init__(self, rows=(), left_out=(), profiled=None, warnings=()):
+        super().__init__(rows)
+        self.left_out = list(left_out)
+        self.profiled = profiled
+        self.warnings = list(warnings)
+
+
+def _first_line(exc):
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def what_if(profile, schedules="all", microbatches: int | None = None) -> WhatIfRanking:
     """Every family that builds on the profiled setup, ranked by predicted step time.
 
     Parameters
@@ -500,13 +574,19 @@ def what_if(profile, schedules="all", microbatches: int | None = None) -> list[d
 
     Returns
     -------
-    list of dict
-        Fastest first: ``schedule``, ``stages``, ``predicted`` (s),
-        ``peak_activation`` (worst device, in units of one device share's
-        activation for one microbatch; the profile has no memory sizes) and
-        ``profiled`` (True for the schedule family that ran). Families that
-        cannot build the shape, and those that replicate a stage on two
-        ranks (torch's runtime cannot run them), are left out.
+    WhatIfRanking
+        A list of rows, fastest first: ``schedule``, ``stages``,
+        ``predicted`` (s), ``peak_activation`` (worst device, in units of
+        one device share's activation for one microbatch; the profile has
+        no memory sizes) and ``profiled`` (True for the schedule family
+        that ran). Its ``left_out`` names every family asked for that is
+        not ranked and why: it cannot build the shape, or it replicates a
+        stage on two ranks (``chimera``, ``dualpipe``, ``bitpipe``:
+        torch's runtime runs every stage on exactly one rank). Its
+        ``profiled`` holds the profiled schedule's own prediction beside
+        its measured step, and ``warnings`` a warning when the run had more
+        ranks than CPUs (the run file's count; without one, this
+        machine's).
 
     Raises
     ------
@@ -514,6 +594,7 @@ def what_if(profile, schedules="all", microbatches: int | None = None) -> list[d
         As :func:`from_profile`, for an unknown family name, or if no
         family builds the shape.
     """
+    from pipecore.core.cpus import local_cpus
     from pipecore.schedules.registry import family
     from pipecore.schedules.registry import schedules as all_names
 
@@ -522,22 +603,42 @@ def what_if(profile, schedules="all", microbatches: int | None = None) -> list[d
     for n in names:
         family(n)  # unknown names fail here, with the list of families
     m = prof.microbatches if microbatches is None else microbatches
-    rows = []
+    rows, left_out = [], []
     ran = prof.schedule.to_actions()
+    ran_family = None
     for n in names:
         try:
             res = prof.predict(n, microbatches=m)
-        except ValueError:
-            continue  # the family does not fit this shape (ranks, microbatches)
-        if any(len(devs) > 1 for devs in res.schedule.stage_devices):
-            continue  # replicated stages: torch runs every stage on exactly one rank
+        except ValueError as exc:
+            left_out.append({"schedule": n, "reason": f"does not build {prof.ranks} ranks x {m} "
+                                                      f"microbatches: {_first_line(exc)}"})
+            continue
+        shared = [(s, devs) for s, devs in enumerate(res.schedule.stage_devices) if len(devs) > 1]
+        if shared:
+            s, devs = shared[0]
+            left_out.append({"schedule": n, "reason": (
+                f"runs stage {s} on ranks {', '.join(str(int(d)) for d in devs)} (a replicated "
+                f"stage); torch's runtime runs every stage on exactly one rank")})
+            continue
+        same = res.schedule.to_actions() == ran
+        if same and m == prof.microbatches and ran_family is None:
+            ran_family = n
         rows.append({"schedule": n, "stages": res.schedule.stages, "predicted": res.makespan,
-                     "peak_activation": float(np.max(res.peak_activation)),
-                     "profiled": res.schedule.to_actions() == ran})
+                     "peak_activation": float(np.max(res.peak_activation)), "profiled": same})
     if not rows:
-        raise ValueError(f"no family builds {prof.ranks} ranks and {m} microbatches")
+        why = "; ".join(f"{r['schedule']}: {r['reason']}" for r in left_out)
+        raise ValueError(f"no family builds {prof.ranks} ranks and {m} microbatches ({why})")
     rows.sort(key=lambda r: r["predicted"])
-    return rows
+    own = prof.predict(prof.schedule).makespan
+    profiled = {"schedule": ran_family or "profiled", "microbatches": prof.microbatches,
+                "predicted": own, "measured": prof.measured, "error": own / prof.measured - 1,
+                "steps": len(prof.step_times)}
+    if prof.cpus is not None:
+        warning = oversubscribed(prof.ranks, prof.cpus)
+    else:
+        warning = oversubscribed(prof.ranks, local_cpus(),
+                                 "this machine's; the traces do not record the run's")
+    return WhatIfRanking(rows, left_out, profiled, [warning] if warning else [])
 
 
 def format_what_if(rows, measured=None) -> str:
@@ -546,7 +647,9 @@ def format_what_if(rows, measured=None) -> str:
     Parameters
     ----------
     rows : list of dict
-        From :func:`what_if`.
+        From :func:`what_if`. When it is a :class:`WhatIfRanking`, the text goes
+        on with the profiled schedule's own prediction against its measured
+        step, the families left out and why, and the warnings.
     measured : dict of str to float, optional
         Measured step times (s) by schedule, e.g. from ``--check``.
 
@@ -560,7 +663,7 @@ def format_what_if(rows, measured=None) -> str:
         If a row lacks a field.
     """
     measured = measured or {}
-    head = f"{'rank':>4} {'schedule':<17} {'stages':>6} {'predicted ms':>12} {'peak act':>8}"
+    head = f"{'#':>4} {'schedule':<17} {'stages':>6} {'predicted ms':>12} {'peak act':>8}"
     if measured:
         head += f" {'measured ms':>11} {'error':>7}"
     lines = [head]
@@ -572,5 +675,26 @@ def format_what_if(rows, measured=None) -> str:
             line += f" {got * 1e3:>11.2f} {r['predicted'] / got - 1:>+7.1%}"
         lines.append(line)
     lines.append("* the profiled schedule; peak act: activations held at once on the worst "
-                 "device, in microbatch shares")
+                 "device, in microbatch shares" + ("; error: predicted / measured - 1"
+                                                   if measured else ""))
+    own = getattr(rows, "profiled", None)
+    if own:
+        lines.append(f"profiled schedule ({own['schedule']}, {own['microbatches']} microbatches): "
+                     f"predicted {own['predicted'] * 1e3:.2f} ms, measured "
+                     f"{own['measured'] * 1e3:.2f} ms (median of {own['steps']} profiled steps): "
+                     f"{_error_text(own['error'])}")
+    left = getattr(rows, "left_out", None)
+    if left:
+        lines.append(f"left out ({len(left)}):")
+        width = max(len(r["schedule"]) for r in left)
+        lines += [f"  {r['schedule']:<{width}}  {r['reason']}" for r in left]
+    for w in getattr(rows, "warnings", ()):
+        lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _error_text(error):
+    """A signed relative error in words: "prediction -55.3% (55.3% low)"."""
+    if abs(error) < 5e-4:
+        return "prediction within 0.1% of the measurement"
+    return f"prediction {error:+.1%} ({abs(error):.1%} {'low' if error < 0 else 'high'})"

@@ -168,6 +168,26 @@ def reference_grads(modules, x, y, microbatches):
             for s, mod in enumerate(modules)}
 
 
+def profiled_steps(steps: int) -> list:
+    """Indices of the steps a profiled run of ``steps`` steps profiles.
+
+    Every step after the first, which sets torch's stages up (shape
+    inference, communication buffers); a one-step run profiles its only
+    step, set-up included.
+
+    Parameters
+    ----------
+    steps : int
+        Steps of the run (>= 1).
+
+    Returns
+    -------
+    list of int
+        Indices into the run's ``step_times``.
+    """
+    return list(range(1 if steps > 1 else 0, steps))
+
+
 def _free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -241,7 +261,8 @@ def _worker(rank, cfg):
         target = y if S - 1 in mine else None
         step_times, grads, op_times = [], None, []
         prof = None
-        if cfg.get("profile"):
+        first = profiled_steps(cfg["steps"])[0] if cfg.get("profile") else None
+        if first is not None:
             from torch.profiler import ProfilerActivity, profile
             prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         for i in range(cfg["steps"]):
@@ -249,11 +270,11 @@ def _worker(rank, cfg):
                 modules[s].zero_grad(set_to_none=True)
             dist.barrier()
             log.clear()
-            if prof is not None and i == 1:  # the first step sets torch's stages up
+            if prof is not None and i == first:
                 prof.start()
             # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the machine.
             t0 = time.perf_counter()
-            if prof is not None and i >= 1:
+            if prof is not None and i >= first:
                 # The label torch.profiler's own step() writes, so user traces read the same way.
                 with torch.profiler.record_function(f"ProfilerStep#{i}"):
                     runtime.step(*args, target=target)
@@ -308,6 +329,9 @@ class RunResult:
         One-way time of one activation between two ranks (ping-pong), seconds.
     rank_times : list of list of float
         Per step, each rank's own seconds in ``step``.
+    profiled_steps : list of int
+        Indices into ``step_times`` of the steps ``torch.profiler``
+        recorded (empty for a run without ``profile``).
     """
 
     ranks: int
@@ -321,6 +345,7 @@ class RunResult:
     op_times: list = field(default_factory=list)
     transfer: float | None = None
     rank_times: list = field(default_factory=list)
+    profiled_steps: list = field(default_factory=list)
 
     def iteration_time(self, warmup: int = 1) -> float:
         """Median seconds per step, leaving out the first ``warmup`` steps (when there are more).
@@ -416,7 +441,7 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                 err = max(err, float((got - want).abs().max()))
                 match = match and bool(torch.allclose(got, want, rtol=1e-5, atol=1e-6))
     return RunResult(ranks, stages, microbatches, grads, reference, err, match, step_times, op_times,
-                     transfer, rank_times)
+                     transfer, rank_times, profiled_steps(steps) if profile is not None else [])
 
 
 if __name__ == "__main__":

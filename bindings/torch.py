@@ -62,14 +62,14 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
 from pipecore.core.costs import Costs
 from pipecore.core.schedule import Schedule, ScheduleError
 
-from ._profile import Profile, format_what_if, from_profile, what_if
+from ._profile import Profile, WhatIfRanking, format_what_if, from_profile, what_if
 from ._torch_run import RunResult
 
 __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
     "from_csv", "read_csv", "from_torch", "run", "RunResult", "calibrate", "costs_from_run", "fidelity",
     "format_fidelity", "ranking_agreement", "from_profile", "Profile", "what_if",
-    "format_what_if",
+    "format_what_if", "WhatIfRanking",
 ]
 
 #: The torch release these bindings were written and tested against.
@@ -186,6 +186,41 @@ def _parse(text, rank, step):
         raise ValueError(f"rank {rank} step {step}: {exc}") from None
 
 
+def _full_backward_and_weight(seen, source):
+    """A ScheduleError when a stage and microbatch has both torch's B (full) and W, else None.
+
+    ``seen`` maps ``(stage, microbatch)`` to ``{"B": (rank, step, text), "W": ...}``;
+    ``source`` is the CSV file the order came from, if any.
+    """
+    both = [(key, acts) for key, acts in seen.items() if "B" in acts and "W" in acts]
+    if not both:
+        return None
+    (stage, mb), acts = min(both, key=lambda kv: min(kv[1]["B"][:2], kv[1]["W"][:2]))
+
+    def row(rank):
+        return f"rank {rank}" if source is None else f"line {rank + 1} (rank {rank})"
+
+    def cell(step, text):
+        return f"step {step} is {text}" if source is None else f"cell {step + 1} is {text}"
+
+    (r1, s1, t1), (r2, s2, t2) = sorted((acts["B"], acts["W"]))
+    where = f"{source}: " if source is not None else ""
+    if r1 == r2:
+        where += f"{row(r1)}: {cell(s1, t1)} and {cell(s2, t2)}"
+    else:
+        where += f"{row(r1)} {cell(s1, t1)} and {row(r2)} {cell(s2, t2)}"
+    more = (f" ({len(both)} stage/microbatch pairs have both; the first is shown)"
+            if len(both) > 1 else "")
+    return ScheduleError(
+        f"{where}: stage {stage} microbatch {mb} has a full "
+        f"backward B and a weight backward W{more}. In torch's grammar B is the full backward "
+        f"(input and weight gradients), so the W would compute the weight gradient a second "
+        f"time; torch's older grammar wrote B for the backward-input action, which is I today. "
+        f"Write {stage}I{mb} in place of {stage}B{mb} (backward-input, then {stage}W{mb} for the "
+        f"weights), or drop the W to keep the full backward.",
+        rule="duplicate-op", device=acts["W"][0], stage=stage, microbatch=mb, kind="W")
+
+
 def from_actions(order, *, name: str = "torch", microbatches: int | None = None,
                  stages: int | None = None, params: Mapping | None = None) -> Schedule:
     """Import a torch ``pipeline_order`` as a pipecore schedule.
@@ -220,14 +255,24 @@ def from_actions(order, *, name: str = "torch", microbatches: int | None = None,
     pipecore.ScheduleError
         If the imported schedule breaks a pipecore rule (naming the rule,
         device, stage and microbatch), or holds another number of
-        microbatches or stages than asked for.
+        microbatches or stages than asked for. A stage and microbatch with
+        both a full backward ``B`` and a ``W`` (torch's older grammar,
+        where ``B`` was backward-input) is refused with rule
+        ``duplicate-op``, naming both actions and ``I``, today's
+        backward-input.
     """
+    return _from_actions(order, name=name, microbatches=microbatches, stages=stages,
+                         params=params)
+
+
+def _from_actions(order, *, name, microbatches=None, stages=None, params=None, source=None):
     if not isinstance(order, Mapping):
         raise ValueError(f"expected a mapping rank -> actions (got {type(order).__name__})")
     ranks = sorted(order)
     if ranks != list(range(len(ranks))):
         raise ValueError(f"ranks must be 0..p-1 (got {ranks})")
     programs = []
+    seen: dict = {}  # (stage, microbatch) -> {"B" or "W": (rank, step, text)}
     for rank in ranks:
         prog = []
         for step, action in enumerate(order[rank]):
@@ -247,14 +292,24 @@ def from_actions(order, *, name: str = "torch", microbatches: int | None = None,
                                      f"{[str(a) for a in subs]}; pipecore overlaps one F with one "
                                      f"I or B, F first")
                 prog.append((_op(subs[0], rank, step), _op(subs[1], rank, step)))
+                if subs[1].computation_type == _CT.FULL_BACKWARD:
+                    seen.setdefault((subs[1].stage_index, subs[1].microbatch_index), {}).setdefault(
+                        "B", (rank, step, str(action)))
             elif ctype == _CT.REDUCE_GRAD:
                 continue
             elif ctype in _FROM_TORCH:
                 prog.append(_op(action, rank, step))
+                if ctype in (_CT.FULL_BACKWARD, _CT.BACKWARD_WEIGHT):
+                    letter = "B" if ctype == _CT.FULL_BACKWARD else "W"
+                    seen.setdefault((action.stage_index, action.microbatch_index), {}).setdefault(
+                        letter, (rank, step, str(action)))
             else:
                 raise ValueError(f"rank {rank} step {step}: {action} is a {ctype.name} action; "
                                  f"import a compute-only order (F, I, W, B, OVERLAP_F_B)")
         programs.append(prog)
+    clash = _full_backward_and_weight(seen, source)
+    if clash is not None:
+        raise clash
     sched = Schedule.from_programs(programs, name=name, devices=max(len(programs), 1),
                                    params=params)
     for what, want, got in (("microbatches", microbatches, sched.microbatches),
@@ -375,9 +430,12 @@ def from_csv(path, *, name: str | None = None) -> Schedule:
     Raises
     ------
     ValueError, pipecore.ScheduleError
-        As :func:`read_csv` and :func:`from_actions`.
+        As :func:`read_csv` and :func:`from_actions`; a ``B`` and a ``W``
+        of one stage and microbatch (torch's older grammar) are named by
+        file, line (rank) and cell.
     """
-    return from_actions(read_csv(path), name=Path(path).stem if name is None else name)
+    return _from_actions(read_csv(path), name=Path(path).stem if name is None else name,
+                         source=path)
 
 
 class _StubStage:
@@ -543,10 +601,14 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     measure_transfer : bool
         Also time a ping-pong of one activation between ranks 0 and 1.
     profile : str or os.PathLike, optional
-        A folder: every rank profiles its steps after the first with
-        ``torch.profiler`` (CPU activities, shapes recorded), each step
-        inside a ``ProfilerStep#i`` label, and writes ``rank{r}.json``
-        (Chrome/Kineto trace) there; read them with :func:`from_profile`.
+        A folder: every rank profiles its steps after the first (which sets
+        torch's stages up; a one-step run profiles its only step, set-up
+        included) with ``torch.profiler`` (CPU activities, shapes
+        recorded), each step inside a ``ProfilerStep#i`` label, and writes
+        ``rank{r}.json`` (Chrome/Kineto trace) there, and
+        ``pipecore-run.json`` (the model, shape, profiled steps and the
+        machine's CPUs); read them with :func:`from_profile`.
+        ``RunResult.profiled_steps`` lists the profiled steps.
 
     Returns
     -------
@@ -592,12 +654,15 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
         # What `pipecore what-if --check` needs to run other schedules on the same setup.
         import json
 
+        from pipecore.core.cpus import local_cpus
+
         from ._profile import RUN_FILE
 
         (Path(profile) / RUN_FILE).write_text(json.dumps(
             {"schedule": sched.name, "ranks": sched.devices, "stages": sched.stages,
              "microbatches": sched.microbatches, "model": model, "hidden": hidden,
-             "layers": layers, "batch": batch, "steps": steps, "seed": seed}, indent=1))
+             "layers": layers, "batch": batch, "steps": steps, "seed": seed,
+             "profiled_steps": result.profiled_steps, "cpus": local_cpus()}, indent=1))
     return result
 
 

@@ -88,6 +88,11 @@ def _network(args):
     return Network.uniform(args.bytes, args.bandwidth, args.latency)
 
 
+#: run-torch --profile's default steps: the first sets torch's stages up and is
+#: not profiled; what-if takes the median of the others.
+_PROFILE_STEPS = 4
+
+
 def _parser():
     parser = argparse.ArgumentParser(prog="pipecore", description=(
         "Build, validate and simulate pipeline-parallel training schedules."))
@@ -201,9 +206,21 @@ def _parser():
     sub.add_parser("warm", help="compile every Numba kernel into the cache now (for container "
                                 "images and CI; prints seconds per step)")
 
+    x = sub.add_parser("export", help="write a schedule as the CSV run-torch reads (torch's "
+                                      "compute_only format) and/or as per-device actions (JSON)")
+    x.add_argument("name", help="schedule name (see 'pipecore list')")
+    _shape_args(x, None)
+    x.add_argument("--csv", metavar="FILE", default=None,
+                   help="torch's compute_only CSV, one line per rank (needs pipecore[torch]); "
+                        "run it with pipecore run-torch FILE --ranks P")
+    x.add_argument("--actions", metavar="FILE.json", default=None,
+                   help="per-device programs as JSON, {device: [\"0F0\", \"0B0\", ...]} "
+                        "(Schedule.to_actions(); pipecore.from_actions reads it back)")
+
     r = sub.add_parser("run-torch", help="run a schedule CSV for real with PyTorch on CPU ranks "
                                          "(gloo; needs pipecore[torch])")
-    r.add_argument("csv", help="compute_only schedule CSV (pipecore.bindings.torch.to_csv)")
+    r.add_argument("csv", help="compute_only schedule CSV (pipecore export SCHEDULE -p P -m M "
+                               "--csv FILE, or pipecore.bindings.torch.to_csv)")
     r.add_argument("--ranks", type=_positive_int, required=True, help="processes (one per CSV line)")
     r.add_argument("--model", default="mlp", choices=("mlp", "tiny-transformer"),
                    help="model split into stages (default mlp)")
@@ -211,11 +228,13 @@ def _parser():
                    help="blocks in the whole model (default one per stage; a multiple of stages)")
     r.add_argument("--profile", default=None, metavar="DIR",
                    help="write per-rank torch.profiler traces (rankN.json) of the steps after the "
-                        "first to DIR, for pipecore what-if")
+                        "first (which sets torch's stages up) to DIR, for pipecore what-if")
     r.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
     r.add_argument("--batch", type=_positive_int, default=None,
                    help="rows per step (default 2 per microbatch)")
-    r.add_argument("--steps", type=_positive_int, default=1, help="steps to run (default 1)")
+    r.add_argument("--steps", type=_positive_int, default=None,
+                   help=f"steps to run (default 1; {_PROFILE_STEPS} with --profile: one to set "
+                        f"torch up, {_PROFILE_STEPS - 1} profiled)")
     r.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     r.add_argument("--no-check", action="store_true",
                    help="do not compare gradients with the non-pipelined model")
@@ -690,25 +709,100 @@ def _cmd_tune(args, out):
     return 0
 
 
+def _cmd_export(args, out):
+    if args.csv is None and args.actions is None:
+        raise ValueError("export needs --csv FILE (what run-torch reads) and/or "
+                         "--actions FILE.json (the per-device programs)")
+    fam = family(args.name)
+    sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
+    shape = (f"{sched.name}: {sched.devices} devices, {sched.stages} stages, "
+             f"{sched.microbatches} microbatches")
+    if args.csv is not None:
+        try:
+            from pipecore.bindings import torch as pt
+        except ImportError as exc:
+            print(f"pipecore: --csv: {exc}", file=sys.stderr)
+            return 2
+        pt.validate(sched)  # torch's own checks, so that run-torch will take the file
+        path = _write(args.csv, "--csv", lambda p: pt.to_csv(sched, p))
+        out.write(f"wrote {path} ({shape}; torch's compute_only CSV, line r is rank r)\n")
+        out.write(f"run it: pipecore run-torch {path} --ranks {sched.devices}\n")
+    if args.actions is not None:
+        # One device per line; JSON's keys are strings ("0", "1", ...), which from_actions takes.
+        programs = "{\n" + ",\n".join(f" {json.dumps(str(d))}: {json.dumps(prog)}"
+                                       for d, prog in sched.to_actions().items()) + "\n}\n"
+        path = _write(args.actions, "--actions", lambda p: p.write_text(programs))
+        shared = any(len(devs) > 1 for devs in sched.stage_devices)
+        out.write(f"wrote {path} ({shape}; per-device programs, pipecore's kinds F, B, W, BW)\n")
+        out.write(f"read it in Python: pc.from_actions(json.load(open({str(path)!r}))"
+                  f"{', replicated=True' if shared else ''})\n")
+    return 0
+
+
+def _write(name, option, write):
+    """Write an output file; a ValueError naming the option and path if it cannot be."""
+    path = Path(name)
+    if path.is_dir():
+        raise ValueError(f"{option} {name}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {name}: folder {path.parent} does not exist")
+    try:
+        write(path)
+    except OSError as exc:
+        raise ValueError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
+    return path
+
+
 def _cmd_run_torch(args, out):
     try:
         from pipecore.bindings import torch as pt
+        from pipecore.bindings._profile import RUN_FILE, oversubscribed
     except ImportError as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 2
+    if not Path(args.csv).is_file():
+        raise ValueError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
+                         f"SCHEDULE -p P -m M --csv {args.csv})")
+    steps = args.steps if args.steps is not None else (_PROFILE_STEPS if args.profile else 1)
     res = pt.run(args.csv, ranks=args.ranks, model=args.model, hidden=args.hidden, batch=args.batch,
-                 steps=args.steps, seed=args.seed, check=not args.no_check, layers=args.layers,
+                 steps=steps, seed=args.seed, check=not args.no_check, layers=args.layers,
                  profile=args.profile)
     summary = {"csv": args.csv, "ranks": res.ranks, "stages": res.stages,
                "microbatches": res.microbatches, "grads_match": res.grads_match,
                "max_abs_error": res.max_abs_error, "step_times": res.step_times}
+    warnings = [w for w in [oversubscribed(res.ranks, _local_cpus(), "this machine")] if w]
+    if args.profile:
+        folder = Path(args.profile)
+        files = [str(folder / f"rank{r}.json") for r in range(res.ranks)] + [str(folder / RUN_FILE)]
+        summary.update(profiled_steps=res.profiled_steps, profile_files=files)
     if args.json:
-        json.dump(summary, out, indent=1)
+        json.dump({**summary, "warnings": warnings}, out, indent=1)
         out.write("\n")
     else:
         for key, value in summary.items():
+            if key == "step_times":
+                value = " ".join(f"{t * 1e3:.2f}" for t in value) + " (ms, per step)"
+            elif key == "profiled_steps":
+                value = _profiled_text(value, len(res.step_times))
+            elif key == "profile_files":
+                key, value = "profile", ", ".join(value)
             out.write(f"{key:<14} {value}\n")
+        for w in warnings:
+            out.write(f"warning: {w}\n")
+        if args.profile:
+            out.write(f"next: pipecore what-if {args.profile}   (ranks every schedule family "
+                      f"on this run's profile)\n")
     return 1 if res.grads_match is False else 0
+
+
+def _profiled_text(indices, steps):
+    """Which steps a run profiled, for a person (steps counted from 1)."""
+    first, last = indices[0] + 1, indices[-1] + 1
+    which = f"step {first}" if first == last else f"steps {first}-{last}"
+    if first == 1:
+        return (f"{which} of {steps} (it includes torch's set-up of the stages; run --steps 2 or "
+                f"more to profile steps without it)")
+    return f"{which} of {steps} (step 1 sets torch's stages up and is left out)"
 
 
 def _cmd_what_if(args, out):
@@ -727,12 +821,16 @@ def _cmd_what_if(args, out):
         measured, notes = _check_top(pt, args, rows[:3])
     if args.json:
         json.dump({"rows": rows, "measured": measured, "profiled_step": prof.measured,
-                   "notes": notes}, out, indent=1)
+                   "profiled": rows.profiled, "left_out": rows.left_out,
+                   "warnings": rows.warnings, "notes": notes}, out, indent=1)
         out.write("\n")
         return 0
     out.write(f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
-              f"microbatches, median step {prof.measured * 1e3:.2f} ms; overhead "
+              f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
+              f"{len(prof.step_times)} profiled steps; overhead "
               f"{float(prof.costs.overhead) * 1e6:.0f} us per op\n")
+    if args.microbatches is not None and args.microbatches != prof.microbatches:
+        out.write(f"predicted for {args.microbatches} microbatches\n")
     out.write(pt.format_what_if(rows, measured) + "\n")
     for note in notes:
         out.write(note + "\n")
@@ -806,6 +904,8 @@ def main(argv=None, out=None) -> int:
             return _cmd_verify(args, out)
         if args.command == "tune":
             return _cmd_tune(args, out)
+        if args.command == "export":
+            return _cmd_export(args, out)
         if args.command == "run-torch":
             return _cmd_run_torch(args, out)
         if args.command == "what-if":

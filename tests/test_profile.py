@@ -7,6 +7,7 @@ spends the per-op overhead (a gap); inside a compute label it first waits
 for its input (no operator) and then runs operators for the compute time.
 """
 
+import io
 import json
 
 import numpy as np
@@ -16,6 +17,8 @@ import pipecore as pc
 
 pytest.importorskip("torch", reason="needs torch: pip install 'pipecore[torch]'")
 from pipecore.bindings import torch as pt  # noqa: E402
+
+from pipecore.cli import main  # noqa: E402
 
 TORCH_TYPE = {"F": "F", "B": "I", "W": "W", "BW": "B"}
 US = 1e6  # trace times are microseconds
@@ -186,6 +189,88 @@ def test_what_if_ranks_families(tmp_path):
     assert {r["schedule"] for r in json.loads(out.getvalue())["rows"]} == {"gpipe", "zb-h1"}
 
 
+def test_what_if_lists_every_family_it_left_out(tmp_path):
+    write_traces(tmp_path, pc.build("1f1b", 2, 4), pc.Costs(f=1.0, b=1.0, w=1.0, bw=2.0),
+                 sends=())
+    ranking = pt.what_if(tmp_path)
+    left = {r["schedule"]: r["reason"] for r in ranking.left_out}
+    # Replicated stages (stage 0 on both ranks): torch runs every stage on one rank.
+    assert set(left) == {"bitpipe", "chimera", "dualpipe"}
+    assert all("runs stage 0 on ranks 0, 1" in why and "exactly one rank" in why
+               for why in left.values())
+    # Nothing asked for is dropped in silence: ranked or left out with a reason.
+    assert {r["schedule"] for r in ranking} | set(left) == set(pc.schedules())
+    # At m=3 chimera and bitpipe need m a multiple of p, dualpipe an even m.
+    odd = {r["schedule"]: r["reason"] for r in pt.what_if(tmp_path, microbatches=3).left_out}
+    assert {"chimera", "bitpipe", "dualpipe"} <= set(odd)
+    assert odd["chimera"].startswith("does not build 2 ranks x 3 microbatches: ")
+    assert "multiple of devices" in odd["chimera"]
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path)], out=out) == 0
+    text = out.getvalue()
+    assert "left out (3):" in text and "  chimera " in text
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path), "--json"], out=out) == 0
+    data = json.loads(out.getvalue())
+    assert {r["schedule"] for r in data["left_out"]} == {"bitpipe", "chimera", "dualpipe"}
+
+
+def test_what_if_sets_the_profiled_prediction_beside_its_measurement(tmp_path):
+    import dataclasses
+
+    write_traces(tmp_path, pc.build("1f1b", 2, 4), pc.Costs(f=1.0, b=1.0, w=1.0, bw=2.0),
+                 sends=())
+    prof = pt.from_profile(tmp_path)
+    # 1F1B's step by hand: (m + p - 1) * (f + bw) = 5 * 3 = 15; say the run measured 30.
+    slow = dataclasses.replace(prof, measured=30.0)
+    own = pt.what_if(slow, ["gpipe"]).profiled  # the profiled schedule even when not ranked
+    assert own["schedule"] == "profiled"
+    assert own["predicted"] == pytest.approx(15.0) and own["measured"] == 30.0
+    assert own["error"] == pytest.approx(-0.5)
+    ranking = pt.what_if(slow)
+    assert ranking.profiled["schedule"] == "1f1b"
+    text = pt.format_what_if(ranking)
+    assert ("profiled schedule (1f1b, 4 microbatches): predicted 15000.00 ms, measured "
+            "30000.00 ms (median of 3 profiled steps): prediction -50.0% (50.0% low)") in text
+    fast = pt.format_what_if(pt.what_if(dataclasses.replace(prof, measured=12.0)))
+    assert "prediction +25.0% (25.0% high)" in fast
+    # From the command line: the traces' own step, which the fit reproduces.
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path), "--json"], out=out) == 0
+    data = json.loads(out.getvalue())["profiled"]
+    assert data["predicted"] == pytest.approx(15.0) and data["measured"] == pytest.approx(15.0)
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path)], out=out) == 0
+    assert "prediction within 0.1% of the measurement" in out.getvalue()
+
+
+@pytest.mark.parametrize("cpus,warned", [(1, True), (2, False)])
+def test_what_if_warns_when_ranks_exceed_the_runs_cpus(tmp_path, cpus, warned):
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=())
+    (tmp_path / "pipecore-run.json").write_text(json.dumps({"ranks": 2, "cpus": cpus}))
+    ranking = pt.what_if(tmp_path)
+    assert bool(ranking.warnings) is warned
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path)], out=out) == 0
+    line = "warning: 2 ranks on 1 CPU (the run's machine): the ranks took turns on the cores"
+    assert (line in out.getvalue()) is warned
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path), "--json"], out=out) == 0
+    assert len(json.loads(out.getvalue())["warnings"]) == int(warned)
+
+
+def test_what_if_without_run_file_compares_with_this_machine(tmp_path, monkeypatch):
+    import pipecore.core.cpus
+
+    write_traces(tmp_path, pc.build("1f1b", 4, 4), pc.Costs(), sends=())
+    monkeypatch.setattr(pipecore.core.cpus, "local_cpus", lambda: 2)
+    (warning,) = pt.what_if(tmp_path).warnings
+    assert warning.startswith("4 ranks on 2 CPUs (this machine's; the traces do not record "
+                              "the run's)")
+    monkeypatch.setattr(pipecore.core.cpus, "local_cpus", lambda: 4)
+    assert pt.what_if(tmp_path).warnings == []
+
+
 def test_what_if_check_needs_run_file(tmp_path, capsys):
     from pipecore.cli import main
 
@@ -198,11 +283,13 @@ def test_what_if_check_needs_run_file(tmp_path, capsys):
 
 def test_real_run_profile_round_trip(tmp_path):
     # One short real run: torch writes PP: labels the parser maps, for every rank.
+    # At pt.run's default of one step, that step is profiled (set-up included).
     sched = pc.build("1f1b", 2, 2)
-    res = pt.run(sched, model="tiny-transformer", hidden=16, steps=2, profile=tmp_path)
-    assert res.grads_match
+    res = pt.run(sched, model="tiny-transformer", hidden=16, profile=tmp_path)
+    assert res.grads_match and res.profiled_steps == [0]
     prof = pt.from_profile(tmp_path)
     assert (prof.ranks, prof.stages, prof.microbatches) == (2, 2, 2)
+    assert len(prof.step_times) == 1
     assert prof.schedule.to_actions() == sched.to_actions()
     assert prof.labels["F"] == 4 and prof.labels["BW"] == 4
     assert prof.labels["SEND_F"] == 2 and prof.labels["RECV_B"] == 2

@@ -411,7 +411,9 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         Per device, actions as strings (``"0F3"``) or :class:`Action`
         values; ``"0F7&7B3"`` is an overlapped F&B unit (a forward and a
         backward run together); ``None`` entries (idle steps, as in
-        PyTorch's ``pipeline_order``) are skipped.
+        PyTorch's ``pipeline_order``) are skipped. Keys may also be
+        decimal strings (``"0"``), as a JSON file of
+        :meth:`Schedule.to_actions` has them.
     name : str
         Label of the schedule.
     devices : int, optional
@@ -433,6 +435,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     if devices is not None:
         devices = _check_int("devices", devices, minimum=1)
     if isinstance(programs, Mapping):
+        if all(isinstance(k, str) and k.isdigit() and str(int(k)) == k for k in programs):
+            programs = {int(k): v for k, v in programs.items()}  # JSON's keys ("0", "1", ...)
         keys = list(programs)
         for k in keys:
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
