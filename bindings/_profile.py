@@ -16,6 +16,7 @@ Needs no torch: the traces are JSON.
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -124,9 +125,27 @@ class _RankTrace:
     sends: list  # (bytes, duration_us) of c10d send ops
 
 
+def _timed_events(path, data, rank):
+    """Complete events ("ph": "X") with a finite start and a finite duration >= 0."""
+    out = []
+    for i, e in enumerate(data["traceEvents"]):
+        if not (isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e):
+            continue
+        for field in ("ts", "dur"):
+            value = e[field]
+            ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+                  and math.isfinite(value) and (field == "ts" or value >= 0))
+            if not ok:
+                rule = "a finite number" if field == "ts" else "a finite number >= 0"
+                raise ValueError(f"from_profile: {path} (rank {rank}) traceEvents[{i}] "
+                                 f"({e.get('name')!r}) has {field}={value!r}; it must be {rule} "
+                                 f"(microseconds)")
+        out.append(e)
+    return out
+
+
 def _parse_rank(path, data, rank):
-    events = [e for e in data["traceEvents"]
-              if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
+    events = _timed_events(path, data, rank)
     labels = [e for e in events if str(e.get("name", "")).startswith("PP:")]
     if not labels:
         raise ValueError(f"from_profile: {path} (rank {rank}) has no pipelining labels ('PP:1F0' "

@@ -409,9 +409,15 @@ def read_csv(path) -> dict[int, list]:
     OSError
         If the file cannot be read.
     """
-    with Path(path).open(newline="") as fh:
-        return {rank: [_parse(cell, rank, step) for step, cell in enumerate(row)]
-                for rank, row in enumerate(csv.reader(fh))}
+    try:
+        with Path(path).open(newline="", encoding="utf-8") as fh:
+            return {rank: [_parse(cell, rank, step) for step, cell in enumerate(row)]
+                    for rank, row in enumerate(csv.reader(fh))}
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text CSV (byte {exc.start} is not UTF-8); a "
+                         f"compute_only schedule CSV has one line of actions per rank") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}: not a readable CSV ({exc})") from None
 
 
 def from_csv(path, *, name: str | None = None) -> Schedule:

@@ -312,3 +312,31 @@ def test_sends_mode_checked(tmp_path):
     write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=())
     with pytest.raises(ValueError, match=r"'sends' must be 'occupy' or 'wait' \(got 'x'\)"):
         pt.from_profile(tmp_path, sends="x")
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("ts", "soon", "a finite number"),
+    ("dur", -5.0, "a finite number >= 0"),
+    ("dur", float("nan"), "a finite number >= 0"),
+    ("ts", None, "a finite number"),
+])
+def test_bad_event_times_name_the_file_event_and_field(tmp_path, field, value, rule):
+    # Issue 38: a non-numeric ts or a negative or NaN dur gave a message about Costs 'f'.
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs())
+    path = tmp_path / "rank1.json"
+    trace = json.loads(path.read_text())
+    k = next(i for i, e in enumerate(trace["traceEvents"]) if e["name"].startswith("PP:"))
+    trace["traceEvents"][k][field] = value
+    path.write_text(json.dumps(trace))
+    with pytest.raises(ValueError) as info:
+        pt.from_profile(tmp_path)
+    message = str(info.value)
+    assert "rank1.json (rank 1)" in message and f"traceEvents[{k}]" in message
+    assert f"{field}=" in message and rule in message
+
+
+def test_binary_csv_names_the_file(tmp_path):
+    path = tmp_path / "sched.csv"
+    path.write_bytes(bytes(range(128, 256)) * 3)
+    with pytest.raises(ValueError, match=r"sched\.csv: not a text CSV \(byte 0 is not UTF-8\)"):
+        pt.from_csv(path)
