@@ -215,9 +215,9 @@ def _ratio_title(panel):
     if r == 1:
         head = "compute and network speed alike"
     elif r > 1:
-        head = f"compute {r:g}x faster than network (rel. to preset)"
+        head = f"compute {r:g}x faster than network (relative to the preset)"
     else:
-        head = f"network {1 / r:g}x faster than compute (rel. to preset)"
+        head = f"network {1 / r:g}x faster than compute (relative to the preset)"
     return f"{head}\ncells compute/network: {cells}"
 
 
