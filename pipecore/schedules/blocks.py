@@ -363,10 +363,11 @@ class Repeated:
 # below it the Python version takes under 20 ms, less than loading them from
 # the cache (0.2-0.4 s, once per process).
 _KERNEL_MIN_OPS = 4096
-# While the kernels would have to compile first (seconds: neither compiled in
-# this process nor in Numba's cache), the Python version (a few us per op)
-# runs up to this many ops, until the process has spent _PYTHON_BUDGET seconds
-# in such calls; past that they compile, as for any larger call.
+# While the kernels would have to compile first (neither compiled in this
+# process nor in Numba's cache), the Python version, far cheaper than that
+# compile at this size, runs up to this many ops, until the process has spent
+# _PYTHON_BUDGET seconds in such calls; past that they compile, as for any
+# larger call.
 _PYTHON_MAX_OPS = 1 << 16
 _PYTHON_BUDGET = 3.0
 _python_spent = 0.0
