@@ -131,14 +131,14 @@ def _timed_events(path, data, rank):
     for i, e in enumerate(data["traceEvents"]):
         if not (isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e):
             continue
-        for field in ("ts", "dur"):
-            value = e[field]
+        for key in ("ts", "dur"):
+            value = e[key]
             ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-                  and math.isfinite(value) and (field == "ts" or value >= 0))
+                  and math.isfinite(value) and (key == "ts" or value >= 0))
             if not ok:
-                rule = "a finite number" if field == "ts" else "a finite number >= 0"
+                rule = "a finite number" if key == "ts" else "a finite number >= 0"
                 raise ValueError(f"from_profile: {path} (rank {rank}) traceEvents[{i}] "
-                                 f"({e.get('name')!r}) has {field}={value!r}; it must be {rule} "
+                                 f"({e.get('name')!r}) has {key}={value!r}; it must be {rule} "
                                  f"(microseconds)")
         out.append(e)
     return out

@@ -66,10 +66,12 @@ def _memory_args(p, weights=0.0):
     return mem
 
 
-def _progress_args(p):
+def _progress_args(p, lines=False):
     bar = p.add_mutually_exclusive_group()
+    default = ("on a terminal; elsewhere (a log) a progress line every few seconds" if lines
+               else "only on a terminal")
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
-                     help="always show the progress bar (default: only on a terminal)")
+                     help=f"always show the progress bar (default: {default})")
     bar.add_argument("--no-progress", dest="progress", action="store_false",
                      help="never show the progress bar")
 
@@ -143,7 +145,8 @@ def _parser():
     _shape_args(t, None)
     t.add_argument("--max-slots", type=_positive_int, default=None, help="show only the first N slots")
 
-    y = sub.add_parser("study", help="every family three ways over a compute x network grid")
+    y = sub.add_parser("study", help="every family three ways over a grid of compute and network "
+                                     "speeds (x10 = ten times faster)")
     y.add_argument("--devices", default="4,8", help="comma-separated device counts (default 4,8)")
     y.add_argument("--microbatches", default="8,16,32,64,128,256",
                    help="comma-separated microbatch counts (default 8,16,32,64,128,256)")
@@ -156,7 +159,7 @@ def _parser():
     y.add_argument("--asymmetric-microbatches", default="4,8,16,32,64",
                    help="microbatch counts of the asymmetric search (default 4,8,16,32,64)")
 
-    _progress_args(y)
+    _progress_args(y, lines=True)
 
     g = sub.add_parser("scan", help="evaluate a grid of configurations into a Parquet dataset")
     g.add_argument("grid", help="grid file (TOML; see README 'Scans')")
@@ -582,23 +585,35 @@ def _int_list(name, text):
     return values
 
 
+def _study_progress(args):
+    """The study's progress mode: the flag, else lines when stderr is no terminal (logs)."""
+    if args.progress is not None:
+        return args.progress
+    return None if sys.stderr.isatty() else "lines"
+
+
 def _cmd_study(args, out):
     import time
 
     import pyarrow.parquet as pq
 
     from .analysis.findings import findings, format_findings
-    from .analysis.study import study, summarize
+    from .analysis.study import detail, study, summarize
     from .output.plots import plot_study
 
     t0 = time.perf_counter()
     devices = _int_list("devices", args.devices)
-    table = study(devices, _int_list("microbatches", args.microbatches), progress=args.progress)
+    microbatches = _int_list("microbatches", args.microbatches)
+    asym_mbs = (_int_list("asymmetric-microbatches", args.asymmetric_microbatches)
+                if args.asymmetric else None)
+    progress = _study_progress(args)
+    table = study(devices, microbatches, progress=progress)
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, folder / "study.parquet")
-    out.write(summarize(table) + "\n")
-    out.write(f"wrote {folder / 'study.parquet'} ({table.num_rows} rows)\n")
+    out.write(summarize(table) + "\n\n")
+    out.write(detail(table) + "\n")
+    written = [f"{folder / 'study.parquet'} ({table.num_rows} rows)"]
     asym = None
     if args.asymmetric:
         import warnings
@@ -608,26 +623,26 @@ def _cmd_study(args, out):
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PlacementWarning)  # the search tries shared devices
-            asym, info = asymmetric_study(
-                devices, _int_list("asymmetric-microbatches", args.asymmetric_microbatches))
-        text = summarize_asymmetric(asym, info)
+            asym, info = asymmetric_study(devices, asym_mbs, progress=progress)
         pq.write_table(asym, folder / "asymmetric.parquet")
-        (folder / "asymmetric.txt").write_text(text + "\n")
-        out.write(text + "\n")
-        out.write(f"wrote {folder / 'asymmetric.parquet'} ({asym.num_rows} rows) and "
-                  f"{folder / 'asymmetric.txt'}\n")
+        (folder / "asymmetric.txt").write_text(summarize_asymmetric(asym, info) + "\n")
+        out.write("\n" + summarize_asymmetric(asym, info, setup=False) + "\n")
+        written += [f"{folder / 'asymmetric.parquet'} ({asym.num_rows} rows)",
+                    str(folder / "asymmetric.txt")]
     text = format_findings(findings(table, asym))
     (folder / "findings.txt").write_text(text + "\n")
-    out.write(text + "\n")
-    out.write(f"wrote {folder / 'findings.txt'}; study took {time.perf_counter() - t0:.1f} s\n")
+    out.write("\n" + text + "\n\n")
+    written.append(str(folder / "findings.txt"))
     if not args.no_plot:
         from .output.writers import MissingDependencyError
 
         try:
-            for path in plot_study(table, folder / "study.png"):
-                out.write(f"wrote {path}\n")
+            written += plot_study(table, folder / "study.png")
         except MissingDependencyError as exc:
             print(f"plots not written: {exc}", file=sys.stderr)
+    for path in written:
+        out.write(f"wrote {path}\n")
+    out.write(f"study took {time.perf_counter() - t0:.1f} s\n")
     return 0
 
 

@@ -215,3 +215,22 @@ def test_interpreted_units_feed_the_compiled_scheduler(monkeypatch):
     np.testing.assert_array_equal(got.start, ref.start)
     np.testing.assert_array_equal(got.finish, ref.finish)
     assert got.makespan == ref.makespan
+
+
+def test_ready_says_whether_a_call_would_compile(tmp_path, monkeypatch):
+    # A kernel nobody has compiled, with a cache folder of its own: not ready;
+    # compiled in this process: ready; a fresh dispatcher of the same source
+    # finds Numba's cache index: ready too.
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+
+    def plus_one(x):
+        return x + 1
+
+    plus_one.__module__ = "pipecore_test_ready"
+    fresh = numba.njit(cache=True)(plus_one)
+    assert not tier.ready(fresh)
+    assert fresh(1) == 2
+    assert tier.ready(fresh)
+    again = numba.njit(cache=True)(plus_one)
+    assert tier.ready(again)

@@ -51,6 +51,7 @@ def test_kernels_equal_the_python_reference_on_the_v_blocks(name, p):
 def test_build_takes_the_kernels_from_the_threshold_and_gives_the_same_schedule(name, monkeypatch):
     p, m = 8, 96  # 4,608 ops, above the threshold
     assert 6 * p * m >= blocks._KERNEL_MIN_OPS
+    monkeypatch.setattr(blocks, "_PYTHON_MAX_OPS", 0)  # kernels even if they must compile
     calls = []
     squeeze = blocks._squeeze_kernels
     monkeypatch.setattr(blocks, "_squeeze_kernels", lambda t: calls.append(1) or squeeze(t))
@@ -64,6 +65,32 @@ def test_build_takes_the_kernels_from_the_threshold_and_gives_the_same_schedule(
     assert calls == [1]
     assert small.table.equals(Schedule.from_programs(
         blocks._squeeze_programs(MAKE[name](4), 8), name=name, devices=4).table)
+
+
+def test_build_runs_the_python_reorder_while_the_kernels_would_compile(monkeypatch):
+    # From an empty Numba cache the kernels compile for seconds; up to
+    # _PYTHON_MAX_OPS ops the Python version (the same programs) runs instead,
+    # until the process has spent _PYTHON_BUDGET seconds in it.
+    p, m = 8, 256  # 12,288 ops: the study's largest V schedules
+    assert blocks._KERNEL_MIN_OPS <= 6 * p * m <= blocks._PYTHON_MAX_OPS
+    calls = []
+    squeeze = blocks._squeeze_kernels
+    monkeypatch.setattr(blocks, "_squeeze_kernels", lambda t: calls.append(1) or squeeze(t))
+    monkeypatch.setattr(blocks.tier, "ready", lambda dispatcher: False)
+    monkeypatch.setattr(blocks, "_python_spent", 0.0)
+    want = Schedule.from_programs(blocks._squeeze_programs(MAKE["v-min"](p), m), name="v-min",
+                                  devices=p)
+    got = pc.build("v-min", devices=p, microbatches=m)
+    assert calls == [] and got.table.equals(want.table)
+    assert blocks._python_spent > 0
+    monkeypatch.setattr(blocks, "_python_spent", blocks._PYTHON_BUDGET)  # budget spent
+    assert pc.build("v-min", devices=p, microbatches=m).table.equals(want.table)
+    assert calls == [1]
+    # Compiled (or in Numba's cache) kernels run at once.
+    monkeypatch.setattr(blocks, "_python_spent", 0.0)
+    monkeypatch.setattr(blocks.tier, "ready", lambda dispatcher: True)
+    assert pc.build("v-min", devices=p, microbatches=m).table.equals(want.table)
+    assert calls == [1, 1]
 
 
 @pytest.mark.parametrize("name", sorted(MAKE))

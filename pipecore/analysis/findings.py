@@ -3,8 +3,10 @@
 Each claim gets a verdict, "holds", "does not hold" or "holds only in some
 cells", computed from :func:`pipecore.study`'s table (and, for the fifth,
 from :func:`pipecore.search.asymmetric.asymmetric_study`'s), with the cells
-behind it. A cell is (S devices, m microbatches, compute factor, network
-factor). The thresholds are stated in each claim's ``rule``.
+behind it. A cell is (S devices, m microbatches, compute speed, network
+speed), written ``S=4 m=16 (c1/n0.1)``: compute at x1 and network at x0.1 of
+the hardware's speed (x10 = ten times faster, see :mod:`pipecore.analysis.study`).
+The thresholds are stated in each claim's ``rule``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _verdict(good, total):
 
 
 def _cells_text(cells, grid):
-    """Compact cell list: per (S, m), 'all' or the (compute, network) pairs."""
+    """Compact cell list: per (S, m), 'all' or the (compute speed, network speed) pairs."""
     if not cells:
         return "none"
     by = {}
@@ -59,8 +61,8 @@ def _groups(table):
     rows = [r for r in table.to_pylist() if r["error"] is None]
     groups = {}
     for r in rows:
-        groups.setdefault((r["devices"], r["microbatches"], r["compute"], r["network"]), {})[
-            r["family"]] = r
+        groups.setdefault((r["devices"], r["microbatches"], r["compute_speed"],
+                           r["network_speed"]), {})[r["family"]] = r
     grid = {}
     for p, m, cf, nf in groups:
         grid.setdefault((p, m), []).append((cf, nf))
@@ -198,20 +200,21 @@ def _claim_hanayo(groups, grid):
             sensitive = row[nets[0]] < row[nets[-1]]
             if effective and sensitive:
                 good += [c for c in points if c[0] == p and c[2] == cf]
-            notes.append(f"S=m={p} compute x{cf:g}: Hanayo vs Chimera "
-                         + ", ".join(f"{100 * row[n]:+.1f}% at network x{n:g}" for n in nets)
+            notes.append(f"S=m={p} compute speed x{cf:g}: Hanayo vs Chimera "
+                         + ", ".join(f"{100 * row[n]:+.1f}% at network speed x{n:g}"
+                                     for n in nets)
                          + ("" if effective else " (not ahead on the mid/fast networks)")
                          + ("" if sensitive else " (no loss of advantage on the slow network)"))
     good_rows = len({(c[0], c[2]) for c in good})
     eff = sum(1 for n in notes if "not ahead" not in n)
     sens = sum(1 for n in notes if "no loss" not in n)
-    notes.insert(0, f"effective (ahead of Chimera on networks x1 and faster) in {eff} of {total} "
-                    f"(S, compute) rows, sensitive (advantage smaller on the slowest network) in "
-                    f"{sens} of {total}")
+    notes.insert(0, f"effective (ahead of Chimera at network speed x1 and faster) in {eff} of "
+                    f"{total} (S, compute speed) rows, sensitive (advantage smaller on the "
+                    f"slowest network) in {sens} of {total}")
     return {"verdict": _verdict(good_rows, total), "cells": _cells_text(good, grid),
-            "rule": "at m = S, Hanayo faster than Chimera on every network of x1 or faster, and "
-                    "its advantage smaller on the slowest network than on the fastest (per S and "
-                    "compute; cells listed: where it holds)",
+            "rule": "at m = S, Hanayo faster than Chimera at every network speed of x1 or "
+                    "faster, and its advantage smaller on the slowest network than on the fastest "
+                    "(per S and compute speed; cells listed: where it holds)",
             "detail": "; ".join(notes)}
 
 
@@ -225,11 +228,12 @@ def _claim_asymmetric(asym):
                 "rule": "needs a shape Chimera can build", "detail": ""}
     grid = {}
     for r in rows:
-        grid.setdefault((r["devices"], r["microbatches"]), []).append((r["compute"], r["network"]))
+        grid.setdefault((r["devices"], r["microbatches"]), []).append(
+            (r["compute_speed"], r["network_speed"]))
     shallow = min(r["devices"] for r in rows)
     good, lowered, deep_gain, big = [], [], [], []
     for r in rows:
-        cell = (r["devices"], r["microbatches"], r["compute"], r["network"])
+        cell = (r["devices"], r["microbatches"], r["compute_speed"], r["network_speed"])
         mem_ok = r["best_peak"] >= r["chimera_peak"] * (1 - _TIE)
         # The asymmetry's own gain: against the faster symmetric order, so that
         # what a different op order gains is not counted as asymmetry's.
@@ -246,7 +250,8 @@ def _claim_asymmetric(asym):
             lowered.append(cell)
         if mem_ok and time_ok:
             good.append(cell)
-    any_lower = [(r["devices"], r["microbatches"], r["compute"], r["network"]) for r in rows
+    any_lower = [(r["devices"], r["microbatches"], r["compute_speed"], r["network_speed"])
+                 for r in rows
                  if r["min_peak"] < r["chimera_peak"] * (1 - _TIE)]
     why = []
     if deep_gain:
@@ -258,7 +263,8 @@ def _claim_asymmetric(asym):
                    f"{_cells_text(deep_gain, grid)}")
     if big:
         why.append(f"the shallow gain is not little (> {LITTLE:.0%}) in {_cells_text(big, grid)}")
-    none = [(r["devices"], r["microbatches"], r["compute"], r["network"]) for r in rows
+    none = [(r["devices"], r["microbatches"], r["compute_speed"], r["network_speed"])
+            for r in rows
             if r["devices"] == shallow and r["gain_vs_symmetric"] <= GAIN_FLOOR]
     if none:
         why.append(f"no asymmetric gain (<= {GAIN_FLOOR:.1%}) at S={shallow} in "
@@ -310,7 +316,7 @@ def findings(study_table: pa.Table, asymmetric_table: pa.Table | None = None) ->
     ValueError
         If ``study_table`` lacks the study's columns.
     """
-    need = {"family", "devices", "microbatches", "compute", "network", "formula_time",
+    need = {"family", "devices", "microbatches", "compute_speed", "network_speed", "formula_time",
             "table_time", "sim_time", "peak_activation", "error"}
     missing = need - set(study_table.column_names)
     if missing:
@@ -341,7 +347,9 @@ def format_findings(items: list[dict]) -> str:
     None
         Nothing beyond errors of the objects it is given.
     """
-    lines = ["findings: the paper's claims under pipecore's model"]
+    lines = ["findings: the paper's claims under pipecore's model",
+             "cells: S=4 m=16 (c1/n0.1) is S devices, m microbatches, compute speed x1, network "
+             "speed x0.1 (x10 = ten times the hardware's speed); 'all': every cell of the grid"]
     for i, f in enumerate(items, 1):
         lines.append(f"{i}. {f['claim']}: {f['verdict'].upper()}")
         lines.append(f"   test: {f['rule']}")

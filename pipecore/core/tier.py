@@ -22,7 +22,7 @@ import threading
 import time
 import types
 
-__all__ = ["kernel", "interpreted", "compiled", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
+__all__ = ["kernel", "interpreted", "compiled", "ready", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
            "INTERPRET_BUDGET_CACHED"]
 
 
@@ -68,6 +68,26 @@ def _budget(dispatcher) -> float:
         except AttributeError:  # no cache (cache=False) or another Numba layout
             pass
     return INTERPRET_BUDGET_CACHED if dispatcher in _cached else INTERPRET_BUDGET
+
+
+def ready(dispatcher) -> bool:
+    """Whether calling a kernel now costs no compile: it is compiled in this
+    process, or Numba's cache has an index for it (for some signature).
+
+    Parameters
+    ----------
+    dispatcher : numba dispatcher
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    None
+        The answer only reads the dispatcher and a file's existence.
+    """
+    return _budget(dispatcher) < INTERPRET_BUDGET
 
 
 def _code_names(code) -> set:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core import buffers
+from ..core import buffers, tier
 from ..core.cpus import local_cpus
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, _check_int
@@ -344,19 +345,45 @@ class Repeated:
         """
         b = self.block
         name = name or b.name
-        if reorder and len(b.offsets) * self.microbatches >= _KERNEL_MIN_OPS:
+        ops = len(b.offsets) * self.microbatches
+        if reorder and _use_kernels(ops):
             tables = _block_tables(b, self.microbatches)
             if tables is not None:
                 return Schedule.from_arrays(*_squeeze_kernels(tables), name=name,
                                             devices=b.devices, copy=False)
-        return Schedule.from_programs(_squeeze_programs(b, self.microbatches, reorder),
-                                      name=name, devices=b.devices)
+        t0 = time.perf_counter()
+        programs = _squeeze_programs(b, self.microbatches, reorder)
+        if reorder and ops >= _KERNEL_MIN_OPS:
+            global _python_spent
+            _python_spent += time.perf_counter() - t0
+        return Schedule.from_programs(programs, name=name, devices=b.devices)
 
 
 # From this many ops squeeze(reorder=True) runs the kernels of kernels/vblocks.py;
 # below it the Python version takes under 20 ms, less than loading them from
 # the cache (0.2-0.4 s, once per process).
 _KERNEL_MIN_OPS = 4096
+# While the kernels would have to compile first (neither compiled in this
+# process nor in Numba's cache), the Python version, far cheaper than that
+# compile at this size, runs up to this many ops, until the process has spent
+# _PYTHON_BUDGET seconds in such calls; past that they compile, as for any
+# larger call.
+_PYTHON_MAX_OPS = 1 << 16
+_PYTHON_BUDGET = 3.0
+_python_spent = 0.0
+_KERNELS = (reorder_setup, reorder_moves, reorder_emit, _tails, _sweep, _choose_cut,
+            _done_after, _event_loop, columns)
+
+
+def _use_kernels(ops):
+    """Whether squeeze(reorder=True) of ``ops`` ops runs the kernels (the
+    Python version gives the same programs; see _KERNEL_MIN_OPS and
+    _PYTHON_MAX_OPS)."""
+    if ops < _KERNEL_MIN_OPS:
+        return False
+    if ops > _PYTHON_MAX_OPS or _python_spent >= _PYTHON_BUDGET:
+        return True
+    return all(tier.ready(k) for k in _KERNELS)
 # From this many ops two threads write the columns, half of the devices each.
 _COLUMNS_THREADS_MIN_OPS = 1 << 22
 # The cool-down scheduler times the ops before the last microbatches by a

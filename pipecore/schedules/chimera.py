@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from ..core.schedule import Schedule
+from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
 from .registry import Family, column_buffers, register
 
@@ -124,40 +124,57 @@ def _greedy_programs(p, k, m, up_placement, ranges):
                 q += [("BW", j), ("F", warm + j)]
             q += [("BW", j) for j in range(n - warm, n)]
             queues.append((pipe, i, q))
-    by_dev = [[qi for qi, (pipe, i, _q) in enumerate(queues) if place[pipe][i] == d] for d in range(p)]
+    index = {(pipe, i): qi for qi, (pipe, i, _q) in enumerate(queues)}
+    device = [place[pipe][i] for pipe, i, _q in queues]
+    by_dev = [[qi for qi in range(len(queues)) if device[qi] == d] for d in range(p)]
     pos = [0] * len(queues)
     done = {}  # (kind, pipe, stage, local j) -> finish
     free = [0.0] * p
     order = [[] for _ in range(p)]
+
+    waits = (math.inf,)  # sorts after every candidate
+
+    def rank(qi):
+        # The queue's next op as a candidate (``waits`` when empty or waiting).
+        pipe, i, q = queues[qi]
+        if pos[qi] == len(q):
+            return waits
+        kind, j = q[pos[qi]]
+        if kind == "F":
+            need = ("F", pipe, i - 1, j) if i > 0 else None
+        else:
+            need = ("BW", pipe, i + 1, j) if i < p - 1 else ("F", pipe, i, j)
+        if need is None:
+            ready = 0.0
+        else:
+            ready = done.get(need)
+            if ready is None:
+                return waits
+        d = device[qi]
+        # Unique per queue (its stage, pipeline and device), so the smallest
+        # is the one a scan of every queue would pick.
+        return (max(free[d], ready), kind != "BW", -i, pipe != "down", d, qi)
+
+    ranks = [rank(qi) for qi in range(len(queues))]
     left = sum(len(q) for _p, _i, q in queues)
     while left:
-        best = None
-        for d in range(p):
-            for qi in by_dev[d]:
-                pipe, i, q = queues[qi]
-                if pos[qi] == len(q):
-                    continue
-                kind, j = q[pos[qi]]
-                if kind == "F":
-                    need = ("F", pipe, i - 1, j) if i > 0 else None
-                else:
-                    need = ("BW", pipe, i + 1, j) if i < p - 1 else ("F", pipe, i, j)
-                if need is not None and need not in done:
-                    continue
-                ready = done[need] if need is not None else 0.0
-                begin = max(free[d], ready)
-                rank = (begin, kind != "BW", -i, pipe != "down", d)
-                if best is None or rank < best[0]:
-                    best = (rank, d, qi)
-        _rank, d, qi = best
+        begin, _bw, _i, _up, d, qi = min(ranks)
         pipe, i, q = queues[qi]
         kind, j = q[pos[qi]]
         pos[qi] += 1
         left -= 1
         dur = size[pipe][i] * (1.0 if kind == "F" else 2.0)
-        free[d] = _rank[0] + dur
+        free[d] = begin + dur
         done[(kind, pipe, i, j)] = free[d]
         order[d].append((kind, pipe, i, mbs[pipe][j]))
+        # Only these candidates change: the queues on device d (its free
+        # time), and the neighbouring stages that may wait on this op.
+        for other in by_dev[d]:
+            ranks[other] = rank(other)
+        for ni in (i - 1, i + 1):
+            if 0 <= ni < p:
+                nq = index[(pipe, ni)]
+                ranks[nq] = rank(nq)
     return order, done
 
 
@@ -315,7 +332,7 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
                                         copy=False)
         base = _chimera_programs(p, m, variant)
         if g is None:
-            return Schedule.from_programs(base, name="chimera", devices=p, replicated=True)
+            return _from_programs(base, p)
         programs = []
         for prog in base:
             out = []
@@ -350,10 +367,32 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
                 elif d == du:
                     ars.append((td, -s))
             programs[d] += [("AR", -ns, None) for _t, ns in sorted(ars)]
-    sched = Schedule.from_programs(programs, name="chimera", devices=p, replicated=True)
+    sched = _from_programs(programs, p)
     if g is not None:
         sched.params["stage_layers"] = [g] * S
     return sched
+
+
+def _from_programs(programs, p):
+    """``Schedule.from_programs(programs, name="chimera", devices=p,
+    replicated=True)`` for programs of plain ``(kind, stage, microbatch)``
+    tuples with all-reduces (microbatch None), which that method takes op by
+    op: the same columns, made a device at a time."""
+    device, slot, kind, stage, mb = [], [], [], [], []
+    for d, prog in enumerate(programs):
+        n = len(prog)
+        if not n:
+            continue
+        kinds, stages, mbs = zip(*prog)
+        device.append(np.full(n, d, dtype=np.int32))
+        slot.append(np.arange(n, dtype=np.int32))
+        kind.append(np.array([KIND_CODE[x] for x in kinds], dtype=np.int64))
+        stage.append(np.array(stages, dtype=np.int64))
+        mb.append(np.array([-1 if x is None else x for x in mbs], dtype=np.int64))
+    cols = [np.concatenate(c) if c else np.zeros(0, dtype=t)
+            for c, t in ((device, np.int32), (slot, np.int32), (kind, np.int64),
+                         (stage, np.int64), (mb, np.int64))]
+    return Schedule.from_arrays(*cols, copy=False, name="chimera", devices=p, replicated=True)
 
 # From this many ops on, symmetric Chimera is written by a Numba kernel
 # (kernels/bidirectional.py); smaller ones keep the per-op reference below and so

@@ -3,9 +3,18 @@
 For each pipeline shape (devices p, microbatches m) the study searches
 Chimera's placement space (:func:`pipecore.schedules.chimera.build_chimera`'s
 ``down``, ``up_placement``, ``down_layers``, ``up_layers``) and reports, in
-each cell of the compute x network grid, the fastest asymmetric variant
-against symmetric Chimera. A variant is evaluated in all cells at once with
-:func:`pipecore.scan.batch.simulate_many`.
+each cell of the grid of compute and network speeds (x10 = ten times the
+hardware's speed, as in :func:`pipecore.study`), the fastest asymmetric
+variant against symmetric Chimera. A variant is built once and simulated in
+every cell with the list scheduler (:func:`pipecore.simulate`'s numbers, bit
+for bit), the kernels :func:`pipecore.study` compiles anyway; its memory is
+the same in every cell (program order) and is taken once.
+
+Memory is reported in M, one microbatch's activation of one device share
+(34 s b h bytes per layer over layers / p layers, [Korthikanti] in
+:mod:`pipecore.analysis.model`); training state counts 16 bytes per parameter.
+A placement whose worst device needs more than the hardware's memory is
+marked (``*_fits`` False).
 
 Layer shares move in units of a quarter of a device share (1/(4p) of the
 model: 8 of 128 layers at p = 4, 4 at p = 8), so the schedules stay small.
@@ -32,17 +41,21 @@ Chimera-style pipelines).
 from __future__ import annotations
 
 import itertools
+import json
+import textwrap
 import time
 
 import numpy as np
 import pyarrow as pa
 
 from ..analysis.model import Hardware
-from ..analysis.study import GRID_FACTORS, TransformerModel
+from ..analysis.study import GRID_FACTORS, TransformerModel, describe, study_metadata
 from ..core import tier
-from ..core.costs import Costs, Network
-from ..core.simulate import simulate
-from ..scan.batch import simulate_many
+from ..core.costs import Costs, fits
+from ..core.progress import reporter
+from ..core.simulate import compile_schedule, simulate
+from ..kernels.listsched import STATUS_OK
+from ..schedules.chimera import _segments
 from ..schedules.registry import build
 
 __all__ = ["asymmetric_study", "summarize_asymmetric"]
@@ -59,20 +72,48 @@ def _memory_per_share(model, p):
 
 
 def _cells(model, hardware, p, factors):
+    """The grid's cells and, per cell, the Costs (bytes for memory) and Network."""
     act, state = _memory_per_share(model, p)
-    cols = {k: [] for k in ("f", "b", "w", "activation", "weights", "bytes", "bandwidth", "latency")}
-    cells = []
+    cells, costs, nets = [], [], []
     for cf in factors:
         for nf in factors:
             hw = hardware.scaled(cf, nf)
             c = model.costs(hw, p)
-            net = model.network(hw)
             cells.append((cf, nf))
-            for k, v in (("f", c.f), ("b", c.b), ("w", c.w), ("activation", act),
-                         ("weights", state), ("bytes", float(net.bytes)),
-                         ("bandwidth", net.bandwidth), ("latency", net.latency)):
-                cols[k].append(float(v))
-    return cells, cols
+            costs.append(Costs(f=c.f, b=c.b, w=c.w, activation=act, weights=state))
+            nets.append(model.network(hw))
+    return cells, costs, nets
+
+
+def _shares_a_device(key, p, m):
+    """Whether a variant puts both replicas of some layers on one device
+    (what ``sched.stage_devices`` would show), without building it."""
+    _down, up, dl, ul, _order = key
+    even = list(dl) == [UNITS] * p and list(ul) == [UNITS] * p
+    ranges = _segments(None, None, p)[2] if even else _segments(list(dl), list(ul), p)[2]
+    down_dev = {s: i for i, (lo, hi) in enumerate(ranges["down"]) for s in range(lo, hi)}
+    return any(down_dev[s] == up[j] for j, (lo, hi) in enumerate(ranges["up"])
+               for s in range(lo, hi))
+
+
+def _evaluate(sched, costs, nets):
+    """Makespan per cell, global peak (activation + weights of the worst
+    device), peak activation and per-device peaks, in bytes.
+
+    The first cell is :func:`simulate` itself; the others run the same
+    compiled kernels on that cell's costs (``compile_schedule`` and the list
+    scheduler, as :func:`simulate` does) without making a Result.
+    """
+    res = simulate(sched, costs[0], nets[0])
+    times = np.empty(len(costs))
+    times[0] = res.makespan
+    for c in range(1, len(costs)):
+        status, *_rest, dev_free, _first = compile_schedule(sched, costs[c], nets[c]).run()
+        if status != STATUS_OK:  # the list order is free of deadlock by construction
+            raise RuntimeError(f"internal error: chimera variant deadlocked in cell {c}")
+        times[c] = float(dev_free.max())
+    device = res.peak_activation + res.static_memory
+    return times, float(device.max()), float(res.peak_activation.max()), device.tolist()
 
 
 def _knobs(key, p, m):
@@ -175,8 +216,9 @@ def _initial(p, m):
 
 @tier.compiled()  # many simulations: compile at once, no interpreted budget
 def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None,
-                     hardware=None, factors=GRID_FACTORS, budget=800) -> tuple[pa.Table, dict]:
-    """Search asymmetric Chimera-style placements over the compute x network grid.
+                     hardware=None, factors=GRID_FACTORS, budget=800,
+                     progress=None) -> tuple[pa.Table, dict]:
+    """Search asymmetric Chimera-style placements over the grid of compute and network speeds.
 
     Parameters
     ----------
@@ -187,18 +229,23 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
         Defaults to ``TransformerModel()`` (128 layers, hidden 4096, as
         :func:`pipecore.study`).
     hardware : Hardware, optional
-        Defaults to ``Hardware.preset("dgx-h100")``.
+        Defaults to ``Hardware.preset("dgx-h100")``; its ``hbm_bytes`` is
+        the memory a placement must fit.
     factors : sequence of float
-        Compute and network scale factors (the grid is their product).
+        Compute and network speed factors (the grid is their product; x10
+        is ten times the hardware's speed).
     budget : int, default 800
         Most variants evaluated per shape (each in every cell at once); the
         two symmetric baselines are always evaluated.
+    progress : bool, None or "lines", optional
+        A progress bar per shape (default: when stderr is a terminal);
+        ``"lines"``: a plain line at least every few seconds, for logs.
 
     Returns
     -------
     tuple of (pyarrow.Table, dict)
-        The table has one row per (devices, microbatches, compute,
-        network): ``chimera_time`` (symmetric Chimera, seconds),
+        The table has one row per (devices, microbatches, compute_speed,
+        network_speed): ``chimera_time`` (symmetric Chimera, seconds),
         ``list_time`` (the symmetric placement in the list order),
         ``best_time`` and ``best_variant`` (the fastest asymmetric variant
         found, its knobs as text), ``best_reading`` (which knobs it changes:
@@ -206,15 +253,21 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
         ``gain_vs_list``, ``gain_vs_symmetric`` (against the faster of the
         two symmetric orders: the gain of the asymmetry alone), the best of
         each reading alone against Chimera (``split_gain``,
-        ``placement_gain``, ``layers_gain``), ``chimera_peak`` and
-        ``best_peak`` (global peak memory: activation plus weights of the
-        worst device, bytes), ``chimera_peak_activation`` and
-        ``best_peak_activation``, ``chimera_device_peaks`` and
-        ``best_device_peaks`` (per device, bytes), ``min_peak`` (the lowest
-        global peak of any variant evaluated for the shape) and its
-        ``min_peak_time``, ``evaluated`` (variants for the shape) and
-        ``error`` (why the shape was skipped, else null). The dict holds
-        ``seconds`` (wall time) and ``evaluated`` (total variants).
+        ``placement_gain``, ``layers_gain``); memory in M (``m_bytes``:
+        the bytes of one M at this S): ``chimera_peak`` and ``best_peak``
+        (global peak memory: activation plus weights of the worst device),
+        ``chimera_peak_activation`` and ``best_peak_activation``,
+        ``chimera_device_peaks`` and ``best_device_peaks`` (per device),
+        ``min_peak`` (the lowest global peak of any variant evaluated for
+        the shape) and its ``min_peak_time``; ``device_memory`` (the
+        hardware's memory, M) and ``chimera_fits``, ``best_fits``,
+        ``min_peak_fits`` (the peak is within it); ``evaluated`` (variants
+        for the shape) and ``error`` (why the shape was skipped, else
+        null). The schema's metadata records the model, hardware and units
+        (:func:`pipecore.analysis.study.study_metadata`, with memory bytes
+        per M per S under ``pipecore.m_bytes``). The dict holds ``seconds``
+        (wall time), ``evaluated`` (total variants), ``model``,
+        ``hardware`` and ``factors``.
 
     Raises
     ------
@@ -231,73 +284,84 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
     t0 = time.perf_counter()
     rows = []
     total = 0
-    for p in devices:
-        cells, cols = _cells(model, hardware, p, factors)
-        net = Network(bytes=1.0)
-        for m in microbatches:
-            try:
-                build("chimera", p, m)
-            except ValueError as exc:
-                rows += [_empty_row(p, m, cf, nf, str(exc)) for cf, nf in cells]
-                continue
-            cache = {}
+    devices, microbatches = list(devices), list(microbatches)
+    shapes = [(p, m) for p in devices for m in microbatches]
+    with reporter(len(shapes), progress, "asymmetric search", unit="shapes") as bar:
+        for p in devices:
+            cells, cell_costs, cell_nets = _cells(model, hardware, p, factors)
+            for m in microbatches:
+                bar.update(0, note=f"S={p} m={m}, {total} variants so far")
+                try:
+                    build("chimera", p, m)
+                except ValueError as exc:
+                    rows += [_empty_row(p, m, cf, nf, str(exc)) for cf, nf in cells]
+                    bar.update(1, final=(p, m) == shapes[-1])
+                    continue
+                cache = {}
 
-            def evaluate(key, p=p, m=m, cache=cache, cols=cols, net=net):
-                if key not in cache:
-                    sched = build("chimera", p, m, **_knobs(key, p, m))
-                    if any(len(d) != 2 for d in sched.stage_devices):
+                def evaluate(key, p=p, m=m, cache=cache, costs=cell_costs, nets=cell_nets,
+                             before=total):
+                    if key not in cache:
                         # Both replicas of some layers on one device: one copy of
                         # their weights, no longer two Chimera-style pipelines.
-                        cache[key] = None
-                        return None
-                    out = simulate_many(sched, cols, network=net)
-                    cache[key] = (out.column("makespan").to_numpy(),
-                                  float(out.column("memory_max").to_numpy()[0]),
-                                  float(out.column("peak_activation_max").to_numpy()[0]))
-                return cache[key]
+                        if _shares_a_device(key, p, m):
+                            cache[key] = None
+                            return None
+                        sched = build("chimera", p, m, **_knobs(key, p, m))
+                        if any(len(d) != 2 for d in sched.stage_devices):
+                            cache[key] = None
+                            return None
+                        cache[key] = _evaluate(sched, costs, nets)
+                        bar.update(0, note=f"S={p} m={m}, {before + len(cache)} variants so far")
+                    return cache[key]
 
-            initial = _initial(p, m)
-            sym = initial[0]
-            # The two symmetric baselines always; then the readings, within budget.
-            for key in initial[:max(budget, 2)]:
-                evaluate(key)
-            # Local search per cell from its best asymmetric variant so far.
-            for c in range(len(cells)):
-                asym = [k for k in cache if cache[k] is not None and _reading(k, p, m) != "symmetric"]
-                if not asym:
-                    break
-                cur = min(asym, key=lambda k, c=c: (cache[k][0][c], str(k)))
-                improved = True
-                while improved and len(cache) < budget:
-                    improved = False
-                    for nb in _neighbours(cur, p, m):
-                        if _reading(nb, p, m) == "symmetric" or len(cache) >= budget:
-                            continue
-                        got = evaluate(nb)
-                        if got is not None and got[0][c] < cache[cur][0][c]:
-                            cur, improved = nb, True
-                            break
-            total += len(cache)
-            rows += _shape_rows(p, m, cells, cache, sym, model, hardware)
-    return pa.Table.from_pylist(rows), {"seconds": time.perf_counter() - t0, "evaluated": total}
+                initial = _initial(p, m)
+                sym = initial[0]
+                # The two symmetric baselines always; then the readings, within budget.
+                for key in initial[:max(budget, 2)]:
+                    evaluate(key)
+                # Local search per cell from its best asymmetric variant so far.
+                for c in range(len(cells)):
+                    asym = [k for k in cache if cache[k] is not None
+                            and _reading(k, p, m) != "symmetric"]
+                    if not asym:
+                        break
+                    cur = min(asym, key=lambda k, c=c: (cache[k][0][c], str(k)))
+                    improved = True
+                    while improved and len(cache) < budget:
+                        improved = False
+                        for nb in _neighbours(cur, p, m):
+                            if _reading(nb, p, m) == "symmetric" or len(cache) >= budget:
+                                continue
+                            got = evaluate(nb)
+                            if got is not None and got[0][c] < cache[cur][0][c]:
+                                cur, improved = nb, True
+                                break
+                total += len(cache)
+                rows += _shape_rows(p, m, cells, cache, sym, model, hardware)
+                bar.update(1, final=(p, m) == shapes[-1])
+    table = pa.Table.from_pylist(rows)
+    meta = study_metadata(model, hardware, factors)
+    meta[b"pipecore.m_bytes"] = json.dumps(
+        {str(p): _memory_per_share(model, p)[0] for p in devices}).encode()
+    return table.replace_schema_metadata(meta), {
+        "seconds": time.perf_counter() - t0, "evaluated": total, "model": model,
+        "hardware": hardware, "factors": list(factors)}
+
+
+_MEMORY = ("chimera_peak", "best_peak", "chimera_peak_activation", "best_peak_activation",
+           "chimera_device_peaks", "best_device_peaks", "min_peak", "m_bytes", "device_memory",
+           "chimera_fits", "best_fits", "min_peak_fits")
 
 
 def _empty_row(p, m, cf, nf, error):
-    return {"devices": p, "microbatches": m, "compute": cf, "network": nf, "chimera_time": None,
-            "list_time": None, "best_time": None, "best_variant": None, "best_reading": None,
-            "gain": None, "gain_vs_list": None, "gain_vs_symmetric": None, "split_gain": None,
-            "placement_gain": None, "layers_gain": None, "chimera_peak": None, "best_peak": None,
-            "chimera_peak_activation": None, "best_peak_activation": None,
-            "chimera_device_peaks": None, "best_device_peaks": None, "min_peak": None,
-            "min_peak_time": None, "evaluated": None, "error": error}
-
-
-def _device_peaks(key, p, m, model):
-    """Per-device peak of activation plus weights, bytes (the same in every cell)."""
-    act, state = _memory_per_share(model, p)
-    sched = build("chimera", p, m, **_knobs(key, p, m))
-    res = simulate(sched, Costs(f=1.0, b=1.0, activation=act, weights=state))
-    return (res.peak_activation + res.static_memory).tolist()
+    row = {"devices": p, "microbatches": m, "compute_speed": cf, "network_speed": nf,
+           "chimera_time": None, "list_time": None, "best_time": None, "best_variant": None,
+           "best_reading": None, "gain": None, "gain_vs_list": None, "gain_vs_symmetric": None,
+           "split_gain": None, "placement_gain": None, "layers_gain": None}
+    row.update({k: None for k in _MEMORY})
+    row.update(min_peak_time=None, evaluated=None, error=error)
+    return row
 
 
 def _shape_rows(p, m, cells, cache, sym, model, hardware):
@@ -310,7 +374,13 @@ def _shape_rows(p, m, cells, cache, sym, model, hardware):
     i_sym = keys.index(sym)
     i_list = keys.index((sym[0], sym[1], sym[2], sym[3], "list"))
     i_min = int(np.argmin(np.where(asym, peaks, np.inf)))
-    sym_dev = _device_peaks(sym, p, m, model)
+    # Bytes are computed, M reported: one microbatch's activation of one device share.
+    unit = _memory_per_share(model, p)[0]
+    limit = hardware.hbm_bytes
+
+    def in_m(x):
+        return [v / unit for v in x] if isinstance(x, list) else float(x) / unit
+
     rows = []
     for c, (cf, nf) in enumerate(cells):
         t = np.where(asym, times[:, c], np.inf)
@@ -322,7 +392,7 @@ def _shape_rows(p, m, cells, cache, sym, model, hardware):
             return float((base - times[sel, c].min()) / base) if sel else None
 
         rows.append({
-            "devices": p, "microbatches": m, "compute": cf, "network": nf,
+            "devices": p, "microbatches": m, "compute_speed": cf, "network_speed": nf,
             "chimera_time": float(base), "list_time": float(times[i_list, c]),
             "best_time": float(times[i, c]), "best_variant": str(_knobs(keys[i], p, m)),
             "best_reading": reading[i], "gain": float((base - times[i, c]) / base),
@@ -331,15 +401,19 @@ def _shape_rows(p, m, cells, cache, sym, model, hardware):
                                        / min(base, times[i_list, c])),
             "split_gain": best_of("split"), "placement_gain": best_of("placement"),
             "layers_gain": best_of("layers"),
-            "chimera_peak": float(peaks[i_sym]), "best_peak": float(peaks[i]),
-            "chimera_peak_activation": float(acts[i_sym]), "best_peak_activation": float(acts[i]),
-            "chimera_device_peaks": sym_dev, "best_device_peaks": _device_peaks(keys[i], p, m, model),
-            "min_peak": float(peaks[i_min]), "min_peak_time": float(times[i_min, c]),
-            "evaluated": len(keys), "error": None})
+            "chimera_peak": in_m(peaks[i_sym]), "best_peak": in_m(peaks[i]),
+            "chimera_peak_activation": in_m(acts[i_sym]), "best_peak_activation": in_m(acts[i]),
+            "chimera_device_peaks": in_m(cache[sym][3]),
+            "best_device_peaks": in_m(cache[keys[i]][3]),
+            "min_peak": in_m(peaks[i_min]), "m_bytes": float(unit),
+            "device_memory": in_m(limit) if np.isfinite(limit) else None,
+            "chimera_fits": bool(fits(peaks[i_sym], limit)), "best_fits": bool(fits(peaks[i], limit)),
+            "min_peak_fits": bool(fits(peaks[i_min], limit)),
+            "min_peak_time": float(times[i_min, c]), "evaluated": len(keys), "error": None})
     return rows
 
 
-def summarize_asymmetric(table: pa.Table, info: dict | None = None) -> str:
+def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool = True) -> str:
     """Text summary: per cell, the best asymmetric variant against symmetric Chimera.
 
     Parameters
@@ -347,7 +421,11 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None) -> str:
     table : pyarrow.Table
         From :func:`asymmetric_study`.
     info : dict, optional
-        Its second return value (adds the wall time).
+        Its second return value (adds the wall time, the model and the
+        hardware).
+    setup : bool, default True
+        Start with the model, hardware, grid and units (from ``info``);
+        False leaves them out (when the study's summary said them).
 
     Returns
     -------
@@ -358,33 +436,56 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None) -> str:
     None
         Nothing beyond errors of the objects it is given.
     """
-    gb = 1e9
-    lines = ["asymmetric Chimera-style placement vs symmetric Chimera (gain > 0: faster; "
-             "peaks: activation + weights, GB)",
-             "  S    m  compute  network  vs-chimera  vs-best-sym  reading                 global peak "
-             "sym -> best  lowest found"]
-    for r in table.to_pylist():
-        if r["error"] is not None:
-            continue
-        lines.append(f"{r['devices']:>3}  {r['microbatches']:>3}  {r['compute']:>7g}  "
-                     f"{r['network']:>7g}  {100 * r['gain']:>+9.2f}%  "
+    rows = table.to_pylist()
+    ok = [r for r in rows if r["error"] is None]
+    lines = ["asymmetric Chimera-style placement vs symmetric Chimera (gain > 0: the variant "
+             "is faster)"]
+    if setup and info and "model" in info:
+        lines += describe(info["model"], info["hardware"], info["factors"])
+    units = sorted({(r["devices"], r["m_bytes"], r["device_memory"]) for r in ok})
+    for p, unit, limit in units:
+        cap = ("" if limit is None else f"; the device's {limit * unit / 1e9:g} GB are "
+               f"{limit:.2f} M")
+        lines += textwrap.wrap(f"memory at S={p}: M = {unit / 1e9:.3g} GB, one microbatch's "
+                               f"activation of one device share{cap}", 100,
+                               subsequent_indent="  ")
+    if units:
+        lines.append("peaks: activation + training state (16 bytes per parameter) of the worst "
+                     "device")
+    lines.append("  S    m  compute-speed  network-speed  vs-chimera  vs-best-sym  "
+                 "reading                 global peak (M) sym -> best  lowest found (M)")
+
+    def peak(value, fit):
+        return f"{value:.2f}{'' if fit else '!'}"
+
+    over = 0
+    for r in ok:
+        over += (not r["chimera_fits"]) + (not r["best_fits"]) + (not r["min_peak_fits"])
+        lines.append(f"{r['devices']:>3}  {r['microbatches']:>3}  {'x%g' % r['compute_speed']:>13}  "
+                     f"{'x%g' % r['network_speed']:>13}  {100 * r['gain']:>+9.2f}%  "
                      f"{100 * r['gain_vs_symmetric']:>+10.2f}%  "
-                     f"{r['best_reading']:<22}  {r['chimera_peak'] / gb:>8.2f} -> "
-                     f"{r['best_peak'] / gb:>6.2f}  {r['min_peak'] / gb:>8.2f}")
-    mid = [r for r in table.to_pylist() if r["error"] is None and r["compute"] == 1.0
-           and r["network"] == 1.0]
+                     f"{r['best_reading']:<22}  {peak(r['chimera_peak'], r['chimera_fits']):>9} -> "
+                     f"{peak(r['best_peak'], r['best_fits']):>7}  "
+                     f"{peak(r['min_peak'], r['min_peak_fits']):>16}")
+    if over:
+        lines.append("!: more than the device's memory: the placement does not fit this "
+                     "hardware as modelled")
+    mid = [r for r in ok if r["compute_speed"] == 1.0 and r["network_speed"] == 1.0]
     if mid:
-        lines.append("per-device peaks (GB), symmetric Chimera -> fastest variant, compute and "
-                     "network x1:")
+        lines.append("per-device peaks (M), symmetric Chimera -> fastest variant, compute and "
+                     "network speed x1:")
         for r in mid:
-            sym = " ".join(f"{x / gb:.1f}" for x in r["chimera_device_peaks"])
-            best = " ".join(f"{x / gb:.1f}" for x in r["best_device_peaks"])
+            sym = " ".join(f"{x:.2f}" for x in r["chimera_device_peaks"])
+            best = " ".join(f"{x:.2f}" for x in r["best_device_peaks"])
             lines.append(f"  S={r['devices']} m={r['microbatches']}: [{sym}] -> [{best}]  "
                          f"{r['best_variant']}")
-    skipped = sorted({(r["devices"], r["microbatches"]) for r in table.to_pylist()
-                      if r["error"] is not None})
-    if skipped:
-        lines.append("not buildable: " + ", ".join(f"S={p} m={m}" for p, m in skipped))
+    skipped = {}
+    for r in rows:
+        if r["error"] is not None:
+            skipped.setdefault(r["error"], set()).add((r["devices"], r["microbatches"]))
+    for error, shapes in sorted(skipped.items()):
+        lines.append("not buildable: " + ", ".join(f"S={p} m={m}" for p, m in sorted(shapes))
+                     + f" ({error})")
     if info:
         lines.append(f"{info['evaluated']} variants evaluated in {info['seconds']:.1f} s")
     return "\n".join(lines)
