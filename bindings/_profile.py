@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pipecore.core.costs import Costs, Network
+from pipecore.core.ops import InputError
 from pipecore.core.schedule import Schedule
 
 __all__ = ["Profile", "WhatIfRanking", "from_profile", "what_if", "format_what_if", "RUN_FILE",
@@ -52,17 +53,17 @@ def _paths(path_or_paths):
             files = sorted(q for q in p.iterdir() if q.name != RUN_FILE
                        and (q.suffix == ".json" or q.name.endswith(".json.gz")))
             if not files:
-                raise ValueError(f"from_profile: no trace files (*.json) in {p}")
+                raise InputError(f"from_profile: no trace files (*.json) in {p}")
             return files
         if not p.exists():
-            raise ValueError(f"from_profile: {p} does not exist")
+            raise InputError(f"from_profile: {p} does not exist")
         return [p]
     files = [Path(q) for q in path_or_paths]
     if not files:
-        raise ValueError("from_profile: no trace files given")
+        raise InputError("from_profile: no trace files given")
     for q in files:
         if not q.exists():
-            raise ValueError(f"from_profile: {q} does not exist")
+            raise InputError(f"from_profile: {q} does not exist")
     return files
 
 
@@ -76,20 +77,30 @@ def _load(path):
             text = path.read_text()
         data = json.loads(text)
     except (json.JSONDecodeError, EOFError, OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"from_profile: {path} is not a complete JSON trace (truncated or "
+        raise InputError(f"from_profile: {path} is not a complete JSON trace (truncated or "
                          f"damaged?): {exc}") from None
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError(f"from_profile: {path} has no 'traceEvents' list (not a Chrome/Kineto "
+        raise InputError(f"from_profile: {path} has no 'traceEvents' list (not a Chrome/Kineto "
                          f"trace)")
     return data
 
 
 def _rank_of(path, data, index):
     info = data.get("distributedInfo") or {}
-    if isinstance(info.get("rank"), int):
-        return info["rank"], info.get("world_size")
+    if not isinstance(info, dict):
+        raise InputError(f"from_profile: {path} has a 'distributedInfo' that is not an object "
+                         f"(got {info!r:.40})")
+    rank, world = info.get("rank"), info.get("world_size")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise InputError(f"from_profile: {path} has distributedInfo.rank={rank!r}; it must be an "
+                         f"int >= 0")
+    if world is not None and (isinstance(world, bool) or not isinstance(world, int) or world < 1):
+        raise InputError(f"from_profile: {path} has distributedInfo.world_size={world!r}; it "
+                         f"must be an int >= 1")
+    if rank is not None:
+        return rank, world
     m = _RANK_FILE.search(path.name)
     if m:
         return int(m.group(1)), None
@@ -101,7 +112,7 @@ def _subs(label, path, rank):
     parts = _OVERLAP.match(label).group(1).split(";")
     subs = [_SUB.match(x) for x in parts]
     if len(subs) != 2 or None in subs or subs[0].group(2) != "F" or subs[1].group(2) == "F":
-        raise ValueError(f"from_profile: {path} (rank {rank}) has an overlapped action {label!r} "
+        raise InputError(f"from_profile: {path} (rank {rank}) has an overlapped action {label!r} "
                          f"that is not one forward then one backward")
     return [(int(m.group(1)), _KIND[m.group(2)], int(m.group(3))) for m in subs]
 
@@ -137,7 +148,7 @@ def _timed_events(path, data, rank):
                   and math.isfinite(value) and (key == "ts" or value >= 0))
             if not ok:
                 rule = "a finite number" if key == "ts" else "a finite number >= 0"
-                raise ValueError(f"from_profile: {path} (rank {rank}) traceEvents[{i}] "
+                raise InputError(f"from_profile: {path} (rank {rank}) traceEvents[{i}] "
                                  f"({e.get('name')!r}) has {key}={value!r}; it must be {rule} "
                                  f"(microseconds)")
         out.append(e)
@@ -148,7 +159,7 @@ def _parse_rank(path, data, rank):
     events = _timed_events(path, data, rank)
     labels = [e for e in events if str(e.get("name", "")).startswith("PP:")]
     if not labels:
-        raise ValueError(f"from_profile: {path} (rank {rank}) has no pipelining labels ('PP:1F0' "
+        raise InputError(f"from_profile: {path} (rank {rank}) has no pipelining labels ('PP:1F0' "
                          f"and the like, which torch's _PipelineScheduleRuntime records); profile "
                          f"the run with torch.profiler around schedule.step()")
     steps = sorted((e for e in events if _STEP.match(str(e.get("name", "")))), key=lambda e: e["ts"])
@@ -177,7 +188,7 @@ def _parse_rank(path, data, rank):
                 first = float(op_ts[i]) if i < op_ts.size and op_ts[i] < t1 else t1
                 per_step[k].append((name, -1, "FB", -1, t0, t1, first))
                 continue
-            raise ValueError(f"from_profile: {path} (rank {rank}) has an unknown pipelining label "
+            raise InputError(f"from_profile: {path} (rank {rank}) has an unknown pipelining label "
                              f"{name!r}")
         stage, act, mb = int(m.group(1)), m.group(2), int(m.group(3))
         kind = _KIND.get(act, act)
@@ -258,7 +269,7 @@ class Profile:
             If ``stages`` is below 1.
         """
         if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or stages < 1:
-            raise ValueError(f"'stages' must be an int >= 1 (got {stages!r})")
+            raise InputError(f"'stages' must be an int >= 1 (got {stages!r})")
         if stages == self.stages:
             return self.costs
         c = self.costs
@@ -305,10 +316,10 @@ class Profile:
         elif isinstance(schedule, Schedule):
             sched = schedule
         else:
-            raise ValueError(f"'schedule' must be a family name or a pipecore.Schedule "
+            raise InputError(f"'schedule' must be a family name or a pipecore.Schedule "
                              f"(got {type(schedule).__name__})")
         if sched.devices != self.ranks:
-            raise ValueError(f"the schedule has {sched.devices} devices but the profile "
+            raise InputError(f"the schedule has {sched.devices} devices but the profile "
                              f"{self.ranks} ranks")
         return simulate(sched, self.costs_for(sched.stages), self.network)
 
@@ -368,7 +379,7 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
     from pipecore.core.schedule import from_actions
 
     if sends not in ("occupy", "wait"):
-        raise ValueError(f"from_profile: 'sends' must be 'occupy' or 'wait' (got {sends!r})")
+        raise InputError(f"from_profile: 'sends' must be 'occupy' or 'wait' (got {sends!r})")
     occupy = sends == "occupy"
     files = _paths(path_or_paths)
     traces = {}
@@ -379,12 +390,12 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
         if size is not None:
             world = size
         if rank in traces:
-            raise ValueError(f"from_profile: {path} and {traces[rank].path} are both rank {rank}")
+            raise InputError(f"from_profile: {path} and {traces[rank].path} are both rank {rank}")
         traces[rank] = _parse_rank(path, data, rank)
     expected = world if world is not None else max(traces) + 1
     missing = sorted(set(range(expected)) - set(traces))
     if missing:
-        raise ValueError(f"from_profile: no trace for rank(s) {missing} (the run has {expected} "
+        raise InputError(f"from_profile: no trace for rank(s) {missing} (the run has {expected} "
                          f"ranks; found {sorted(traces)} in {', '.join(str(f) for f in files)})")
     ranks = expected
     n_steps = min(len(t.steps) for t in traces.values())
@@ -438,7 +449,7 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
     for s in range(stages):
         has_split = (s, "B") in med or (s, "W") in med
         if (s, "F") not in med or not ((s, "BW") in med or has_split):
-            raise ValueError(f"from_profile: stage {s} (rank {stage_rank.get(s, '?')}) has no "
+            raise InputError(f"from_profile: stage {s} (rank {stage_rank.get(s, '?')}) has no "
                              f"{'forward' if (s, 'F') not in med else 'backward'} action in the "
                              f"traces")
         f.append(med[(s, "F")])
@@ -462,7 +473,7 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
         ratios = [(dur + o) / (f[sf] + (bw[sb] if kb == "BW" else b[sb]) + 2 * o)
                   for ((sf, _kf, _mf), (sb, kb, _mb)), dur in pairs if (sb, kb) in solo]
         if not ratios:
-            raise ValueError("from_profile: every overlapped F&B action's backward ran only "
+            raise InputError("from_profile: every overlapped F&B action's backward ran only "
                              "in pairs; its time and the overlap cannot be told apart")
         fb_factor = statistics.median(ratios)
         only: dict = {}
@@ -646,7 +657,7 @@ def what_if(profile, schedules="all", microbatches: int | None = None) -> WhatIf
                      "peak_activation": float(np.max(res.peak_activation)), "profiled": same})
     if not rows:
         why = "; ".join(f"{r['schedule']}: {r['reason']}" for r in left_out)
-        raise ValueError(f"no family builds {prof.ranks} ranks and {m} microbatches ({why})")
+        raise InputError(f"no family builds {prof.ranks} ranks and {m} microbatches ({why})")
     rows.sort(key=lambda r: r["predicted"])
     own = prof.predict(prof.schedule).makespan
     profiled = {"schedule": ran_family or "profiled", "microbatches": prof.microbatches,

@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipecore.core.ops import InputError
+
 MODELS = ("mlp", "tiny-transformer")
 
 #: tiny-transformer's shape: vocabulary, tokens per row, attention heads.
@@ -109,15 +111,15 @@ def build_model(name: str, stages: int, hidden: int = 32, seed: int = 0,
         of stages, or a transformer width not a multiple of the heads.
     """
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; models: {', '.join(MODELS)}")
+        raise InputError(f"unknown model {name!r}; models: {', '.join(MODELS)}")
     layers = stages if layers is None else layers
     if stages < 1 or hidden < 1 or layers < 1:
-        raise ValueError(f"stages, hidden and layers must be >= 1 (got {stages}, {hidden}, {layers})")
+        raise InputError(f"stages, hidden and layers must be >= 1 (got {stages}, {hidden}, {layers})")
     if layers % stages:
-        raise ValueError(f"layers ({layers}) must be a multiple of stages ({stages})")
+        raise InputError(f"layers ({layers}) must be a multiple of stages ({stages})")
     if name == "tiny-transformer":
         if hidden % HEADS:
-            raise ValueError(f"tiny-transformer: hidden ({hidden}) must be a multiple of the "
+            raise InputError(f"tiny-transformer: hidden ({hidden}) must be a multiple of the "
                              f"{HEADS} heads")
         torch.manual_seed(seed)  # torch's own initialisation, seeded: the same on every rank
         blocks = [_Block(hidden) for _ in range(layers)]
@@ -365,7 +367,7 @@ class RunResult:
             If the run has no steps.
         """
         if not self.step_times:
-            raise ValueError("the run has no steps")
+            raise InputError("the run has no steps")
         times = self.step_times[warmup:] if len(self.step_times) > warmup else self.step_times
         return statistics.median(times)
 
@@ -387,7 +389,7 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
     ranks = len(stages_of_rank)
     batch = 2 * microbatches if batch is None else batch
     if batch % microbatches:
-        raise ValueError(f"batch {batch} must be a multiple of microbatches {microbatches}")
+        raise InputError(f"batch {batch} must be a multiple of microbatches {microbatches}")
     with tempfile.TemporaryDirectory(prefix="pipecore-run-") as out:
         cfg = {"port": _free_port(), "ranks": ranks, "stages": stages, "microbatches": microbatches,
                "model": model, "hidden": hidden, "layers": layers, "batch": batch, "seed": seed,

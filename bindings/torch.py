@@ -60,6 +60,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
     ) from _exc
 
 from pipecore.core.costs import Costs
+from pipecore.core.ops import InputError
 from pipecore.core.schedule import Schedule, ScheduleError
 
 from ._profile import Profile, WhatIfRanking, format_what_if, from_profile, what_if
@@ -146,7 +147,7 @@ def to_actions(schedule) -> dict[int, list]:
             homes.setdefault(s, set()).add(d)
     for s in sorted(homes):
         if len(homes[s]) > 1:
-            raise ValueError(
+            raise InputError(
                 f"stage {s} runs on devices {sorted(homes[s])} (a replicated stage, as chimera, "
                 f"dualpipe and bitpipe build): torch's pipelining runs every stage on exactly one "
                 f"rank (_validate_schedule), so schedule {schedule.name!r} cannot be exported")
@@ -158,7 +159,7 @@ def to_actions(schedule) -> dict[int, list]:
         ctype = _TO_TORCH.get(k)
         if ctype is None:
             why = _NO_TORCH_ACTION.get(k, f"torch has no action for kind {k!r}")
-            raise ValueError(f"device {d} slot {sl} ({_label(k, s, j)}): {why}; this schedule cannot "
+            raise InputError(f"device {d} slot {sl} ({_label(k, s, j)}): {why}; this schedule cannot "
                              f"be exported to torch")
         action = _Action(int(s), ctype, int(j))
         if last == (d, sl):
@@ -173,7 +174,7 @@ def to_actions(schedule) -> dict[int, list]:
 
 def _op(action, rank, step):
     if action.stage_index is None or action.stage_index < 0 or action.microbatch_index is None:
-        raise ValueError(f"rank {rank} step {step}: action {action} needs a stage >= 0 and a "
+        raise InputError(f"rank {rank} step {step}: action {action} needs a stage >= 0 and a "
                          f"microbatch")
     return (_FROM_TORCH[action.computation_type], int(action.stage_index),
             int(action.microbatch_index))
@@ -183,7 +184,7 @@ def _parse(text, rank, step):
     try:
         return _Action.from_str(text)
     except RuntimeError as exc:  # torch's parser raises RuntimeError
-        raise ValueError(f"rank {rank} step {step}: {exc}") from None
+        raise InputError(f"rank {rank} step {step}: {exc}") from None
 
 
 def _full_backward_and_weight(seen, source):
@@ -267,10 +268,10 @@ def from_actions(order, *, name: str = "torch", microbatches: int | None = None,
 
 def _from_actions(order, *, name, microbatches=None, stages=None, params=None, source=None):
     if not isinstance(order, Mapping):
-        raise ValueError(f"expected a mapping rank -> actions (got {type(order).__name__})")
+        raise InputError(f"expected a mapping rank -> actions (got {type(order).__name__})")
     ranks = sorted(order)
     if ranks != list(range(len(ranks))):
-        raise ValueError(f"ranks must be 0..p-1 (got {ranks})")
+        raise InputError(f"ranks must be 0..p-1 (got {ranks})")
     programs = []
     seen: dict = {}  # (stage, microbatch) -> {"B" or "W": (rank, step, text)}
     for rank in ranks:
@@ -281,14 +282,14 @@ def _from_actions(order, *, name, microbatches=None, stages=None, params=None, s
             if action is None:
                 continue
             if not isinstance(action, _Action):
-                raise ValueError(f"rank {rank} step {step}: expected a torch _Action, a string or "
+                raise InputError(f"rank {rank} step {step}: expected a torch _Action, a string or "
                                  f"None (got {action!r})")
             ctype = action.computation_type
             if ctype == _CT.OVERLAP_F_B:
                 subs = action.sub_actions or ()
                 if (len(subs) != 2 or subs[0].computation_type != _CT.FORWARD
                         or subs[1].computation_type not in (_CT.BACKWARD_INPUT, _CT.FULL_BACKWARD)):
-                    raise ValueError(f"rank {rank} step {step}: {action} overlaps "
+                    raise InputError(f"rank {rank} step {step}: {action} overlaps "
                                      f"{[str(a) for a in subs]}; pipecore overlaps one F with one "
                                      f"I or B, F first")
                 prog.append((_op(subs[0], rank, step), _op(subs[1], rank, step)))
@@ -304,7 +305,7 @@ def _from_actions(order, *, name, microbatches=None, stages=None, params=None, s
                     seen.setdefault((action.stage_index, action.microbatch_index), {}).setdefault(
                         letter, (rank, step, str(action)))
             else:
-                raise ValueError(f"rank {rank} step {step}: {action} is a {ctype.name} action; "
+                raise InputError(f"rank {rank} step {step}: {action} is a {ctype.name} action; "
                                  f"import a compute-only order (F, I, W, B, OVERLAP_F_B)")
         programs.append(prog)
     clash = _full_backward_and_weight(seen, source)
@@ -348,14 +349,14 @@ def validate(schedule) -> dict[int, int]:
     p, stages, m = int(schedule.devices), int(schedule.stages), int(schedule.microbatches)
     idle = [r for r, acts in order.items() if not acts]
     if idle:
-        raise ValueError(f"device {idle[0]} of {schedule.name!r} runs no op: torch's runtime needs at "
+        raise InputError(f"device {idle[0]} of {schedule.name!r} runs no op: torch's runtime needs at "
                          f"least one stage on every rank")
     try:
         mapping = _ts._validate_schedule(order, p, stages, m)
         _ts._add_send_recv({r: list(a) for r, a in order.items()}, mapping.__getitem__, stages)
     except AssertionError as exc:
         head = str(exc).split("\n\nFull pipeline schedule:")[0].strip()
-        raise ValueError(f"torch rejects the order of {schedule.name!r}: {head}") from None
+        raise InputError(f"torch rejects the order of {schedule.name!r}: {head}") from None
     return mapping
 
 
@@ -414,10 +415,10 @@ def read_csv(path) -> dict[int, list]:
             return {rank: [_parse(cell, rank, step) for step, cell in enumerate(row)]
                     for rank, row in enumerate(csv.reader(fh))}
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not a text CSV (byte {exc.start} is not UTF-8); a "
+        raise InputError(f"{path}: not a text CSV (byte {exc.start} is not UTF-8); a "
                          f"compute_only schedule CSV has one line of actions per rank") from None
     except csv.Error as exc:
-        raise ValueError(f"{path}: not a readable CSV ({exc})") from None
+        raise InputError(f"{path}: not a readable CSV ({exc})") from None
 
 
 def from_csv(path, *, name: str | None = None) -> Schedule:
@@ -468,7 +469,7 @@ def _resolve(name):
         if key in (short.lower(), cls.lower()):
             return short, cls, style
     valid = ", ".join(f"{s} ({c})" for s, (c, _) in TORCH_SCHEDULES.items())
-    raise ValueError(f"unknown torch schedule {name!r}; valid names: {valid}")
+    raise InputError(f"unknown torch schedule {name!r}; valid names: {valid}")
 
 
 def _rank0_stages(style, ranks, per_rank):
@@ -526,18 +527,18 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
     short, cls_name, style = _resolve(name)
     for what, value in (("ranks", ranks), ("microbatches", microbatches)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+            raise InputError(f"'{what}' must be an int >= 1 (got {value!r})")
     if style == "single":
         if stages_per_rank not in (None, 1):
-            raise ValueError(f"torch's {cls_name} runs one stage per rank (got stages_per_rank="
+            raise InputError(f"torch's {cls_name} runs one stage per rank (got stages_per_rank="
                              f"{stages_per_rank})")
         per_rank = 1
     else:
         per_rank = 2 if stages_per_rank is None else stages_per_rank
         if isinstance(per_rank, bool) or not isinstance(per_rank, int) or per_rank < 1:
-            raise ValueError(f"'stages_per_rank' must be an int >= 1 (got {stages_per_rank!r})")
+            raise InputError(f"'stages_per_rank' must be an int >= 1 (got {stages_per_rank!r})")
         if style == "v" and per_rank != 2:
-            raise ValueError(f"torch's {cls_name} places exactly 2 stages per rank (got "
+            raise InputError(f"torch's {cls_name} places exactly 2 stages per rank (got "
                              f"stages_per_rank={per_rank})")
     num_stages = ranks * per_rank
     stubs = [_StubStage(i, num_stages, ranks) for i in _rank0_stages(style, ranks, per_rank)]
@@ -548,7 +549,7 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
         else:
             built = cls(stubs, n_microbatches=microbatches, loss_fn=_loss)
     except (ValueError, AssertionError) as exc:
-        raise ValueError(f"torch's {cls_name} rejects ranks={ranks}, microbatches={microbatches}, "
+        raise InputError(f"torch's {cls_name} rejects ranks={ranks}, microbatches={microbatches}, "
                          f"stages_per_rank={per_rank}: {exc}") from None
     params = {"torch_class": cls_name, "ranks": ranks, "microbatches": microbatches,
               "stages_per_rank": per_rank, "torch_version": torch.__version__}
@@ -640,10 +641,10 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     else:
         sched, path = schedule, None
     if ranks is not None and ranks != sched.devices:
-        raise ValueError(f"the schedule has {sched.devices} ranks (got ranks={ranks})")
+        raise InputError(f"the schedule has {sched.devices} ranks (got ranks={ranks})")
     for what, value in (("steps", steps), ("hidden", hidden)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+            raise InputError(f"'{what}' must be an int >= 1 (got {value!r})")
     _torch_run.build_model(model, sched.stages, hidden, seed, layers)  # bad model arguments fail here
     mapping = validate(sched)
     stages_of_rank = [[s for s in sorted(mapping) if mapping[s] == r] for r in range(sched.devices)]
@@ -740,10 +741,10 @@ def calibrate(model_stages, example_input, *, repeats: int = 20, warmup: int = 3
     """
     stages = list(model_stages)
     if not stages:
-        raise ValueError("calibrate needs at least one stage")
+        raise InputError("calibrate needs at least one stage")
     for what, value in (("repeats", repeats), ("threads", threads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"'{what}' must be an int >= 1 (got {value!r})")
+            raise InputError(f"'{what}' must be an int >= 1 (got {value!r})")
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     times = {"F": [], "B": [], "W": [], "BW": []}
@@ -817,7 +818,7 @@ def costs_from_run(result, warmup: int = 1, comm: float | None = None,
     f, b, w = [], [], []
     for s in range(result.stages):
         if (s, "F") not in med or not ((s, "BW") in med or (s, "B") in med):
-            raise ValueError(f"the run timed no F or no backward of stage {s}")
+            raise InputError(f"the run timed no F or no backward of stage {s}")
         extra = statistics.median(share[rank_of[s]]) if overhead else 0.0
         f.append(med[(s, "F")] + extra)
         if (s, "BW") in med:
@@ -859,7 +860,7 @@ def ranking_agreement(rows, spread: str = "range") -> tuple[int, int, list]:
         If a row lacks a field.
     """
     if spread not in ("range", "iqr"):
-        raise ValueError(f"spread must be 'range' or 'iqr' (got {spread!r})")
+        raise InputError(f"spread must be 'range' or 'iqr' (got {spread!r})")
     lo, hi = ("low", "high") if spread == "range" else ("q1", "q3")
     agree, counted, wrong = 0, 0, []
     for i, a in enumerate(rows):

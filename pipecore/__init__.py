@@ -22,6 +22,7 @@ from .analysis.model import Hardware, Layer, Model
 from .analysis.table import IdealTable, ideal_table
 from .analysis.variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
 from .core.costs import Costs, Network
+from .core.ops import CapacityError, InputError, PipecoreError
 from .core.schedule import KINDS, Action, DeviceGapWarning, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
 from .output import writers as _writers  # noqa: F401  (registers Result's writers)
@@ -39,6 +40,7 @@ from .search.tune import Tuned, TuneError, tune
 __version__ = "0.1.0"
 
 __all__ = [
+    "PipecoreError", "InputError", "CapacityError",
     "KINDS", "Action", "Schedule", "ScheduleError", "DeviceGapWarning", "from_actions",
     "Costs", "Network",
     "Family", "build", "family", "register", "schedules",

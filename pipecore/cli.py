@@ -16,6 +16,7 @@ from . import __version__
 from .analysis.table import ideal_table
 from .core.costs import Costs, Network
 from .core.cpus import local_cpus as _local_cpus  # CPUs this process may use
+from .core.ops import InputError, PipecoreError
 from .core.simulate import simulate
 from .schedules.registry import build, family, schedules
 
@@ -86,7 +87,7 @@ def _network(args):
     if args.bytes is None and args.bandwidth is None:
         return None
     if args.bytes is None or args.bandwidth is None:
-        raise ValueError("a network needs both --bytes and --bandwidth")
+        raise InputError("a network needs both --bytes and --bandwidth")
     return Network.uniform(args.bytes, args.bandwidth, args.latency)
 
 
@@ -388,7 +389,7 @@ def _cmd_compare(args, out):
 
     limit = args.memory_limit
     if limit is not None and not (math.isfinite(limit) and limit > 0):
-        raise ValueError(f"--memory-limit must be a finite number > 0 in M (got {limit:g})")
+        raise InputError(f"--memory-limit must be a finite number > 0 in M (got {limit:g})")
     costs, network = _costs(args), _network(args)
     rows = sort_rows(compare(args.devices, args.microbatches, chunks=args.chunks, costs=costs,
                              network=network))
@@ -465,10 +466,10 @@ def _cmd_report(args, out):
         path = report(target, args.out)
     else:
         if args.target not in schedules():
-            raise ValueError(f"{args.target!r} is neither a schedule name (see 'pipecore list') "
+            raise InputError(f"{args.target!r} is neither a schedule name (see 'pipecore list') "
                              "nor a scan directory")
         if args.devices is None or args.microbatches is None:
-            raise ValueError(f"report {args.target} needs --devices/-p and --microbatches/-m")
+            raise InputError(f"report {args.target} needs --devices/-p and --microbatches/-m")
         fam = family(args.target)
         sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
         res = simulate(sched, _costs(args), _network(args))
@@ -483,17 +484,17 @@ def _output_file(option, path):
         return
     target = Path(path)
     if target.is_dir():
-        raise ValueError(f"{option} {path}: is a folder, not a file")
+        raise InputError(f"{option} {path}: is a folder, not a file")
     folder = target.parent
     if not folder.is_dir():
-        raise ValueError(f"{option} {path}: folder {folder} does not exist")
+        raise InputError(f"{option} {path}: folder {folder} does not exist")
 
 
 def _cmd_simulate(args, out):
     for option in ("parquet", "trace", "gantt"):
         _output_file(f"--{option}", getattr(args, option))
     if args.memory_limit is not None and not args.memory_limit > 0:
-        raise ValueError(f"--memory-limit must be > 0 (got {args.memory_limit:g})")
+        raise InputError(f"--memory-limit must be > 0 (got {args.memory_limit:g})")
     fam = family(args.name)
     sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
     res = simulate(sched, _costs(args), _network(args))
@@ -579,9 +580,9 @@ def _int_list(name, text):
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--{name} must be comma-separated integers (got {text!r})") from None
+        raise InputError(f"--{name} must be comma-separated integers (got {text!r})") from None
     if not values or min(values) < 1:
-        raise ValueError(f"--{name} needs integers >= 1 (got {text!r})")
+        raise InputError(f"--{name} needs integers >= 1 (got {text!r})")
     return values
 
 
@@ -726,7 +727,7 @@ def _cmd_tune(args, out):
 
 def _cmd_export(args, out):
     if args.csv is None and args.actions is None:
-        raise ValueError("export needs --csv FILE (what run-torch reads) and/or "
+        raise InputError("export needs --csv FILE (what run-torch reads) and/or "
                          "--actions FILE.json (the per-device programs)")
     fam = family(args.name)
     sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
@@ -758,13 +759,13 @@ def _write(name, option, write):
     """Write an output file; a ValueError naming the option and path if it cannot be."""
     path = Path(name)
     if path.is_dir():
-        raise ValueError(f"{option} {name}: is a folder; give a file name")
+        raise InputError(f"{option} {name}: is a folder; give a file name")
     if not path.parent.is_dir():
-        raise ValueError(f"{option} {name}: folder {path.parent} does not exist")
+        raise InputError(f"{option} {name}: folder {path.parent} does not exist")
     try:
         write(path)
     except OSError as exc:
-        raise ValueError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
+        raise InputError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
     return path
 
 
@@ -776,7 +777,7 @@ def _cmd_run_torch(args, out):
         print(f"pipecore: {exc}", file=sys.stderr)
         return 2
     if not Path(args.csv).is_file():
-        raise ValueError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
+        raise InputError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
                          f"SCHEDULE -p P -m M --csv {args.csv})")
     steps = args.steps if args.steps is not None else (_PROFILE_STEPS if args.profile else 1)
     res = pt.run(args.csv, ranks=args.ranks, model=args.model, hidden=args.hidden, batch=args.batch,
@@ -860,7 +861,7 @@ def _check_top(pt, args, rows):
 
     run_file = Path(args.profile_dir) / "pipecore-run.json"
     if not run_file.exists():
-        raise ValueError(f"--check needs {run_file} (written by run-torch --profile) to know the "
+        raise InputError(f"--check needs {run_file} (written by run-torch --profile) to know the "
                          f"model and shape of the run")
     cfg = json.loads(run_file.read_text())
     measured, notes = {}, []
@@ -934,7 +935,7 @@ def main(argv=None, out=None) -> int:
             for name in schedules():
                 out.write(f"{name:<18} {family(name).summary}\n")
             return 0
-    except (ValueError, MemoryError) as exc:  # ScheduleError is a ValueError
+    except (PipecoreError, ValueError, MemoryError) as exc:  # pipecore's refusals, and numpy's
         print(f"pipecore: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file or folder: one line that names it

@@ -20,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pipecore.testing needs hypothesis: pip install 'pipecore[test]'") from exc
 
 from .core.costs import Costs, Network
+from .core.ops import InputError
 from .core.schedule import Schedule, ScheduleError
 from .core.simulate import validate
 from .schedules.recompute import recompute as _recompute
@@ -91,7 +92,7 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
     """
     for name, value in (("devices", devices), ("stages", stages), ("microbatches", microbatches)):
         if value < 1:
-            raise ValueError(f"'{name}' must be >= 1 (got {value})")
+            raise InputError(f"'{name}' must be >= 1 (got {value})")
     rand = rng.random
     if placement is None:
         placement = [int(rand() * devices) for _ in range(stages)]
@@ -99,7 +100,7 @@ def random_programs(rng, devices: int, stages: int, microbatches: int,
     where = [list(x) if np.ndim(x) else [x] * m for x in placement]
     if len(where) != stages or any(len(row) != m or not all(0 <= d < devices for d in row)
                                    for row in where):
-        raise ValueError(f"'placement' must give a device in 0..{devices - 1} for each of "
+        raise InputError(f"'placement' must give a device in 0..{devices - 1} for each of "
                          f"{stages} stages (or each stage and microbatch); got {list(placement)}")
     split_of = [[rand() < split for _ in range(m)] for _ in range(S)]
     # Consumers and pending-producer counts of every op.

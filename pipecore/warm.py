@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from .core.ops import InputError
+
 
 @contextlib.contextmanager
 def _thresholds_at_zero():
@@ -129,7 +131,7 @@ def warm(out=None, steps=None) -> dict:
     chosen = list(STEPS) if steps is None else list(steps)
     unknown = [name for name in chosen if name not in known]
     if unknown:
-        raise ValueError(f"unknown warm-up step {unknown[0]!r}; steps are {', '.join(STEPS)}")
+        raise InputError(f"unknown warm-up step {unknown[0]!r}; steps are {', '.join(STEPS)}")
     seconds = {}
     with _thresholds_at_zero():
         for name in chosen:

@@ -96,6 +96,8 @@ CASES = [
 def test_bad_input_gets_an_error_naming_it(call, error, needles):
     with pytest.raises(error) as info:
         call()
+    # One hierarchy: a library user catches pipecore's refusals without catching bugs.
+    assert isinstance(info.value, pc.PipecoreError), type(info.value).__mro__
     message = str(info.value)
     for needle in needles:
         assert needle in message, (needle, message)
@@ -136,3 +138,25 @@ def test_a_scan_with_an_overflowing_row_says_so(tmp_path, capsys):
     table = pa.Table.from_batches(list(pc.scan(str(grid))))
     assert table.column("error").null_count == 1
     assert table.column("makespan").null_count == 1
+
+
+def test_one_error_hierarchy(monkeypatch):
+    from pipecore.output.writers import MissingDependencyError
+
+    for cls in (pc.ScheduleError, pc.ScanError, pc.TuneError, pc.PartitionError, pc.InputError):
+        assert issubclass(cls, pc.PipecoreError) and issubclass(cls, ValueError), cls
+    assert issubclass(pc.CapacityError, pc.PipecoreError) and issubclass(pc.CapacityError,
+                                                                          MemoryError)
+    assert issubclass(MissingDependencyError, pc.PipecoreError)
+    assert issubclass(MissingDependencyError, ImportError)
+    assert not issubclass(RuntimeError, pc.PipecoreError)  # internal errors stay bugs
+    # Plain bad values across layers: costs, builders, the registry, networks.
+    for call in (lambda: pc.Costs(f=-1), lambda: pc.build("1f1b", devices=0, microbatches=4),
+                 lambda: pc.build("nope", 2, 2), lambda: pc.Network.uniform(1.0, -2.0)):
+        with pytest.raises(pc.InputError):
+            call()
+    from pipecore.core import buffers
+
+    monkeypatch.setattr(buffers, "available_bytes", lambda: 10**6)  # a machine with 1 MB free
+    with pytest.raises(pc.CapacityError, match="needs at"):
+        pc.build("1f1b", devices=64, microbatches=1024)

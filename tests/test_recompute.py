@@ -228,7 +228,8 @@ def _outcome(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except (ValueError, pc.ScheduleError) as exc:
-        return type(exc), str(exc)
+        # pipecore raises InputError, the reference a plain ValueError: the same refusal.
+        return (pc.ScheduleError if isinstance(exc, pc.ScheduleError) else ValueError), str(exc)
 
 
 def _check_against_reference(sched, data):

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..core.costs import Costs, Network
+from ..core.ops import InputError
 from ..core.schedule import _check_int
 from ..core.simulate import simulate
 from ..schedules.registry import build, family, schedules
@@ -493,9 +494,9 @@ def _check_limit(memory_limit):
     try:
         x = float(memory_limit)
     except (TypeError, ValueError):
-        raise ValueError(f"memory limit must be a number in M (got {memory_limit!r})") from None
+        raise InputError(f"memory limit must be a number in M (got {memory_limit!r})") from None
     if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"memory limit must be a finite number > 0 in M (got {memory_limit!r})")
+        raise InputError(f"memory limit must be a finite number > 0 in M (got {memory_limit!r})")
     return x
 
 

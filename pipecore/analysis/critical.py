@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..core.ops import InputError
 from ..core.schedule import KINDS
 from ..core.simulate import plug
 
@@ -43,7 +44,7 @@ def _parts(result):
     need = ("start", "finish", "_c", "_x_start", "_x_arrival", "schedule")
     missing = [a for a in need if not hasattr(result, a)]
     if missing:
-        raise ValueError(f"'result' must be a pipecore simulation Result (from pipecore.simulate); "
+        raise InputError(f"'result' must be a pipecore simulation Result (from pipecore.simulate); "
                          f"got {type(result).__name__} without {', '.join(missing)}")
     return result._c
 
@@ -230,21 +231,21 @@ def device_share(path, devices: int | None = None) -> pa.Table:
         path = critical_path(path)
     missing = [col for col in ("element", "device", "duration") if col not in path.column_names]
     if missing:
-        raise ValueError(f"'path' must be a critical_path table; it lacks column(s) "
+        raise InputError(f"'path' must be a critical_path table; it lacks column(s) "
                          f"{', '.join(missing)}")
     element = np.asarray(path.column("element").to_pylist(), dtype=object)
     device = np.asarray(path.column("device").to_numpy(), dtype=np.int64)
     duration = np.asarray(path.column("duration").to_numpy(), dtype=np.float64)
     unknown = sorted({str(e) for e in element} - set(_ELEMENTS))
     if unknown:
-        raise ValueError(f"'path' has unknown element(s) {unknown}; expected {list(_ELEMENTS)}")
+        raise InputError(f"'path' has unknown element(s) {unknown}; expected {list(_ELEMENTS)}")
     if devices is None:
         devices = int(device.max()) + 1 if device.size else 0
     if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 0:
-        raise ValueError(f"'devices' must be an int >= 0 (got {devices!r})")
+        raise InputError(f"'devices' must be an int >= 0 (got {devices!r})")
     devices = int(devices)
     if device.size and (device.min() < 0 or device.max() >= devices):
-        raise ValueError(f"'path' names device {int(device.max())}, outside 0..{devices - 1} "
+        raise InputError(f"'path' names device {int(device.max())}, outside 0..{devices - 1} "
                          f"('devices' = {devices})")
     parts = {}
     for name in _ELEMENTS:

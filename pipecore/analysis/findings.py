@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ..core.ops import InputError
+
 __all__ = ["findings", "format_findings", "CLAIMS"]
 
 CLAIMS = (
@@ -320,7 +322,7 @@ def findings(study_table: pa.Table, asymmetric_table: pa.Table | None = None) ->
             "table_time", "sim_time", "peak_activation", "error"}
     missing = need - set(study_table.column_names)
     if missing:
-        raise ValueError(f"'study_table' lacks column(s) {sorted(missing)}: pass pipecore.study's table")
+        raise InputError(f"'study_table' lacks column(s) {sorted(missing)}: pass pipecore.study's table")
     groups, grid = _groups(study_table)
     out = [_claim_rankings(groups, grid), _claim_gpipe_1f1b(groups, grid),
            _claim_chimera(groups, grid), _claim_hanayo(groups, grid),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.costs import Costs
+from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..schedules.registry import family
 
@@ -43,11 +44,11 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
     costs = Costs() if costs is None else costs
     fam_name = schedule.params.get("family")
     if fam_name is None:
-        raise ValueError(f"schedule {schedule.name!r} was not built by pipecore.build; "
+        raise InputError(f"schedule {schedule.name!r} was not built by pipecore.build; "
                          f"closed forms exist only for the families")
     for name in ("f", "b", "w", "comm", "activation", "activation_w"):
         if np.ndim(getattr(costs, name)) != 0:
-            raise ValueError(f"closed forms assume equal stages: Costs '{name}' must be a "
+            raise InputError(f"closed forms assume equal stages: Costs '{name}' must be a "
                              f"scalar (got a vector)")
     p = schedule.params["devices"]
     m = schedule.params["microbatches"]

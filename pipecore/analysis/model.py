@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..core.costs import Costs, Network
+from ..core.ops import InputError
 
 __all__ = ["Layer", "Model", "Hardware", "LAYER_KINDS", "HARDWARE_PRESETS"]
 
@@ -42,20 +43,20 @@ LAYER_KINDS = ("embedding", "block", "head")
 
 def _number(owner, name, value, positive=False, allow_inf=False):
     if isinstance(value, bool):
-        raise ValueError(f"{owner} '{name}' must be a number (got {value!r})")
+        raise InputError(f"{owner} '{name}' must be a number (got {value!r})")
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{owner} '{name}' must be a number (got {value!r})") from None
+        raise InputError(f"{owner} '{name}' must be a number (got {value!r})") from None
     if math.isnan(x) or (math.isinf(x) and not allow_inf) or x < 0 or (positive and x == 0):
         rule = "> 0" if positive else ">= 0"
-        raise ValueError(f"{owner} '{name}' must be finite and {rule} (got {value!r})")
+        raise InputError(f"{owner} '{name}' must be finite and {rule} (got {value!r})")
     return x
 
 
 def _positive_int(owner, name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{owner} '{name}' must be an int >= 1 (got {value!r})")
+        raise InputError(f"{owner} '{name}' must be an int >= 1 (got {value!r})")
     return int(value)
 
 
@@ -113,15 +114,15 @@ class Hardware:
             object.__setattr__(self, name, _number("Hardware", name, getattr(self, name),
                                                    positive=True, allow_inf=True))
         if math.isinf(self.flops) and math.isinf(self.memory_bandwidth):
-            raise ValueError("Hardware 'flops' and 'memory_bandwidth' cannot both be inf")
+            raise InputError("Hardware 'flops' and 'memory_bandwidth' cannot both be inf")
         object.__setattr__(self, "link_latency", _number("Hardware", "link_latency", self.link_latency))
         if self.devices_per_node is None:
             if self.inter_bandwidth is not None or self.inter_latency is not None:
-                raise ValueError("Hardware 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
+                raise InputError("Hardware 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
             return
         _positive_int("Hardware", "devices_per_node", self.devices_per_node)
         if self.inter_bandwidth is None:
-            raise ValueError("Hardware 'inter_bandwidth' is required with 'devices_per_node'")
+            raise InputError("Hardware 'inter_bandwidth' is required with 'devices_per_node'")
         object.__setattr__(self, "inter_bandwidth", _number(
             "Hardware", "inter_bandwidth", self.inter_bandwidth, positive=True, allow_inf=True))
         lat = self.link_latency if self.inter_latency is None else self.inter_latency
@@ -148,7 +149,7 @@ class Hardware:
         """
         key = str(name).strip().lower()
         if key not in HARDWARE_PRESETS:
-            raise ValueError(f"unknown hardware preset {name!r}; valid: {', '.join(HARDWARE_PRESETS)}")
+            raise InputError(f"unknown hardware preset {name!r}; valid: {', '.join(HARDWARE_PRESETS)}")
         return HARDWARE_PRESETS[key]
 
     @staticmethod
@@ -312,12 +313,12 @@ class Layer:
 
     def __post_init__(self):
         if self.kind not in LAYER_KINDS:
-            raise ValueError(f"Layer 'kind' must be one of {', '.join(LAYER_KINDS)} (got {self.kind!r})")
+            raise InputError(f"Layer 'kind' must be one of {', '.join(LAYER_KINDS)} (got {self.kind!r})")
         for f in fields(self):
             if f.name not in ("name", "kind"):
                 object.__setattr__(self, f.name, _number("Layer", f.name, getattr(self, f.name)))
         if self.activation_w > self.activation:
-            raise ValueError(f"Layer 'activation_w' must be <= 'activation' "
+            raise InputError(f"Layer 'activation_w' must be <= 'activation' "
                              f"(got {self.activation_w} > {self.activation} in {self.name!r})")
 
     def times(self, hardware: Hardware) -> tuple[float, float, float]:
@@ -347,17 +348,17 @@ def _check_split(stage_layers, n_layers):
     try:
         counts = [int(c) for c in stage_layers]
     except (TypeError, ValueError):
-        raise ValueError(f"'stage_layers' must be a sequence of ints (got {stage_layers!r})") from None
+        raise InputError(f"'stage_layers' must be a sequence of ints (got {stage_layers!r})") from None
     if any(isinstance(c, bool) for c in stage_layers) or \
             any(c != x for c, x in zip(counts, stage_layers)):
-        raise ValueError(f"'stage_layers' must hold ints (got {stage_layers!r})")
+        raise InputError(f"'stage_layers' must hold ints (got {stage_layers!r})")
     if not counts:
-        raise ValueError("'stage_layers' must name at least one stage")
+        raise InputError("'stage_layers' must name at least one stage")
     if min(counts) < 1:
         s = counts.index(min(counts))
-        raise ValueError(f"'stage_layers' gives stage {s} {counts[s]} layers; every stage needs >= 1")
+        raise InputError(f"'stage_layers' gives stage {s} {counts[s]} layers; every stage needs >= 1")
     if sum(counts) != n_layers:
-        raise ValueError(f"'stage_layers' sums to {sum(counts)} but the model has {n_layers} layers")
+        raise InputError(f"'stage_layers' sums to {sum(counts)} but the model has {n_layers} layers")
     return counts
 
 
@@ -391,10 +392,10 @@ class Model:
     def __post_init__(self):
         layers = tuple(self.layers)
         if not layers:
-            raise ValueError("Model 'layers' must hold at least one Layer")
+            raise InputError("Model 'layers' must hold at least one Layer")
         for i, layer in enumerate(layers):
             if not isinstance(layer, Layer):
-                raise ValueError(f"Model 'layers'[{i}] must be a pipecore Layer "
+                raise InputError(f"Model 'layers'[{i}] must be a pipecore Layer "
                                  f"(got {type(layer).__name__})")
         object.__setattr__(self, "layers", layers)
         _positive_int("Model", "microbatch", self.microbatch)
@@ -495,7 +496,7 @@ class Model:
         q = _positive_int("Model.transformer", "bytes_per_value", bytes_per_value)
         state = _number("Model.transformer", "state_bytes_per_param", state_bytes_per_param, positive=True)
         if h % a:
-            raise ValueError(f"Model.transformer 'hidden' ({h}) must be a multiple of 'heads' ({a})")
+            raise InputError(f"Model.transformer 'hidden' ({h}) must be a multiple of 'heads' ({a})")
         sbh = float(s * b * h)
         out = []
         if embedding:
@@ -524,7 +525,7 @@ class Model:
                              activation=act, activation_w=act_w, params=p, param_bytes=p * state,
                              output_bytes=0.0))
         if not out:
-            raise ValueError("Model.transformer needs at least one layer")
+            raise InputError("Model.transformer needs at least one layer")
         label = name or f"transformer L={n} h={h} a={a} s={s} V={V} b={b}"
         return cls(tuple(out), microbatch=b, seq=s, name=label)
 
@@ -717,5 +718,5 @@ class Model:
 
 def _check_hardware(hardware):
     if not isinstance(hardware, Hardware):
-        raise ValueError(f"'hardware' must be a pipecore.model.Hardware (got {type(hardware).__name__})")
+        raise InputError(f"'hardware' must be a pipecore.model.Hardware (got {type(hardware).__name__})")
     return hardware

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..core import tier
 from ..core.costs import Costs, Network
+from ..core.ops import InputError
 from ..core.progress import reporter
 from ..core.simulate import simulate
 from ..schedules.registry import build, family, schedules
@@ -89,7 +90,7 @@ class TransformerModel:
         for field in ("layers", "hidden", "seq", "microbatch", "bytes_per_value"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"TransformerModel '{field}' must be an int >= 1 (got {value!r})")
+                raise InputError(f"TransformerModel '{field}' must be an int >= 1 (got {value!r})")
 
     def layer_times(self, hw: Hardware) -> tuple[float, float, float]:
         """Roofline times (seconds) of one layer's F, B and W for one microbatch.
@@ -297,7 +298,7 @@ def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, ha
     names = schedules() if names is None else [family(n).name for n in names]
     for x in factors:
         if not x > 0:
-            raise ValueError(f"grid factors must be > 0 (got {x})")
+            raise InputError(f"grid factors must be > 0 (got {x})")
     rows = []
     devices, microbatches = list(devices), list(microbatches)
     with reporter(len(devices) * len(microbatches), progress, "study",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.ops import CapacityError, InputError
 from ..core.schedule import Schedule, op_label
 from ..core.simulate import _deadlock_error
 
@@ -157,10 +158,10 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
     r = f if r is None else r
     for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0), ("r", r, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
+            raise InputError(f"'{name}' must be an int >= {low} (got {value!r})")
     slots = {"F": f, "B": b, "W": w, "BW": b + w, "AR": 0, "R": r, "O": 0, "L": 0}
     if max_ops is not None and schedule.num_ops > max_ops:
-        raise ValueError(
+        raise InputError(
             f"ideal_table of {schedule.name!r}: {schedule.num_ops:,} ops is above "
             f"max_ops={max_ops:,}. The table is worked out slot by slot in pure Python (an "
             f"independent check of the simulator) and would hold about "
@@ -249,7 +250,7 @@ def _check_size(schedule, slots):
     need = schedule.num_ops * BYTES_PER_OP + grid
     free = buffers.available_bytes()
     if free is not None and need > free:
-        raise MemoryError(
+        raise CapacityError(
             f"ideal_table of {schedule.name!r} ({schedule.num_ops:,} ops on {schedule.devices} "
             f"devices) needs at least {need / 1e9:.3g} GB: about {BYTES_PER_OP} bytes per op for "
             f"its slot-by-slot pass and a {schedule.devices} x {length:,}-slot grid of "

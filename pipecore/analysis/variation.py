@@ -22,6 +22,7 @@ import numpy as np
 
 from ..core import tier
 from ..core.costs import Costs, Network
+from ..core.ops import InputError
 from ..core.schedule import Schedule, _check_int
 from ..core.simulate import straggler_scale
 from ..kernels.replay import replay_scaled as _replay_scaled
@@ -67,19 +68,19 @@ class Jitter:
 
     def __post_init__(self):
         if self.dist not in ("lognormal", "normal", "empirical"):
-            raise ValueError(f"Jitter 'dist' must be 'lognormal', 'normal' or 'empirical' "
+            raise InputError(f"Jitter 'dist' must be 'lognormal', 'normal' or 'empirical' "
                              f"(got {self.dist!r})")
         if self.per not in ("op", "microbatch"):
-            raise ValueError(f"Jitter 'per' must be 'op' or 'microbatch' (got {self.per!r})")
+            raise InputError(f"Jitter 'per' must be 'op' or 'microbatch' (got {self.per!r})")
         sigma = float(self.sigma)
         if not math.isfinite(sigma) or sigma < 0:
-            raise ValueError(f"Jitter 'sigma' must be a finite number >= 0 (got {self.sigma!r})")
+            raise InputError(f"Jitter 'sigma' must be a finite number >= 0 (got {self.sigma!r})")
         object.__setattr__(self, "sigma", sigma)
         _check_int("seed", self.seed, minimum=0)
         facs = tuple(float(x) for x in self.factors)
         if self.dist == "empirical":
             if not facs or any(not math.isfinite(x) or x <= 0 for x in facs):
-                raise ValueError("Jitter 'factors' must be a non-empty sequence of finite "
+                raise InputError("Jitter 'factors' must be a non-empty sequence of finite "
                                  "numbers > 0 for dist='empirical'")
         object.__setattr__(self, "factors", facs)
 
@@ -171,10 +172,10 @@ class Jitter:
         """
         arr = np.asarray(lengths, dtype=np.float64)
         if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-            raise ValueError("'lengths' must be a non-empty sequence of finite numbers > 0")
+            raise InputError("'lengths' must be a non-empty sequence of finite numbers > 0")
         a = float(attention_share)
         if not 0.0 <= a <= 1.0:
-            raise ValueError(f"'attention_share' must be in [0, 1] (got {attention_share!r})")
+            raise InputError(f"'attention_share' must be in [0, 1] (got {attention_share!r})")
         if packed is None:
             ratio = arr / arr.mean()
             return cls("empirical", 0.0, seed, "microbatch",
@@ -293,7 +294,7 @@ class MonteCarlo:
             If q is outside [0, 1].
         """
         if not 0.0 <= q <= 1.0:
-            raise ValueError(f"'q' must be in [0, 1] (got {q!r})")
+            raise InputError(f"'q' must be in [0, 1] (got {q!r})")
         return float(np.quantile(self.makespans, q))
 
     @property
@@ -377,10 +378,10 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
 
     t0 = time.perf_counter()
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     jitter = Jitter.lognormal(0.05) if jitter is None else jitter
     if not isinstance(jitter, Jitter):
-        raise ValueError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
+        raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
     draws = _check_int("draws", draws, minimum=1)
     comp = compile_schedule(schedule, costs, network)
     strag = straggler_scale(schedule, stragglers)
@@ -522,9 +523,9 @@ def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False)
     from ..core.simulate import Result, simulate
 
     if not isinstance(result, Result):
-        raise ValueError(f"'result' must be a pipecore.Result (got {type(result).__name__})")
+        raise InputError(f"'result' must be a pipecore.Result (got {type(result).__name__})")
     if not (remove_stragglers or remove_jitter):
-        raise ValueError("nothing to remove: set remove_stragglers or remove_jitter")
+        raise InputError("nothing to remove: set remove_stragglers or remove_jitter")
     sched, costs, net = result.schedule, result.costs, result.network
     strag = straggler_scale(sched, result.stragglers)
     jitter = None if remove_jitter else result.jitter

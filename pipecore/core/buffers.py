@@ -25,6 +25,8 @@ import weakref
 
 import numpy as np
 
+from .ops import InputError
+
 try:
     from numpy._core import multiarray as _ma
 except ImportError:  # numpy < 2
@@ -87,7 +89,7 @@ def _pool_cap() -> int:
     try:
         return max(0, int(env))
     except ValueError:
-        raise ValueError(f"PIPECORE_POOL_BYTES must be a number of bytes (got {env!r})") from None
+        raise InputError(f"PIPECORE_POOL_BYTES must be a number of bytes (got {env!r})") from None
 
 
 def _from_pool(nbytes):
@@ -235,7 +237,7 @@ def arena(*specs) -> list:
     for shape, dtype in specs:
         shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(x) for x in shape)
         if min(shape, default=0) < 0:
-            raise ValueError(f"negative dimensions are not allowed (shape {shape})")
+            raise InputError(f"negative dimensions are not allowed (shape {shape})")
         norm.append((shape, np.dtype(dtype)))
     specs = norm
     if not (_POOL_OK and _huge()):

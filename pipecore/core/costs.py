@@ -7,38 +7,51 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .ops import InputError
+
 __all__ = ["Costs", "Network"]
 
 
 def _check_value(owner, name, value, allow_inf=False, positive=False):
     """Return a float or a 1-D float array; reject NaN, negatives, bad types."""
-    if isinstance(value, bool):
-        raise ValueError(f"{owner} '{name}' must be a number (got {value!r})")
-    if np.ndim(value) == 0:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{owner} '{name}' must be a number (got {value!r})") from None
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise InputError(f"{owner} '{name}' must be a number (got {value!r})")
+    try:
+        ndim = np.ndim(value)
+    except (TypeError, ValueError):  # a ragged nesting
+        raise InputError(f"{owner} '{name}' must be a number or a 1-D sequence of numbers "
+                         f"(got {value!r:.60})") from None
+    if ndim == 0:
+        if not isinstance(value, (int, float, np.integer, np.floating)) and not (
+                isinstance(value, np.ndarray) and value.dtype.kind in "iuf"):
+            raise InputError(f"{owner} '{name}' must be a real number (got {value!r:.60})")
+        x = float(value)
         if math.isnan(x) or (math.isinf(x) and not allow_inf):
-            raise ValueError(f"{owner} '{name}' must be finite (got {x})")
+            raise InputError(f"{owner} '{name}' must be finite (got {x})")
         if x < 0 or (positive and x == 0):
             op = "> 0" if positive else ">= 0"
-            raise ValueError(f"{owner} '{name}' must be {op} (got {x})")
+            raise InputError(f"{owner} '{name}' must be {op} (got {x})")
         return x
+    raw = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if raw.dtype.kind not in "iuf" and not (raw.dtype.kind == "O" and all(
+            isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+            for x in raw.reshape(-1))):
+        raise InputError(f"{owner} '{name}' must be a number or a 1-D sequence of real numbers "
+                         f"(got {value!r:.60})")
     try:
         # A copy: freezing a float64 input in place would freeze the caller's array.
         arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{owner} '{name}' must be a number or a 1-D sequence of numbers") from None
+        raise InputError(f"{owner} '{name}' must be a number or a 1-D sequence of numbers") from None
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{owner} '{name}' must be a number or a non-empty 1-D sequence "
+        raise InputError(f"{owner} '{name}' must be a number or a non-empty 1-D sequence "
                          f"(got shape {arr.shape})")
     bad = np.flatnonzero(np.isnan(arr) | (np.isinf(arr) & (not allow_inf)) | (arr < 0)
                          | ((arr == 0) & positive))
     if bad.size:
         i = int(bad[0])
         rule = "> 0" if positive else ">= 0"
-        raise ValueError(f"{owner} '{name}'[{i}] must be finite and {rule} (got {arr[i]})")
+        raise InputError(f"{owner} '{name}'[{i}] must be finite and {rule} (got {arr[i]})")
     arr.setflags(write=False)
     return arr
 
@@ -57,7 +70,7 @@ def per_stage(owner, name, value, stages, devices):
             each = value * devices / stages
         return np.full(stages, each, dtype=np.float64)
     if value.shape[0] != stages:
-        raise ValueError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
+        raise InputError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
                          f"has {stages} stages (one entry per stage)")
     # A writable copy (S floats): a read-only array is another Numba type,
     # and each kernel would compile twice.
@@ -69,7 +82,7 @@ def per_stage_direct(owner, name, value, stages):
     if np.ndim(value) == 0:
         return np.full(stages, value, dtype=np.float64)
     if value.shape[0] != stages:
-        raise ValueError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
+        raise InputError(f"{owner} '{name}' has {value.shape[0]} entries but the schedule "
                          f"has {stages} stages (one entry per stage)")
     # A writable copy (S floats): a read-only array is another Numba type,
     # and each kernel would compile twice.
@@ -170,20 +183,20 @@ class Costs:
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
         n = self.host_link_devices
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"Costs 'host_link_devices' must be an int >= 1 (got {n!r})")
+            raise InputError(f"Costs 'host_link_devices' must be an int >= 1 (got {n!r})")
         for name in ("r", "offload", "bw"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
         factor = _check_value("Costs", "fb_factor", self.fb_factor, positive=True)
         if np.ndim(factor):
-            raise ValueError("Costs 'fb_factor' must be a scalar")
+            raise InputError("Costs 'fb_factor' must be a scalar")
         object.__setattr__(self, "fb_factor", factor)
         a, aw = self.activation, self.activation_w
         if np.ndim(a) == 0 and np.ndim(aw) == 0 and aw > a:
-            raise ValueError(f"Costs 'activation_w' must be <= 'activation' (got {aw} > {a})")
+            raise InputError(f"Costs 'activation_w' must be <= 'activation' (got {aw} > {a})")
         c = self.checkpoint
         if np.ndim(a) == 0 and np.ndim(c) == 0 and c > a:
-            raise ValueError(f"Costs 'checkpoint' must be <= 'activation' (got {c} > {a})")
+            raise InputError(f"Costs 'checkpoint' must be <= 'activation' (got {c} > {a})")
 
     def stage_arrays(self, stages: int, devices: int) -> dict:
         """Resolve every field to one value per stage.
@@ -223,7 +236,7 @@ class Costs:
             bad = np.flatnonzero(out[name] > out["activation"])
             if bad.size:
                 s = int(bad[0])
-                raise ValueError(f"Costs '{name}' must be <= 'activation' at every stage "
+                raise InputError(f"Costs '{name}' must be <= 'activation' at every stage "
                                  f"(stage {s}: {out[name][s]} > {out['activation'][s]})")
         return out
 
@@ -280,16 +293,16 @@ class Network:
                                                            allow_inf=True, positive=True))
         object.__setattr__(self, "latency", _check_value("Network", "latency", self.latency))
         if np.ndim(self.bandwidth) or np.ndim(self.latency):
-            raise ValueError("Network 'bandwidth' and 'latency' must be scalars")
+            raise InputError("Network 'bandwidth' and 'latency' must be scalars")
         if self.devices_per_node is None:
             if self.inter_bandwidth is not None or self.inter_latency is not None:
-                raise ValueError("Network 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
+                raise InputError("Network 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
             return
         n = self.devices_per_node
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"Network 'devices_per_node' must be an int >= 1 (got {n!r})")
+            raise InputError(f"Network 'devices_per_node' must be an int >= 1 (got {n!r})")
         if self.inter_bandwidth is None:
-            raise ValueError("Network 'inter_bandwidth' is required with 'devices_per_node'")
+            raise InputError("Network 'inter_bandwidth' is required with 'devices_per_node'")
         object.__setattr__(self, "inter_bandwidth", _check_value(
             "Network", "inter_bandwidth", self.inter_bandwidth, allow_inf=True, positive=True))
         lat = self.latency if self.inter_latency is None else self.inter_latency

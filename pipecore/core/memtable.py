@@ -18,6 +18,8 @@ import warnings
 
 import pyarrow as pa
 
+from .ops import InputError
+
 __all__ = ["MemoryTable", "RENAMED"]
 
 #: Old column name -> new one.
@@ -78,7 +80,7 @@ class MemoryTable:
 
     def __init__(self, table: pa.Table):
         if not isinstance(table, pa.Table):
-            raise ValueError(f"MemoryTable wraps a pyarrow.Table (got {type(table).__name__})")
+            raise InputError(f"MemoryTable wraps a pyarrow.Table (got {type(table).__name__})")
         object.__setattr__(self, "table", table)
 
     def __getattr__(self, name):

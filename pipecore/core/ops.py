@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["KINDS", "Action", "ScheduleError", "op_label"]
+__all__ = ["KINDS", "Action", "PipecoreError", "InputError", "CapacityError", "ScheduleError", "op_label"]
 
 #: Op kinds, in the order of their integer codes (the kernel sees the codes).
 #: R recomputes a forward whose activations were dropped (activation
@@ -60,7 +60,30 @@ def op_label(kind, stage, microbatch) -> str:
     return f"{stage}AR" if name == "AR" else f"{stage}{name}{microbatch}"
 
 
-class ScheduleError(ValueError):
+class PipecoreError(Exception):
+    """Base of the errors pipecore raises when it refuses an input.
+
+    Catch it to handle every refusal (a bad value, a schedule that breaks
+    a rule, a grid, a tuning or partition request that cannot be met, a
+    size the machine cannot hold, a missing optional dependency) without
+    catching bugs: an ``internal error`` is a RuntimeError, not one of
+    these.
+    """
+
+
+class InputError(PipecoreError, ValueError):
+    """A value pipecore refuses; the message names it and the rule it broke.
+
+    A ValueError, so code written against earlier releases still catches it.
+    """
+
+
+class CapacityError(PipecoreError, MemoryError):
+    """A size the machine cannot hold, refused before anything is allocated
+    (the message gives what it would need and what is available)."""
+
+
+class ScheduleError(InputError):
     """A schedule breaks a rule.
 
     Attributes
@@ -116,18 +139,18 @@ class Action:
 
     def __post_init__(self):
         if self.kind not in KIND_CODE:
-            raise ValueError(
+            raise InputError(
                 f"'kind' must be one of {', '.join(KINDS)} (got {self.kind!r})"
             )
         fields = ("stage",) if self.kind == "AR" else ("stage", "microbatch")
         if self.kind == "AR" and self.microbatch is not None:
-            raise ValueError(f"an all-reduce has no microbatch (got {self.microbatch!r})")
+            raise InputError(f"an all-reduce has no microbatch (got {self.microbatch!r})")
         for field in fields:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ValueError(f"'{field}' must be an int (got {value!r})")
+                raise InputError(f"'{field}' must be an int (got {value!r})")
             if value < 0:
-                raise ValueError(f"'{field}' must be >= 0 (got {value})")
+                raise InputError(f"'{field}' must be >= 0 (got {value})")
             object.__setattr__(self, field, int(value))
 
     def __str__(self) -> str:
@@ -156,7 +179,7 @@ class Action:
             return cls(int(ar.group(1)), "AR", None)
         match = _ACTION_RE.match(text) if isinstance(text, str) else None
         if match is None:
-            raise ValueError(
+            raise InputError(
                 f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
                 f"with kind one of F, B, W, BW, R, O, L, e.g. '0F3', or <stage>AR"
             )
@@ -164,8 +187,8 @@ class Action:
 
 def _check_int(name, value, minimum=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"'{name}' must be an int (got {value!r})")
+        raise InputError(f"'{name}' must be an int (got {value!r})")
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(f"'{name}' must be >= {minimum} (got {value})")
+        raise InputError(f"'{name}' must be >= {minimum} (got {value})")
     return value

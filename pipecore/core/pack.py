@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import replay as _replay
+from .ops import InputError
 from .schedule import Schedule
 
 __all__ = ["Structure", "Pack", "structure_of"]
@@ -25,7 +26,7 @@ class Structure:
         validate(schedule)  # deadlock and every structural rule, with a clear error
         st = schedule._info()
         if st["x_host"].any():
-            raise ValueError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "
+            raise InputError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "
                              f"memory moves at copy times; the batched kernels keep memory in "
                              f"program order, so use pipecore.simulate for it")
         dev_ptr = st["dev_ptr"]

@@ -7,6 +7,8 @@ import sys
 import threading
 import time
 
+from .ops import InputError
+
 __all__ = ["Progress", "ProgressLines", "enabled", "reporter", "LINE_EVERY"]
 
 #: Seconds between two progress lines on a stream that is not a terminal.
@@ -128,7 +130,7 @@ class ProgressLines:
 
     def __init__(self, total, label, stream=None, unit="units", every=LINE_EVERY):
         if not (isinstance(every, (int, float)) and every > 0):
-            raise ValueError(f"'every' must be a number of seconds > 0 (got {every!r})")
+            raise InputError(f"'every' must be a number of seconds > 0 (got {every!r})")
         self.total, self.label, self.unit, self.every = total, label, unit, float(every)
         self.stream = sys.stderr if stream is None else stream
         self.done = 0
@@ -277,7 +279,7 @@ def reporter(total, progress, label, unit="units", every=LINE_EVERY):
     """
     if isinstance(progress, str):
         if progress != "lines":
-            raise ValueError(f"'progress' must be True, False, None or 'lines' (got {progress!r})")
+            raise InputError(f"'progress' must be True, False, None or 'lines' (got {progress!r})")
         return ProgressLines(total, label, unit=unit, every=every)
     if enabled(progress):
         return _Bar(total, True, unit=unit)

@@ -20,6 +20,7 @@ from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules 
     Action,
     B,
     F,
+    InputError,
     L,
     O,
     R,
@@ -153,9 +154,9 @@ class Schedule:
         ScheduleError, ValueError
             As :class:`Schedule`.
         """
-        kind = np.asarray(kind)
+        kind = _column_array("kind", kind)
         if kind.ndim != 1:
-            raise ValueError(f"column 'kind' must be one-dimensional (got shape {kind.shape})")
+            raise InputError(f"column 'kind' must be one-dimensional (got shape {kind.shape})")
         own = {}
         if kind.dtype.kind in "iu":
             codes = kind
@@ -175,6 +176,11 @@ class Schedule:
         for name, values in (("device", device), ("slot", slot), ("stage", stage),
                              ("microbatch", microbatch)):
             own[name] = _int_array(name, values, copy)
+        lengths = {"kind": len(kind), **{k: len(v) for k, v in own.items() if k != "kind"}}
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{k} {n}" for k, n in lengths.items())
+            raise InputError(f"columns differ in length ({shown}): every op needs a device, "
+                             f"slot, kind, stage and microbatch")
         # pa.array shares an int32 array's memory: hence the copy above.
         table = pa.table({name: (kind_arr if name == "kind" else pa.array(own[name]))
                           for name in SCHEMA.names})
@@ -434,13 +440,25 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     """
     if devices is not None:
         devices = _check_int("devices", devices, minimum=1)
+
+    def _program(d, prog):
+        if isinstance(prog, (str, bytes, Mapping)) or not isinstance(prog, Iterable):
+            raise InputError(f"device {d}'s program must be a list of actions such as '0F3' "
+                             f"(got {type(prog).__name__}: {prog!r:.60})")
+        return list(prog)
+
+    if not isinstance(programs, Mapping) and (isinstance(programs, (str, bytes))
+                                              or not isinstance(programs, Iterable)):
+        raise InputError(f"'programs' must be a dict of device -> list of actions, or a list of "
+                         f"such lists (got {type(programs).__name__}: {programs!r:.60})")
     if isinstance(programs, Mapping):
         if all(isinstance(k, str) and k.isdigit() and str(int(k)) == k for k in programs):
             programs = {int(k): v for k, v in programs.items()}  # JSON's keys ("0", "1", ...)
         keys = list(programs)
         for k in keys:
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-                raise ValueError(f"device keys must be ints >= 0 (got {k!r})")
+                raise InputError(f"device keys must be ints >= 0 (got {k!r})")
+        programs = {int(k): _program(k, v) for k, v in programs.items()}
         count = (max(keys) + 1) if keys else 0
         entries = sum(len(p) for p in programs.values())
         if count > max(entries, _FREE_DEVICES):  # before a list per device is made
@@ -451,7 +469,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         missing = sorted(set(range(count)) - {int(k) for k in keys})
         lists = [programs.get(d, []) for d in range(count)]
     else:
-        lists = list(programs)
+        lists = [_program(d, prog) for d, prog in enumerate(programs)]
         missing = []
     parsed = []
     for d, prog in enumerate(lists):
@@ -462,7 +480,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
             try:
                 parts = [a] if isinstance(a, Action) else [Action.parse(t) for t in str(a).split("&")]
             except ValueError as exc:
-                raise ValueError(f"device {d}, entry {j}: {exc}") from None
+                raise InputError(f"device {d}, entry {j}: {exc}") from None
             ops = [(x.kind, x.stage, x.microbatch) for x in parts]
             row.append(ops[0] if len(ops) == 1 else tuple(ops))
         parsed.append(row)
@@ -470,7 +488,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         stages = 1 + max((op[1] for prog in parsed for entry in prog
                           for op in (entry if isinstance(entry[0], tuple) else (entry,))),
                          default=0)
-        count = len(parsed) if devices is None else devices
+        count = len(parsed) if devices is None else max(devices, len(parsed))
         warnings.warn(
             f"from_actions: no program for device(s) {', '.join(map(str, missing[:10]))}"
             f"{' ...' if len(missing) > 10 else ''} (keys go up to {len(parsed) - 1}): they "
@@ -540,7 +558,7 @@ def _unit_ops(entry, device, index):
     """Validate one program entry's shape and return its op tuples."""
     ops = _as_ops(entry)
     if any(not isinstance(op, (tuple, list)) or len(op) != 3 for op in ops):
-        raise ValueError(f"device {device}, entry {index}: expected (kind, stage, microbatch) or a "
+        raise InputError(f"device {device}, entry {index}: expected (kind, stage, microbatch) or a "
                          f"pair of them (got {entry!r})")
     if len(ops) == 2:
         kinds = (ops[0][0], ops[1][0])
@@ -550,44 +568,56 @@ def _unit_ops(entry, device, index):
                 f"overlapped unit is one F and one B or BW, F first", rule="overlap",
                 device=device, slot=index)
     elif len(ops) != 1:
-        raise ValueError(f"device {device}, entry {index}: a unit holds one op or an F&B pair "
+        raise InputError(f"device {device}, entry {index}: a unit holds one op or an F&B pair "
                          f"(got {len(ops)} ops)")
     return [tuple(op) for op in ops]
 
 
 
 
+def _column_array(name, values):
+    """``np.asarray`` of a column, or an error naming it (a scalar, ragged input)."""
+    try:
+        arr = None if isinstance(values, (str, bytes, Mapping)) else np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"column '{name}' is not a flat sequence of values ({exc})") from None
+    if arr is None or arr.ndim == 0:
+        raise InputError(f"column '{name}' must be a sequence, one value per op "
+                         f"(got {type(values).__name__})")
+    return arr
+
+
 def _int_array(name, values, copy=True):
-    arr = np.asarray(values)
+    arr = _column_array(name, values)
     if arr.size == 0:
         return np.zeros(0, np.int32)
     if arr.dtype.kind not in "iu":
-        raise ValueError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
+        raise InputError(f"column '{name}' must hold integers (got dtype {arr.dtype})")
     if arr.ndim != 1:
-        raise ValueError(f"column '{name}' must be one-dimensional (got shape {arr.shape})")
+        raise InputError(f"column '{name}' must be one-dimensional (got shape {arr.shape})")
     if arr.dtype != np.int32 and (arr.min() < np.iinfo(np.int32).min
                                   or arr.max() > np.iinfo(np.int32).max):
         row = int(np.flatnonzero((arr < np.iinfo(np.int32).min)
                                  | (arr > np.iinfo(np.int32).max))[0])
-        raise ValueError(f"column '{name}' row {row}: {int(arr[row])} is outside int32, the op "
+        raise InputError(f"column '{name}' row {row}: {int(arr[row])} is outside int32, the op "
                          f"table's type")
     return np.ascontiguousarray(arr.astype(np.int32, copy=copy))
 
 
 def _normalise_table(table: pa.Table) -> pa.Table:
     if not isinstance(table, pa.Table):
-        raise ValueError(f"expected a pyarrow.Table (got {type(table).__name__})")
+        raise InputError(f"expected a pyarrow.Table (got {type(table).__name__})")
     missing = [c for c in SCHEMA.names if c not in table.column_names]
     if missing:
-        raise ValueError(f"op table is missing column(s): {', '.join(missing)}")
+        raise InputError(f"op table is missing column(s): {', '.join(missing)}")
     cols = {}
     for name in ("device", "slot", "stage", "microbatch"):
         col = table.column(name)
         if not pa.types.is_integer(col.type):
-            raise ValueError(f"column '{name}' must be an integer type (got {col.type})")
+            raise InputError(f"column '{name}' must be an integer type (got {col.type})")
         if col.null_count:
             row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-            raise ValueError(f"column '{name}' row {row}: null is not a value (every op needs "
+            raise InputError(f"column '{name}' row {row}: null is not a value (every op needs "
                              f"a {name})")
         try:
             cols[name] = col.cast(pa.int32())
@@ -595,12 +625,12 @@ def _normalise_table(table: pa.Table) -> pa.Table:
             values = col.to_numpy()
             row = int(np.flatnonzero((values < np.iinfo(np.int32).min)
                                      | (values > np.iinfo(np.int32).max))[0])
-            raise ValueError(f"column '{name}' row {row}: {int(values[row])} is outside int32, "
+            raise InputError(f"column '{name}' row {row}: {int(values[row])} is outside int32, "
                              f"the op table's type") from None
     kind = table.column("kind")
     if kind.null_count:
         row = int(np.flatnonzero(kind.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ValueError(f"column 'kind' row {row}: null is not a kind; kinds are "
+        raise InputError(f"column 'kind' row {row}: null is not a kind; kinds are "
                          f"{', '.join(KINDS)}")
     kind = kind.chunks[0] if kind.num_chunks == 1 else kind.combine_chunks()  # no copy of one
     codes = _own_codes(kind)  # in range when not None
@@ -609,7 +639,7 @@ def _normalise_table(table: pa.Table) -> pa.Table:
         if pa.types.is_dictionary(kind.type):
             kind = kind.dictionary_decode()
         if not (pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type)):
-            raise ValueError(f"column 'kind' must hold strings (got {kind.type})")
+            raise InputError(f"column 'kind' must hold strings (got {kind.type})")
         names = kind.to_numpy(zero_copy_only=False)
         codes = np.full(len(names), -1, dtype=np.int8)
         for k, c in KIND_CODE.items():

@@ -17,6 +17,7 @@ from ..kernels.network import X_CLASSES, transfer_classes
 from . import buffers, tier
 from .costs import Costs, Network, per_stage_direct
 from .memtable import MemoryTable
+from .ops import InputError
 from .rules import F_DROP, N_CLASSES
 from .schedule import KINDS, Schedule, ScheduleError, op_label
 
@@ -55,7 +56,7 @@ def plug(name: str, function) -> None:
         If ``function`` is not callable.
     """
     if not callable(function):
-        raise ValueError(f"plug({name!r}, ...) needs a callable (got {type(function).__name__})")
+        raise InputError(f"plug({name!r}, ...) needs a callable (got {type(function).__name__})")
     _PLUGINS[name] = function
 
 
@@ -163,7 +164,7 @@ class Compiled:
             x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
         else:
             if self.shared_links:
-                raise ValueError("the summary pass (keep=False) needs a schedule without "
+                raise InputError("the summary pass (keep=False) needs a schedule without "
                                  "shared host links")
             x_arrival = buffers.empty(nx)
             start = finish = x_start = np.empty(0)
@@ -177,7 +178,7 @@ class Compiled:
         else:
             op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
             if op_scale.shape != (n,):  # the kernel does not bounds-check
-                raise ValueError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
+                raise InputError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
         op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
         busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
         status = tier.kernel(_kernels.run_units, n)(
@@ -191,7 +192,7 @@ def _check_costs(costs):
     if costs is None:
         return Costs()
     if not isinstance(costs, Costs):
-        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     return costs
 
 
@@ -218,10 +219,10 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         If costs or network do not fit the schedule (vector lengths).
     """
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     costs = _check_costs(costs)
     if network is not None and not isinstance(network, Network):
-        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+        raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     st = schedule._info()
     S = st["stages"]
     p = schedule.devices
@@ -243,7 +244,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
 
     x_src = st["x_src"]
     if st["x_host"].any() and arrays.get("offload") is None:
-        raise ValueError("the schedule offloads activations (O and L ops): set Costs.offload, "
+        raise InputError("the schedule offloads activations (O and L ops): set Costs.offload, "
                          "the time of one activation copy over a host link")
     x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"))
     if "_op_code" not in st:  # cost-independent; only schedules without pairs use it
@@ -316,7 +317,7 @@ def _transfer_arrays(st, network, stages, comm, offload):
     Same arithmetic as per transfer: ``bytes / bandwidth`` and
     ``comm + link latency``; an offload copy takes ``offload`` and no latency."""
     if network is not None and not isinstance(network, Network):
-        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+        raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     if network is None:  # free links: 0 / 1.0 serialisation, no link latency
         nbytes = grads = np.zeros(stages)
         bw, lat, ibw, ilat, per_node = 1.0, 0.0, 1.0, 0.0, 0
@@ -348,7 +349,7 @@ def _transfer_arrays(st, network, stages, comm, offload):
         ser[:, 2], x_lat[:, 2] = grads / bw, comm + lat
         ser[:, 3], x_lat[:, 3] = grads / ibw, comm + ilat
     if not (np.isfinite(ser).all() and np.isfinite(x_lat).all()):
-        raise ValueError(f"a transfer's time overflows float64: bytes / bandwidth = "
+        raise InputError(f"a transfer's time overflows float64: bytes / bandwidth = "
                          f"{float(np.max(ser)):g} (bytes up to {float(np.max(nbytes)):g}, grad_bytes "
                          f"up to {float(np.max(grads)):g}, bandwidth {min(bw, ibw):g}) and "
                          f"latency {float(np.max(x_lat)):g}; use larger units")
@@ -813,20 +814,20 @@ def straggler_scale(schedule: Schedule, stragglers) -> np.ndarray:
         for d, factor in stragglers.items():
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)) \
                     or not 0 <= d < schedule.devices:
-                raise ValueError(f"straggler device {d!r} is not one of 0..{schedule.devices - 1}")
+                raise InputError(f"straggler device {d!r} is not one of 0..{schedule.devices - 1}")
             f = float(factor)
             if not math.isfinite(f) or f <= 0:
-                raise ValueError(f"straggler factor of device {d} must be a finite number > 0 "
+                raise InputError(f"straggler factor of device {d} must be a finite number > 0 "
                                  f"(got {factor!r})")
             per_dev[d] = f
         return per_dev[schedule._column("device")]
     arr = np.asarray(stragglers, dtype=np.float64)
     if arr.shape != (n,):
-        raise ValueError(f"per-op straggler factors need one entry per op ({n}); got shape "
+        raise InputError(f"per-op straggler factors need one entry per op ({n}); got shape "
                          f"{arr.shape}")
     bad = np.flatnonzero(~np.isfinite(arr) | (arr <= 0))
     if bad.size:
-        raise ValueError(f"straggler factor of op {int(bad[0])} must be a finite number > 0 "
+        raise InputError(f"straggler factor of op {int(bad[0])} must be a finite number > 0 "
                          f"(got {arr[bad[0]]})")
     return arr
 
@@ -870,7 +871,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         is returned as an answer).
     """
     if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
-        raise ValueError(f"'draw' must be an int >= 0, the index of a jitter draw (got {draw!r})")
+        raise InputError(f"'draw' must be an int >= 0, the index of a jitter draw (got {draw!r})")
     compiled = compile_schedule(schedule, costs, network)
     scale = None
     if stragglers is not None or jitter is not None:
@@ -878,7 +879,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         if jitter is not None:
             # Duck-typed: pipecore.Jitter lives in analysis/, above this layer.
             if not callable(getattr(jitter, "draw", None)):
-                raise ValueError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
+                raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
             scale = scale * jitter.draw(schedule, 1, draw)[:, 0]
     # Large schedules run the summary pass now and the per-op times when
     # something asks for them (a third faster when only the makespan, busy
@@ -891,7 +892,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         raise _deadlock_error(schedule, head)
     if not (np.isfinite(dev_free).all() and np.isfinite(busy).all()):
         c = _check_costs(costs)
-        raise ValueError(
+        raise InputError(
             f"the simulated times of {schedule.name!r} overflow float64 (makespan "
             f"{float(np.max(dev_free)):g}): an op time, a transfer time or their sum along the "
             f"schedule exceeds 1.8e308 (costs f={np.max(c.f):g}, b={np.max(c.b):g}, "

@@ -22,6 +22,8 @@ import threading
 import time
 import types
 
+from .ops import InputError
+
 __all__ = ["kernel", "interpreted", "compiled", "ready", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
            "INTERPRET_BUDGET_CACHED"]
 
@@ -33,7 +35,7 @@ def _max_ops_from_env() -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise ValueError(f"PIPECORE_INTERPRET_MAX_OPS={raw!r}: expected a whole number of ops "
+        raise InputError(f"PIPECORE_INTERPRET_MAX_OPS={raw!r}: expected a whole number of ops "
                          "(0 turns interpreting off)")
     return value
 
@@ -123,7 +125,7 @@ def interpreted(dispatcher):
         return plain
     py = getattr(dispatcher, "py_func", None)
     if py is None:
-        raise ValueError(f"{dispatcher!r} is not a Numba dispatcher (no py_func)")
+        raise InputError(f"{dispatcher!r} is not a Numba dispatcher (no py_func)")
     scope = dict(py.__globals__)
     plain = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__, py.__closure__)
     _plain[dispatcher] = plain  # before recursing: kernels that call each other

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..core.simulate import plug
 from .page import CSS as _CSS
@@ -104,7 +105,7 @@ def _check_result(result: Any) -> None:
     from ..core.simulate import Result
 
     if not isinstance(result, Result):
-        raise ValueError(f"expected a pipecore Result (got {type(result).__name__})")
+        raise InputError(f"expected a pipecore Result (got {type(result).__name__})")
 
 
 def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str | None]:
@@ -384,11 +385,11 @@ def _rows_for(obj: Any) -> list[dict]:
     if isinstance(obj, dict):
         obj = [obj]
     if not isinstance(obj, (list, tuple)):
-        raise ValueError(
+        raise InputError(
             "report() takes a Result, a list of Results, the rows of pipecore.compare, a scan "
             f"directory or a pyarrow Table of scan rows (got {type(obj).__name__})")
     if not obj:
-        raise ValueError("report() was given an empty list: nothing to draw")
+        raise InputError("report() was given an empty list: nothing to draw")
     rows = []
     for i, item in enumerate(obj):
         if isinstance(item, Result):
@@ -403,7 +404,7 @@ def _rows_for(obj: Any) -> list[dict]:
                 item = dict(item, peak_memory_max=peak_memory(item["result"]))
             rows.append(item)
         else:
-            raise ValueError(f"report() item {i} is a {type(item).__name__}: expected a pipecore "
+            raise InputError(f"report() item {i} is a {type(item).__name__}: expected a pipecore "
                              "Result or a row of pipecore.compare")
     return rows
 
@@ -455,7 +456,7 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
     """
     if isinstance(obj, (str, Path)) or isinstance(obj, pa.Table):
         if isinstance(obj, (str, Path)) and not Path(obj).is_dir():
-            raise ValueError(f"report(): {str(obj)!r} is not a scan directory")
+            raise InputError(f"report(): {str(obj)!r} is not a scan directory")
         from .scanreport import scan_report
 
         return scan_report(obj, path)

@@ -13,6 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..analysis.frontier import pareto_front
+from ..core.ops import InputError
 from .page import CSS as _CSS
 from .page import PALETTE as _PALETTE
 from .page import plotly_js as _plotly_js
@@ -35,7 +36,7 @@ def _read(source) -> pa.Table:
         raise FileNotFoundError(f"scan directory {str(folder)!r} does not exist")
     files = sorted(folder.glob("part-*.parquet"))
     if not files:
-        raise ValueError(f"{str(folder)!r} holds no scan parts (part-*.parquet): run "
+        raise InputError(f"{str(folder)!r} holds no scan parts (part-*.parquet): run "
                          "'pipecore scan GRID --out DIR' first")
     return pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
 
@@ -72,13 +73,13 @@ def scan_report(source, path, *, metric: str = "throughput") -> Path:
         or ``metric`` is unknown.
     """
     if metric not in ("throughput", "makespan"):
-        raise ValueError(f"metric must be 'throughput' or 'makespan' (got {metric!r})")
+        raise InputError(f"metric must be 'throughput' or 'makespan' (got {metric!r})")
     table = _read(source)
     missing = [c for c in _NEEDED if c not in table.column_names]
     if missing:
-        raise ValueError(f"scan rows lack the column(s) {missing}: not a pipecore scan")
+        raise InputError(f"scan rows lack the column(s) {missing}: not a pipecore scan")
     if table.num_rows == 0:
-        raise ValueError("the scan has no rows: nothing to draw")
+        raise InputError("the scan has no rows: nothing to draw")
     table = table.filter(pc_.is_finite(table.column("makespan")))
     cols = {c: table.column(c).to_pylist() for c in ["schedule", "network"]}
     p = table.column("devices").to_numpy()

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.ops import InputError
 from ..core.simulate import plug
 from .writers import _KIND_COLOURS, _KIND_ORDER, _UNKNOWN_COLOUR
 
@@ -50,7 +51,7 @@ def nice_ticks(lo: float, hi: float, target: int = 6) -> list[float]:
         If the range is empty or not finite.
     """
     if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
-        raise ValueError(f"nice_ticks needs finite lo < hi (got {lo!r}, {hi!r})")
+        raise InputError(f"nice_ticks needs finite lo < hi (got {lo!r}, {hi!r})")
     raw = (hi - lo) / max(target, 1)
     mag = 10.0 ** math.floor(math.log10(raw))
     step = next(k * mag for k in (1.0, 2.0, 2.5, 5.0, 10.0) if k * mag >= raw * (1 - 1e-9))

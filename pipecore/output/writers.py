@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..core.ops import InputError, PipecoreError
 from ..core.simulate import plug
 
 __all__ = [
@@ -75,7 +76,7 @@ _PID_LINKS = 1
 _PID_CRITICAL = 2  # the critical path's segments, one track (write_chrome_trace(critical=True))
 
 
-class MissingDependencyError(ImportError):
+class MissingDependencyError(PipecoreError, ImportError):
     """An optional third-party dependency needed by a writer is not installed.
 
     Subclasses :class:`ImportError` so callers that already guard optional
@@ -92,7 +93,7 @@ def _require_columns(table: pa.Table, columns: Sequence[str], what: str) -> None
     """Raise ``ValueError`` naming any of *columns* missing from *table*."""
     missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise ValueError(f"{what} table is missing column(s): {', '.join(missing)}")
+        raise InputError(f"{what} table is missing column(s): {', '.join(missing)}")
 
 
 def _floats(table: pa.Table, name: str) -> np.ndarray:
@@ -118,14 +119,14 @@ def _check_finite(values: np.ndarray, what: str) -> None:
     """Reject NaN/inf: JSON has no representation for them."""
     if values.size and not np.all(np.isfinite(values)):
         bad = int(np.count_nonzero(~np.isfinite(values)))
-        raise ValueError(f"{what} contains {bad} non-finite value(s)")
+        raise InputError(f"{what} contains {bad} non-finite value(s)")
 
 
 def _check_ordered(lo: np.ndarray, hi: np.ndarray, what: str) -> None:
     """Reject negative durations, which trace viewers refuse or misdraw."""
     if lo.size and np.any(hi < lo):
         bad = int(np.count_nonzero(hi < lo))
-        raise ValueError(f"{what}: {bad} event(s) end before they start")
+        raise InputError(f"{what}: {bad} event(s) end before they start")
 
 
 def _assign_lanes(
@@ -224,7 +225,7 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0,
     """
     scale = float(time_scale)
     if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"time_scale must be a positive finite number, got {time_scale!r}")
+        raise InputError(f"time_scale must be a positive finite number, got {time_scale!r}")
 
     out = Path(path)
     path_table = _critical_table(result) if critical else None

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
+from ..core.ops import InputError
 from ..core.pack import Pack, structure_of
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
 from ..kernels import replay as _replay
@@ -44,10 +45,10 @@ def _network_defaults(network):
         return ({"bytes": 0.0, "grad_bytes": 0.0, "bandwidth": math.inf, "latency": 0.0,
                  "inter_bandwidth": math.inf, "inter_latency": 0.0}, None)
     if not isinstance(network, Network):
-        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+        raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     for name in ("bytes", "grad_bytes"):
         if np.ndim(getattr(network, name)):
-            raise ValueError(f"simulate_many takes scalar Network '{name}' (one size for every "
+            raise InputError(f"simulate_many takes scalar Network '{name}' (one size for every "
                              f"stage); give per-stage sizes to simulate() instead")
     two = network.devices_per_node is not None
     return ({"bytes": float(network.bytes), "grad_bytes": float(network.grad_bytes),
@@ -63,7 +64,12 @@ def _numbers(name, values, where="column"):
     Bools and complex numbers are refused, as Costs refuses them: True is
     not a time, and numpy would silently drop an imaginary part.
     """
-    arr = np.asarray(values)
+    if isinstance(values, (str, bytes, Mapping)):
+        raise InputError(f"{where} {name!r}: {values!r:.40} is not a list of numbers")
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as exc:  # ragged nesting
+        raise InputError(f"{where} {name!r} is not a flat list of numbers ({exc})") from None
     kind = arr.dtype.kind
     if kind in "iuf":
         return arr
@@ -74,7 +80,7 @@ def _numbers(name, values, where="column"):
                 or not isinstance(v, (int, float, np.integer, np.floating)):
             shown = v.item() if isinstance(v, np.generic) else v
             row = f" row {i}" if arr.ndim <= 1 else ""
-            raise ValueError(f"{where} {name!r}{row}: {shown!r} is not a real number "
+            raise InputError(f"{where} {name!r}{row}: {shown!r} is not a real number "
                              f"({type(shown).__name__})")
     return arr.astype(np.float64)
 
@@ -85,16 +91,16 @@ def _as_columns(table, what="costs_table"):
         for name in table.column_names:
             col = table.column(name)
             if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
-                raise ValueError(f"{what} column {name!r} has type {col.type}; it needs "
+                raise InputError(f"{what} column {name!r} has type {col.type}; it needs "
                                  f"numbers (integer or float)")
             if col.null_count:
                 row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-                raise ValueError(f"{what} column {name!r} row {row}: null is not a value")
+                raise InputError(f"{what} column {name!r} row {row}: null is not a value")
             out[name] = col.to_numpy()
         return out
     if isinstance(table, Mapping):
         return {str(k): _numbers(str(k), v) for k, v in table.items()}
-    raise ValueError(f"'{what}' must be a pyarrow.Table or a mapping of columns "
+    raise InputError(f"'{what}' must be a pyarrow.Table or a mapping of columns "
                      f"(got {type(table).__name__})")
 
 
@@ -140,7 +146,7 @@ def param_matrix(data, n, network_defaults):
         # Writable too: a read-only column (Arrow's) would compile fill_row twice.
         col = np.require(col, np.float64, ["C", "W"])
         if col.shape != (n,):  # the kernel does not bounds-check
-            raise ValueError(f"column '{name}' has shape {col.shape}; expected ({n},)")
+            raise InputError(f"column '{name}' has shape {col.shape}; expected ({n},)")
         positive = name in _POSITIVE
         _replay.fill_row(params, row, col, 0.0, lo, hi, n_chunks)
         # NaN makes both comparisons false.
@@ -154,7 +160,7 @@ def param_matrix(data, n, network_defaults):
             i = int(bad[0])
             rule = "> 0" if positive else ">= 0"
             rule = ("finite or inf and " if name in _INFINITE_OK else "finite and ") + rule
-            raise ValueError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
+            raise InputError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
     if data.get("r") is None:
         params[_replay.P_R] = params[_replay.P_F]
     for name, row in (("activation_w", _replay.P_ACTW), ("checkpoint", _replay.P_CKPT)):
@@ -163,7 +169,7 @@ def param_matrix(data, n, network_defaults):
         over = np.flatnonzero(params[row] > params[_replay.P_ACT])
         if over.size:
             i = int(over[0])
-            raise ValueError(f"row {i}: '{name}' must be <= 'activation' "
+            raise InputError(f"row {i}: '{name}' must be <= 'activation' "
                              f"({params[row, i]} > {params[_replay.P_ACT, i]})")
     return params
 
@@ -188,7 +194,7 @@ def _fold_op_times(data, params, schedule, struct):
         bad = np.flatnonzero(~np.isfinite(col) | (col < 0))
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"column '{name}' row {i}: must be finite and >= 0 (got {col[i]})")
+            raise InputError(f"column '{name}' row {i}: must be finite and >= 0 (got {col[i]})")
         cols[name] = col
     o = cols.get("overhead", np.zeros(n))
     k = struct.chunks_div if struct.chunks_div > 0 else struct.stages / struct.devices
@@ -204,7 +210,7 @@ def _fold_op_times(data, params, schedule, struct):
             wrong = np.flatnonzero((o != 0) | (bw != b + w))
             if wrong.size:
                 i = int(wrong[0])
-                raise ValueError(
+                raise InputError(
                     f"row {i}: schedule {schedule.name!r} has both fused BW ops and split B/W ops; "
                     f"simulate_many prices its BW as b + w, so it takes no 'overhead' and no 'bw' "
                     f"other than b + w here (got overhead={o[i]}, bw={bw[i]}, b + w={b[i] + w[i]}); "
@@ -285,12 +291,12 @@ def product(**columns) -> dict:
         If no column is given or a column has no values.
     """
     if not columns:
-        raise ValueError("product() needs at least one column, e.g. product(f=[1, 2])")
+        raise InputError("product() needs at least one column, e.g. product(f=[1, 2])")
     values = {}
     for name, v in columns.items():
         arr = np.atleast_1d(_numbers(name, v, where="product(): column").astype(np.float64))
         if arr.ndim != 1 or arr.size == 0:
-            raise ValueError(f"product(): column {name!r} needs a non-empty list of numbers "
+            raise InputError(f"product(): column {name!r} needs a non-empty list of numbers "
                              f"(got {v!r})")
         values[name] = arr
     grids = np.meshgrid(*values.values(), indexing="ij")
@@ -355,24 +361,24 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         If the schedule breaks a rule or deadlocks.
     """
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     if method not in ("replay", "list"):
-        raise ValueError(f"'method' must be 'replay' or 'list' (got {method!r})")
+        raise InputError(f"'method' must be 'replay' or 'list' (got {method!r})")
     data = _as_columns(costs_table)
     allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + OP_TIME_COLUMNS + ("memory_limit",)
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are "
+        raise InputError(f"unknown column(s) {', '.join(unknown)}; columns are "
                          f"{', '.join(allowed)}")
     lengths = {k: (v.shape[0] if v.ndim == 1 else -1) for k, v in data.items()}
     bad = [k for k, x in lengths.items() if x < 0]
     if bad:
-        raise ValueError(f"column '{bad[0]}' must be one-dimensional")
+        raise InputError(f"column '{bad[0]}' must be one-dimensional")
     if len(set(lengths.values())) > 1:
-        raise ValueError(f"columns differ in length: {lengths}")
+        raise InputError(f"columns differ in length: {lengths}")
     n = next(iter(lengths.values())) if lengths else 0
     if n == 0:
-        raise ValueError("'costs_table' has no rows")
+        raise InputError("'costs_table' has no rows")
     net_defaults, dpn = _network_defaults(network)
     params = param_matrix({k: v for k, v in data.items() if k not in OP_TIME_COLUMNS}, n,
                           net_defaults)
@@ -381,7 +387,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         limit = np.asarray(data["memory_limit"], dtype=np.float64)
         wrong = np.flatnonzero(np.isnan(limit) | (limit < 0))
         if wrong.size:
-            raise ValueError(f"column 'memory_limit' row {int(wrong[0])}: must be >= 0 "
+            raise InputError(f"column 'memory_limit' row {int(wrong[0])}: must be >= 0 "
                              f"(got {limit[int(wrong[0])]})")
     struct = structure_of(schedule)
     pack = Pack([(struct, dpn)])

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
+from ..core.ops import InputError
 from ..core.pack import Pack, Structure
 from ..core.schedule import ScheduleError
 from ..kernels import replay as _replay
@@ -30,7 +31,7 @@ MANIFEST = "_scan.json"
 SUMMARY = "_summary.json"
 
 
-class ScanError(ValueError):
+class ScanError(InputError):
     """A grid that cannot be scanned, or an output folder that does not match it."""
 
 
@@ -43,6 +44,10 @@ def _toml_load(path):
         return tomllib.load(fh)
 
 
+#: Values one axis may hold: a grid is a product of axes, so more is a typo, not a scan.
+_MAX_AXIS = 1_000_000
+
+
 def _values(key, spec, integer=False, minimum=None, allow_inf=False):
     """A grid axis: a scalar, a list, or {min, max, num[, log]} (inclusive)."""
     if isinstance(spec, Mapping):
@@ -51,8 +56,13 @@ def _values(key, spec, integer=False, minimum=None, allow_inf=False):
             raise ScanError(f"grid '{key}': a range is {{min, max, num[, log]}} (got keys "
                             f"{sorted(spec)})")
         lo, hi, num = spec["min"], spec["max"], spec["num"]
-        if not isinstance(num, int) or num < 1:
-            raise ScanError(f"grid '{key}': 'num' must be an integer >= 1 (got {num!r})")
+        if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= _MAX_AXIS:
+            raise ScanError(f"grid '{key}': 'num' must be an integer from 1 to {_MAX_AXIS:,} "
+                            f"(got {num!r})")
+        for end, value in (("min", lo), ("max", hi)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value)):
+                raise ScanError(f"grid '{key}': '{end}' must be a finite number (got {value!r})")
         if spec.get("log", False):
             if lo <= 0 or hi <= 0:
                 raise ScanError(f"grid '{key}': a log range needs min and max > 0")
@@ -66,6 +76,9 @@ def _values(key, spec, integer=False, minimum=None, allow_inf=False):
         vals = [spec]
     if not vals:
         raise ScanError(f"grid '{key}': needs at least one value")
+    if len(vals) > _MAX_AXIS:
+        raise ScanError(f"grid '{key}': {len(vals):,} values; an axis holds at most "
+                        f"{_MAX_AXIS:,}")
     out = []
     for v in vals:
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -133,6 +146,9 @@ class Grid:
         names = self.schedules
         if isinstance(names, str):
             names = [names]
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ScanError(f"grid 'schedules' must be a list of family names, or \"all\" "
+                            f"(got {names!r:.60})")
         if not names:
             raise ScanError("grid 'schedules': needs at least one name")
         if [n.lower() for n in names] == ["all"]:
@@ -297,6 +313,14 @@ class Grid:
             chosen = list(tables) or ["free"]
         if isinstance(chosen, str):
             chosen = [chosen]
+        if not isinstance(chosen, (list, tuple)) or not all(isinstance(n, str) for n in chosen):
+            raise ScanError(f"grid 'network' must be a name or a list of names of "
+                            f"[networks.NAME] tables (got {chosen!r:.60})")
+        options = data.get("options", {})
+        if not isinstance(options, Mapping) or not all(isinstance(v, Mapping)
+                                                       for v in options.values()):
+            raise ScanError(f"grid 'options' must be tables [options.FAMILY] of option = value "
+                            f"(got {options!r:.60})")
         missing = [n for n in chosen if n not in nets]
         if missing:
             raise ScanError(f"grid 'network': {', '.join(map(repr, missing))} not defined; "
@@ -307,7 +331,7 @@ class Grid:
                        microbatches=data["microbatches"], chunks=data.get("chunks"),
                        costs={k: data[k] for k in VALUE_AXES if k in data},
                        networks={n: nets[n] for n in chosen},
-                       options=dict(data.get("options", {})), sample=data.get("sample"),
+                       options=dict(options), sample=data.get("sample"),
                        seed=data.get("seed", 0), part_size=data.get("part_size", 100_000))
         except ScanError:
             raise

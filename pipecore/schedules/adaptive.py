@@ -57,6 +57,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..core.costs import Costs
+from ..core.ops import InputError
 from ..core.schedule import Schedule, _check_int
 from ..kernels import adaptive as _kernels
 
@@ -830,7 +831,7 @@ def _ranked_blocks(p):
 def _scalar_costs(costs):
     for k in ("f", "b", "w", "comm", "activation", "activation_w", "weights"):
         if np.ndim(getattr(costs, k)) != 0:
-            raise ValueError(f"adaptive_v needs scalar costs; 'costs.{k}' is a vector")
+            raise InputError(f"adaptive_v needs scalar costs; 'costs.{k}' is a vector")
     return {k: float(getattr(costs, k)) for k in ("f", "b", "w", "comm", "activation",
                                                   "activation_w", "weights")}
 
@@ -884,7 +885,7 @@ def adaptive_v(devices: int, microbatches: int, costs: Costs | None = None,
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
     if not isinstance(costs, Costs):
-        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     if max_blocks is not None:
         max_blocks = _check_int("max_blocks", max_blocks, minimum=1)
     levels = _check_int("levels", levels, minimum=1)
@@ -895,7 +896,7 @@ def adaptive_v(devices: int, microbatches: int, costs: Costs | None = None,
         lim = memory_limit
         if isinstance(lim, bool) or not isinstance(lim, (int, float)) or math.isnan(lim) \
                 or lim <= 0:
-            raise ValueError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
+            raise InputError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
         if c["activation"] <= 0:
             units = 2 * p
         else:
@@ -905,7 +906,7 @@ def adaptive_v(devices: int, microbatches: int, costs: Costs | None = None,
     key = (p, m, tuple(sorted(c.items())), units, max_blocks, levels)
     rows = _cached(_RESULT_CACHE, key, lambda: _search(p, m, c, units, max_blocks, levels))
     if rows is None:
-        raise ValueError(
+        raise InputError(
             f"adaptive_v: no V building block gives a schedule for p={p}, m={m} within "
             f"memory_limit={memory_limit!r} ({units} chunk activations); try a larger limit")
     return Schedule.from_programs(_programs(rows), name="adaptive-v", devices=p)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
 from .registry import Family, column_buffers, register
@@ -59,9 +60,9 @@ def build_bitpipe(devices, microbatches, chunks=2):
     """
     p, m = devices, microbatches
     if p % 2:
-        raise ValueError(f"'bitpipe' needs an even number of devices (got devices={p})")
+        raise InputError(f"'bitpipe' needs an even number of devices (got devices={p})")
     if m % p:
-        raise ValueError(f"'bitpipe' needs microbatches to be a multiple of devices "
+        raise InputError(f"'bitpipe' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     if p * (4 * m + 4) >= BITPIPE_KERNEL_MIN_OPS:
         cols = _kernel.bitpipe_columns(p, m, column_buffers(p * (4 * m + 4)))

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core import buffers, tier
 from ..core.cpus import local_cpus
+from ..core.ops import CapacityError, InputError
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, _check_int
 from ..kernels.vblocks import (
@@ -90,7 +91,7 @@ class BuildingBlock:
     def __post_init__(self):
         placement = tuple(int(d) for d in self.placement)
         if not placement or min(placement) < 0:
-            raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+            raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
         object.__setattr__(self, "placement", placement)
         offsets = {(str(k), int(s)): float(t) for (k, s), t in dict(self.offsets).items()}
         object.__setattr__(self, "offsets", offsets)
@@ -98,10 +99,10 @@ class BuildingBlock:
         object.__setattr__(self, "durations", durations)
         if not (isinstance(self.interval, (int, float)) and math.isfinite(self.interval)
                 and self.interval > 0):
-            raise ValueError(f"'interval' must be a finite number > 0 (got {self.interval!r})")
+            raise InputError(f"'interval' must be a finite number > 0 (got {self.interval!r})")
         for kind, d in durations.items():
             if kind not in _KIND_ORDER or not (math.isfinite(d) and d > 0):
-                raise ValueError(f"'durations' must map F, B, W, BW to times > 0 (got {kind}: {d})")
+                raise InputError(f"'durations' must map F, B, W, BW to times > 0 (got {kind}: {d})")
         self._check_ops()
         self._check_dependencies()
         self._check_collisions()
@@ -205,9 +206,9 @@ class BuildingBlock:
     def _check_ops(self):
         for (kind, stage) in self.offsets:
             if kind not in _KIND_ORDER:
-                raise ValueError(f"offset for unknown kind {kind!r} (stage {stage}); kinds are F, B, W, BW")
+                raise InputError(f"offset for unknown kind {kind!r} (stage {stage}); kinds are F, B, W, BW")
             if not 0 <= stage < self.stages:
-                raise ValueError(f"offset for {kind} of stage {stage}, but the block has stages "
+                raise InputError(f"offset for {kind} of stage {stage}, but the block has stages "
                                  f"0..{self.stages - 1}")
         kinds_of = [set() for _ in range(self.stages)]  # one pass: per-stage scans were quadratic
         for (k, st) in self.offsets:
@@ -215,12 +216,12 @@ class BuildingBlock:
         for s in range(self.stages):
             has = kinds_of[s]
             if "F" not in has or not (has == {"F", "BW"} or has == {"F", "B", "W"}):
-                raise ValueError(f"stage {s} has offsets for {sorted(has)}; it needs F and BW, "
+                raise InputError(f"stage {s} has offsets for {sorted(has)}; it needs F and BW, "
                                  f"or F, B and W")
             kinds_needed = {"F", "BW"} if "BW" in has else {"F", "B", "W"}
             for k in kinds_needed:
                 if k not in self.durations:
-                    raise ValueError(f"'durations' has no time for {k}")
+                    raise InputError(f"'durations' has no time for {k}")
 
     def _check_dependencies(self):
         S = self.stages
@@ -228,7 +229,7 @@ class BuildingBlock:
 
         def need(later, earlier):
             if o[later] < self.end(*earlier) - 1e-9:
-                raise ValueError(
+                raise InputError(
                     f"offsets break a dependency: {later[1]}{later[0]} starts at {o[later]:g} but "
                     f"needs {earlier[1]}{earlier[0]}, which ends at {self.end(*earlier):g}")
 
@@ -250,17 +251,17 @@ class BuildingBlock:
         for d in range(self.devices):
             ops = sorted(on[d])
             if not ops:
-                raise ValueError(f"device {d} holds no stage (placement {list(self.placement)}): "
+                raise InputError(f"device {d} holds no stage (placement {list(self.placement)}): "
                                  f"number the devices 0..{self.devices - 1} without gaps")
             busy = sum(x[1] for x in ops)
             if busy > T + 1e-9:
-                raise ValueError(f"device {d} has {busy:g} time units of ops per microbatch but the "
+                raise InputError(f"device {d} has {busy:g} time units of ops per microbatch but the "
                                  f"interval is {T:g}: copies of the block must collide")
             for a, b in zip(ops, ops[1:] + [(ops[0][0] + T,) + ops[0][1:]]):
                 if a is b:
                     continue
                 if a[0] + a[1] > b[0] + 1e-9:
-                    raise ValueError(
+                    raise InputError(
                         f"copies of the block collide on device {d}: {a[3]}{a[2]} occupies "
                         f"[{a[0]:g}, {a[0] + a[1]:g}) modulo the interval {T:g} and "
                         f"{b[3]}{b[2]} starts at {b[0] % T:g}")
@@ -454,10 +455,10 @@ def _block_tables(block, microbatches):
     # Numba does not check bounds: every index the kernels form stays inside these.
     # (Finish times in the cool-down kernel are at most the sum of all durations.)
     if K * m * int(l_dur.max()) >= 2 ** 31 - 1 or horizon >= 2 ** 31 - 1:
-        raise ValueError(f"{K * m} ops over {horizon} time units exceed the kernels' int32 range")
+        raise InputError(f"{K * m} ops over {horizon} time units exceed the kernels' int32 range")
     grid = 8 * p * (horizon + 1)
     if grid > _GRID_BYTES_MAX:
-        raise MemoryError(f"squeezing {K * m} ops needs two {p} x {horizon} time grids "
+        raise CapacityError(f"squeezing {K * m} ops needs two {p} x {horizon} time grids "
                           f"({grid / 2 ** 30:.1f} GiB, more than {_GRID_BYTES_MAX / 2 ** 30:.0f})")
     return dict(l_kind=l_kind, l_stage=l_stage, l_dev=l_dev, l_off=l_off, l_dur=l_dur,
                 l_prod=l_prod, l_cons=l_cons, l_is_f=l_is_f, l_is_last=l_is_last, l_last=l_last,
@@ -901,7 +902,7 @@ def repeat(block: BuildingBlock, microbatches: int) -> Repeated:
         If ``microbatches`` is not an int >= 1.
     """
     if not isinstance(block, BuildingBlock):
-        raise ValueError(f"'block' must be a BuildingBlock (got {type(block).__name__})")
+        raise InputError(f"'block' must be a BuildingBlock (got {type(block).__name__})")
     return Repeated(block, _check_int("microbatches", microbatches, minimum=1))
 
 

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from ..core.ops import InputError
 from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
 from .registry import Family, column_buffers, register
@@ -29,9 +30,9 @@ def _check_down(down, m):
     if down is None:
         return m // 2
     if isinstance(down, bool) or not isinstance(down, (int, np.integer)):
-        raise ValueError(f"'chimera' down must be an int (got {down!r})")
+        raise InputError(f"'chimera' down must be an int (got {down!r})")
     if not 1 <= down <= m - 1:
-        raise ValueError(f"'chimera' down must satisfy 1 <= down <= microbatches - 1 = {m - 1}, "
+        raise InputError(f"'chimera' down must satisfy 1 <= down <= microbatches - 1 = {m - 1}, "
                          f"so that each pipeline carries at least one microbatch (got down={down})")
     return int(down)
 
@@ -43,14 +44,14 @@ def _check_up_placement(up_placement, p):
     try:
         devs = list(up_placement)
     except TypeError:
-        raise ValueError(f"'chimera' up_placement must be a sequence of {p} device indices "
+        raise InputError(f"'chimera' up_placement must be a sequence of {p} device indices "
                          f"(got {up_placement!r})") from None
     if len(devs) != p:
-        raise ValueError(f"'chimera' up_placement must give a device for each of the {p} up-pipeline "
+        raise InputError(f"'chimera' up_placement must give a device for each of the {p} up-pipeline "
                          f"stages (got {len(devs)} entries: {devs!r})")
     for i, x in enumerate(devs):
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < p:
-            raise ValueError(f"'chimera' up_placement[{i}] must be a device index in 0..{p - 1} "
+            raise InputError(f"'chimera' up_placement[{i}] must be a device index in 0..{p - 1} "
                              f"(got {x!r})")
     devs = [int(x) for x in devs]
     if len(set(devs)) < p:
@@ -71,13 +72,13 @@ def _check_layers(name, layers, p):
     try:
         counts = list(layers)
     except TypeError:
-        raise ValueError(f"'chimera' {name} must be a sequence of {p} ints (got {layers!r})") from None
+        raise InputError(f"'chimera' {name} must be a sequence of {p} ints (got {layers!r})") from None
     if len(counts) != p:
-        raise ValueError(f"'chimera' {name} must give the share of each of the {p} stages "
+        raise InputError(f"'chimera' {name} must give the share of each of the {p} stages "
                          f"(got {len(counts)} entries: {counts!r})")
     for i, c in enumerate(counts):
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
-            raise ValueError(f"'chimera' {name}[{i}] must be an int >= 1: every stage holds part "
+            raise InputError(f"'chimera' {name}[{i}] must be an int >= 1: every stage holds part "
                              f"of the model (got {c!r})")
     return [int(c) for c in counts]
 
@@ -92,7 +93,7 @@ def _segments(down_layers, up_layers, p):
     down_layers = up_layers if down_layers is None else down_layers
     up_layers = down_layers if up_layers is None else up_layers
     if sum(down_layers) != sum(up_layers):
-        raise ValueError(f"'chimera' down_layers and up_layers split one model: their sums must "
+        raise InputError(f"'chimera' down_layers and up_layers split one model: their sums must "
                          f"be equal (got {sum(down_layers)} for down_layers={down_layers} and "
                          f"{sum(up_layers)} for up_layers={up_layers})")
     g = math.gcd(*down_layers, *up_layers)
@@ -290,16 +291,16 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     """
     p, m = devices, microbatches
     if variant not in ("direct", "forward-doubling"):
-        raise ValueError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
+        raise InputError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
                          f"(got {variant!r})")
     if variant == "forward-doubling" and (m % (2 * p) or p % 2):
-        raise ValueError(f"'chimera' forward doubling needs an even number of devices and "
+        raise InputError(f"'chimera' forward doubling needs an even number of devices and "
                          f"microbatches a multiple of 2 * devices = {2 * p} (got devices={p}, "
                          f"microbatches={m})")
     if p % 2:
-        raise ValueError(f"'chimera' needs an even number of devices (got devices={p})")
+        raise InputError(f"'chimera' needs an even number of devices (got devices={p})")
     if m % p:
-        raise ValueError(f"'chimera' needs microbatches to be a multiple of devices "
+        raise InputError(f"'chimera' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     k = _check_down(down, m)
     placement = _check_up_placement(up_placement, p)
@@ -309,16 +310,16 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     symmetric = (k == m // 2 and placement == list(range(p - 1, -1, -1))
                  and ranges["down"] == ranges["up"])
     if order not in (None, "chimera", "list"):
-        raise ValueError(f"'chimera' order must be None, 'chimera' or 'list' (got {order!r})")
+        raise InputError(f"'chimera' order must be None, 'chimera' or 'list' (got {order!r})")
     if order == "chimera" and not symmetric:
-        raise ValueError("'chimera' order='chimera' holds only an even microbatch split (down = "
+        raise InputError("'chimera' order='chimera' holds only an even microbatch split (down = "
                          f"microbatches / 2 = {m // 2}), the reversed up_placement and equal "
                          "down_layers and up_layers; use order='list' (or None) for this setting")
     if order == "list" and variant != "direct":
-        raise ValueError("'chimera' order='list' needs variant='direct'")
+        raise InputError("'chimera' order='list' needs variant='direct'")
     symmetric = symmetric and order != "list"
     if variant != "direct" and not (symmetric and g is None):
-        raise ValueError("'chimera' forward doubling takes only the default placement: leave "
+        raise InputError("'chimera' forward doubling takes only the default placement: leave "
                          "down, up_placement, down_layers and up_layers unset (or use "
                          "variant='direct')")
     if symmetric:
@@ -498,7 +499,7 @@ def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
     even = all(x == [x[0]] * len(x) for x in layers) and all(x == layers[0] for x in layers)
     reversal = up_placement is None or list(up_placement) == list(range(p - 1, -1, -1))
     if down not in (None, m // 2) or order == "list" or not even or not reversal:
-        raise ValueError("'chimera' has a closed form only for the symmetric placement (down = "
+        raise InputError("'chimera' has a closed form only for the symmetric placement (down = "
                          "microbatches / 2, reversed up_placement, equal layer shares, Chimera's "
                          "order); simulate this setting instead")
     f, bw = c.f, c.b + c.w
@@ -516,25 +517,25 @@ def _check_options(options):
     """The option checks that hold at every shape (the rest need p and m)."""
     variant = options.get("variant", "direct")
     if variant not in ("direct", "forward-doubling"):
-        raise ValueError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
+        raise InputError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
                          f"(got {variant!r})")
     if options.get("order") not in (None, "chimera", "list"):
-        raise ValueError(f"'chimera' order must be None, 'chimera' or 'list' "
+        raise InputError(f"'chimera' order must be None, 'chimera' or 'list' "
                          f"(got {options.get('order')!r})")
     down = options.get("down")
     if down is not None and (isinstance(down, bool) or not isinstance(down, (int, np.integer))
                              or down < 1):
-        raise ValueError(f"'chimera' down must be an int >= 1 (got {down!r})")
+        raise InputError(f"'chimera' down must be an int >= 1 (got {down!r})")
     for name in ("up_placement", "down_layers", "up_layers"):
         value = options.get(name)
         if value is None:
             continue
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-            raise ValueError(f"'chimera' {name} must be a list of ints (got {value!r})")
+            raise InputError(f"'chimera' {name} must be a list of ints (got {value!r})")
         low = 0 if name == "up_placement" else 1
         for i, x in enumerate(value):
             if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
-                raise ValueError(f"'chimera' {name}[{i}] must be an int >= {low} (got {x!r})")
+                raise InputError(f"'chimera' {name}[{i}] must be an int >= {low} (got {x!r})")
 
 
 register(Family("chimera", build_chimera, formula_chimera, check=_check_options,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import buffers
+from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
 from .registry import Family, _programs_to_schedule, column_buffers, register
@@ -134,7 +135,7 @@ def build_dualpipev(devices, microbatches, chunks=2):
     """
     p, m = devices, microbatches
     if m < 2 * p:
-        raise ValueError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+        raise InputError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
         return _dualpipev_reference(p, m)
     d = np.arange(p, dtype=np.int64)
@@ -190,10 +191,10 @@ def build_dualpipe(devices, microbatches, chunks=1):
     """
     p, m = devices, microbatches
     if p % 2 or m % 2:
-        raise ValueError(f"'dualpipe' needs even devices and microbatches (got devices={p}, "
+        raise InputError(f"'dualpipe' needs even devices and microbatches (got devices={p}, "
                          f"microbatches={m})")
     if m < 2 * p:
-        raise ValueError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
+        raise InputError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
         return _dualpipe_reference(p, m)
     P, M = p // 2, m // 2

@@ -18,6 +18,7 @@ import numpy as np
 from ..core import buffers
 from ..core.costs import Costs
 from ..core.cpus import local_cpus
+from ..core.ops import InputError
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import validate
@@ -269,18 +270,18 @@ def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
-        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     for name in ("f", "b", "w", "comm", "activation", "activation_w"):
         if np.ndim(getattr(costs, name)) != 0:
-            raise ValueError(f"zbv_greedy needs scalar costs: Costs '{name}' is a vector")
+            raise InputError(f"zbv_greedy needs scalar costs: Costs '{name}' is a vector")
     chunk_act = costs.activation / 2
     chunk_w = costs.activation_w / 2
     if m < 2 * p:
-        raise ValueError(f"zbv_greedy needs microbatches >= 2 * devices = {2 * p} (got {m}): its "
+        raise InputError(f"zbv_greedy needs microbatches >= 2 * devices = {2 * p} (got {m}): its "
                          f"rules assume a full warm-up; use the handcrafted 'zb-v'")
     limit = p * costs.activation if memory_limit is None else float(memory_limit)
     if not np.isfinite(limit) or limit < p * costs.activation:
-        raise ValueError(f"'memory_limit' must be >= devices * activation = {p * costs.activation:g}, "
+        raise InputError(f"'memory_limit' must be >= devices * activation = {p * costs.activation:g}, "
                          f"the V's steady-state peak (got {memory_limit})")
     # The greedy rules compare sums of times (and of memory) for equality;
     # floats would break those ties by rounding, so decide in exact integers.
@@ -323,7 +324,7 @@ def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
                 continue
             best = (worst, sched)
     if best is None:
-        raise ValueError("zbv_greedy found no valid order for these costs ("
+        raise InputError("zbv_greedy found no valid order for these costs ("
                          + "; ".join(problems) + "); the handcrafted 'zb-v' always works")
     return best[1]
 
@@ -388,7 +389,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     """
     placement = [int(d) for d in placement]
     if not placement or min(placement) < 0:
-        raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+        raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
     m = _check_int("microbatches", microbatches, minimum=1)
     S = len(placement)
     p = max(placement) + 1
@@ -544,11 +545,11 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     """Checked inputs of :func:`memory_greedy` as per-stage arrays."""
     placement = [int(d) for d in placement]
     if not placement or min(placement) < 0:
-        raise ValueError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+        raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
-        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     S = len(placement)
     p = max(placement) + 1
     arr = costs.stage_arrays(S, p)
@@ -560,7 +561,7 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     for d in range(p):
         need = static[d] + sum(act[s] for s in stages_of[d])
         if need > limit * (1 + 1e-9):
-            raise ValueError(f"memory_limit {limit:g} is below what device {d} needs for one "
+            raise InputError(f"memory_limit {limit:g} is below what device {d} needs for one "
                              f"microbatch on each of its stages ({need:g}: weights {static[d]:g} + "
                              f"activations)")
     reserve = [max((act[t] for t in stages_of[placement[s]] if t > s), default=0.0)
@@ -572,7 +573,7 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     else:
         cap = [_check_int("warmup", x, minimum=1) for x in warmup]
         if len(cap) != p:
-            raise ValueError(f"'warmup' has {len(cap)} entries for {p} devices")
+            raise InputError(f"'warmup' has {len(cap)} entries for {p} devices")
 
     return {"placement": placement, "S": S, "m": m, "p": p, "tf": tf, "tb": tb, "tw": tw,
             "comm": comm, "act": act, "act_w": act_w, "stages_of": stages_of, "static": static,
@@ -649,7 +650,7 @@ def _memory_greedy_reference(placement, microbatches, costs=None, memory_limit=N
             # Devices with work left (a device may hold no stage at all).
             stuck = [d for d in range(p) if any(next_b[s] < m for s in stages_of[d])
                      or pending_w[d]]
-            raise ValueError(f"memory_greedy cannot continue: devices {stuck or 'all'} wait on "
+            raise InputError(f"memory_greedy cannot continue: devices {stuck or 'all'} wait on "
                              f"each other under memory_limit {limit:g} and warmup {cap}")
         t, d = min(live)
         _, kind, s = proposals[d]
@@ -779,7 +780,7 @@ def warmup_search(placement, microbatches: int, costs: Costs | None = None,
                         best = (value, tuple(moved), w_fill)
                         improved = True
     if best[1] is None:
-        raise ValueError(f"no warm-up gives a memory_greedy schedule within memory_limit "
+        raise InputError(f"no warm-up gives a memory_greedy schedule within memory_limit "
                          f"{memory_limit!r}")
     sched = seen[(best[1], best[2])][1]
     sched.params.update(warmup=list(best[1]), w_fill=best[2])

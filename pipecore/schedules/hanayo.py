@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.ops import InputError
 from ..core.schedule import _check_int
 from .registry import Family, register
 
@@ -70,7 +71,7 @@ def build_hanayo(devices, microbatches, chunks=2, waves=None):
     from .generate import greedy
 
     if chunks % 2:
-        raise ValueError(f"'hanayo' places 2 stages per device and wave: 'chunks' must be even "
+        raise InputError(f"'hanayo' places 2 stages per device and wave: 'chunks' must be even "
                          f"(got {chunks})")
     return greedy(wave_placement(devices, chunks // 2), microbatches, name="hanayo")
 
@@ -81,7 +82,7 @@ def _resolve(chunks, options):
         return chunks
     waves = _check_int("waves", waves, minimum=1)
     if chunks is not None and chunks != 2 * waves:
-        raise ValueError(f"'hanayo' with waves={waves} has chunks=2*waves={2 * waves} "
+        raise InputError(f"'hanayo' with waves={waves} has chunks=2*waves={2 * waves} "
                          f"(got chunks={chunks})")
     return 2 * waves
 

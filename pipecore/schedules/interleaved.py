@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.ops import InputError
 from ..kernels.slots import interleaved_columns, interleaved_zb_columns
 from . import registry
 from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
@@ -39,7 +40,7 @@ def build_interleaved(devices, microbatches, chunks=2):
     """
     p, m, v = devices, microbatches, chunks
     if m % p != 0:
-        raise ValueError(f"'interleaved-1f1b' needs microbatches to be a multiple of devices "
+        raise InputError(f"'interleaved-1f1b' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     total = m * v
     if p * 2 * total >= registry.SCATTER_MIN_OPS:
@@ -178,7 +179,7 @@ def _zb_round(p, m):
     """Microbatches per round of interleaved-zb, after checking m splits evenly."""
     rounds = max(1, m // p)
     if m % rounds != 0:
-        raise ValueError(f"'interleaved-zb' needs microbatches to be a multiple of "
+        raise InputError(f"'interleaved-zb' needs microbatches to be a multiple of "
                          f"max(1, microbatches // devices) = {rounds} (got microbatches={m})")
     return m // rounds
 

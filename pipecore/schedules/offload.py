@@ -11,6 +11,7 @@ backward waits for it to end.
 
 from __future__ import annotations
 
+from ..core.ops import InputError
 from ..core.schedule import Schedule, _as_ops, _check_int
 from .recompute import _index_set
 
@@ -54,7 +55,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         If the input schedule is not valid.
     """
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     prefetch = _check_int("prefetch", prefetch, minimum=0)
     st = schedule._info()  # validates
     S, m = st["stages"], st["microbatches"]
@@ -80,7 +81,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         for key in f_at:
             if key in taken:
                 what = "offloaded" if taken[key] == "O" else "recomputed"
-                raise ValueError(f"stage {key[0]} microbatch {key[1]} is already {what}")
+                raise InputError(f"stage {key[0]} microbatch {key[1]} is already {what}")
         after = {}   # unit index -> O ops to put after it
         before = {}  # unit index -> L ops to put before it
         for key, i in f_at.items():

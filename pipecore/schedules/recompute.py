@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..core.ops import InputError
 from ..core.schedule import BW, B, R, Schedule
 
 __all__ = ["recompute"]
@@ -24,11 +25,11 @@ def _index_set(name, values, upper):
     if isinstance(values, (int,)) and not isinstance(values, bool):
         values = [values]
     if not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
-        raise ValueError(f"'{name}' must be an int, an iterable of ints or None (got {values!r})")
+        raise InputError(f"'{name}' must be an int, an iterable of ints or None (got {values!r})")
     out = set()
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < upper:
-            raise ValueError(f"'{name}' entries must be ints in 0..{upper - 1} (got {v!r})")
+            raise InputError(f"'{name}' entries must be ints in 0..{upper - 1} (got {v!r})")
         out.add(int(v))
     return out
 
@@ -66,7 +67,7 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
         If the input schedule is not valid.
     """
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     st = schedule._info()  # validates
     S, m = st["stages"], st["microbatches"]
     chosen_s = _index_set("stages", stages, S)
@@ -96,7 +97,7 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
         clash = rb[present[stage[rb] * m + mb[rb]]]
         if clash.size:  # the first in program order, as a scan of the programs meets it
             s, j = int(stage[clash[0]]), int(mb[clash[0]])
-            raise ValueError(f"stage {s} microbatch {j} is already recomputed "
+            raise InputError(f"stage {s} microbatch {j} is already recomputed "
                              f"(the schedule has {s}R{j})")
     # A unit is one slot of a device program (an F&B pair is one unit of
     # two rows); each R goes right before the unit holding its backward.

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core import buffers
 from ..core.cpus import local_cpus as _local_cpus
+from ..core.ops import CapacityError, InputError
 from ..core.schedule import Schedule, _check_int
 from ..kernels.slots import scatter_slots
 
@@ -121,7 +122,7 @@ def register(fam: Family) -> Family:
     """
     key = fam.name.lower()
     if key in _REGISTRY:
-        raise ValueError(f"schedule family {fam.name!r} is already registered")
+        raise InputError(f"schedule family {fam.name!r} is already registered")
     _REGISTRY[key] = fam
     return fam
 
@@ -159,7 +160,7 @@ def family(name: str) -> Family:
     """
     key = str(name).strip().lower()
     if key not in _REGISTRY:
-        raise ValueError(f"unknown schedule {name!r}; valid names: {', '.join(schedules())}")
+        raise InputError(f"unknown schedule {name!r}; valid names: {', '.join(schedules())}")
     return _REGISTRY[key]
 
 
@@ -202,7 +203,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     unknown = sorted(set(options) - set(fam.options))
     if unknown:
         valid = ", ".join(fam.options) if fam.options else "none"
-        raise ValueError(f"'{fam.name}' takes no option {', '.join(map(repr, unknown))} "
+        raise InputError(f"'{fam.name}' takes no option {', '.join(map(repr, unknown))} "
                          f"(its options: {valid})")
     if fam.resolve is not None:
         chunks = fam.resolve(chunks, options)
@@ -210,10 +211,10 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         chunks = fam.chunks_for(None)
     chunks = _check_int("chunks", chunks, minimum=1)
     if fam.fixed_chunks is not None and chunks != fam.fixed_chunks:
-        raise ValueError(f"'{fam.name}' places {fam.fixed_chunks} stages per device: 'chunks' "
+        raise InputError(f"'{fam.name}' places {fam.fixed_chunks} stages per device: 'chunks' "
                          f"must be {fam.fixed_chunks} (got {chunks})")
     if not fam.chunks and chunks != 1:
-        raise ValueError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
+        raise InputError(f"'{fam.name}' has one stage per device: 'chunks' must be 1 "
                          f"(got {chunks}); interleaved families take chunks")
     _check_size(fam.name, devices, microbatches, chunks)
     # Builders allocate millions of small tuples for big shapes; the cyclic
@@ -247,12 +248,12 @@ def _check_size(name, p, m, v):
     # maybe W), p * v stages, and at most 2 all-reduces per device.
     most = 3 * p * v * m + 2 * p
     if most > MAX_OPS:
-        raise ValueError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} may have "
+        raise InputError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} may have "
                          f"{most:,} ops; an op table holds at most {MAX_OPS:,} (int32 rows)")
     least = 2 * p * v * m * MIN_BYTES_PER_OP
     free = buffers.available_bytes()
     if free is not None and least > free:
-        raise MemoryError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} needs at "
+        raise CapacityError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} needs at "
                           f"least {_size(least)} to build and validate ({2 * p * v * m:,} ops "
                           f"or more); {_size(free)} is available")
 

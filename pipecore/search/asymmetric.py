@@ -52,6 +52,7 @@ from ..analysis.model import Hardware
 from ..analysis.study import GRID_FACTORS, TransformerModel, describe, study_metadata
 from ..core import tier
 from ..core.costs import Costs, fits
+from ..core.ops import InputError
 from ..core.progress import reporter
 from ..core.simulate import compile_schedule, simulate
 from ..kernels.listsched import STATUS_OK
@@ -278,9 +279,9 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
     hardware = Hardware.preset("dgx-h100") if hardware is None else hardware
     for x in factors:
         if not x > 0:
-            raise ValueError(f"grid factors must be > 0 (got {x})")
+            raise InputError(f"grid factors must be > 0 (got {x})")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"'budget' must be an int >= 1 (got {budget!r})")
+        raise InputError(f"'budget' must be an int >= 1 (got {budget!r})")
     t0 = time.perf_counter()
     rows = []
     total = 0

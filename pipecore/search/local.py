@@ -18,6 +18,7 @@ import numpy as np
 
 from ..core import tier
 from ..core.costs import Costs, Network, fits
+from ..core.ops import InputError
 from ..core.schedule import KINDS, Schedule
 from ..core.simulate import compile_schedule, simulate, validate
 from ..kernels.localsearch import climb as _climb
@@ -80,27 +81,27 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
         If the input is not a valid schedule.
     """
     if not isinstance(schedule, Schedule):
-        raise ValueError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     if objective not in ("makespan", "span"):
-        raise ValueError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
+        raise InputError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"'window' must be an int >= 1 (got {window!r})")
+        raise InputError(f"'window' must be an int >= 1 (got {window!r})")
     if isinstance(max_evals, bool) or not isinstance(max_evals, int) or max_evals < 1:
-        raise ValueError(f"'max_evals' must be an int >= 1 (got {max_evals!r})")
+        raise InputError(f"'max_evals' must be an int >= 1 (got {max_evals!r})")
     costs = Costs() if costs is None else costs
     validate(schedule)
     st = schedule._info()
     if (schedule.kind_codes >= 6).any():
-        raise ValueError("local_search keeps memory in program order: schedules that offload "
+        raise InputError("local_search keeps memory in program order: schedules that offload "
                          "activations (O and L ops) are not supported")
     if st["paired"].any() or (schedule.kind_codes == 4).any():
-        raise ValueError("local_search moves single ops: schedules with overlapped F&B pairs or "
+        raise InputError("local_search moves single ops: schedules with overlapped F&B pairs or "
                          "all-reduces are not supported")
     limit = math.inf if memory_limit is None else float(memory_limit)
     start = simulate(schedule, costs, network)
     start_mem = float((start.peak_activation + start.static_memory).max())
     if not fits(start_mem, limit):
-        raise ValueError(f"the starting schedule needs {start_mem:g}, above memory_limit "
+        raise InputError(f"the starting schedule needs {start_mem:g}, above memory_limit "
                          f"{limit:g}")
     c = compile_schedule(schedule, costs, network)
     p = schedule.devices
@@ -108,7 +109,7 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     row_dev = np.repeat(np.arange(p), np.diff(c.dev_ptr)).astype(np.int64)
     for name_, value in (("restarts", restarts), ("kick", kick), ("seed", seed)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"'{name_}' must be an int >= 0 (got {value!r})")
+            raise InputError(f"'{name_}' must be an int >= 0 (got {value!r})")
     args = (c.dev_ptr, c.op_class, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst, c.x_link,
             c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, c.ckpt, static,
             objective == "span", limit * (1 + 1e-9), window)

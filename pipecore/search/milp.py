@@ -77,6 +77,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.costs import Costs, fits
+from ..core.ops import InputError
 from ..core.schedule import Action, Schedule, _check_int
 from ..core.simulate import Result, simulate
 
@@ -148,20 +149,20 @@ def _check_placement(placement):
     try:
         values = list(placement)
     except TypeError:
-        raise ValueError(f"'placement' must be a sequence of device indices (got {placement!r})") \
+        raise InputError(f"'placement' must be a sequence of device indices (got {placement!r})") \
             from None
     if not values:
-        raise ValueError("'placement' must give a device for at least one stage (got an empty "
+        raise InputError("'placement' must give a device for at least one stage (got an empty "
                          "sequence)")
     out = []
     for s, d in enumerate(values):
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise ValueError(f"'placement'[{s}] must be a device index >= 0 (got {d!r})")
+            raise InputError(f"'placement'[{s}] must be a device index >= 0 (got {d!r})")
         out.append(int(d))
     p = max(out) + 1
     idle = sorted(set(range(p)) - set(out))
     if idle:
-        raise ValueError(f"'placement' {out} leaves device {idle[0]} without a stage; devices "
+        raise InputError(f"'placement' {out} leaves device {idle[0]} without a stage; devices "
                          f"must be 0..{p - 1}, each holding at least one stage")
     return out, p
 
@@ -170,10 +171,10 @@ def _check_number(name, value, allow_none=False, allow_inf=False):
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"'{name}' must be a number > 0 (got {value!r})")
+        raise InputError(f"'{name}' must be a number > 0 (got {value!r})")
     x = float(value)
     if math.isnan(x) or x <= 0 or (math.isinf(x) and not allow_inf):
-        raise ValueError(f"'{name}' must be a {'' if allow_inf else 'finite '}number > 0 "
+        raise InputError(f"'{name}' must be a {'' if allow_inf else 'finite '}number > 0 "
                          f"(got {value!r})")
     return x
 
@@ -193,7 +194,7 @@ class _Problem:
             if zero.size:
                 # Zero-time F or B ops could tie with their consumers on other
                 # devices, so a solution's order could deadlock; W may be 0.
-                raise ValueError(f"optimal needs Costs '{name}' > 0 at every stage (stage "
+                raise InputError(f"optimal needs Costs '{name}' > 0 at every stage (stage "
                                  f"{int(zero[0])} has {name}={arr[name][zero[0]]:g})")
         n = 3 * S * m
         self.n = n
@@ -217,7 +218,7 @@ class _Problem:
             over = np.flatnonzero(~fits(self.need, limit))
             if over.size:
                 d = int(over[0])
-                raise ValueError(
+                raise InputError(
                     f"memory_limit {limit:g} is below what device {d} needs for one microbatch "
                     f"({self.need[d]:g}: weights {self.static[d]:g} plus one activation of each "
                     f"of its stages)")
@@ -535,7 +536,7 @@ def optimal(placement, microbatches: int, costs: Costs | None = None,
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
-        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     limit = _check_number("memory_limit", memory_limit, allow_none=True, allow_inf=True)
     if limit is not None and math.isinf(limit):
         limit = None

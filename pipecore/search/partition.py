@@ -23,6 +23,7 @@ import numpy as np
 from ..analysis.model import Hardware, Model
 from ..core import tier
 from ..core.costs import FIT_RTOL, Costs, Network
+from ..core.ops import InputError
 from ..core.schedule import Schedule, _check_int
 from ..core.simulate import Result, simulate
 from ..schedules.registry import build, family
@@ -30,7 +31,7 @@ from ..schedules.registry import build, family
 __all__ = ["partition", "Plan", "PartitionError", "uniform_split"]
 
 
-class PartitionError(ValueError):
+class PartitionError(InputError):
     """No split fits the memory limit.
 
     Attributes
@@ -282,7 +283,7 @@ def uniform_split(model: Model, stages: int) -> tuple:
     else:  # too few blocks to give each stage one: divide all the layers
         first, last, n = 0, len(kinds) - 1, len(kinds)
     if n < stages:
-        raise ValueError(f"the model has {n} layers but the schedule has {stages} stages: "
+        raise InputError(f"the model has {n} layers but the schedule has {stages} stages: "
                          "each stage needs at least one layer")
     counts = [n // stages + (1 if s < n % stages else 0) for s in range(stages)]
     counts[0] += first
@@ -453,11 +454,11 @@ def partition(model: Model, devices: int, chunks: int | None = None, schedule: s
         layers (or blocks) than the schedule has stages.
     """
     if not isinstance(model, Model):
-        raise ValueError(f"'model' must be a pipecore Model (got {type(model).__name__})")
+        raise InputError(f"'model' must be a pipecore Model (got {type(model).__name__})")
     if hardware is None:
         hardware = Hardware.preset("h100-nvlink")
     if not isinstance(hardware, Hardware):
-        raise ValueError(f"'hardware' must be a pipecore.model.Hardware (got {type(hardware).__name__})")
+        raise InputError(f"'hardware' must be a pipecore.model.Hardware (got {type(hardware).__name__})")
     devices = _check_int("devices", devices, minimum=1)
     if microbatches is None:
         microbatches = 4 * devices
@@ -466,13 +467,13 @@ def partition(model: Model, devices: int, chunks: int | None = None, schedule: s
     limit = hardware.hbm_bytes if memory_limit is None else memory_limit
     if isinstance(limit, bool) or not isinstance(limit, (int, float, np.integer, np.floating)) \
             or math.isnan(limit) or limit <= 0:
-        raise ValueError(f"'memory_limit' must be a number of bytes > 0 (got {memory_limit!r})")
+        raise InputError(f"'memory_limit' must be a number of bytes > 0 (got {memory_limit!r})")
     limit = float(limit)
     family(schedule)  # a clear error for an unknown name before anything else
     sched = build(schedule, devices, microbatches, chunks=chunks, **options)
     S = sched.stages
     if len(model) < S:
-        raise ValueError(f"the model has {len(model)} layers but {sched.name!r} on {devices} devices "
+        raise InputError(f"the model has {len(model)} layers but {sched.name!r} on {devices} devices "
                          f"has {S} stages; every stage needs at least one layer")
 
     search = _Search(model, hardware, sched, limit)

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..core import tier
 from ..core.costs import Costs, Network, fits
+from ..core.ops import InputError
 from ..core.progress import Progress, enabled
 from ..core.rules import kernel_from
 from ..core.schedule import Schedule, ScheduleError, _check_int
@@ -35,7 +36,7 @@ CHUNK_VALUES = (2, 3, 4, 6, 8)
 TUNE_KERNEL_FROM = 8192
 
 
-class TuneError(ValueError):
+class TuneError(InputError):
     """Nothing fits the memory limit.
 
     Attributes
@@ -208,18 +209,18 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     """
     t0 = time.perf_counter()
     if objective not in ("makespan", "span"):
-        raise ValueError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
+        raise InputError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
     p = _check_int("devices", devices, minimum=1)
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
     if not isinstance(costs, Costs):
-        raise ValueError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     if network is not None and not isinstance(network, Network):
-        raise ValueError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+        raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     limit = math.inf if memory_limit is None else memory_limit
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or math.isnan(limit) \
             or limit <= 0:
-        raise ValueError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
+        raise InputError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
     limit = float(limit)
     names = schedules() if families is None else [family(n).name for n in families]
     chunk_values = CHUNK_VALUES if chunks is None else tuple(
