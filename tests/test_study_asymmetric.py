@@ -71,7 +71,7 @@ def test_rows_agree_with_direct_simulation(small):
         t_list, _ = _sim(4, 4, {"order": "list"}, r["compute_speed"], r["network_speed"])
         assert r["list_time"] == t_list
     text = summarize_asymmetric(table, info)
-    assert "not buildable: S=4 m=6" in text and "variants evaluated" in text
+    assert "not buildable: p=4 m=6" in text and "variants evaluated" in text
 
 
 def test_tiny_budget_still_has_baselines():
@@ -116,13 +116,13 @@ def test_findings_verdicts_on_a_known_table():
     out = findings(_study_table())
     assert [f["verdict"] for f in out[:4]] == ["holds only in some cells", "holds only in some cells",
                                                "holds", "holds"]
-    assert out[0]["cells"] == "S=4 m=16 (c1/n0.1)"
+    assert out[0]["cells"] == "p=4 m=16 (c1/n0.1)"
     # 1F1B's peak is lower only at m=16 (3 against 16); at m=4 both hold 4.
-    assert out[1]["cells"] == "S=4 m=16 (all)"
+    assert out[1]["cells"] == "p=4 m=16 (all)"
     # Chimera beats both in every cell but the flipped one: more at m=4 than
     # m=16, more on the fast network than the slow.
-    assert "S=4: ahead in 75% of cells, 100% at m=4 vs 50% at m=16" in out[2]["detail"]
-    assert out[3]["cells"] == "S=4 m=4 (all)"
+    assert "p=4: ahead in 75% of cells, 100% at m=4 vs 50% at m=16" in out[2]["detail"]
+    assert out[3]["cells"] == "p=4 m=4 (all)"
     assert out[4]["verdict"] == "not evaluated"
     text = format_findings(out)
     assert all(f"\n{i}. " in text for i in range(1, 6))
@@ -133,8 +133,8 @@ def test_findings_gpipe_1f1b_peak_rule():
             _row("gpipe", 4, 8, 1.0, 1.0, 1, 1, 1.0, 8), _row("1f1b", 4, 8, 1.0, 1.0, 1, 1, 1.0, 4)]
     f = findings(pa.Table.from_pylist(rows))[1]
     assert f["verdict"] == "holds only in some cells"
-    assert f["cells"] == "S=4 m=8 (all)"
-    assert "not lower in S=4 m=4 (all)" in f["detail"]
+    assert f["cells"] == "p=4 m=8 (all)"
+    assert "not lower in p=4 m=4 (all)" in f["detail"]
 
 
 def _asym(p, gain, best_peak, sym_peak=10.0, min_peak=10.0):
@@ -196,7 +196,7 @@ def test_cli_study_without_asymmetric_says_what_claim_five_needs(tmp_path):
 def test_memory_in_m_and_placements_over_the_device_memory_marked(small):
     table, info = small
     rows = [r for r in table.to_pylist() if r["error"] is None]
-    unit = _m_bytes(4)  # 9.13e9 bytes at S=4
+    unit = _m_bytes(4)  # 9.13e9 bytes at p=4
     for r in rows:
         assert r["m_bytes"] == unit
         assert r["device_memory"] == pytest.approx(80e9 / unit, rel=1e-12)

@@ -3,8 +3,8 @@
 Each claim gets a verdict, "holds", "does not hold" or "holds only in some
 cells", computed from :func:`pipecore.study`'s table (and, for the fifth,
 from :func:`pipecore.search.asymmetric.asymmetric_study`'s), with the cells
-behind it. A cell is (S devices, m microbatches, compute speed, network
-speed), written ``S=4 m=16 (c1/n0.1)``: compute at x1 and network at x0.1 of
+behind it. A cell is (p devices, m microbatches, compute speed, network
+speed), written ``p=4 m=16 (c1/n0.1)``: compute at x1 and network at x0.1 of
 the hardware's speed (x10 = ten times faster, see :mod:`pipecore.analysis.study`).
 The thresholds are stated in each claim's ``rule``.
 """
@@ -53,9 +53,9 @@ def _cells_text(cells, grid):
     parts = []
     for (p, m), cn in sorted(by.items()):
         if len(cn) == len(grid.get((p, m), ())):
-            parts.append(f"S={p} m={m} (all)")
+            parts.append(f"p={p} m={m} (all)")
         else:
-            parts.append(f"S={p} m={m} (" + ", ".join(f"c{cf:g}/n{nf:g}" for cf, nf in cn) + ")")
+            parts.append(f"p={p} m={m} (" + ", ".join(f"c{cf:g}/n{nf:g}" for cf, nf in cn) + ")")
     return "; ".join(parts)
 
 
@@ -100,7 +100,7 @@ def _claim_rankings(groups, grid):
     detail = ""
     if examples:
         cell, (a, b, seen) = sorted(examples.items())[0]
-        detail = (f"e.g. S={cell[0]} m={cell[1]} c{cell[2]:g}/n{cell[3]:g}: {a} vs {b} is "
+        detail = (f"e.g. p={cell[0]} m={cell[1]} c{cell[2]:g}/n{cell[3]:g}: {a} vs {b} is "
                   + ", ".join(f"{v.split('_')[0]} {'<' if s < 0 else '>' if s > 0 else '='}"
                               for v, s in seen.items()))
     return {"verdict": _verdict(len(flips), total), "cells": _cells_text(flips, grid),
@@ -135,7 +135,7 @@ def _claim_gpipe_1f1b(groups, grid):
     if fail_time:
         d, c = worst
         why.append(f"runtimes differ by more than {EQUAL_RUNTIME:.0%} in "
-                   f"{_cells_text(fail_time, grid)} (most at S={c[0]} m={c[1]} "
+                   f"{_cells_text(fail_time, grid)} (most at p={c[0]} m={c[1]} "
                    f"c{c[2]:g}/n{c[3]:g}: GPipe {100 * d:+.1f}% vs 1F1B); there transfers cost "
                    f"time that the two orders overlap differently with compute, which the "
                    f"paper's simulator may not model (it has no link contention)")
@@ -171,7 +171,7 @@ def _claim_chimera(groups, grid):
         fast, slow = share(3, nets[-1]), share(3, nets[0])
         ok = low_m > high_m and fast > slow
         verdicts.append(ok)
-        notes.append(f"S={p}: ahead in {share(None, None):.0%} of cells, {low_m:.0%} at m={ms[0]} "
+        notes.append(f"p={p}: ahead in {share(None, None):.0%} of cells, {low_m:.0%} at m={ms[0]} "
                      f"vs {high_m:.0%} at m={ms[-1]}, {fast:.0%} on the fastest network vs "
                      f"{slow:.0%} on the slowest{'' if ok else ' (trend not met)'}")
     return {"verdict": _verdict(sum(verdicts), len(verdicts)),
@@ -202,7 +202,7 @@ def _claim_hanayo(groups, grid):
             sensitive = row[nets[0]] < row[nets[-1]]
             if effective and sensitive:
                 good += [c for c in points if c[0] == p and c[2] == cf]
-            notes.append(f"S=m={p} compute speed x{cf:g}: Hanayo vs Chimera "
+            notes.append(f"p=m={p} compute speed x{cf:g}: Hanayo vs Chimera "
                          + ", ".join(f"{100 * row[n]:+.1f}% at network speed x{n:g}"
                                      for n in nets)
                          + ("" if effective else " (not ahead on the mid/fast networks)")
@@ -269,7 +269,7 @@ def _claim_asymmetric(asym):
             for r in rows
             if r["devices"] == shallow and r["gain_vs_symmetric"] <= GAIN_FLOOR]
     if none:
-        why.append(f"no asymmetric gain (<= {GAIN_FLOOR:.1%}) at S={shallow} in "
+        why.append(f"no asymmetric gain (<= {GAIN_FLOOR:.1%}) at p={shallow} in "
                    f"{_cells_text(none, grid)}")
     if all("chimera_time" in r and "list_time" in r for r in rows):
         order = max((r["chimera_time"] - r["list_time"]) / r["chimera_time"] for r in rows)
@@ -287,7 +287,7 @@ def _claim_asymmetric(asym):
             "rule": f"the fastest asymmetric variant's global peak (activation + weights, worst "
                     f"device) is not below symmetric Chimera's, and its gain over the faster "
                     f"symmetric order (Chimera's or the list order) is in "
-                    f"({GAIN_FLOOR:.1%}, {LITTLE:.0%}] at S={shallow} and <= {GAIN_FLOOR:.1%} "
+                    f"({GAIN_FLOOR:.1%}, {LITTLE:.0%}] at p={shallow} and <= {GAIN_FLOOR:.1%} "
                     f"deeper (cells listed: where it holds)",
             "detail": "; ".join(why)}
 
@@ -350,7 +350,7 @@ def format_findings(items: list[dict]) -> str:
         Nothing beyond errors of the objects it is given.
     """
     lines = ["findings: the paper's claims under pipecore's model",
-             "cells: S=4 m=16 (c1/n0.1) is S devices, m microbatches, compute speed x1, network "
+             "cells: p=4 m=16 (c1/n0.1) is p devices, m microbatches, compute speed x1, network "
              "speed x0.1 (x10 = ten times the hardware's speed); 'all': every cell of the grid"]
     for i, f in enumerate(items, 1):
         lines.append(f"{i}. {f['claim']}: {f['verdict'].upper()}")

@@ -222,7 +222,7 @@ def describe(model, hardware, factors) -> list[str]:
     lines = [
         f"model: transformer, {model.layers} layers of hidden size {model.hidden}, sequence "
         f"{model.seq} tokens, microbatch {model.microbatch} sequence(s), "
-        f"{model.bytes_per_value}-byte values; S devices hold {model.layers}/S layers each",
+        f"{model.bytes_per_value}-byte values; p devices hold {model.layers}/p layers each",
         f"hardware: preset \"{hardware.name}\": {_si(hardware.flops, 'FLOP/s')} and "
         f"{_si(hardware.memory_bandwidth, 'B/s')} memory bandwidth per device, {hbm}; links "
         f"{_si(hardware.link_bandwidth, 'B/s')} per direction, {_si(hardware.link_latency, 's')} "
@@ -305,7 +305,7 @@ def study(devices=(4, 8), microbatches=(8, 16, 32, 64, 128, 256), model=None, ha
                   unit="shapes") as bar:
         for p in devices:
             for m in microbatches:
-                bar.update(0, note=f"S={p} m={m}")
+                bar.update(0, note=f"p={p} m={m}")
                 built = {}
                 for name in names:
                     try:
@@ -369,7 +369,7 @@ def _left_out(table):
             why.setdefault((r["family"], r["error"]), set()).add((r["devices"], r["microbatches"]))
     lines = []
     for (name, error), shapes in sorted(why.items()):
-        where = ", ".join(f"S={p} m={m}" for p, m in sorted(shapes))
+        where = ", ".join(f"p={p} m={m}" for p, m in sorted(shapes))
         lines.append(f"  {name} at {where}: {error}")
     return lines
 
@@ -424,14 +424,14 @@ def summarize(table: pa.Table) -> str:
     lines.append(f"summary: in {overturned} of {len(groups)} cells communication changes the "
                  f"winner the formula predicts")
     lines += textwrap.wrap(
-        "S: devices; m: microbatches; compute-speed, network-speed: factors on the hardware's "
+        "p: devices; m: microbatches; compute-speed, network-speed: factors on the hardware's "
         "speed (x10 = ten times faster); *-best: the fastest family under the closed formula "
         "(no communication), the ideal table (unit op times) and the simulation (transfers on "
         "the links), ties by name; sim-time: the simulation's best iteration time; overturned: "
         "yes when the simulation's winner is not among the formula's best, 'no (tie)' when it "
         "is one of several the formula ties for best.", 100, initial_indent="  ",
         subsequent_indent="  ")
-    lines.append("      S       m  compute-speed  network-speed  formula-best      table-best"
+    lines.append("      p       m  compute-speed  network-speed  formula-best      table-best"
                  "        sim-best          sim-time (s)  overturned")
     for key in sorted(marks):
         best, mark = marks[key]
@@ -480,7 +480,7 @@ def detail(table: pa.Table) -> str:
                           f"study.parquet holds every cell)", 100, subsequent_indent="  ")
     for p in sorted({k[1] for k in at}):
         ms = sorted({k[2] for k in at if k[1] == p})
-        lines.append(f"  S={p:<3} {'family':<16}" + "".join(f"{'m=' + str(m):>14}" for m in ms))
+        lines.append(f"  p={p:<3} {'family':<16}" + "".join(f"{'m=' + str(m):>14}" for m in ms))
         for name in families:
             cols = []
             for m in ms:

@@ -305,7 +305,7 @@ def study_figures(table: pa.Table) -> list:
             for name, kw in named:
                 handles.append(Line2D([], [], markersize=4, **kw))
                 labels.append(name)
-        fig.suptitle(f"S={p} devices{hw}: each family's simulated iteration time relative to "
+        fig.suptitle(f"p={p} devices{hw}: each family's simulated iteration time relative to "
                      f"the fastest family at each m (1 = fastest); one panel per ratio of "
                      f"compute to network speed", fontsize=10)
         right = 1 - legend_w / fig.get_figwidth()

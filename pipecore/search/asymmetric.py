@@ -291,7 +291,7 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
         for p in devices:
             cells, cell_costs, cell_nets = _cells(model, hardware, p, factors)
             for m in microbatches:
-                bar.update(0, note=f"S={p} m={m}, {total} variants so far")
+                bar.update(0, note=f"p={p} m={m}, {total} variants so far")
                 try:
                     build("chimera", p, m)
                 except ValueError as exc:
@@ -313,7 +313,7 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
                             cache[key] = None
                             return None
                         cache[key] = _evaluate(sched, costs, nets)
-                        bar.update(0, note=f"S={p} m={m}, {before + len(cache)} variants so far")
+                        bar.update(0, note=f"p={p} m={m}, {before + len(cache)} variants so far")
                     return cache[key]
 
                 initial = _initial(p, m)
@@ -447,7 +447,7 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool 
     for p, unit, limit in units:
         cap = ("" if limit is None else f"; the device's {limit * unit / 1e9:g} GB are "
                f"{limit:.2f} M")
-        lines += textwrap.wrap(f"memory at S={p}: M = {unit / 1e9:.3g} GB, one microbatch's "
+        lines += textwrap.wrap(f"memory at p={p}: M = {unit / 1e9:.3g} GB, one microbatch's "
                                f"activation of one device share{cap}", 100,
                                subsequent_indent="  ")
     if units:
@@ -478,14 +478,14 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool 
         for r in mid:
             sym = " ".join(f"{x:.2f}" for x in r["chimera_device_peaks"])
             best = " ".join(f"{x:.2f}" for x in r["best_device_peaks"])
-            lines.append(f"  S={r['devices']} m={r['microbatches']}: [{sym}] -> [{best}]  "
+            lines.append(f"  p={r['devices']} m={r['microbatches']}: [{sym}] -> [{best}]  "
                          f"{r['best_variant']}")
     skipped = {}
     for r in rows:
         if r["error"] is not None:
             skipped.setdefault(r["error"], set()).add((r["devices"], r["microbatches"]))
     for error, shapes in sorted(skipped.items()):
-        lines.append("not buildable: " + ", ".join(f"S={p} m={m}" for p, m in sorted(shapes))
+        lines.append("not buildable: " + ", ".join(f"p={p} m={m}" for p, m in sorted(shapes))
                      + f" ({error})")
     if info:
         lines.append(f"{info['evaluated']} variants evaluated in {info['seconds']:.1f} s")
