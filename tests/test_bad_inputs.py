@@ -81,6 +81,13 @@ CASES = [
     ("simulate draw=-1",
      lambda: pc.simulate(S, pc.Costs(), jitter=pc.Jitter.lognormal(0.05, seed=1), draw=-1),
      ValueError, ["'draw'", "-1", ">= 0"]),
+    ("straggler factor a string", lambda: pc.simulate(S, stragglers={0: "x"}),
+     ValueError, ["straggler factor of device 0", "'x'"]),
+    ("monte carlo draws beyond any memory",  # 8e13 bytes: more than any machine here has
+     lambda: pc.monte_carlo(S, pc.Costs(), pc.Jitter.lognormal(0.1, seed=1), draws=10**13),
+     MemoryError, ["draws=10,000,000,000,000", "GB"]),
+    ("building block offsets as a list", lambda: pc.blocks.BuildingBlock([0, 1], [0, 1], 1),
+     ValueError, ["'offsets' must map (kind, stage)", "got list"]),
     ("bad hanayo option in a grid",
      lambda: pc.Grid.from_dict({"schedules": ["hanayo"], "devices": [4], "microbatches": [8],
                                 "options": {"hanayo": {"waves": "two"}}}),

@@ -20,9 +20,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core import tier
+from ..core import buffers, tier
 from ..core.costs import Costs, Network
-from ..core.ops import InputError
+from ..core.ops import CapacityError, InputError
 from ..core.schedule import Schedule, _check_int
 from ..core.simulate import straggler_scale
 from ..kernels.replay import replay_scaled as _replay_scaled
@@ -383,6 +383,10 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
     if not isinstance(jitter, Jitter):
         raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
     draws = _check_int("draws", draws, minimum=1)
+    free = buffers.available_bytes()
+    if free is not None and 8 * draws > free:  # one float64 makespan per draw
+        raise CapacityError(f"monte_carlo: draws={draws:,} needs {8 * draws / 1e9:.3g} GB for "
+                            f"its makespans alone; {free / 1e9:.3g} GB are available")
     comp = compile_schedule(schedule, costs, network)
     strag = straggler_scale(schedule, stragglers)
     out = np.empty(draws)

@@ -815,6 +815,10 @@ def straggler_scale(schedule: Schedule, stragglers) -> np.ndarray:
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)) \
                     or not 0 <= d < schedule.devices:
                 raise InputError(f"straggler device {d!r} is not one of 0..{schedule.devices - 1}")
+            if isinstance(factor, (bool, np.bool_)) or not isinstance(
+                    factor, (int, float, np.integer, np.floating)):
+                raise InputError(f"straggler factor of device {d} must be a finite number > 0 "
+                                 f"(got {factor!r})")
             f = float(factor)
             if not math.isfinite(f) or f <= 0:
                 raise InputError(f"straggler factor of device {d} must be a finite number > 0 "

@@ -93,7 +93,13 @@ class BuildingBlock:
         if not placement or min(placement) < 0:
             raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
         object.__setattr__(self, "placement", placement)
-        offsets = {(str(k), int(s)): float(t) for (k, s), t in dict(self.offsets).items()}
+        if not isinstance(self.offsets, Mapping):
+            raise InputError(f"'offsets' must map (kind, stage) to a start offset, e.g. "
+                             f"{{('F', 0): 0.0, ('BW', 0): 3.0}} (got {type(self.offsets).__name__})")
+        try:
+            offsets = {(str(k), int(s)): float(t) for (k, s), t in self.offsets.items()}
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"'offsets' must map (kind, stage) pairs to numbers ({exc})") from None
         object.__setattr__(self, "offsets", offsets)
         durations = {str(k): float(v) for k, v in dict(self.durations).items()}
         object.__setattr__(self, "durations", durations)
