@@ -152,6 +152,9 @@ def _cli(*args):
 # published: the fault lands at a chosen point, not after a sleep.
 _STOP_AFTER_THIRD_PART = """
 import os, signal, sys
+# A child inherits an ignored SIGINT (pytest-xdist's workers ignore it), and Python then
+# installs no handler of its own: give it the one a terminal's Ctrl-C meets.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pipecore.scan import parts
 real = parts.write_part
 done = []
