@@ -241,7 +241,11 @@ def test_progress_lines_while_a_unit_runs_long():
     out = io.StringIO()
     with ProgressLines(2, "job", stream=out, unit="shapes", every=0.2) as bar:
         bar.update(0, note="first")
-        time.sleep(1.0)
+        # The caller is stuck: wait for the thread's lines (a generous bound, not a race
+        # against a fixed sleep on a loaded machine).
+        deadline = time.monotonic() + 60
+        while out.getvalue().count("working (first)") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         bar.update(1)
         bar.update(1, final=True)
     lines = out.getvalue().splitlines()
