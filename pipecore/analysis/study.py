@@ -170,11 +170,6 @@ def study_metadata(model, hardware, factors) -> dict:
         ``pipecore.model`` and ``pipecore.hardware`` (JSON of their
         fields), ``pipecore.time_unit`` (``s``), ``pipecore.memory_unit``,
         ``pipecore.speed_factors`` (JSON list) and ``pipecore.speed_meaning``.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     # JSON has no infinity: an unlimited memory is written as "inf".
     hw = {k: ("inf" if isinstance(v, float) and np.isinf(v) else v)
@@ -210,11 +205,6 @@ def describe(model, hardware, factors) -> list[str]:
     Returns
     -------
     list of str
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     grid = ", ".join(f"x{x:g}" for x in factors)
     hbm = ("unlimited memory" if not np.isfinite(hardware.hbm_bytes)
@@ -460,11 +450,6 @@ def detail(table: pa.Table) -> str:
     Returns
     -------
     str
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     rows = table.to_pylist()
     if not rows:

@@ -169,11 +169,6 @@ class ProgressLines:
         Returns
         -------
         None
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the stream.
         """
         self.done += n
         if note is not None:
@@ -195,11 +190,6 @@ class ProgressLines:
         Returns
         -------
         None
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the stream.
         """
         if self._stop.is_set():
             return

@@ -83,11 +83,6 @@ def ready(dispatcher) -> bool:
     Returns
     -------
     bool
-
-    Raises
-    ------
-    None
-        The answer only reads the dispatcher and a file's existence.
     """
     return _budget(dispatcher) < INTERPRET_BUDGET
 

@@ -136,11 +136,6 @@ def family_styles(families):
         it does not list), its families with ``color``, ``linestyle`` and
         ``marker`` keyword arguments for matplotlib. No two families share
         a (colour, line style) pair.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     families = set(families)
     listed = {f for _kind, names in FAMILY_KINDS for f in names}
@@ -183,11 +178,6 @@ def study_panels(table: pa.Table, devices: int) -> list[dict]:
         ``cells`` (the (compute_speed, network_speed) pairs of that ratio),
         ``drawn`` (the pair whose numbers are drawn) and ``lines``
         (family -> list of (microbatches, time / the shape's best)).
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     rows = [r for r in table.to_pylist() if r["error"] is None and r["devices"] == devices]
     by_ratio: dict = {}
