@@ -1,156 +1,276 @@
-"""Fidelity of predictions from torch.profiler traces (issue 17, part 4).
+"""Fidelity of predictions from torch.profiler traces, measured with a protocol
+a reader can trust (issue 39).
 
-Two phases, so that the slow real runs and the fitting can be redone apart:
-
-    python bench/profile_fidelity.py run DIR [--repeats 3]   # real runs, traces under DIR
+    python bench/profile_fidelity.py calibrate DIR [--target-ms 10]
+    python bench/profile_fidelity.py run DIR [--repeats 3]
     python bench/profile_fidelity.py report DIR [--json out.json]
 
-``run``: every schedule of SCHEDULES at 2 and 4 ranks (m = 2p), for both
-models, ``--repeats`` times (a fresh set of processes each; the schedules are
-interleaved so that load on the machine falls on all of them), each run
-profiled (``pt.run(profile=...)``) for ``STEPS`` steps (the first is not
-profiled).
+The protocol:
 
-``report``: per run, the prediction from the run's own profile (simulating
-the schedule it ran with ``pt.from_profile``'s costs and network) against
-the measured step (median of the profiled steps); and cross-prediction:
-the 1f1b run of the same repeat, model and ranks predicts every other
-schedule. Prints per-(model, ranks, schedule) medians and ranges over
-repeats, the median |error|, the sign counts, and the ranking check (pairs
-whose measured ranges do not overlap must be ordered as predicted).
+* **Ranks no more than CPUs, each pinned to its own** (``pt.run(pin=True)``:
+  ``os.sched_setaffinity`` before gloo starts, so gloo's threads share their
+  rank's core and never another rank's); torch at one thread. Runs with more
+  ranks than this process's CPUs are not made (4 ranks only where 4 CPUs
+  are free; here they are checked for gradients, not timed).
+* **Ops of at least ``--target-ms``** (default 10 ms): ``calibrate`` times
+  one stage's F, B and W in this process, pinned, one thread, on the
+  smallest stage the runs have (two blocks: 8 blocks in 4 stages for the
+  two-chunk families), and picks per model the cheapest width and rows per
+  microbatch whose three times all reach the target; ``shapes.json`` keeps
+  the choice and the times.
+* **Costs from profiled runs, step times from runs without the profiler**:
+  per repeat and schedule one profiled run (4 steps, the first left out)
+  and one timed run (``WARMUP`` warm-up steps left out, then ``TIMED``
+  steps, their median), each a fresh set of processes; repeats run every
+  schedule of both models before the next repeat starts, so a slow phase of
+  the machine falls on all of them.
+* **Spread beside every error**: a configuration's measured time is the
+  median of its repeats' timed medians and its spread the range of them;
+  its prediction is the median of the predictions from its repeats' own
+  profiles (self-calibrated) or from the 1f1b profiles of the same model
+  (cross-prediction).
+
+``report`` prints the table bindings/README.md shows and checks the bars:
+median |self error| at most 5% with both signs and none beyond max(10%,
+its spread); median |cross error| at most 8%; every pair of schedules
+whose measured ranges do not overlap ordered as predicted.
 """
 
 import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev")
-MODELS = {"mlp": {"hidden": 256, "layers": 8, "rows": 64},
-          "tiny-transformer": {"hidden": 64, "layers": 8, "rows": 4}}
-RANKS = (2, 4)
-STEPS = 6
+MODELS = ("mlp", "tiny-transformer")
+LAYERS = 8  # blocks in the whole model: 2 per stage for the two-chunk families at p=2
+MICROBATCHES = 8
+WARMUP, TIMED = 2, 6
+PROFILE_STEPS = 4  # the first sets torch's stages up and is not profiled
+# Candidate shapes per model, cheapest first (width, rows per microbatch).
+LADDER = {
+    "mlp": [(h, r) for h in (512, 768, 1024, 1536, 2048) for r in (32, 64, 128, 256)],
+    "tiny-transformer": [(h, r) for h in (128, 192, 256, 384, 512) for r in (8, 16, 32, 64)],
+}
 
 
-def run(folder, repeats):
+def _ranks():
+    from pipecore.core.cpus import local_cpus
+
+    return (2, 4) if local_cpus() >= 4 else (2,)
+
+
+def calibrate(folder, target_ms=10.0):
+    """Pick per model the cheapest (width, rows) whose F, B and W all take ``target_ms``."""
+    import os
+
+    import torch
+    from pipecore.bindings import _torch_run
+    from pipecore.bindings import torch as pt
+
+    from pipecore.core.cpus import cpu_ids
+
+    ids = cpu_ids()
+    if ids:
+        os.sched_setaffinity(0, {ids[0]})
+    torch.set_num_threads(1)
+    shapes = {}
+    for model in MODELS:
+        ladder = sorted(LADDER[model], key=lambda hr: hr[0] * hr[0] * hr[1])
+        for hidden, rows in ladder:
+            mods = _torch_run.build_model(model, 4, hidden, 0, LAYERS)
+            x, _ = _torch_run.make_batch(rows, hidden, 0, model)
+            with torch.no_grad():
+                x1 = mods[0](x)  # stage 1's input: blocks only, the smallest stage
+            times, _ = pt._stage_times(mods[1], x1, False, repeats=5, warmup=2)
+            ms = {k: v * 1e3 for k, v in times.items()}
+            print(f"{model}: hidden {hidden}, rows {rows}: F {ms['F']:.1f} B {ms['B']:.1f} "
+                  f"W {ms['W']:.1f} BW {ms['BW']:.1f} ms", flush=True)
+            if min(ms["F"], ms["B"], ms["W"]) >= target_ms:
+                shapes[model] = {"hidden": hidden, "rows": rows, "layers": LAYERS,
+                                 "stage_ms": ms, "target_ms": target_ms}
+                break
+        else:
+            raise SystemExit(f"{model}: no shape in the ladder reaches {target_ms} ms per op")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "shapes.json").write_text(json.dumps(shapes, indent=1))
+    return shapes
+
+
+def _shapes(folder):
+    path = Path(folder) / "shapes.json"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run 'calibrate {folder}' first")
+    return json.loads(path.read_text())
+
+
+def run(folder, repeats, schedules=SCHEDULES, models=MODELS):
+    """Profiled and timed runs, interleaved: every schedule of every model per repeat."""
     from pipecore.bindings import torch as pt
 
     import pipecore as pc
 
-    for rep in range(repeats):
-        for model, shape in MODELS.items():
-            for p in RANKS:
-                m = 2 * p
-                for name in SCHEDULES:
-                    out = Path(folder) / f"{model}-p{p}-{name}-r{rep}"
-                    if (out / "pipecore-run.json").exists():
-                        continue
-                    sched = pc.build(name, p, m)
-                    res = pt.run(sched, model=model, hidden=shape["hidden"], layers=shape["layers"],
-                                 batch=shape["rows"] * m, steps=STEPS, check=False, profile=out)
-                    (out / "steps.txt").write_text(json.dumps(res.step_times))
-                    print(out.name, [round(t * 1e3, 1) for t in res.step_times], flush=True)
+    shapes = _shapes(folder)
+    for p in _ranks():
+        if p > 2:  # more ranks than 2: correctness only (issue 39, part 4)
+            for model in models:
+                s = shapes[model]
+                res = pt.run(pc.build("1f1b", p, 2 * p), model=model, hidden=s["hidden"],
+                             layers=2 * p, batch=2 * p * 2, pin=True)
+                print(f"{model} p={p}: gradients match {res.grads_match}", flush=True)
+            continue
+        for rep in range(repeats):
+            for model in models:
+                s = shapes[model]
+                kw = dict(model=model, hidden=s["hidden"], layers=s["layers"],
+                          batch=s["rows"] * MICROBATCHES, check=False, pin=True)
+                for name in schedules:
+                    sched = pc.build(name, p, MICROBATCHES)
+                    tag = f"{model}-p{p}-{name}-r{rep}"
+                    prof_dir = Path(folder) / tag
+                    done = Path(folder) / f"{tag}.timed.json"
+                    if not (prof_dir / "pipecore-run.json").exists():
+                        pt.run(sched, steps=PROFILE_STEPS, profile=prof_dir, **kw)
+                    if not done.exists():
+                        t0 = time.perf_counter()
+                        res = pt.run(sched, steps=WARMUP + TIMED, **kw)
+                        done.write_text(json.dumps({
+                            "step_times": res.step_times, "median": res.iteration_time(WARMUP),
+                            "cpus": res.cpus, "threads": res.threads,
+                            "ops": _op_stats(res, WARMUP)}))
+                        print(f"{tag}: median step {res.iteration_time(WARMUP) * 1e3:.1f} ms "
+                              f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def _runs(folder, sends="occupy"):
+def _op_stats(res, warmup):
+    """Median seconds of each compute kind in the timed steps (what the ops reached)."""
+    kinds = {}
+    for step in res.op_times[warmup:]:
+        for _rank, stage, kind, seconds in step:
+            if stage >= 0:
+                kinds.setdefault(kind, []).append(seconds)
+    return {k: statistics.median(v) for k, v in kinds.items()}
+
+
+def _collect(folder):
     from pipecore.bindings import torch as pt
 
-    out = {}
+    profiles, timed = {}, {}
     for d in sorted(Path(folder).iterdir()):
-        if not (d / "pipecore-run.json").exists():
-            continue
-        if (d / "steps.json").exists():  # older layout: keep only traces as *.json
-            (d / "steps.json").rename(d / "steps.txt")
-        parts = d.name.split("-")
-        rep = int(parts[-1][1:])
-        i = parts.index(next(x for x in parts if x.startswith("p") and x[1:].isdigit()))
-        model, p, name = "-".join(parts[:i]), int(parts[i][1:]), "-".join(parts[i + 1:-1])
-        try:
-            prof = pt.from_profile(d, sends=sends)
-        except ValueError as exc:
-            print(f"{d.name}: {exc}", file=sys.stderr)
-            continue
-        out[(model, p, name, rep)] = prof
-    return out
+        if d.is_dir() and (d / "pipecore-run.json").exists():
+            model, p, name, rep = _parse(d.name)
+            try:
+                profiles[(model, p, name, rep)] = pt.from_profile(d)
+            except ValueError as exc:
+                print(f"{d.name}: {exc}", file=sys.stderr)
+        elif d.name.endswith(".timed.json"):
+            model, p, name, rep = _parse(d.name[: -len(".timed.json")])
+            timed[(model, p, name, rep)] = json.loads(d.read_text())
+    return profiles, timed
 
 
-def report(folder, json_path=None, sends="occupy"):
-    runs = _runs(folder, sends)
-    rows = []
-    for (model, p, name, rep), prof in sorted(runs.items()):
-        pred = prof.predict(prof.schedule).makespan
-        base = runs.get((model, p, "1f1b", rep))
-        cross = base.predict(name).makespan if base is not None and name != "1f1b" else None
-        rows.append({"model": model, "ranks": p, "schedule": name, "repeat": rep,
-                     "measured": prof.measured, "predicted": pred,
-                     "error": pred / prof.measured - 1,
-                     "cross": cross, "cross_error": None if cross is None else cross / prof.measured - 1,
-                     "overhead": float(prof.costs.overhead)})
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["model"], r["ranks"], r["schedule"]), []).append(r)
-    table = [f"{'model':<17}{'p':>2} {'schedule':<17}{'measured ms':>12}{'range':>15}"
-             f"{'self err':>9}{'range':>17}{'cross err':>10}"]
+def _parse(tag):
+    parts = tag.split("-")
+    i = next(k for k, x in enumerate(parts) if x.startswith("p") and x[1:].isdigit())
+    return "-".join(parts[:i]), int(parts[i][1:]), "-".join(parts[i + 1:-1]), int(parts[-1][1:])
+
+
+def report(folder, json_path=None):
+    """The fidelity table and the bars, from the runs in ``folder``."""
+    profiles, timed = _collect(folder)
+    keys = sorted({k[:3] for k in timed})
     summary = []
-    for key, rs in groups.items():
-        meas = [r["measured"] for r in rs]
-        errs = [r["error"] for r in rs]
-        cross = [r["cross_error"] for r in rs if r["cross_error"] is not None]
-        summary.append({"model": key[0], "ranks": key[1], "schedule": key[2],
-                        "measured": statistics.median(meas), "low": min(meas), "high": max(meas),
-                        "error": statistics.median(errs), "error_low": min(errs),
-                        "error_high": max(errs),
-                        "cross_error": statistics.median(cross) if cross else None,
-                        "predicted": statistics.median(r["predicted"] for r in rs),
-                        "cross": statistics.median(r["cross"] for r in rs) if cross else None})
-        s = summary[-1]
-        table.append(f"{key[0]:<17}{key[1]:>2} {key[2]:<17}{s['measured'] * 1e3:>12.2f}"
-                     f"{s['low'] * 1e3:>7.1f}-{s['high'] * 1e3:<7.1f}{s['error']:>+9.1%}"
-                     f"{s['error_low']:>+8.1%}..{s['error_high']:<+7.1%}"
-                     + (f"{s['cross_error']:>+10.1%}" if s["cross_error"] is not None else f"{'-':>10}"))
-    self_abs = statistics.median(abs(s["error"]) for s in summary)
-    pos = sum(s["error"] > 0 for s in summary)
-    cross_abs = [abs(s["cross_error"]) for s in summary if s["cross_error"] is not None]
-    table.append(f"self-calibrated: median |error| {self_abs:.1%} over {len(summary)} "
-                 f"configurations ({pos} predicted high, {len(summary) - pos} low)")
-    if cross_abs:
-        table.append(f"cross-prediction from 1f1b: median |error| {statistics.median(cross_abs):.1%} "
-                     f"over {len(cross_abs)}")
+    for model, p, name in keys:
+        reps = sorted(k[3] for k in timed if k[:3] == (model, p, name))
+        meas = [timed[(model, p, name, r)]["median"] for r in reps]
+        own = [profiles[(model, p, name, r)].predict(name).makespan
+               for r in reps if (model, p, name, r) in profiles]
+        base = [profiles[(model, p, "1f1b", r)] for r in reps if (model, p, "1f1b", r) in profiles]
+        cross = [b.predict(name).makespan for b in base] if name != "1f1b" else []
+        ops = [timed[(model, p, name, r)]["ops"] for r in reps]
+        m = statistics.median(meas)
+        row = {"model": model, "ranks": p, "schedule": name, "repeats": len(reps),
+               "measured": m, "low": min(meas), "high": max(meas),
+               "spread": (max(meas) - min(meas)) / m,
+               "predicted": statistics.median(own) if own else None,
+               "cross": statistics.median(cross) if cross else None,
+               "op_ms": {k: 1e3 * statistics.median(o[k] for o in ops if k in o)
+                         for k in sorted({k for o in ops for k in o})}}
+        row["error"] = None if row["predicted"] is None else row["predicted"] / m - 1
+        row["cross_error"] = None if row["cross"] is None else row["cross"] / m - 1
+        summary.append(row)
+    lines = [f"{'model':<17}{'p':>2} {'schedule':<17}{'measured ms':>12}{'spread':>8}"
+             f"{'self':>8}{'cross':>8}  median op ms"]
+    for r in summary:
+        ops = " ".join(f"{k} {r['op_ms'][k]:.1f}" for k in ("F", "B", "W", "BW") if k in r["op_ms"])
+        lines.append(f"{r['model']:<17}{r['ranks']:>2} {r['schedule']:<17}"
+                     f"{r['measured'] * 1e3:>12.1f}{r['spread']:>8.1%}"
+                     + (f"{r['error']:>+8.1%}" if r["error"] is not None else f"{'-':>8}")
+                     + (f"{r['cross_error']:>+8.1%}" if r["cross_error"] is not None else f"{'-':>8}")
+                     + f"  {ops}")
+    bars = _bars(summary)
+    lines += bars["lines"]
+    text = "\n".join(lines)
+    print(text)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"summary": summary, "bars": bars, "table": text},
+                                              indent=1))
+    return summary, bars, text
+
+
+def _bars(summary):
+    errs = [r["error"] for r in summary if r["error"] is not None]
+    cross = [abs(r["cross_error"]) for r in summary if r["cross_error"] is not None]
+    out = {"lines": []}
+    if errs:
+        med = statistics.median(abs(e) for e in errs)
+        high = sum(e > 0 for e in errs)
+        beyond = [f"{r['model']} {r['schedule']} {r['error']:+.1%} (spread {r['spread']:.1%})"
+                  for r in summary if r["error"] is not None
+                  and abs(r["error"]) > max(0.10, r["spread"])]
+        out.update(self_median=med, high=high, low=len(errs) - high, beyond=beyond)
+        out["lines"].append(f"self-calibrated: median |error| {med:.1%} over {len(errs)} "
+                            f"configurations ({high} high, {len(errs) - high} low); beyond "
+                            f"max(10%, spread): {len(beyond)}" + (f" {beyond}" if beyond else ""))
+    if cross:
+        out["cross_median"] = statistics.median(cross)
+        out["lines"].append(f"cross-prediction from 1f1b: median |error| "
+                            f"{out['cross_median']:.1%} over {len(cross)}")
     agree = counted = 0
     wrong = []
-    for model in MODELS:
-        for p in RANKS:
-            g = [s for s in summary if s["model"] == model and s["ranks"] == p]
+    for model in {r["model"] for r in summary}:
+        for p in {r["ranks"] for r in summary}:
+            g = [r for r in summary if r["model"] == model and r["ranks"] == p
+                 and r["predicted"] is not None]
             for i, a in enumerate(g):
                 for c in g[i + 1:]:
                     fast, slow = (a, c) if a["measured"] < c["measured"] else (c, a)
                     if fast["high"] >= slow["low"]:
-                        continue
+                        continue  # the ranges overlap: the order is not measured
                     counted += 1
                     if fast["predicted"] < slow["predicted"]:
                         agree += 1
                     else:
-                        wrong.append(f"{model} p{p}: {fast['schedule']} < {slow['schedule']}")
-    table.append(f"ranking (self-calibrated): {agree} of {counted} separated pairs agree"
-                 + (f"; disagree: {wrong}" if wrong else ""))
-    text = "\n".join(table)
-    print(text)
-    if json_path:
-        Path(json_path).write_text(json.dumps({"runs": rows, "summary": summary, "table": text},
-                                              indent=1))
-    return rows, summary, text
+                        wrong.append(f"{model}: {fast['schedule']} < {slow['schedule']}")
+    out.update(ranking_agree=agree, ranking_pairs=counted, ranking_wrong=wrong)
+    out["lines"].append(f"ranking: {agree} of {counted} separated pairs ordered as predicted"
+                        + (f"; not: {wrong}" if wrong else ""))
+    return out
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("phase", choices=("run", "report"))
+    ap.add_argument("phase", choices=("calibrate", "run", "report"))
     ap.add_argument("folder")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--target-ms", type=float, default=10.0)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sends", default="occupy", choices=("occupy", "wait"))
     a = ap.parse_args()
-    if a.phase == "run":
+    if a.phase == "calibrate":
+        calibrate(a.folder, a.target_ms)
+    elif a.phase == "run":
         run(a.folder, a.repeats)
     else:
-        report(a.folder, a.json, a.sends)
+        report(a.folder, a.json)

@@ -237,6 +237,14 @@ def _instrument_p2p(module, log, rank):
     module._wait_batch_p2p = _timed(module._wait_batch_p2p, log, rank, -1, lambda k: "wait")
 
 
+def _thread_count():
+    """Threads of this process now (Linux), or None where /proc has no task list."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
 def _worker(rank, cfg):
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
@@ -244,9 +252,14 @@ def _worker(rank, cfg):
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(cfg["port"])
+    if cfg.get("cpus"):
+        # Before gloo starts its threads: they inherit the rank's one core, so a rank's
+        # communication competes with its own compute, never with another rank's.
+        os.sched_setaffinity(0, {cfg["cpus"][rank]})
     torch.set_num_threads(1)  # ranks share a few cores; one thread each keeps them from fighting
     dist.init_process_group("gloo", rank=rank, world_size=cfg["ranks"],
                             timeout=datetime.timedelta(seconds=cfg["timeout"]))
+    threads = _thread_count()
     try:
         S, m = cfg["stages"], cfg["microbatches"]
         modules = build_model(cfg["model"], S, cfg["hidden"], cfg["seed"], cfg["layers"])
@@ -296,7 +309,9 @@ def _worker(rank, cfg):
         if cfg["measure_transfer"] and rank in (0, 1) and cfg["ranks"] >= 2:
             transfer = _ping_pong(rank, 1 - rank, (cfg["batch"] // m, cfg["hidden"]), 50)
         torch.save({"grads": grads, "step_times": step_times, "op_times": op_times,
-                    "transfer": transfer}, Path(cfg["out"]) / f"rank{rank}.pt")
+                    "transfer": transfer, "threads": threads,
+                    "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else None}, Path(cfg["out"]) / f"rank{rank}.pt")
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -334,6 +349,11 @@ class RunResult:
     profiled_steps : list of int
         Indices into ``step_times`` of the steps ``torch.profiler``
         recorded (empty for a run without ``profile``).
+    cpus : list of list of int
+        Per rank, the CPUs it could run on (one each when pinned).
+    threads : list of int or None
+        Per rank, its threads once gloo had started (torch's one compute
+        thread, gloo's and the interpreter's): they share the rank's CPUs.
     """
 
     ranks: int
@@ -348,6 +368,8 @@ class RunResult:
     transfer: float | None = None
     rank_times: list = field(default_factory=list)
     profiled_steps: list = field(default_factory=list)
+    cpus: list = field(default_factory=list)
+    threads: list = field(default_factory=list)
 
     def iteration_time(self, warmup: int = 1) -> float:
         """Median seconds per step, leaving out the first ``warmup`` steps (when there are more).
@@ -384,7 +406,7 @@ _LAUNCH = ("import runpy, sys\n"
 
 def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, layers=None,
             batch=None, steps=1, seed=0, timeout=120.0, check=True,
-            measure_transfer=False, profile=None) -> RunResult:
+            measure_transfer=False, profile=None, cpus=None) -> RunResult:
     """Spawn one process per rank and run the CSV with torch's runtime (see ``pt.run``)."""
     ranks = len(stages_of_rank)
     batch = 2 * microbatches if batch is None else batch
@@ -395,7 +417,7 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                "model": model, "hidden": hidden, "layers": layers, "batch": batch, "seed": seed,
                "steps": steps,
                "timeout": timeout, "csv": str(csv_path), "stages_of_rank": stages_of_rank,
-               "out": out, "measure_transfer": measure_transfer,
+               "out": out, "measure_transfer": measure_transfer, "cpus": cpus,
                "profile": None if profile is None else str(Path(profile).resolve())}
         cfg_path = Path(out) / "config.json"
         cfg_path.write_text(json.dumps(cfg))
@@ -443,7 +465,8 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                 err = max(err, float((got - want).abs().max()))
                 match = match and bool(torch.allclose(got, want, rtol=1e-5, atol=1e-6))
     return RunResult(ranks, stages, microbatches, grads, reference, err, match, step_times, op_times,
-                     transfer, rank_times, profiled_steps(steps) if profile is not None else [])
+                     transfer, rank_times, profiled_steps(steps) if profile is not None else [],
+                     [part.get("cpus") for part in parts], [part.get("threads") for part in parts])
 
 
 if __name__ == "__main__":

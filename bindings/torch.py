@@ -566,7 +566,7 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
 def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int = 32,
         layers: int | None = None, batch: int | None = None, steps: int = 1, seed: int = 0,
         timeout: float = 120.0, check: bool = True, measure_transfer: bool = False,
-        profile=None):
+        profile=None, pin: bool | None = None):
     """Run a schedule for real with torch's ``_PipelineScheduleRuntime`` on CPU ranks (gloo).
 
     One fresh Python process per rank is started (``MASTER_ADDR``
@@ -616,6 +616,13 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
         ``pipecore-run.json`` (the model, shape, profiled steps and the
         machine's CPUs); read them with :func:`from_profile`.
         ``RunResult.profiled_steps`` lists the profiled steps.
+    pin : bool, optional
+        Pin rank r to the r-th CPU this process may use
+        (``os.sched_setaffinity``, before gloo starts its threads), so no
+        two ranks share a core and none migrates. None (default): pin when
+        there are at least as many CPUs as ranks; True: pin, or refuse when
+        there are fewer; False: let the OS place them.
+        ``RunResult.cpus`` says where each rank ran.
 
     Returns
     -------
@@ -648,9 +655,10 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     _torch_run.build_model(model, sched.stages, hidden, seed, layers)  # bad model arguments fail here
     mapping = validate(sched)
     stages_of_rank = [[s for s in sorted(mapping) if mapping[s] == r] for r in range(sched.devices)]
+    cpus = _pins(pin, sched.devices)
     kwargs = dict(stages=sched.stages, microbatches=sched.microbatches, model=model, hidden=hidden,
                   layers=layers, batch=batch, steps=steps, seed=seed, timeout=timeout, check=check,
-                  measure_transfer=measure_transfer, profile=profile)
+                  measure_transfer=measure_transfer, profile=profile, cpus=cpus)
     if path is not None:
         result = _torch_run.run_csv(path, stages_of_rank, **kwargs)
     else:
@@ -669,8 +677,28 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
             {"schedule": sched.name, "ranks": sched.devices, "stages": sched.stages,
              "microbatches": sched.microbatches, "model": model, "hidden": hidden,
              "layers": layers, "batch": batch, "steps": steps, "seed": seed,
-             "profiled_steps": result.profiled_steps, "cpus": local_cpus()}, indent=1))
+             "profiled_steps": result.profiled_steps, "cpus": local_cpus(),
+             "pinned": cpus, "threads": result.threads, "pin": pin}, indent=1))
     return result
+
+
+def _pins(pin, ranks):
+    """The CPU of each rank (a list), or None to leave placement to the OS."""
+    from pipecore.core.cpus import cpu_ids
+
+    if pin not in (None, True, False):
+        raise InputError(f"'pin' must be None, True or False (got {pin!r})")
+    ids = cpu_ids()
+    if pin is False or ids is None and pin is None:
+        return None
+    if ids is None:
+        raise InputError("pin=True: this OS gives no CPU affinity (os.sched_setaffinity)")
+    if len(ids) < ranks:
+        if pin:
+            raise InputError(f"pin=True needs a CPU per rank: {ranks} ranks, {len(ids)} CPUs "
+                             f"this process may use ({ids})")
+        return None
+    return ids[:ranks]
 
 
 def _stage_times(mod, x, first, repeats, warmup):

@@ -573,3 +573,29 @@ def test_a_failing_rank_is_reported_with_its_error(tmp_path):
     with pytest.raises(RuntimeError, match=r"rank \d of the torch run failed(.|\n)*FileNotFoundError"):
         _torch_run.run_csv(tmp_path / "missing.csv", [[0], [1]], stages=2, microbatches=2,
                            timeout=30)
+
+
+def test_pinned_ranks_each_run_on_their_own_cpu():
+    # Issue 39's protocol: rank r on the r-th CPU this process may use, gloo's threads too.
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        pytest.skip("pinning two ranks needs two CPUs this process may use")
+    res = pt.run(pc.build("1f1b", 2, 2), steps=1, pin=True)
+    assert res.grads_match
+    assert res.cpus == [[cpus[0]], [cpus[1]]]
+    # torch's compute thread, gloo's and the interpreter's all live on the rank's one CPU.
+    assert all(t is None or t >= 2 for t in res.threads)
+    free = pt.run(pc.build("1f1b", 2, 2), steps=1, pin=False, check=False)
+    assert free.cpus == [cpus, cpus]
+
+
+def test_pin_needs_a_cpu_per_rank(monkeypatch):
+    from pipecore.core import cpus
+
+    monkeypatch.setattr(cpus, "cpu_ids", lambda: [0])
+    with pytest.raises(pc.InputError, match=r"pin=True needs a CPU per rank: 2 ranks, 1 CPUs"):
+        pt.run(pc.build("1f1b", 2, 2), pin=True)
+    with pytest.raises(pc.InputError, match="'pin' must be None, True or False"):
+        pt.run(pc.build("1f1b", 2, 2), pin="yes")
