@@ -938,6 +938,13 @@ def main(argv=None, out=None) -> int:
     except (PipecoreError, ValueError, MemoryError) as exc:  # pipecore's refusals, and numpy's
         print(f"pipecore: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `pipecore compare | head`: the reader left; nothing more to say
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        except (OSError, ValueError):  # a stdout without a file descriptor (tests)
+            pass
+        return 141
     except OSError as exc:  # a file or folder: one line that names it
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"pipecore: error: {where}{exc.strerror or exc}", file=sys.stderr)

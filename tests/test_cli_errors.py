@@ -114,3 +114,16 @@ def test_simulate_memory_limit_says_whether_it_fits(capsys):
 
     data = json.loads(out)
     assert data["fits"] is True and data["memory_max"] == 5.0 and data["memory_limit"] == 5.0
+
+
+def test_a_reader_that_left_ends_the_command_quietly(capsys):
+    # `pipecore list | head -1`: writing to a closed pipe is no error worth a traceback.
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    assert main(["list"], out=ClosedPipe()) == 141
+    assert capsys.readouterr().err == ""
