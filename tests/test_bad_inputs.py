@@ -88,6 +88,9 @@ CASES = [
      MemoryError, ["draws=10,000,000,000,000", "GB"]),
     ("building block offsets as a list", lambda: pc.blocks.BuildingBlock([0, 1], [0, 1], 1),
      ValueError, ["'offsets' must map (kind, stage)", "got list"]),
+    ("from_actions key that is a digit only to Unicode",  # '¹'.isdigit() is True
+     lambda: pc.from_actions({"\u00b9": ["0F0", "0BW0"]}),
+     ValueError, ["device keys must be ints >= 0", "'\u00b9'"]),
     ("bad hanayo option in a grid",
      lambda: pc.Grid.from_dict({"schedules": ["hanayo"], "devices": [4], "microbatches": [8],
                                 "options": {"hanayo": {"waves": "two"}}}),

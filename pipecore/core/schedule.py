@@ -452,8 +452,10 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         raise InputError(f"'programs' must be a dict of device -> list of actions, or a list of "
                          f"such lists (got {type(programs).__name__}: {programs!r:.60})")
     if isinstance(programs, Mapping):
-        if all(isinstance(k, str) and k.isdigit() and str(int(k)) == k for k in programs):
-            programs = {int(k): v for k, v in programs.items()}  # JSON's keys ("0", "1", ...)
+        # JSON's keys ("0", "1", ...); ASCII only: "¹".isdigit() is True but int() refuses it.
+        if all(isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k
+               for k in programs):
+            programs = {int(k): v for k, v in programs.items()}
         keys = list(programs)
         for k in keys:
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
