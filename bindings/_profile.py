@@ -118,13 +118,19 @@ def _subs(label, path, rank):
 
 
 def _nbytes(event):
-    args = event.get("args") or {}
+    """Bytes of a send operator's tensor from its recorded shape, or None when the
+    trace does not say (a hand-made or damaged event is skipped, not guessed)."""
+    args = event.get("args")
+    if not isinstance(args, dict):
+        return None
     dims, types = args.get("Input Dims"), args.get("Input type")
-    if not dims or not isinstance(dims[0], list) or not dims[0]:
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
         return None
     shape = dims[0][0] if isinstance(dims[0][0], list) else dims[0]
-    size = _DTYPE_BYTES.get(types[0] if types else "float", 4) if types else 4
-    return float(np.prod(shape)) * size
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
+        return None
+    kind = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else "float"
+    return float(np.prod(shape)) * _DTYPE_BYTES.get(kind, 4)
 
 
 @dataclass

@@ -24,7 +24,7 @@ import pipecore as pc
 # Gaps in device keys are legal (a warning says what they cost); junk finds many.
 pytestmark = pytest.mark.filterwarnings("ignore::pipecore.DeviceGapWarning")
 
-EXAMPLES = {"dev": 200, "long": 5000}.get(os.environ.get("PIPECORE_FUZZ"), 500)
+EXAMPLES = {"dev": 200, "long": 5000, "huge": 20000}.get(os.environ.get("PIPECORE_FUZZ"), 500)
 # Health checks judge the strategies, not pipecore: junk is large and slow to draw by design.
 fuzz = settings(max_examples=EXAMPLES, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,

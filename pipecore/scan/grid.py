@@ -46,6 +46,11 @@ def _toml_load(path):
 
 #: Values one axis may hold: a grid is a product of axes, so more is a typo, not a scan.
 _MAX_AXIS = 1_000_000
+#: Shapes (family x devices x microbatches x chunks) a grid may hold: each is a schedule
+#: to build, so more would not finish.
+_MAX_SHAPES = 1_000_000
+#: Parts a scan may have (10**12 rows at the default part size).
+_MAX_PARTS = 10_000_000
 
 
 def _values(key, spec, integer=False, minimum=None, allow_inf=False):
@@ -206,12 +211,24 @@ class Grid:
             raise ScanError(f"grid 'part_size' must be an integer >= 1 (got {self.part_size!r})")
         if not isinstance(self.seed, int):
             raise ScanError(f"grid 'seed' must be an integer (got {self.seed!r})")
+        shapes = (len(self.schedules) * len(self.devices) * len(self.microbatches)
+                  * len(self.chunks or [None]))
+        if shapes > _MAX_SHAPES:  # before a key per shape is made
+            raise ScanError(f"grid: {shapes:,} shapes (schedules x devices x microbatches x "
+                            f"chunks); a grid holds at most {_MAX_SHAPES:,}")
         self._structures = self._structure_keys()
         self.network_names = list(self.networks)
         self.axis_sizes = tuple(len(self.axes[a]) for a in VALUE_AXES)
-        self.values_per_entry = int(np.prod(self.axis_sizes, dtype=np.int64))
+        self.values_per_entry = math.prod(self.axis_sizes)  # Python ints: no silent overflow
         self.entries = len(self._structures) * len(self.network_names)
         self.points = self.entries * self.values_per_entry
+        if self.points >= 2**63:
+            raise ScanError(f"grid: {self.points:.3g} points, more than a configuration number "
+                            f"(int64) can hold; scan fewer values")
+        if self.parts > _MAX_PARTS:  # write_scan keeps a little state per part
+            raise ScanError(f"grid: {self.rows:,} rows make {self.parts:,} parts of part_size "
+                            f"{self.part_size:,}; at most {_MAX_PARTS:,} parts: raise 'part_size', "
+                            f"take a 'sample' or scan fewer values")
         self._sample = None
 
     def _structure_keys(self):
