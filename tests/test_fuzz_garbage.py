@@ -24,6 +24,7 @@ import pipecore as pc
 # Gaps in device keys are legal (a warning says what they cost); junk finds many.
 pytestmark = pytest.mark.filterwarnings("ignore::pipecore.DeviceGapWarning")
 
+# PIPECORE_FUZZ=dev: quick; long or huge: a hunt for new cases before a release.
 EXAMPLES = {"dev": 200, "long": 5000, "huge": 20000}.get(os.environ.get("PIPECORE_FUZZ"), 500)
 # Health checks judge the strategies, not pipecore: junk is large and slow to draw by design.
 fuzz = settings(max_examples=EXAMPLES, deadline=None,

@@ -5,7 +5,7 @@ paths that must agree, memory that never goes below zero, and calls that repeat
 bit for bit.
 
 The run takes the ``ci`` profile (2,000 examples) unless ``PIPECORE_FUZZ=dev`` asks
-for the quick one (200).
+for the quick one (200) or ``PIPECORE_FUZZ=huge`` for a long hunt (20,000).
 """
 
 import os
@@ -22,7 +22,9 @@ settings.register_profile("ci", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-PROFILE = "dev" if os.environ.get("PIPECORE_FUZZ") == "dev" else "ci"
+settings.register_profile("huge", max_examples=20000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+PROFILE = {"dev": "dev", "huge": "huge"}.get(os.environ.get("PIPECORE_FUZZ"), "ci")
 
 
 @st.composite
