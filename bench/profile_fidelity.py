@@ -19,8 +19,10 @@ The protocol:
   microbatch whose three times all reach the target; ``shapes.json`` keeps
   the choice and the times.
 * **Costs from profiled runs, step times from runs without the profiler**:
-  per repeat and schedule one profiled run (4 steps, the first left out)
-  and one timed run (``WARMUP`` warm-up steps left out, then ``TIMED``
+  per repeat and schedule one profiled run (7 steps: the first sets torch
+  up, 3-5 are profiled, 2, 6 and 7 run without the profiler so
+  ``from_profile`` can divide each stage's compute kind by what the
+  profiler added in that very run) and one timed run (``WARMUP`` warm-up steps left out, then ``TIMED``
   steps, their median), each a fresh set of processes; repeats run every
   schedule of both models before the next repeat starts, so a slow phase of
   the machine falls on all of them.
@@ -30,7 +32,11 @@ The protocol:
   profiles (self-calibrated) or from the 1f1b profiles of the same model
   (cross-prediction).
 
-``report`` prints the table bindings/README.md shows and checks the bars:
+``report`` prints the table bindings/README.md shows (``self`` and ``cross``:
+predicted / measured - 1 against the timed runs; ``replay``: each profile's
+prediction against its own run's unprofiled steps; ``prof+``: how much
+longer the profiler made the ops, median over stages and kinds) and checks
+the bars:
 median |self error| at most 5% with both signs and none beyond max(10%,
 its spread); median |cross error| at most 8%; every pair of schedules
 whose measured ranges do not overlap ordered as predicted.
@@ -48,7 +54,7 @@ MODELS = ("mlp", "tiny-transformer")
 LAYERS = 8  # blocks in the whole model: 2 per stage for the two-chunk families at p=2
 MICROBATCHES = 8
 WARMUP, TIMED = 2, 6
-PROFILE_STEPS = 4  # the first sets torch's stages up and is not profiled
+PROFILE_STEPS = 7  # step 1 sets torch up; 3-5 profiled; 2, 6, 7 unprofiled references
 # Candidate shapes per model, cheapest first (width, rows per microbatch).
 LADDER = {
     "mlp": [(h, r) for h in (512, 768, 1024, 1536, 2048) for r in (32, 64, 128, 256)],
@@ -187,6 +193,13 @@ def report(folder, json_path=None):
         meas = [timed[(model, p, name, r)]["median"] for r in reps]
         own = [profiles[(model, p, name, r)].predict(name).makespan
                for r in reps if (model, p, name, r) in profiles]
+        # Replay: each profile's prediction against its own run's unprofiled steps, which
+        # ran in the same processes: the model's error without the run-to-run noise.
+        replay = [pr.predict(name).makespan / statistics.median(pr.reference_times) - 1
+                  for r in reps if (pr := profiles.get((model, p, name, r))) is not None
+                  and pr.reference_times]
+        dil = [v for r in reps if (model, p, name, r) in profiles
+               for v in profiles[(model, p, name, r)].dilation.values()]
         base = [profiles[(model, p, "1f1b", r)] for r in reps if (model, p, "1f1b", r) in profiles]
         cross = [b.predict(name).makespan for b in base] if name != "1f1b" else []
         ops = [timed[(model, p, name, r)]["ops"] for r in reps]
@@ -196,19 +209,23 @@ def report(folder, json_path=None):
                "spread": (max(meas) - min(meas)) / m,
                "predicted": statistics.median(own) if own else None,
                "cross": statistics.median(cross) if cross else None,
+               "replay": statistics.median(replay) if replay else None,
+               "dilation": statistics.median(dil) - 1 if dil else None,
                "op_ms": {k: 1e3 * statistics.median(o[k] for o in ops if k in o)
                          for k in sorted({k for o in ops for k in o})}}
         row["error"] = None if row["predicted"] is None else row["predicted"] / m - 1
         row["cross_error"] = None if row["cross"] is None else row["cross"] / m - 1
         summary.append(row)
     lines = [f"{'model':<17}{'p':>2} {'schedule':<17}{'measured ms':>12}{'spread':>8}"
-             f"{'self':>8}{'cross':>8}  median op ms"]
+             f"{'self':>8}{'cross':>8}{'replay':>8}{'prof+':>7}  median op ms"]
     for r in summary:
         ops = " ".join(f"{k} {r['op_ms'][k]:.1f}" for k in ("F", "B", "W", "BW") if k in r["op_ms"])
         lines.append(f"{r['model']:<17}{r['ranks']:>2} {r['schedule']:<17}"
                      f"{r['measured'] * 1e3:>12.1f}{r['spread']:>8.1%}"
                      + (f"{r['error']:>+8.1%}" if r["error"] is not None else f"{'-':>8}")
                      + (f"{r['cross_error']:>+8.1%}" if r["cross_error"] is not None else f"{'-':>8}")
+                     + (f"{r['replay']:>+8.1%}" if r["replay"] is not None else f"{'-':>8}")
+                     + (f"{r['dilation']:>+7.0%}" if r["dilation"] is not None else f"{'-':>7}")
                      + f"  {ops}")
     bars = _bars(summary)
     lines += bars["lines"]

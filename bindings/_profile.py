@@ -239,6 +239,16 @@ class Profile:
         CPUs of the machine that ran the profiled run, from the
         ``pipecore-run.json`` that ``run-torch --profile`` writes beside
         the traces (None without it).
+    dilation : dict
+        ``{(stage, kind): factor}``: how much longer each compute kind took
+        in the profiled steps than in the same run's unprofiled reference
+        steps (``pipecore-run.json``'s ``op_seconds``); the costs were
+        divided by it. Empty when no reference steps were recorded or
+        ``from_profile(reference=False)``.
+    reference_times : list of float
+        The unprofiled reference steps' times in seconds (from
+        ``pipecore-run.json``), when the costs were corrected with them:
+        what a prediction from these costs should match.
     """
 
     costs: Costs
@@ -251,6 +261,8 @@ class Profile:
     measured: float
     labels: dict = field(default_factory=dict)
     cpus: int | None = None
+    dilation: dict = field(default_factory=dict)
+    reference_times: list = field(default_factory=list)
 
     def costs_for(self, stages: int) -> Costs:
         """The profile's costs resampled to another number of stages.
@@ -338,7 +350,7 @@ def _median(values, default=0.0):
     return statistics.median(values) if values else default
 
 
-def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
+def from_profile(path_or_paths, sends: str = "occupy", reference: bool = True) -> Profile:
     """Fit pipecore costs to torch.profiler traces of a pipelined run.
 
     Parameters
@@ -355,6 +367,13 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
         this is the closest its model gets). ``"wait"``: only the rank's
         25th percentile of its send postings counts, the rest is taken as
         waiting on the peer.
+    reference : bool
+        When the ``pipecore-run.json`` beside the traces holds compute
+        times of unprofiled reference steps of the same run (``pt.run``
+        with 5 or more steps and ``profile``), divide each stage's compute
+        kind by how much longer the profiled steps took (the profiler's
+        cost per recorded operator; ``Profile.dilation``). False: keep the
+        traces' times.
 
     Returns
     -------
@@ -386,6 +405,8 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
 
     if sends not in ("occupy", "wait"):
         raise InputError(f"from_profile: 'sends' must be 'occupy' or 'wait' (got {sends!r})")
+    if not isinstance(reference, (bool, np.bool_)):
+        raise InputError(f"from_profile: 'reference' must be True or False (got {reference!r})")
     occupy = sends == "occupy"
     files = _paths(path_or_paths)
     traces = {}
@@ -450,7 +471,17 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
                 own += max((hi - lo) - inside, 0.0)
                 overhead.append(own * 1e-6 / n_compute)
     stages = max(stage_rank) + 1 if stage_rank else 0
-    med = {key: statistics.median(v) for key, v in samples.items()}
+    times = _op_seconds(_run_file(files)) if reference else {}
+    dilation = {key: prof / ref for key, (prof, ref) in times.items() if key in samples}
+    med = {key: statistics.median(v) / dilation.get(key, 1.0) for key, v in samples.items()}
+    if times:
+        # A pair's two calls ran back to back; its time shrinks by their combined factor.
+        def undilated(subs, dur):
+            known = [times[(st, kd)] for st, kd, _j in subs if (st, kd) in times]
+            if len(known) != len(subs):
+                return dur
+            return dur * sum(r for _p, r in known) / sum(p for p, _r in known)
+        pairs = [(subs, undilated(subs, dur)) for subs, dur in pairs]
     f, b, w, bw = [], [], [], []
     for s in range(stages):
         has_split = (s, "B") in med or (s, "W") in med
@@ -502,8 +533,47 @@ def from_profile(path_or_paths, sends: str = "occupy") -> Profile:
         lo = min(t.step_spans[k][0] for t in traces.values())
         hi = max(t.step_spans[k][1] for t in traces.values())
         step_times.append((hi - lo) * 1e-6)
+    ref_times = []
+    if dilation:
+        info = _run_file(files)
+        all_times, idx = info.get("step_times"), info.get("reference_steps")
+        if isinstance(all_times, list) and isinstance(idx, list):
+            ref_times = [float(all_times[i]) for i in idx
+                         if isinstance(i, int) and 0 <= i < len(all_times)
+                         and isinstance(all_times[i], (int, float))]
     return Profile(costs, network, sched, ranks, stages, microbatches, step_times,
-                   statistics.median(step_times), counts, _run_cpus(files))
+                   statistics.median(step_times), counts, _run_cpus(files), dilation, ref_times)
+
+
+def _run_file(files):
+    """The run file beside the traces as a dict, or None (missing or damaged)."""
+    folders = {f.parent for f in files}
+    run_file = folders.pop() / RUN_FILE if len(folders) == 1 else None
+    if run_file is None or not run_file.is_file():
+        return None
+    try:
+        info = json.loads(run_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _op_seconds(info):
+    """``{(stage, kind): (profiled s, reference s)}`` from a run file's op_seconds."""
+    out = {}
+    table = info.get("op_seconds") if info else None
+    if not isinstance(table, dict):
+        return out
+    for key, sides in table.items():
+        try:
+            stage, kind = key.split(",")
+            prof, ref = float(sides["profiled"]), float(sides["reference"])
+            stage = int(stage)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue  # a hand-edited entry only loses its correction
+        if prof > 0 and ref > 0 and math.isfinite(prof) and math.isfinite(ref):
+            out[(stage, kind)] = (prof, ref)
+    return out
 
 
 def _run_cpus(files):
@@ -578,9 +648,12 @@ class WhatIfRanking(list):
     profiled : dict
         The profiled schedule's own prediction: ``schedule`` (the family
         whose order it is, or ``"profiled"``), ``microbatches``,
-        ``predicted`` and ``measured`` (median profiled step), both in
-        seconds, ``error`` (``predicted / measured - 1``: negative when
-        the prediction is low) and ``steps`` (profiled steps).
+        ``predicted`` and ``measured`` (median step), both in seconds,
+        ``error`` (``predicted / measured - 1``: negative when the
+        prediction is low), ``steps`` (how many steps the median is of)
+        and ``measured_steps``: ``"reference"`` when the costs were
+        corrected with the run's unprofiled steps (then those are
+        measured), else ``"profiled"``.
     warnings : list of str
         What makes the measured times untrustworthy (ranks beyond CPUs).
     """
@@ -666,9 +739,13 @@ def what_if(profile, schedules="all", microbatches: int | None = None) -> WhatIf
         raise InputError(f"no family builds {prof.ranks} ranks and {m} microbatches ({why})")
     rows.sort(key=lambda r: r["predicted"])
     own = prof.predict(prof.schedule).makespan
+    # Costs without the profiler's share are compared with the steps run without it.
+    ref = prof.reference_times
+    measured = statistics.median(ref) if ref else prof.measured
     profiled = {"schedule": ran_family or "profiled", "microbatches": prof.microbatches,
-                "predicted": own, "measured": prof.measured, "error": own / prof.measured - 1,
-                "steps": len(prof.step_times)}
+                "predicted": own, "measured": measured, "error": own / measured - 1,
+                "steps": len(ref or prof.step_times),
+                "measured_steps": "reference" if prof.reference_times else "profiled"}
     if prof.cpus is not None:
         warning = oversubscribed(prof.ranks, prof.cpus)
     else:
@@ -717,7 +794,9 @@ def format_what_if(rows, measured=None) -> str:
     if own:
         lines.append(f"profiled schedule ({own['schedule']}, {own['microbatches']} microbatches): "
                      f"predicted {own['predicted'] * 1e3:.2f} ms, measured "
-                     f"{own['measured'] * 1e3:.2f} ms (median of {own['steps']} profiled steps): "
+                     f"{own['measured'] * 1e3:.2f} ms (median of {own['steps']} "
+                     f"{'unprofiled reference' if own.get('measured_steps') == 'reference' else 'profiled'}"
+                     f" steps): "
                      f"{_error_text(own['error'])}")
     left = getattr(rows, "left_out", None)
     if left:

@@ -173,9 +173,13 @@ def reference_grads(modules, x, y, microbatches):
 def profiled_steps(steps: int) -> list:
     """Indices of the steps a profiled run of ``steps`` steps profiles.
 
-    Every step after the first, which sets torch's stages up (shape
-    inference, communication buffers); a one-step run profiles its only
-    step, set-up included.
+    The first step sets torch's stages up (shape inference, communication
+    buffers) and is never profiled, except in a one-step run, which
+    profiles its only step, set-up included. Runs of 2-4 steps profile
+    every step after the first. Runs of 5 or more profile the middle of
+    the steps after the first and leave about half of them unprofiled
+    around it (:func:`reference_steps`): the same work timed without the
+    profiler, which slows each operator it records.
 
     Parameters
     ----------
@@ -187,7 +191,29 @@ def profiled_steps(steps: int) -> list:
     list of int
         Indices into the run's ``step_times``.
     """
-    return list(range(1 if steps > 1 else 0, steps))
+    if steps <= 4:
+        return list(range(1 if steps > 1 else 0, steps))
+    rest = steps - 1
+    before = max(1, (rest // 2) // 2)
+    return list(range(1 + before, 1 + before + rest - rest // 2))
+
+
+def reference_steps(steps: int) -> list:
+    """Indices of a profiled run's unprofiled steps after the first.
+
+    Parameters
+    ----------
+    steps : int
+        Steps of the run (>= 1).
+
+    Returns
+    -------
+    list of int
+        Empty for runs of up to 4 steps; otherwise the steps
+        :func:`profiled_steps` leaves out, except the first.
+    """
+    prof = set(profiled_steps(steps))
+    return [i for i in range(1, steps) if i not in prof] if steps > 4 else []
 
 
 def _free_port():
@@ -276,7 +302,8 @@ def _worker(rank, cfg):
         target = y if S - 1 in mine else None
         step_times, grads, op_times = [], None, []
         prof = None
-        first = profiled_steps(cfg["steps"])[0] if cfg.get("profile") else None
+        profiled = profiled_steps(cfg["steps"]) if cfg.get("profile") else []
+        first, last = (profiled[0], profiled[-1]) if profiled else (None, None)
         if first is not None:
             from torch.profiler import ProfilerActivity, profile
             prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
@@ -289,20 +316,21 @@ def _worker(rank, cfg):
                 prof.start()
             # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the machine.
             t0 = time.perf_counter()
-            if prof is not None and i >= first:
+            if prof is not None and first <= i <= last:
                 # The label torch.profiler's own step() writes, so user traces read the same way.
                 with torch.profiler.record_function(f"ProfilerStep#{i}"):
                     runtime.step(*args, target=target)
             else:
                 runtime.step(*args, target=target)
             step_times.append((t0, time.perf_counter()))
+            if prof is not None and i == last:
+                prof.stop()  # the steps after it are the unprofiled reference
             dist.barrier()
             if i == 0:
                 grads = {s: {n: p.grad.detach().clone() for n, p in modules[s].named_parameters()}
                          for s in mine}
             op_times.append(list(log))
         if prof is not None:
-            prof.stop()
             Path(cfg["profile"]).mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(Path(cfg["profile"]) / f"rank{rank}.json"))
         transfer = None
@@ -354,6 +382,10 @@ class RunResult:
     threads : list of int or None
         Per rank, its threads once gloo had started (torch's one compute
         thread, gloo's and the interpreter's): they share the rank's CPUs.
+    reference_steps : list of int
+        Indices of a profiled run's unprofiled steps after the first (empty
+        for runs of up to 4 steps and runs without ``profile``): the same
+        ops timed without the profiler.
     """
 
     ranks: int
@@ -370,6 +402,7 @@ class RunResult:
     profiled_steps: list = field(default_factory=list)
     cpus: list = field(default_factory=list)
     threads: list = field(default_factory=list)
+    reference_steps: list = field(default_factory=list)
 
     def iteration_time(self, warmup: int = 1) -> float:
         """Median seconds per step, leaving out the first ``warmup`` steps (when there are more).
@@ -392,6 +425,28 @@ class RunResult:
             raise InputError("the run has no steps")
         times = self.step_times[warmup:] if len(self.step_times) > warmup else self.step_times
         return statistics.median(times)
+
+    def op_seconds(self) -> dict:
+        """Median seconds of each stage's compute kind, profiled and unprofiled.
+
+        Returns
+        -------
+        dict
+            ``{"stage,kind": {"profiled": s, "reference": s}}`` over
+            :attr:`profiled_steps` and :attr:`reference_steps` (a side
+            without steps is left out); the ratio is what the profiler
+            added to that kind's time in this run.
+        """
+        out: dict = {}
+        for side, steps in (("profiled", self.profiled_steps), ("reference", self.reference_steps)):
+            samples: dict = {}
+            for i in steps:
+                for _rank, stage, kind, seconds in self.op_times[i]:
+                    if stage >= 0:
+                        samples.setdefault(f"{stage},{kind}", []).append(seconds)
+            for key, values in samples.items():
+                out.setdefault(key, {})[side] = statistics.median(values)
+        return out
 
 
 # A rank runs this file without importing the pipecore package (numba and
@@ -466,7 +521,8 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                 match = match and bool(torch.allclose(got, want, rtol=1e-5, atol=1e-6))
     return RunResult(ranks, stages, microbatches, grads, reference, err, match, step_times, op_times,
                      transfer, rank_times, profiled_steps(steps) if profile is not None else [],
-                     [part.get("cpus") for part in parts], [part.get("threads") for part in parts])
+                     [part.get("cpus") for part in parts], [part.get("threads") for part in parts],
+                     reference_steps(steps) if profile is not None else [])
 
 
 if __name__ == "__main__":

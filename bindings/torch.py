@@ -608,14 +608,19 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
     measure_transfer : bool
         Also time a ping-pong of one activation between ranks 0 and 1.
     profile : str or os.PathLike, optional
-        A folder: every rank profiles its steps after the first (which sets
-        torch's stages up; a one-step run profiles its only step, set-up
-        included) with ``torch.profiler`` (CPU activities, shapes
-        recorded), each step inside a ``ProfilerStep#i`` label, and writes
-        ``rank{r}.json`` (Chrome/Kineto trace) there, and
-        ``pipecore-run.json`` (the model, shape, profiled steps and the
-        machine's CPUs); read them with :func:`from_profile`.
-        ``RunResult.profiled_steps`` lists the profiled steps.
+        A folder: every rank profiles steps with ``torch.profiler`` (CPU
+        activities, shapes recorded), each step inside a
+        ``ProfilerStep#i`` label, and writes ``rank{r}.json``
+        (Chrome/Kineto trace) there, and ``pipecore-run.json`` (the model,
+        shape, profiled and reference steps, each stage's compute times
+        with and without the profiler, and the machine's CPUs); read them
+        with :func:`from_profile`. The first step sets torch's stages up
+        and is not profiled (a one-step run profiles its only step, set-up
+        included); runs of up to 4 steps profile the others; longer runs
+        profile the middle ones and time the rest without the profiler as
+        a reference (``RunResult.profiled_steps``,
+        ``RunResult.reference_steps``), which :func:`from_profile` uses to
+        take out what the profiler adds to each op.
     pin : bool, optional
         Pin rank r to the r-th CPU this process may use
         (``os.sched_setaffinity``, before gloo starts its threads), so no
@@ -677,7 +682,10 @@ def run(schedule, ranks: int | None = None, *, model: str = "mlp", hidden: int =
             {"schedule": sched.name, "ranks": sched.devices, "stages": sched.stages,
              "microbatches": sched.microbatches, "model": model, "hidden": hidden,
              "layers": layers, "batch": batch, "steps": steps, "seed": seed,
-             "profiled_steps": result.profiled_steps, "cpus": local_cpus(),
+             "profiled_steps": result.profiled_steps,
+             "reference_steps": result.reference_steps, "op_seconds": result.op_seconds(),
+             "step_times": result.step_times,
+             "cpus": local_cpus(),
              "pinned": cpus, "threads": result.threads, "pin": pin}, indent=1))
     return result
 

@@ -92,8 +92,9 @@ def _network(args):
 
 
 #: run-torch --profile's default steps: the first sets torch's stages up and is
-#: not profiled; what-if takes the median of the others.
-_PROFILE_STEPS = 4
+#: not profiled; steps 3-5 are profiled and 2, 6, 7 timed without the profiler,
+#: so what-if can take out what the profiler adds to each op.
+_PROFILE_STEPS = 7
 
 
 def _parser():
@@ -231,14 +232,15 @@ def _parser():
     r.add_argument("--layers", type=_positive_int, default=None,
                    help="blocks in the whole model (default one per stage; a multiple of stages)")
     r.add_argument("--profile", default=None, metavar="DIR",
-                   help="write per-rank torch.profiler traces (rankN.json) of the steps after the "
-                        "first (which sets torch's stages up) to DIR, for pipecore what-if")
+                   help="write per-rank torch.profiler traces (rankN.json) to DIR, for pipecore "
+                        "what-if; runs of 5 or more steps also time steps without the profiler, "
+                        "so what-if can take out what it adds")
     r.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
     r.add_argument("--batch", type=_positive_int, default=None,
                    help="rows per step (default 2 per microbatch)")
     r.add_argument("--steps", type=_positive_int, default=None,
                    help=f"steps to run (default 1; {_PROFILE_STEPS} with --profile: one to set "
-                        f"torch up, {_PROFILE_STEPS - 1} profiled)")
+                        f"torch up, 3 profiled, 3 timed without the profiler)")
     r.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     r.add_argument("--no-check", action="store_true",
                    help="do not compare gradients with the non-pipelined model")
@@ -791,6 +793,8 @@ def _cmd_run_torch(args, out):
         folder = Path(args.profile)
         files = [str(folder / f"rank{r}.json") for r in range(res.ranks)] + [str(folder / RUN_FILE)]
         summary.update(profiled_steps=res.profiled_steps, profile_files=files)
+        if res.reference_steps:
+            summary["reference_steps"] = res.reference_steps
     if args.json:
         json.dump({**summary, "warnings": warnings}, out, indent=1)
         out.write("\n")
@@ -800,6 +804,9 @@ def _cmd_run_torch(args, out):
                 value = " ".join(f"{t * 1e3:.2f}" for t in value) + " (ms, per step)"
             elif key == "profiled_steps":
                 value = _profiled_text(value, len(res.step_times))
+            elif key == "reference_steps":
+                value = (", ".join(str(i + 1) for i in value)
+                         + " (timed without the profiler, to take out what it adds)")
             elif key == "profile_files":
                 key, value = "profile", ", ".join(value)
             out.write(f"{key:<14} {value}\n")
@@ -837,6 +844,7 @@ def _cmd_what_if(args, out):
         measured, notes = _check_top(pt, args, rows[:3])
     if args.json:
         json.dump({"rows": rows, "measured": measured, "profiled_step": prof.measured,
+                   "dilation": {f"{st},{kd}": v for (st, kd), v in sorted(prof.dilation.items())},
                    "profiled": rows.profiled, "left_out": rows.left_out,
                    "warnings": rows.warnings, "notes": notes}, out, indent=1)
         out.write("\n")
@@ -845,12 +853,28 @@ def _cmd_what_if(args, out):
               f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
               f"{len(prof.step_times)} profiled steps; overhead "
               f"{float(prof.costs.overhead) * 1e6:.0f} us per op\n")
+    out.write(_dilation_text(prof) + "\n")
     if args.microbatches is not None and args.microbatches != prof.microbatches:
         out.write(f"predicted for {args.microbatches} microbatches\n")
     out.write(pt.format_what_if(rows, measured) + "\n")
     for note in notes:
         out.write(note + "\n")
     return 0
+
+
+def _dilation_text(prof):
+    """What the profiler added to the compute times, and whether it was taken out."""
+    if not prof.dilation:
+        return ("costs: the profiled steps' times, profiler included (no unprofiled reference "
+                "steps recorded; profile 5 or more steps with run-torch --profile to take its "
+                "share out)")
+    factors = sorted(prof.dilation.values())
+    mid = factors[len(factors) // 2] if len(factors) % 2 else (
+        factors[len(factors) // 2 - 1] + factors[len(factors) // 2]) / 2
+    return (f"costs: compute times divided by what the profiler added, measured against "
+            f"{len(prof.reference_times)} unprofiled steps of the same run (it made ops "
+            f"{mid - 1:+.1%} longer in the median, {factors[0] - 1:+.1%} to "
+            f"{factors[-1] - 1:+.1%} over {len(factors)} stage and kind pairs)")
 
 
 def _check_top(pt, args, rows):

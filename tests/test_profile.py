@@ -244,6 +244,69 @@ def test_what_if_sets_the_profiled_prediction_beside_its_measurement(tmp_path):
     assert "prediction within 0.1% of the measurement" in out.getvalue()
 
 
+def _dilated(costs, factor):
+    """Costs with each kind's times multiplied by ``factor[kind]`` (what a profiler adds)."""
+    return pc.Costs(**{k: np.asarray(getattr(costs, k)) * factor[k] for k in ("f", "b", "w", "bw")},
+                    overhead=costs.overhead)
+
+
+def test_reference_steps_take_the_profilers_share_out(tmp_path):
+    # 1F1B, p=2, m=4, f=1 and bw=2 on both stages: a step is (m + p - 1) * (f + bw) = 15.
+    # The traces show the profiled steps, where F took 1.25x and BW 1.5x as long.
+    true = pc.Costs(f=1.0, b=1.0, w=1.0, bw=2.0)
+    factor = {"f": 1.25, "b": 1.0, "w": 1.0, "bw": 1.5}
+    write_traces(tmp_path, pc.build("1f1b", 2, 4), _dilated(true, factor), sends=())
+    seconds = {f"{s},F": {"profiled": 2.5, "reference": 2.0} for s in (0, 1)}
+    seconds.update({f"{s},BW": {"profiled": 6.0, "reference": 4.0} for s in (0, 1)})
+    (tmp_path / "pipecore-run.json").write_text(json.dumps({
+        "ranks": 2, "steps": 7, "profiled_steps": [2, 3, 4], "reference_steps": [1, 5, 6],
+        "step_times": [40.0, 16.0, 99.0, 99.0, 99.0, 15.0, 14.0], "op_seconds": seconds}))
+    prof = pt.from_profile(tmp_path)
+    assert prof.dilation == {(0, "F"): 1.25, (1, "F"): 1.25, (0, "BW"): 1.5, (1, "BW"): 1.5}
+    np.testing.assert_allclose(prof.costs.f, [1.0, 1.0], rtol=1e-9)
+    np.testing.assert_allclose(prof.costs.bw, [2.0, 2.0], rtol=1e-9)
+    assert prof.reference_times == [16.0, 15.0, 14.0]
+    own = pt.what_if(prof, ["gpipe"]).profiled
+    # Predicted 15 against the reference steps' median 15 (not the profiled steps' 99s).
+    assert own["predicted"] == pytest.approx(15.0) and own["measured"] == 15.0
+    assert own["measured_steps"] == "reference" and own["steps"] == 3
+    out = io.StringIO()
+    assert main(["what-if", str(tmp_path)], out=out) == 0
+    assert ("it made ops +37.5% longer in the median, +25.0% to +50.0% over 4 stage and kind "
+            "pairs") in out.getvalue()
+    assert "median of 3 unprofiled reference steps" in out.getvalue()
+    # reference=False keeps the traces' (profiled) times: 1.25 and 3.
+    kept = pt.from_profile(tmp_path, reference=False)
+    np.testing.assert_allclose(kept.costs.f, [1.25, 1.25], rtol=1e-9)
+    np.testing.assert_allclose(kept.costs.bw, [3.0, 3.0], rtol=1e-9)
+    assert kept.dilation == {} and kept.reference_times == []
+    with pytest.raises(ValueError, match="'reference' must be True or False"):
+        pt.from_profile(tmp_path, reference="yes")
+
+
+def test_a_damaged_op_seconds_entry_only_loses_its_correction(tmp_path):
+    true = pc.Costs(f=1.0, b=1.0, w=1.0, bw=2.0)
+    write_traces(tmp_path, pc.build("1f1b", 2, 4), _dilated(true, {"f": 2, "b": 1, "w": 1,
+                                                                   "bw": 1}), sends=())
+    (tmp_path / "pipecore-run.json").write_text(json.dumps({"op_seconds": {
+        "0,F": {"profiled": 2.0, "reference": 1.0}, "1,F": {"profiled": "x"},
+        "bad": 3, "0,BW": {"profiled": 1.0, "reference": 0.0}}}))
+    prof = pt.from_profile(tmp_path)
+    assert prof.dilation == {(0, "F"): 2.0}
+    np.testing.assert_allclose(prof.costs.f, [1.0, 2.0], rtol=1e-9)
+    assert prof.reference_times == []  # no step_times in the file: the profiled steps measure
+
+
+@pytest.mark.parametrize("steps,profiled,reference", [
+    (1, [0], []), (2, [1], []), (4, [1, 2, 3], []), (5, [2, 3], [1, 4]),
+    (7, [2, 3, 4], [1, 5, 6]), (8, [2, 3, 4, 5], [1, 6, 7])])
+def test_which_steps_are_profiled(steps, profiled, reference):
+    from pipecore.bindings import _torch_run
+
+    assert _torch_run.profiled_steps(steps) == profiled
+    assert _torch_run.reference_steps(steps) == reference
+
+
 @pytest.mark.parametrize("cpus,warned", [(1, True), (2, False)])
 def test_what_if_warns_when_ranks_exceed_the_runs_cpus(tmp_path, cpus, warned):
     write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=())

@@ -191,14 +191,21 @@ def test_readme_torch_lines_at_defaults(tmp_path, monkeypatch):
     # where profiling starts, and every rank crashed).
     assert "--steps" not in lines[2]
     assert "grads_match    True" in profiled
-    assert "steps 2-4 of 4 (step 1 sets torch's stages up and is left out)" in profiled
-    assert len(profiled.split("step_times")[1].split("(ms")[0].split()) == 4
+    assert "steps 3-5 of 7 (step 1 sets torch's stages up and is left out)" in profiled
+    assert "reference_steps 2, 6, 7 (timed without the profiler" in profiled
+    assert len(profiled.split("step_times")[1].split("(ms")[0].split()) == 7
     assert "next: pipecore what-if traces" in profiled
     run = json.loads((tmp_path / "traces" / "pipecore-run.json").read_text())
-    assert (run["steps"], run["profiled_steps"]) == (4, [1, 2, 3])
+    assert (run["steps"], run["profiled_steps"], run["reference_steps"]) == (7, [2, 3, 4],
+                                                                           [1, 5, 6])
     prof = pt.from_profile(tmp_path / "traces")
-    assert len(prof.step_times) == 3  # steps 2, 3 and 4
+    assert len(prof.step_times) == 3  # steps 3, 4 and 5
+    # Every stage's F and B were timed with and without the profiler: all corrected.
+    assert sorted(prof.dilation) == [(0, "BW"), (0, "F"), (1, "BW"), (1, "F")]
+    assert len(prof.reference_times) == 3
     assert prof.labels["F"] == 8 and prof.labels["BW"] == 8  # 2 stages x 4 microbatches a step
     assert "profiled schedule (1f1b, 4 microbatches): predicted" in ranked
-    assert "median of 3 profiled steps" in ranked
+    assert "median of 3 unprofiled reference steps" in ranked
+    assert "costs: compute times divided by what the profiler added, measured against 3 " \
+        "unprofiled steps" in ranked
     assert "left out (3):" in ranked
