@@ -258,6 +258,9 @@ def _parser():
                         "pipecore[torch]) and print predicted against measured")
     w.add_argument("--steps", type=_positive_int, default=6,
                    help="steps per --check run (default 6; the first two are left out)")
+    w.add_argument("--repeats", type=_positive_int, default=3,
+                   help="--check runs per schedule, each in fresh processes, schedules taken in "
+                        "turn (default 3); the table shows their median and spread")
     w.add_argument("--json", action="store_true", help="print the rows as JSON")
     return parser
 
@@ -878,7 +881,14 @@ def _dilation_text(prof):
 
 
 def _check_top(pt, args, rows):
-    """Run the given rows' schedules for real on the profiled run's setup."""
+    """Run the given rows' schedules for real on the profiled run's setup.
+
+    Each schedule runs ``--repeats`` times in fresh processes, every schedule
+    once before any runs again (a slow phase of the machine falls on all),
+    ranks pinned where the CPUs allow, ``--steps`` steps without the
+    profiler of which the first two are left out. Returns the median of
+    each schedule's run medians (s), and notes with the spreads.
+    """
     import statistics
 
     from .schedules.registry import build
@@ -888,7 +898,8 @@ def _check_top(pt, args, rows):
         raise InputError(f"--check needs {run_file} (written by run-torch --profile) to know the "
                          f"model and shape of the run")
     cfg = json.loads(run_file.read_text())
-    measured, notes = {}, []
+    notes, runs = [], {}
+    todo = []
     for r in rows:
         sched = build(r["schedule"], cfg["ranks"], args.microbatches or cfg["microbatches"])
         layers = cfg["layers"] or cfg["stages"]
@@ -896,9 +907,20 @@ def _check_top(pt, args, rows):
             notes.append(f"{r['schedule']}: not run ({sched.stages} stages do not divide the "
                          f"model's {layers} blocks)")
             continue
-        res = pt.run(sched, model=cfg["model"], hidden=cfg["hidden"], layers=layers,
-                     batch=cfg["batch"], steps=args.steps, seed=cfg["seed"], check=False)
-        measured[r["schedule"]] = statistics.median(res.step_times[2:] or res.step_times)
+        todo.append((r["schedule"], sched, layers))
+    for _ in range(args.repeats):
+        for name, sched, layers in todo:
+            res = pt.run(sched, model=cfg["model"], hidden=cfg["hidden"], layers=layers,
+                         batch=cfg["batch"], steps=args.steps, seed=cfg["seed"], check=False)
+            runs.setdefault(name, []).append(statistics.median(res.step_times[2:]
+                                                               or res.step_times))
+    measured = {name: statistics.median(t) for name, t in runs.items()}
+    if runs:
+        parts = [f"{name} {min(t) * 1e3:.2f}-{max(t) * 1e3:.2f} ms "
+                 f"({(max(t) - min(t)) / measured[name]:.1%})" for name, t in runs.items()]
+        notes.append(f"measured: median of {args.repeats} run(s) per schedule, each the median of "
+                     f"steps 3-{args.steps}; spread over runs: " + ", ".join(parts)
+                     + ("; a difference within the spread is noise" if args.repeats > 1 else ""))
     return measured, notes
 
 

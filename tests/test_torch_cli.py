@@ -209,3 +209,12 @@ def test_readme_torch_lines_at_defaults(tmp_path, monkeypatch):
     assert "costs: compute times divided by what the profiler added, measured against 3 " \
         "unprofiled steps" in ranked
     assert "left out (3):" in ranked
+    # --check runs the schedules for real, each --repeats times in turn, and shows the spread.
+    status, checked = run_cli(["what-if", "traces", "--schedules", "1f1b,gpipe", "--check",
+                               "--repeats", "2", "--steps", "3"])
+    assert status == 0, checked
+    assert "measured ms" in checked and "error" in checked
+    assert "measured: median of 2 run(s) per schedule, each the median of steps 3-3; spread " \
+        "over runs: " in checked
+    assert "1f1b " in checked.split("spread over runs: ")[1]
+    assert "gpipe " in checked.split("spread over runs: ")[1]
