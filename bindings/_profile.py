@@ -578,14 +578,8 @@ def _op_seconds(info):
 
 def _run_cpus(files):
     """The CPUs recorded in the run file beside the traces, or None."""
-    folders = {f.parent for f in files}
-    run_file = folders.pop() / RUN_FILE if len(folders) == 1 else None
-    if run_file is None or not run_file.is_file():
-        return None
-    try:
-        cpus = json.loads(run_file.read_text()).get("cpus")
-    except (OSError, ValueError, AttributeError):
-        return None  # a damaged run file only costs the CPU check; --check reports it
+    info = _run_file(files)  # a damaged run file only costs the CPU check; --check reports it
+    cpus = info.get("cpus") if info else None
     return cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus > 0 else None
 
 
