@@ -91,6 +91,21 @@ CASES = [
     ("from_actions key that is a digit only to Unicode",  # '¹'.isdigit() is True
      lambda: pc.from_actions({"\u00b9": ["0F0", "0BW0"]}),
      ValueError, ["device keys must be ints >= 0", "'\u00b9'"]),
+    # Found by the garbage fuzz: sizes a grid multiplies into before anything is made.
+    ("grid of 1,001,000 shapes",  # 1 family x 1,000 device counts x 1,001 microbatch counts
+     lambda: pc.Grid.from_dict({"schedules": ["1f1b"], "devices": list(range(2, 1002)),
+                                "microbatches": list(range(1, 1002))}),
+     pc.ScanError, ["1,001,000 shapes", "at most 1,000,000"]),
+    ("grid of 1e20 points",  # four cost axes of 100,000 values: 1e20 > 2**63 configurations
+     lambda: pc.Grid.from_dict({"schedules": ["1f1b"], "devices": [2], "microbatches": [2],
+                                **{k: {"min": 1, "max": 2, "num": 100_000}
+                                   for k in ("f", "b", "w", "comm")}}),
+     pc.ScanError, ["1e+20 points", "int64"]),
+    ("grid of more than 10,000,000 parts",  # 1e10 rows at part_size 1: 1e10 parts
+     lambda: pc.Grid.from_dict({"schedules": ["1f1b"], "devices": [2], "microbatches": [2],
+                                "part_size": 1,
+                                **{k: {"min": 1, "max": 2, "num": 100_000} for k in ("f", "b")}}),
+     pc.ScanError, ["10,000,000,000 parts", "raise 'part_size'"]),
     ("bad hanayo option in a grid",
      lambda: pc.Grid.from_dict({"schedules": ["hanayo"], "devices": [4], "microbatches": [8],
                                 "options": {"hanayo": {"waves": "two"}}}),

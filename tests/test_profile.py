@@ -403,3 +403,18 @@ def test_binary_csv_names_the_file(tmp_path):
     path.write_bytes(bytes(range(128, 256)) * 3)
     with pytest.raises(ValueError, match=r"sched\.csv: not a text CSV \(byte 0 is not UTF-8\)"):
         pt.from_csv(path)
+
+
+@pytest.mark.parametrize("args", ["junk", {"Input Dims": "x"}, {"Input Dims": [[["a", 2]]]},
+                                  {"Input Dims": [[[-4]]]}, {"Input Dims": [[[True]]]}])
+def test_a_send_event_with_junk_args_is_skipped(tmp_path, args):
+    # Found by the garbage fuzz: such an event crashed the size fit. It is left out and
+    # the well-formed sends (4096 bytes: 1,024 float32 values) still give the network.
+    write_traces(tmp_path, pc.build("1f1b", 2, 2), pc.Costs(), sends=((4096, 50.0),))
+    path = tmp_path / "rank0.json"
+    trace = json.loads(path.read_text())
+    trace["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "c10d::send", "ts": 1e9,
+                                 "dur": 5.0, "pid": 1, "tid": 1, "args": args})
+    path.write_text(json.dumps(trace))
+    prof = pt.from_profile(tmp_path)
+    assert prof.network.bytes == 4096
