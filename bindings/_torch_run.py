@@ -199,19 +199,8 @@ def profiled_steps(steps: int) -> list:
 
 
 def reference_steps(steps: int) -> list:
-    """Indices of a profiled run's unprofiled steps after the first.
-
-    Parameters
-    ----------
-    steps : int
-        Steps of the run (>= 1).
-
-    Returns
-    -------
-    list of int
-        Empty for runs of up to 4 steps; otherwise the steps
-        :func:`profiled_steps` leaves out, except the first.
-    """
+    """A profiled run's unprofiled steps after the first, as indices: those
+    :func:`profiled_steps` leaves out for a run of ``steps`` (none up to 4)."""
     prof = set(profiled_steps(steps))
     return [i for i in range(1, steps) if i not in prof] if steps > 4 else []
 
