@@ -90,3 +90,33 @@ def test_profile_fidelity(benchmark, tmp_path):
     benchmark.extra_info["table"] = text
     assert len(summary) == len(schedules) * len(models), text
     assert all(r["repeats"] == repeats and r["predicted"] is not None for r in summary), text
+
+
+def test_paired_ranking_counts_pairs_ordered_in_all_repeats_but_one():
+    """Hand-made runs (no timing): profile_fidelity's paired view of the ranking."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "profile_fidelity", Path(__file__).with_name("profile_fidelity.py"))
+    pf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pf)
+
+    def row(name, runs, predicted):
+        return {"model": "m", "ranks": 2, "schedule": name, "predicted": predicted,
+                "runs": dict(enumerate(runs))}
+
+    rows = [row("a", [1, 2, 3, 4, 5], 1.0),    # faster than b in all 5 repeats
+            row("b", [2, 3, 4, 5, 6], 2.0),
+            row("c", [0.5, 9, 9, 9, 9], 0.5),  # slower than a and b in 4 of 5: still ordered
+            row("d", [0, 8, 0, 8, 0], 3.0)]    # faster than c in all 5, than a and b in 3
+    # a < b agrees (1 < 2); a < c, b < c and d < c are against the predictions (c's 0.5 is
+    # the fastest predicted); d against a and against b: 3 of 5 repeats, not ordered.
+    got = pf._paired(rows)
+    assert (got["paired_agree"], got["paired_pairs"]) == (1, 4)
+    assert sorted(got["paired_wrong"]) == ["m: a < c", "m: b < c", "m: d < c"]
+    # With 3 repeats a pair must be ordered the same way in all of them: a < b (agrees) and
+    # d < c (against); a and b beat c in only 2 of the first 3.
+    three = [dict(r, runs={k: v for k, v in r["runs"].items() if k < 3}) for r in rows]
+    got = pf._paired(three)
+    assert (got["paired_agree"], got["paired_pairs"], got["paired_wrong"]) == (1, 2, ["m: d < c"])
