@@ -6,10 +6,14 @@ for a few shapes."""
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipecore.schedules import adaptive
+
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
 
 LETTER = st.sampled_from([None, None, "F", "f", "B", "b", "W", "w"])
 

@@ -8,6 +8,9 @@ from hypothesis import strategies as st
 import pipecore as pc
 from pipecore.testing import family_schedules, networks
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @settings(max_examples=40, deadline=None)
 @given(sched=family_schedules(max_devices=6, max_microbatches=12), data=st.data())

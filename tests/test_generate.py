@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 import pipecore as pc
 from pipecore.schedules.generate import zbv_greedy
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 TIMES = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.1, 3.0)
 
 

@@ -7,6 +7,9 @@ from hypothesis import strategies as st
 import pipecore as pc
 from pipecore.schedules.generate import memory_greedy
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @settings(max_examples=30, deadline=None)
 @given(p=st.integers(1, 5), m=st.integers(1, 10), vee=st.booleans(),

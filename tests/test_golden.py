@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 import pipecore as pc
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m,expected", [(4, 8, 33.0), (8, 32, 117.0)])

@@ -16,6 +16,9 @@ from reference import simulate_reference
 import pipecore as pc
 from pipecore.testing import costs, family_schedules, networks, random_programs, schedules
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -17,6 +17,9 @@ import pipecore as pc
 from pipecore.core import simulate as sim
 from pipecore.testing import costs, networks, schedules
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @contextmanager
 def _lazy():

@@ -18,6 +18,9 @@ import pipecore as pc
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 from limit import Limit  # noqa: E402
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 CASES = [("zb-h1", 8, 32), ("1f1b", 8, 32), ("1f1b", 16, 64), ("gpipe", 4, 8), ("zb-h2", 4, 12),
          ("interleaved-1f1b", 4, 8), ("zb-v", 4, 8), ("looped-bfs", 4, 8), ("eager-1f1b", 5, 7)]
 

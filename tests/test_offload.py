@@ -13,6 +13,9 @@ import pytest
 
 import pipecore as pc
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 M = 5  # microbatches of the one-device GPipe below
 
 

@@ -16,6 +16,9 @@ import pipecore as pc
 from pipecore.testing import family_schedules, networks
 from pipecore.testing import schedules as random_schedules
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 16), (5, 3)])
 @pytest.mark.parametrize("f,r,bw", [(1.0, 1.0, 2.0), (1.0, 0.5, 3.0), (2.0, 0.0, 1.0)])

@@ -22,6 +22,9 @@ from pipecore.core.schedule import Schedule
 from pipecore.schedules import bfs, gpipe, interleaved, onef1b, registry, vshape, zerobubble
 from pipecore.testing import schedules
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 def _reference(name, p, m, v):
     """The per-op reference builder of each vectorised family."""

@@ -13,6 +13,9 @@ import pytest
 import pipecore as pc
 from pipecore.scan import parts as parts_mod
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 GRID = {
     "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipev", "chimera"],
     "devices": [2, 4, 6],

@@ -10,6 +10,9 @@ import pipecore as pc
 from pipecore.schedules.generate import memory_greedy
 from pipecore.search import local_search
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @settings(max_examples=25, deadline=None)
 @given(name=st.sampled_from(["1f1b", "zb-h1", "zb-h2", "gpipe", "interleaved-1f1b", "zb-v"]),

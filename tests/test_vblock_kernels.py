@@ -17,6 +17,9 @@ from pipecore.core.schedule import Schedule
 from pipecore.kernels import vblocks
 from pipecore.schedules import blocks
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 MAKE = {"v-min": blocks.v_min, "v-half": blocks.v_half, "v-zb": blocks.v_zb}
 
 
