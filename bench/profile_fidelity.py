@@ -22,10 +22,10 @@ The protocol:
   per repeat and schedule one profiled run (7 steps: the first sets torch
   up, 3-5 are profiled, 2, 6 and 7 run without the profiler so
   ``from_profile`` can divide each stage's compute kind by what the
-  profiler added in that very run) and one timed run (``WARMUP`` warm-up steps left out, then ``TIMED``
-  steps, their median), each a fresh set of processes; repeats run every
-  schedule of both models before the next repeat starts, so a slow phase of
-  the machine falls on all of them.
+  profiler added in that very run) and one timed run (``WARMUP`` warm-up
+  steps left out, then ``TIMED`` steps, their median), each a fresh set of
+  processes; repeats run every schedule of both models before the next
+  repeat starts, so a slow phase of the machine falls on all of them.
 * **Spread beside every error**: a configuration's measured time is the
   median of its repeats' timed medians and its spread the range of them;
   its prediction is the median of the predictions from its repeats' own

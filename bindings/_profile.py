@@ -471,7 +471,8 @@ def from_profile(path_or_paths, sends: str = "occupy", reference: bool = True) -
                 own += max((hi - lo) - inside, 0.0)
                 overhead.append(own * 1e-6 / n_compute)
     stages = max(stage_rank) + 1 if stage_rank else 0
-    times = _op_seconds(_run_file(files)) if reference else {}
+    info = _run_file(files)
+    times = _op_seconds(info) if reference else {}
     dilation = {key: prof / ref for key, (prof, ref) in times.items() if key in samples}
     med = {key: statistics.median(v) / dilation.get(key, 1.0) for key, v in samples.items()}
     if times:
@@ -534,15 +535,14 @@ def from_profile(path_or_paths, sends: str = "occupy", reference: bool = True) -
         hi = max(t.step_spans[k][1] for t in traces.values())
         step_times.append((hi - lo) * 1e-6)
     ref_times = []
-    if dilation:
-        info = _run_file(files)
+    if dilation:  # only with a run file
         all_times, idx = info.get("step_times"), info.get("reference_steps")
         if isinstance(all_times, list) and isinstance(idx, list):
             ref_times = [float(all_times[i]) for i in idx
                          if isinstance(i, int) and 0 <= i < len(all_times)
                          and isinstance(all_times[i], (int, float))]
     return Profile(costs, network, sched, ranks, stages, microbatches, step_times,
-                   statistics.median(step_times), counts, _run_cpus(files), dilation, ref_times)
+                   statistics.median(step_times), counts, _run_cpus(info), dilation, ref_times)
 
 
 def _run_file(files):
@@ -576,10 +576,9 @@ def _op_seconds(info):
     return out
 
 
-def _run_cpus(files):
-    """The CPUs recorded in the run file beside the traces, or None."""
-    info = _run_file(files)  # a damaged run file only costs the CPU check; --check reports it
-    cpus = info.get("cpus") if info else None
+def _run_cpus(info):
+    """The CPUs a run file (as :func:`_run_file` read it) records, or None."""
+    cpus = info.get("cpus") if info else None  # a damaged file costs the CPU check only
     return cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus > 0 else None
 
 

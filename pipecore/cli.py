@@ -871,9 +871,10 @@ def _dilation_text(prof):
         return ("costs: the profiled steps' times, profiler included (no unprofiled reference "
                 "steps recorded; profile 5 or more steps with run-torch --profile to take its "
                 "share out)")
+    import statistics
+
     factors = sorted(prof.dilation.values())
-    mid = factors[len(factors) // 2] if len(factors) % 2 else (
-        factors[len(factors) // 2 - 1] + factors[len(factors) // 2]) / 2
+    mid = statistics.median(factors)
     return (f"costs: compute times divided by what the profiler added, measured against "
             f"{len(prof.reference_times)} unprofiled steps of the same run (it made ops "
             f"{mid - 1:+.1%} longer in the median, {factors[0] - 1:+.1%} to "
@@ -912,14 +913,15 @@ def _check_top(pt, args, rows):
         for name, sched, layers in todo:
             res = pt.run(sched, model=cfg["model"], hidden=cfg["hidden"], layers=layers,
                          batch=cfg["batch"], steps=args.steps, seed=cfg["seed"], check=False)
-            runs.setdefault(name, []).append(statistics.median(res.step_times[2:]
-                                                               or res.step_times))
+            runs.setdefault(name, []).append(res.iteration_time(warmup=2))
     measured = {name: statistics.median(t) for name, t in runs.items()}
     if runs:
         parts = [f"{name} {min(t) * 1e3:.2f}-{max(t) * 1e3:.2f} ms "
                  f"({(max(t) - min(t)) / measured[name]:.1%})" for name, t in runs.items()]
+        which = (f"steps 3-{args.steps}" if args.steps > 3 else "step 3" if args.steps == 3
+                 else f"all {args.steps} steps")  # the first two are left out when there are more
         notes.append(f"measured: median of {args.repeats} run(s) per schedule, each the median of "
-                     f"steps 3-{args.steps}; spread over runs: " + ", ".join(parts)
+                     f"{which}; spread over runs: " + ", ".join(parts)
                      + ("; a difference within the spread is noise" if args.repeats > 1 else ""))
     return measured, notes
 

@@ -214,7 +214,7 @@ def test_readme_torch_lines_at_defaults(tmp_path, monkeypatch):
                                "--repeats", "2", "--steps", "3"])
     assert status == 0, checked
     assert "measured ms" in checked and "error" in checked
-    assert "measured: median of 2 run(s) per schedule, each the median of steps 3-3; spread " \
+    assert "measured: median of 2 run(s) per schedule, each the median of step 3; spread " \
         "over runs: " in checked
     assert "1f1b " in checked.split("spread over runs: ")[1]
     assert "gpipe " in checked.split("spread over runs: ")[1]
