@@ -13,7 +13,7 @@ from sizes import pick
 
 import pipecore as pc
 from pipecore.core.pack import Pack, structure_of
-from pipecore.kernels import replay as _replay
+from pipecore.kernels import codes as _codes
 from pipecore.scan.batch import param_matrix, threads
 
 NET = pc.Network.uniform(bytes=1.0, bandwidth=4.0, latency=0.05)
@@ -78,7 +78,7 @@ def test_list_scheduler_each_config_its_structure(benchmark, which):
     params = param_matrix(_table(n), n, {"bytes": 1.0, "grad_bytes": 0.0, "bandwidth": 4.0,
                                          "latency": 0.05, "inter_bandwidth": 4.0,
                                          "inter_latency": 0.05})
-    out = np.zeros((_replay.N_OUT, n))
+    out = np.zeros((_codes.N_OUT, n))
     status = np.zeros(n, dtype=np.int64)
     ops = np.mean([pack.s_u1[i] - pack.s_u0[i] for i in range(len(names))])
     benchmark.group = "full list scheduling p=8 m=32"

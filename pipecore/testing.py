@@ -47,11 +47,6 @@ def times(allow_zero: bool = True, max_value: float = 10.0):
     Returns
     -------
     hypothesis.strategies.SearchStrategy of float
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     values = [v for v in _TIE_VALUES if (allow_zero or v > 0) and v <= max_value]
     # Keep drawn floats well above 0: a tiny serialisation time added to a
@@ -164,11 +159,6 @@ def schedules(draw, max_devices: int = 6, max_stages: int = 8, max_microbatches:
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Schedule
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     p = draw(st.integers(1, max_devices))
     S = draw(st.integers(1, max_stages))
@@ -278,11 +268,6 @@ def family_schedules(draw, max_devices: int = 8, max_microbatches: int = 16,
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Schedule
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     name = draw(st.sampled_from(sorted(names or _family_names())))
     fam = family(name)
@@ -322,11 +307,6 @@ def costs(draw, stages: int | None = None, comm: bool = True, op_times: bool = F
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Costs
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     def value(allow_zero=True):
         if stages is not None and draw(st.booleans()):
@@ -359,11 +339,6 @@ def networks(draw, devices: int = 8, allow_none: bool = True):
     Returns
     -------
     hypothesis.strategies.SearchStrategy of Network or None
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     kinds = ["uniform", "two-level"] + (["none"] if allow_none else [])
     kind = draw(st.sampled_from(kinds))

@@ -343,11 +343,6 @@ def format_findings(items: list[dict]) -> str:
     Returns
     -------
     str
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     lines = ["findings: the paper's claims under pipecore's model",
              "cells: p=4 m=16 (c1/n0.1) is p devices, m microbatches, compute speed x1, network "

@@ -17,11 +17,6 @@ def pareto_front(x, y):
     -------
     numpy.ndarray
         Indices sorted by x.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     order = np.lexsort((y, x))
     best = np.inf

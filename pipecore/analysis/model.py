@@ -159,11 +159,6 @@ class Hardware:
         Returns
         -------
         list of str
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return list(HARDWARE_PRESETS)
 
@@ -206,11 +201,6 @@ class Hardware:
         Returns
         -------
         float
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return max(flops / self.flops, bytes_moved / self.memory_bandwidth)
 
@@ -332,11 +322,6 @@ class Layer:
         -------
         tuple of float
             ``(f, b, w)``.
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return (hardware.roofline(self.flops_f, self.bytes_f),
                 hardware.roofline(self.flops_b, self.bytes_b),
@@ -704,11 +689,6 @@ class Model:
         Returns
         -------
         dict of str to float
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return {"params": float(self._arrays["params"].sum()),
                 "param_bytes": float(self._arrays["param_bytes"].sum()),

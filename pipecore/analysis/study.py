@@ -102,11 +102,6 @@ class TransformerModel:
         Returns
         -------
         tuple of float
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         s, b, h = self.seq, self.microbatch, self.hidden
         flops = (s * b * h * (24 * h + 4 * s), s * b * h * (24 * h + 8 * s), 24 * s * b * h * h)
@@ -124,11 +119,6 @@ class TransformerModel:
         Returns
         -------
         Costs
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         f, b, w = self.layer_times(hw)
         per_device = self.layers / devices
@@ -377,11 +367,6 @@ def summarize(table: pa.Table) -> str:
     Returns
     -------
     str
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     groups = _groups(table)
     lines = []

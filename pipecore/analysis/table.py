@@ -51,11 +51,6 @@ class IdealTable:
         Returns
         -------
         str
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         s = self.schedule
         kinds = s.kind_codes

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import buffers, tier
 from ..core.costs import Costs, Network
-from ..core.ops import CapacityError, InputError
+from ..core.ops import AR, CapacityError, InputError
 from ..core.schedule import Schedule, _check_int
 from ..core.simulate import straggler_scale
 from ..kernels.replay import replay_scaled as _replay_scaled
@@ -219,7 +219,7 @@ class Jitter:
         n = schedule.num_ops
         m = schedule.microbatches
         mb = schedule._column("microbatch").astype(np.int64)
-        is_ar = schedule.kind_codes == 4
+        is_ar = schedule.kind_codes == AR
         width = n if self.per == "op" else m
         out = np.empty((n, draws))
         b0, b1 = first // BLOCK, (first + draws - 1) // BLOCK
@@ -325,11 +325,6 @@ class MonteCarlo:
         Returns
         -------
         dict
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         x = self.makespans
         return {"draws": int(x.size), "mean": float(x.mean()), "std": float(x.std()),
@@ -468,11 +463,6 @@ class WhatIf:
         Returns
         -------
         str
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         pct = 100 * abs(self.saved) / self.makespan if self.makespan else 0.0
         # A list schedule can get slower when an op gets faster: say which way.

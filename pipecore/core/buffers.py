@@ -170,11 +170,6 @@ def release() -> int:
     -------
     int
         Bytes released.
-
-    Raises
-    ------
-    None
-        Arrays still alive keep their memory; only free mappings go.
     """
     global _pool_bytes
     with _pool_lock:
@@ -349,12 +344,6 @@ def populate(*arrays) -> threading.Thread | None:
     threading.Thread or None
         The (daemon) thread, which holds the arrays until it ends (``join``
         it to wait for every page); None when nothing was started.
-
-    Raises
-    ------
-    None
-        A failed madvise (an older kernel) ends the helper; the writer then
-        takes the faults as it would have.
     """
     if _MADVISE is None or sum(a.nbytes for a in arrays) < _POPULATE_MIN_BYTES:
         return None
@@ -388,11 +377,6 @@ def available_bytes() -> int | None:
     Returns
     -------
     int or None
-
-    Raises
-    ------
-    None
-        An unreadable /proc/meminfo gives None.
     """
     try:
         with open("/proc/meminfo") as fh:

@@ -373,11 +373,6 @@ class Network:
         -------
         tuple of numpy.ndarray
             ``(bandwidth, latency)``, one entry per pair.
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         src = np.asarray(src)
         dst = np.asarray(dst)
@@ -406,10 +401,5 @@ def fits(memory, limit):
     -------
     bool or numpy.ndarray of bool
         ``memory <= limit * (1 + FIT_RTOL)``.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     return np.asarray(memory) <= np.asarray(limit) * (1.0 + FIT_RTOL)

@@ -12,11 +12,6 @@ def local_cpus() -> int:
     -------
     int
         At least 1.
-
-    Raises
-    ------
-    None
-        Falls back to ``os.cpu_count()`` where there is no affinity.
     """
     try:
         return len(os.sched_getaffinity(0))

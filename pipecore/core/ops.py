@@ -8,16 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..kernels.codes import AR, BW, KINDS, B, F, L, O, R, W  # noqa: E741, F401 (kind codes by their letters, re-exported)
+
 __all__ = ["KINDS", "Action", "PipecoreError", "InputError", "CapacityError", "ScheduleError", "op_label"]
 
-#: Op kinds, in the order of their integer codes (the kernel sees the codes).
-#: R recomputes a forward whose activations were dropped (activation
-#: recompute, or checkpointing); it runs on the F's device before the B.
-#: O offloads a forward's activations to host memory, L loads them back
-#: before the backward (copies on the device's host link).
-KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R", "O", "L")
+#: Op kinds (``KINDS``, from kernels/codes.py) by their letters: R recomputes
+#: a forward whose activations were dropped (it runs on the F's device
+#: before the B); O offloads a forward's activations to host memory, L
+#: loads them back before the backward (copies on the device's host link).
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
-F, B, W, BW, AR, R, O, L = range(8)  # noqa: E741 (the kinds are named by their letters)
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 _KIND_DICTIONARY = pa.array(KINDS, type=pa.string())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import codes as _codes
 from ..kernels import replay as _replay
 from .ops import InputError
 from .schedule import Schedule
@@ -60,12 +61,12 @@ class Structure:
         self.u_first = heads == dev_ptr[self.u_dev]
         # Busy time per device from counts of (device, unit cost code): the
         # replay adds count * cost per code instead of a lane loop per unit.
-        code = np.where(is_pair, _replay.N_CLS + _replay.N_CLS * kind[heads] + kind[last],
+        code = np.where(is_pair, _codes.N_CLASSES + _codes.N_CLASSES * kind[heads] + kind[last],
                         kind[heads]).astype(np.int64)
-        key = self.u_dev.astype(np.int64) * (_replay.N_CLS * (_replay.N_CLS + 1)) + code
+        key = self.u_dev.astype(np.int64) * (_codes.N_CLASSES * (_codes.N_CLASSES + 1)) + code
         keys, counts = np.unique(key, return_counts=True)
-        self.b_dev = (keys // (_replay.N_CLS * (_replay.N_CLS + 1))).astype(np.int64)
-        self.b_code = (keys % (_replay.N_CLS * (_replay.N_CLS + 1))).astype(np.int64)
+        self.b_dev = (keys // (_codes.N_CLASSES * (_codes.N_CLASSES + 1))).astype(np.int64)
+        self.b_code = (keys % (_codes.N_CLASSES * (_codes.N_CLASSES + 1))).astype(np.int64)
         self.b_cnt = counts.astype(np.float64)
         ins = np.stack([xfer[heads, 0], xfer[heads, 1],
                         np.where(is_pair, xfer[last, 0], -1),
@@ -216,7 +217,7 @@ class Pack:
         # are the same in every configuration (the usual sweep), track it once
         # per structure instead of in every lane of every group.
         track = any(params[r].min() != params[r].max()
-                    for r in (_replay.P_ACT, _replay.P_ACTW, _replay.P_CKPT, _replay.P_WEIGHTS))
+                    for r in (_codes.P_ACT, _codes.P_ACTW, _codes.P_CKPT, _codes.P_WEIGHTS))
         self._replay_groups(g_struct, g_lo, g_hi, n_chunks, params, out, track)
         if not track:
             first = (run_lo if len(run_lo) == 1 else
@@ -225,11 +226,11 @@ class Pack:
             self._replay_groups(c_struct[first], np.arange(len(first)), np.arange(1, len(first) + 1),
                                 1, np.ascontiguousarray(params[:, first]), one, True)
             if len(first) == 1:
-                for row in (_replay.O_PEAK_ACT, _replay.O_PEAK_TOTAL):
+                for row in (_codes.O_PEAK_ACT, _codes.O_PEAK_TOTAL):
                     out[row] = one[row, 0]
             else:
                 which = np.searchsorted(c_struct[first], c_struct)
-                for row in (_replay.O_PEAK_ACT, _replay.O_PEAK_TOTAL):
+                for row in (_codes.O_PEAK_ACT, _codes.O_PEAK_TOTAL):
                     out[row] = one[row][which]
 
     def _replay_groups(self, g_struct, g_lo, g_hi, n_chunks, params, out, track_mem):

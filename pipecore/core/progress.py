@@ -25,11 +25,6 @@ def enabled(progress) -> bool:
     Returns
     -------
     bool
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     return sys.stderr.isatty() if progress is None else bool(progress)
 
@@ -73,11 +68,6 @@ class Progress:
         Returns
         -------
         None
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         self.done += n
         if not self.enabled:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..kernels.codes import F_DROP
 from ..kernels.structure import (
     prefix_sum_counts,
     structure_fbw_count,
@@ -22,12 +23,6 @@ from ..kernels.structure import (
 from . import buffers
 from .cpus import local_cpus
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
-
-#: Cost-and-memory class of a row as the kernels see it: the kind code, but
-#: an F whose activations are dropped (its (stage, microbatch) has an R)
-#: is class F_DROP: it takes F's time and keeps only the checkpoint.
-F_DROP = 8
-N_CLASSES = 9
 
 #: Schedules with at least this many ops are checked by the one-pass kernel
 #: (``kernels.structure``) when they hold only F, B, W, BW and R ops (and
@@ -58,10 +53,6 @@ def kernel_from(ops):
     Returns
     -------
     contextlib context manager
-
-    Raises
-    ------
-    None
     """
     global _kernel_from
     before = _kernel_from

@@ -329,11 +329,6 @@ class Schedule:
         dict of int to list of str
             ``{device: ["0F0", "0F1", ...]}``, every device present; an
             overlapped F&B unit reads ``"0F7&7B3"``.
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return {d: ["&".join(op_label(k, s, mb) for k, s, mb in _as_ops(u)) for u in prog]
                 for d, prog in enumerate(self.programs())}
@@ -345,11 +340,6 @@ class Schedule:
         -------
         list of list of tuple
             An overlapped F&B unit is a pair of such tuples, F first.
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         out = [[] for _ in range(self.devices)]
         kinds = self.kind_codes
@@ -378,11 +368,6 @@ class Schedule:
         Returns
         -------
         str
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return _render(self, list(mark), width)
 

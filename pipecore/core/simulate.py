@@ -12,13 +12,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..kernels import listsched as _kernels
+from ..kernels.codes import F_DROP, N_CLASSES
 from ..kernels.memory import peak_memory
 from ..kernels.network import X_CLASSES, transfer_classes
 from . import buffers, tier
 from .costs import Costs, Network, per_stage_direct
 from .memtable import MemoryTable
-from .ops import InputError
-from .rules import F_DROP, N_CLASSES
+from .ops import AR, BW, B, F, InputError, L, O, R, W  # noqa: E741 (kinds named by their letters)
 from .schedule import KINDS, Schedule, ScheduleError, op_label
 
 # From this many ops on, simulate() runs the list scheduler's summary pass
@@ -581,12 +581,12 @@ class Result:
         kind = c.op_class
         s = c.op_stage
         delta = np.select(
-            [kind == 0, kind == 1, kind == 2, kind == 3, kind == 5, kind == F_DROP],
+            [kind == F, kind == B, kind == W, kind == BW, kind == R, kind == F_DROP],
             [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
              c.ckpt[s]], default=0.0)
-        time = np.where((kind == 0) | (kind == 5) | (kind == F_DROP), self.start, self.finish)
+        time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
         dev = self.schedule._column("device").astype(np.int64)
-        keep = (kind != 4) & (kind != 6) & (kind != 7)  # AR, O and L hold nothing themselves
+        keep = (kind != AR) & (kind != O) & (kind != L)  # AR, O and L hold nothing themselves
         rows = np.flatnonzero(keep)
         host = c.x_host if c.x_host is not None else np.zeros(len(c.x_src), np.int8)
         out, back = np.flatnonzero(host == 1), np.flatnonzero(host == 2)
@@ -644,17 +644,17 @@ class Result:
         kind = c.op_class
         s = c.op_stage
         delta = np.select(
-            [kind == 0, kind == 1, kind == 2, kind == 3, kind == 5, kind == F_DROP],
+            [kind == F, kind == B, kind == W, kind == BW, kind == R, kind == F_DROP],
             [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
              c.ckpt[s]], default=0.0)
-        time = np.where((kind == 0) | (kind == 5) | (kind == F_DROP), self.start, self.finish)
+        time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
         dev = self.schedule._column("device")
         total = np.empty_like(delta)
         # Per-device running sums, in program order (a device is sequential).
         for d in range(len(c.dev_ptr) - 1):
             a, b = c.dev_ptr[d], c.dev_ptr[d + 1]
             total[a:b] = np.cumsum(delta[a:b])
-        keep = kind != 4  # an all-reduce holds no activation and has no event
+        keep = kind != AR  # an all-reduce holds no activation and has no event
         return MemoryTable(pa.table({"device": pa.array(dev[keep].astype(np.int32)),
                                      "time": pa.array(time[keep]),
                                      "activation": pa.array(total[keep])}))
@@ -668,11 +668,6 @@ class Result:
             name, devices, microbatches, stages, makespan, bubble_ratio,
             bubble_rate, peak_activation (list), peak_activation_max/min,
             static_memory (list), busy (list).
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         peak = self.peak_activation
         return {

@@ -159,11 +159,6 @@ def compiled():
     -------
     context manager
         Usable with ``with`` or as a decorator.
-
-    Raises
-    ------
-    None
-        Whatever the block raises passes through; the block is closed.
     """
     global _held
     with _lock:
@@ -190,11 +185,6 @@ def kernel(dispatcher, ops: int):
     -------
     callable
         ``dispatcher``, or a plain-Python function with its signature.
-
-    Raises
-    ------
-    None
-        The choice only reads counters and a file's existence.
     """
     if (_held or ops > INTERPRET_MAX_OPS or not hasattr(dispatcher, "py_func")
             or _spent >= _budget(dispatcher)):

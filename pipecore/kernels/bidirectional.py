@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_F, _BW, _AR = 0, 3, 4
+from .codes import AR as _AR
+from .codes import BW as _BW
+from .codes import F as _F
 
 
 @njit(cache=True, inline="always")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Kind codes (core.ops): F=0, B=1, W=2, BW=3, AR=4.
-
+from .codes import B
 
 # Per-device counters in one int64 array: next row, next slot, W queue
 # head and tail, forwards taken per phase, backwards taken per phase.
@@ -43,7 +42,7 @@ def _back(c, d, a, kind, st, first, wq, cols):
     j = first[d, a] + c[_NB + a]
     c[_NB + a] += 1
     _put(c, d, kind, st[d, a], j, cols)
-    if kind == 1:
+    if kind == B:
         wq[c[_TAIL], 0] = st[d, a]
         wq[c[_TAIL], 1] = j
         c[_TAIL] += 1
@@ -86,11 +85,6 @@ def eight_steps(P, M, h, st, first, split_first, with_ar, offset,
     -------
     bool
         True when every device filled exactly its rows.
-
-    Raises
-    ------
-    None
-        The caller checks the shape and sizes the columns.
     """
     cols = (o_dev, o_slot, o_kind, o_stage, o_mb)
     # Pending W (stage, microbatch), oldest first: fewer than 2P per device.

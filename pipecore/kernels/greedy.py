@@ -15,7 +15,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_F, _B, _W = 0, 1, 2
+from .codes import BW as _BW
+from .codes import B as _B
+from .codes import F as _F
+from .codes import W as _W
+
 _NONE = -1
 
 
@@ -410,7 +414,7 @@ def greedy_columns(dev_ptr, n_q, out, d0, d1):
             q = stage[r]
             device[r] = d
             slot[r] = r - dev_ptr[d]
-            kind[r] = 3 if q & 1 else 0
+            kind[r] = _BW if q & 1 else _F
             stage[r] = q >> 1
             mb[r] = count[q]
             count[q] += 1

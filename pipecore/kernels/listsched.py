@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-STATUS_OK = 0
-STATUS_DEADLOCK = 1
+from .codes import STATUS_DEADLOCK, STATUS_OK
+
 NOT_WAITING = 0xFFFFFFFF  # list_units' wait entry of a device not blocked
 
 

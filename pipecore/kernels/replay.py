@@ -25,26 +25,41 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .listsched import STATUS_DEADLOCK, STATUS_OK, list_units, program_units
+from .codes import N_CLASSES as N_CLS
+from .codes import (
+    O_BUSY_MAX,
+    O_BUSY_SUM,
+    O_MAKESPAN,
+    O_PEAK_ACT,
+    O_PEAK_TOTAL,
+    O_SPAN_MAX,
+    P_ACT,
+    P_ACTW,
+    P_B,
+    P_BW,
+    P_BYTES,
+    P_CKPT,
+    P_COMM,
+    P_F,
+    P_FB,
+    P_GRAD,
+    P_IBW,
+    P_ILAT,
+    P_LAT,
+    P_R,
+    P_W,
+    P_WEIGHTS,
+    STATUS_DEADLOCK,
+    STATUS_OK,
+)
+from .listsched import list_units, program_units
 
 LANES = 64  # one AVX-512 register of float64; also fine on AVX2 (two)
 
-# Per-configuration parameter rows (a float64 matrix, one column per config).
-P_F, P_B, P_W, P_COMM, P_FB, P_ACT, P_ACTW, P_WEIGHTS = range(8)
-P_BYTES, P_GRAD, P_BW, P_LAT, P_IBW, P_ILAT = range(8, 14)
-P_R, P_CKPT = 14, 15  # recompute time and checkpoint memory (Costs.r, Costs.checkpoint)
-N_PARAMS = 16
-
-# Rows of the kernels' op arrays are cost classes (core.rules.op_class): the
-# kind codes 0..7 (F, B, W, BW, AR, R, O, L) and 8 for an F whose
-# activations are dropped for recompute. An overlapped pair's duration code
-# is N_CLS + N_CLS * class of F + class of B. Schedules with offload (O, L)
-# never reach these kernels (their memory moves at copy times).
-N_CLS = 9
-
-# Output rows (float64 matrix, one column per config).
-O_MAKESPAN, O_BUSY_SUM, O_BUSY_MAX, O_SPAN_MAX, O_PEAK_ACT, O_PEAK_TOTAL = range(6)
-N_OUT = 6
+# Rows of the kernels' op arrays are cost classes (kernels/codes.py). An
+# overlapped pair's duration code is N_CLS + N_CLS * class of F + class of
+# B. Schedules with offload (O, L) never reach these kernels (their memory
+# moves at copy times).
 
 
 @njit(cache=True)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Kind codes (core.ops): F=0, B=1, W=2, BW=3, AR=4, R=5. ``col[k]`` is the
+from .codes import AR, BW, B, F, R, W
+
+# ``col[k]`` is the
 # column of kind k's rows in the per-key index, -1 for a kind it has none
 # for (AR rows are never indexed): only the kinds a schedule can hold get a
 # column, so an F/B/W or F/BW schedule fills and reads a narrower index.
@@ -67,17 +69,17 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
     cb = col[1]
     for r in range(n):
         k = kind[r]
-        if k < 0 or k > 5 or slot[r] < 0 or stage[r] < 0:
+        if k < 0 or k > R or slot[r] < 0 or stage[r] < 0:
             return 1
         if dev[r] < 0 or dev[r] >= p or stage[r] >= S:
             return 1
         paired[r] = False
         if r > 0 and dev[r] == dev[r - 1] and slot[r] == slot[r - 1]:
             # Only an overlapped F&B pair shares a slot, F first, never three.
-            if kind[r - 1] != 0 or (k != 1 and k != 3) or paired[r - 1]:
+            if kind[r - 1] != F or (k != B and k != BW) or paired[r - 1]:
                 return 1
             paired[r] = True
-        if k == 4:
+        if k == AR:
             if not replicated:
                 return 1
             n_ar += 1
@@ -86,12 +88,12 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
             return 1
         if replicated:
             s = stage[r]
-            if k == 0:
+            if k == F:
                 if rep_dev[s, 0] < 0:
                     rep_dev[s, 0] = dev[r]
                 elif rep_dev[s, 0] != dev[r] and rep_dev[s, 1] != dev[r]:
                     rep_dev[s, 1] = dev[r] if rep_dev[s, 1] == -1 else -2
-            elif k != 5:
+            elif k != R:
                 # Its F ran earlier on this device (checked below), so the
                 # device is one of the stage's.
                 last_back[s, 0 if dev[r] == rep_dev[s, 0] else 1] = r
@@ -102,7 +104,7 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
         if idx[key, c] >= 0:
             return 1
         idx[key, c] = r
-        if k == 0:
+        if k == F:
             n_f += 1
         else:
             # In a valid schedule the F (and, for a W, its B) ran earlier on
@@ -111,7 +113,7 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
             f = idx[key, 0]
             if f < 0 or dev[f] != dev[r]:
                 return 1
-            if k == 2 and (cb < 0 or idx[key, cb] < 0):
+            if k == W and (cb < 0 or idx[key, cb] < 0):
                 return 1
     if n_f != S * m or n_f == 0:
         return 1
@@ -120,7 +122,7 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
         # backward op of the stage there; it waits for the other replica's
         # last backward op.
         for r in range(n):
-            if kind[r] != 4:
+            if kind[r] != AR:
                 continue
             s = stage[r]
             if rep_dev[s, 1] < 0:
@@ -162,9 +164,9 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, col, idx, paired
         key = stage[r] * m + mb[r]
         q0 = -1
         q1 = -1
-        if k == 4:
+        if k == AR:
             q0 = dep[r, 0]
-        elif k == 0:
+        elif k == F:
             # Exactly one backward (BW, or B and W) per (stage, microbatch).
             has_b = cb >= 0 and idx[key, cb] >= 0
             has_w = cw >= 0 and idx[key, cw] >= 0
@@ -177,9 +179,9 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, col, idx, paired
                 return 1
             if stage[r] > 0:
                 q0 = idx[key - m, 0]
-        elif k == 2:
+        elif k == W:
             q0 = idx[key, cb]  # the index pass checked the B is there
-        elif k == 5:
+        elif k == R:
             q0 = idx[key, 0]
         else:
             # A recomputed backward needs its R (which needs the F).
@@ -202,7 +204,7 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, col, idx, paired
             if q0 >= 0:
                 if paired[r] and q0 == r - 1:
                     return 1
-                if first_dev[s - 1 if k == 0 else s] == dr and q0 > r:
+                if first_dev[s - 1 if k == F else s] == dr and q0 > r:
                     return 1
             if q1 >= 0:
                 if paired[r] and q1 == r - 1:
@@ -210,10 +212,10 @@ def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, col, idx, paired
                 if first_dev[s + 1] == dr and q1 > r:
                     return 1
             c = 0
-            if k == 0:
+            if k == F:
                 if s < S - 1 and first_dev[s + 1] != dr:
                     c = 1
-            elif k == 1 or k == 3:
+            elif k == B or k == BW:
                 if s > 0 and first_dev[s - 1] != dr:
                     c = 1
             out_ptr[r + 2] = c

@@ -17,7 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_F, _B, _W = 0, 1, 2
+from .codes import B as _B
+from .codes import F as _F
+from .codes import W as _W
+
 _MASK = (1 << 32) - 1
 
 # Return codes of zbv_pass.

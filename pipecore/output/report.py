@@ -642,11 +642,6 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     -------
     str
         HTML.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     peak = np.asarray(result.peak_activation, dtype=np.float64)
     head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(result.name)}"
@@ -704,11 +699,6 @@ def schedule_grid_html(schedule: Any, max_ops: int = 4000) -> str:
     -------
     str
         HTML.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     t = schedule.table
     device = t.column("device").to_numpy()

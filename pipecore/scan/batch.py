@@ -13,6 +13,7 @@ from ..core.costs import Costs, Network, fits
 from ..core.ops import InputError
 from ..core.pack import Pack, structure_of
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
+from ..kernels import codes as _codes
 from ..kernels import replay as _replay
 
 __all__ = ["simulate_many", "product", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS",
@@ -34,7 +35,7 @@ RECOMPUTE_COLUMNS = ("r", "checkpoint")
 OP_TIME_COLUMNS = ("bw", "overhead")
 
 _PARAM_ROW = {name: i for i, name in enumerate(COST_COLUMNS + NETWORK_COLUMNS)}
-_PARAM_ROW.update(r=_replay.P_R, checkpoint=_replay.P_CKPT)
+_PARAM_ROW.update(r=_codes.P_R, checkpoint=_codes.P_CKPT)
 _POSITIVE = {"fb_factor", "bandwidth", "inter_bandwidth"}
 _INFINITE_OK = {"bandwidth", "inter_bandwidth"}
 
@@ -120,7 +121,7 @@ def param_matrix(data, n, network_defaults):
     Returns
     -------
     numpy.ndarray
-        Shape (``kernels.replay.N_PARAMS``, n), float64, rows in ``kernels.replay.P_*``
+        Shape (``kernels.codes.N_PARAMS``, n), float64, rows in ``kernels.codes.P_*``
         order.
 
     Raises
@@ -129,7 +130,7 @@ def param_matrix(data, n, network_defaults):
         Naming the column and row of the first bad value.
     """
     defaults = Costs()
-    params = np.empty((_replay.N_PARAMS, n))
+    params = np.empty((_codes.N_PARAMS, n))
     # Filled and range-checked in one threaded pass per row; the element-wise
     # checks below only run to name the first bad row.
     n_chunks = max(1, min(threads() * 4, n // 65536))
@@ -162,15 +163,15 @@ def param_matrix(data, n, network_defaults):
             rule = ("finite or inf and " if name in _INFINITE_OK else "finite and ") + rule
             raise InputError(f"column '{name}' row {i}: must be {rule} (got {col[i]})")
     if data.get("r") is None:
-        params[_replay.P_R] = params[_replay.P_F]
-    for name, row in (("activation_w", _replay.P_ACTW), ("checkpoint", _replay.P_CKPT)):
+        params[_codes.P_R] = params[_codes.P_F]
+    for name, row in (("activation_w", _codes.P_ACTW), ("checkpoint", _codes.P_CKPT)):
         if name not in data and "activation" not in data:
             continue  # both rows hold the checked defaults
-        over = np.flatnonzero(params[row] > params[_replay.P_ACT])
+        over = np.flatnonzero(params[row] > params[_codes.P_ACT])
         if over.size:
             i = int(over[0])
             raise InputError(f"row {i}: '{name}' must be <= 'activation' "
-                             f"({params[row, i]} > {params[_replay.P_ACT, i]})")
+                             f"({params[row, i]} > {params[_codes.P_ACT, i]})")
     return params
 
 
@@ -200,9 +201,9 @@ def _fold_op_times(data, params, schedule, struct):
     k = struct.chunks_div if struct.chunks_div > 0 else struct.stages / struct.devices
     codes = schedule.kind_codes
     params = params.copy()
-    b, w = params[_replay.P_B].copy(), params[_replay.P_W].copy()
+    b, w = params[_codes.P_B].copy(), params[_codes.P_W].copy()
     bw = cols.get("bw", b + w)
-    for row in (_replay.P_F, _replay.P_R, _replay.P_B, _replay.P_W):
+    for row in (_codes.P_F, _codes.P_R, _codes.P_B, _codes.P_W):
         params[row] = params[row] + o * k
     if (codes == BW).any():
         split = bool(((codes == B) | (codes == W)).any())
@@ -216,14 +217,14 @@ def _fold_op_times(data, params, schedule, struct):
                     f"other than b + w here (got overhead={o[i]}, bw={bw[i]}, b + w={b[i] + w[i]}); "
                     f"use pipecore.simulate")
         else:
-            params[_replay.P_B] = bw + o * k
-            params[_replay.P_W] = 0.0
+            params[_codes.P_B] = bw + o * k
+            params[_codes.P_W] = 0.0
     return params
 
 
 def metrics_from(out, devices, microbatches):
     """Metric columns from the kernels' output rows (see METRIC_COLUMNS)."""
-    makespan = out[_replay.O_MAKESPAN]
+    makespan = out[_codes.O_MAKESPAN]
     if np.ndim(devices) == 0 and np.ndim(microbatches) == 0:
         # One shape for every row (simulate_many): one pass, no temporaries.
         n = makespan.shape[0]
@@ -231,14 +232,14 @@ def metrics_from(out, devices, microbatches):
         _replay.sweep_metrics(out, float(devices), float(microbatches), ratio, rate, throughput)
     else:
         with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.where(makespan > 0, 1.0 - out[_replay.O_BUSY_SUM] / (devices * makespan),
+            ratio = np.where(makespan > 0, 1.0 - out[_codes.O_BUSY_SUM] / (devices * makespan),
                              0.0)
-            span = out[_replay.O_SPAN_MAX]
-            rate = np.where(span > 0, (span - out[_replay.O_BUSY_MAX]) / span, 0.0)
+            span = out[_codes.O_SPAN_MAX]
+            rate = np.where(span > 0, (span - out[_codes.O_BUSY_MAX]) / span, 0.0)
             throughput = np.where(makespan > 0, microbatches / makespan, np.inf)
     return {"makespan": makespan, "bubble_ratio": ratio, "bubble_rate": rate,
-            "throughput": throughput, "peak_activation_max": out[_replay.O_PEAK_ACT],
-            "memory_max": out[_replay.O_PEAK_TOTAL]}
+            "throughput": throughput, "peak_activation_max": out[_codes.O_PEAK_ACT],
+            "memory_max": out[_codes.O_PEAK_TOTAL]}
 
 
 #: The ``error`` column's text for a row whose times overflowed.
@@ -391,7 +392,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
                              f"(got {limit[int(wrong[0])]})")
     struct = structure_of(schedule)
     pack = Pack([(struct, dpn)])
-    out = np.zeros((_replay.N_OUT, n))
+    out = np.zeros((_codes.N_OUT, n))
     c_struct = np.zeros(n, dtype=np.int64)
     run = _fold_op_times(data, params, schedule, struct)
     if method == "replay":
@@ -399,7 +400,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     else:
         status = np.zeros(n, dtype=np.int64)
         pack.list_schedule(c_struct, run, out, status, threads())
-        if (status != _replay.STATUS_OK).any():  # validation ran first; keep the promise anyway
+        if (status != _codes.STATUS_OK).any():  # validation ran first; keep the promise anyway
             raise ScheduleError("deadlock in the batched list scheduler", rule="deadlock")
     cols = {name: params[_PARAM_ROW[name]] for name in COST_COLUMNS}
     if network is not None or any(name in data for name in NETWORK_COLUMNS):

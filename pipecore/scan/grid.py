@@ -19,7 +19,7 @@ from ..core.costs import Costs, Network, fits
 from ..core.ops import InputError
 from ..core.pack import Pack, Structure
 from ..core.schedule import ScheduleError
-from ..kernels import replay as _replay
+from ..kernels import codes as _codes
 from ..schedules.registry import build, family, schedules
 from .batch import COST_COLUMNS, NETWORK_COLUMNS, flag_overflow, metrics_from
 
@@ -484,13 +484,13 @@ def _part_table(grid, idx, cache, n_threads):
     if n == 0:
         return None
     digits = np.unravel_index(rest, grid.axis_sizes)
-    params = np.empty((_replay.N_PARAMS, n))
+    params = np.empty((_codes.N_PARAMS, n))
     for a, name in enumerate(VALUE_AXES):
         if name == "memory_limit":
             continue
-        params[_replay.P_F + COST_COLUMNS.index(name)] = np.asarray(grid.axes[name])[digits[a]]
-    params[_replay.P_R] = params[_replay.P_F]  # family schedules have no R ops
-    params[_replay.P_CKPT] = 0.0
+        params[_codes.P_F + COST_COLUMNS.index(name)] = np.asarray(grid.axes[name])[digits[a]]
+    params[_codes.P_R] = params[_codes.P_F]  # family schedules have no R ops
+    params[_codes.P_CKPT] = 0.0
     limit = np.asarray(grid.axes["memory_limit"])[digits[VALUE_AXES.index("memory_limit")]]
     # Per-entry columns: shape, network.
     sched_i = np.empty(n, dtype=np.int32)
@@ -513,15 +513,15 @@ def _part_table(grid, idx, cache, n_threads):
         bw = math.inf if net is None else float(net.bandwidth)
         lat = 0.0 if net is None else float(net.latency)
         two = net is not None and net.devices_per_node is not None
-        params[_replay.P_BYTES, sl] = nb
-        params[_replay.P_GRAD, sl] = gb
-        params[_replay.P_BW, sl] = bw
-        params[_replay.P_LAT, sl] = lat
-        params[_replay.P_IBW, sl] = float(net.inter_bandwidth) if two else bw
-        params[_replay.P_ILAT, sl] = float(net.inter_latency) if two else lat
+        params[_codes.P_BYTES, sl] = nb
+        params[_codes.P_GRAD, sl] = gb
+        params[_codes.P_BW, sl] = bw
+        params[_codes.P_LAT, sl] = lat
+        params[_codes.P_IBW, sl] = float(net.inter_bandwidth) if two else bw
+        params[_codes.P_ILAT, sl] = float(net.inter_latency) if two else lat
         pos += cnt
     pack = Pack(pack_entries)
-    out = np.zeros((_replay.N_OUT, n))
+    out = np.zeros((_codes.N_OUT, n))
     pack.replay(c_struct, params, out, n_threads)
     metrics = metrics_from(out, dev, mbs)
     cols = {
@@ -534,8 +534,8 @@ def _part_table(grid, idx, cache, n_threads):
                                                   pa.array(grid.network_names)),
     }
     for name in COST_COLUMNS + NETWORK_COLUMNS:
-        row = (_replay.P_F + COST_COLUMNS.index(name) if name in COST_COLUMNS
-               else _replay.P_BYTES + NETWORK_COLUMNS.index(name))
+        row = (_codes.P_F + COST_COLUMNS.index(name) if name in COST_COLUMNS
+               else _codes.P_BYTES + NETWORK_COLUMNS.index(name))
         cols[name] = pa.array(params[row])
     cols["memory_limit"] = pa.array(limit)
     flagged = flag_overflow(metrics)

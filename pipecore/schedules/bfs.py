@@ -28,11 +28,6 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     p, m, v = devices, microbatches, chunks
     if p * 2 * v * m >= registry.SCATTER_MIN_OPS:
@@ -76,11 +71,6 @@ def formula_looped_bfs(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

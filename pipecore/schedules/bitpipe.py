@@ -154,11 +154,6 @@ def formula_bitpipe(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only.
     """
     t = c.f + c.b + c.w
     bubble = (p - 2) * t / 4

@@ -294,11 +294,6 @@ class Repeated:
         list of tuple
             ``(start, device, kind, stage, microbatch)`` sorted by device,
             then start time.
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         b = self.block
         m = self.microbatches
@@ -670,11 +665,6 @@ def _cooldown_kernels(t, order, ostart, dptr, cut, tails=None):
         Try the sweep and cut (False: the event loop over every op).
     tails : tuple, optional
         ``kernels.vblocks._tails`` of ``order`` when the caller has it.
-
-    Raises
-    ------
-    None
-        Kernels return statuses; the caller checks ``ran``.
 
     Returns
     -------

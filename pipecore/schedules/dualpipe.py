@@ -273,11 +273,6 @@ def formula_dualpipev(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b_in, w = c.f / 2, c.b / 2, c.w / 2  # per chunk
     full = b_in + w
@@ -309,11 +304,6 @@ def formula_dualpipe(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b_in, w = c.f, c.b, c.w  # per stage: a device share is one stage
     full = b_in + w

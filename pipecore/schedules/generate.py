@@ -24,11 +24,13 @@ from ..core.schedule import Schedule, ScheduleError, _check_int
 from ..core.simulate import validate
 from ..kernels import greedy as _greedy
 from ..kernels import zbv as _zbv
+from ..kernels.codes import B as _B
+from ..kernels.codes import F as _F
+from ..kernels.codes import W as _W
 from .registry import column_buffers
 
 __all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
 
-_F, _B, _W = 0, 1, 2
 
 
 class _VState:

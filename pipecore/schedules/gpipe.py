@@ -24,11 +24,6 @@ def build_gpipe(devices, microbatches, chunks=1):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     m = microbatches
     if devices * 2 * m >= registry.SCATTER_MIN_OPS:
@@ -65,11 +60,6 @@ def formula_gpipe(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

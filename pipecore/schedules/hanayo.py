@@ -35,11 +35,6 @@ def wave_placement(devices, waves):
     Returns
     -------
     numpy.ndarray
-
-    Raises
-    ------
-    None
-        Arithmetic only.
     """
     r = np.arange(2 * waves * devices) % (2 * devices)
     return np.where(r < devices, r, 2 * devices - 1 - r)
@@ -108,11 +103,6 @@ def formula_hanayo(p, m, v, c, waves=None):
     dict
         ``makespan``, ``bubble_time``, ``peak_activation`` (NaN: no closed
         form), ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only.
     """
     t = c.f + c.b + c.w
     bubble = (p - 1) * t / v

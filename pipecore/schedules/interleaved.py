@@ -99,11 +99,6 @@ def formula_interleaved(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -225,11 +220,6 @@ def formula_interleaved_zb(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -64,11 +64,6 @@ def build_1f1b(devices, microbatches, chunks=1):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     warm = [min(devices - d, microbatches) for d in range(devices)]
     return _one_f_one_b_slots("1f1b", devices, microbatches, warm)
@@ -92,11 +87,6 @@ def build_eager_1f1b(devices, microbatches, chunks=1):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     warm = [min(2 * (devices - d) - 1, microbatches) for d in range(devices)]
     return _one_f_one_b_slots("eager-1f1b", devices, microbatches, warm)
@@ -116,11 +106,6 @@ def formula_1f1b(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -142,11 +127,6 @@ def formula_eager_1f1b(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     out = formula_1f1b(p, m, v, c)
     out["peak_activation"] = np.minimum(2 * (p - np.arange(p)) - 1, m) * c.activation

@@ -88,11 +88,6 @@ class Family:
         Returns
         -------
         int
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         if self.fixed_chunks is not None:
             return self.fixed_chunks
@@ -133,11 +128,6 @@ def schedules() -> list[str]:
     Returns
     -------
     list of str
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     return sorted(_REGISTRY)
 

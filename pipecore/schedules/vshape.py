@@ -21,11 +21,6 @@ from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_s
 
 def v_placement(devices):
     """Stage -> device for the V: stages d and 2p-1-d on device d.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     p = devices
     return np.concatenate([np.arange(p), np.arange(p)[::-1]]).astype(np.int32)
@@ -58,11 +53,6 @@ def build_zb_v(devices, microbatches, chunks=2):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     return _zb_v_slots(devices, microbatches)
 
@@ -191,11 +181,6 @@ def formula_zb_v(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

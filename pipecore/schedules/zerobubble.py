@@ -18,11 +18,6 @@ def split_1f1b(devices, microbatches, warmup, lag, name):
     the W that is ``lag[d]`` microbatches behind (W(j - lag[d])), and the
     next forward; the lagging W ops run at the end. A lag of d's lets device
     d fill its cool-down waits with weight gradients.
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     m = microbatches
     programs = []
@@ -91,11 +86,6 @@ def build_zb_h1(devices, microbatches, chunks=1):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     p = devices
     return split_1f1b_slots(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
@@ -118,11 +108,6 @@ def build_zb_h2(devices, microbatches, chunks=1):
     Returns
     -------
     Schedule
-
-    Raises
-    ------
-    None
-        Every shape that :func:`pipecore.build` accepts works.
     """
     p = devices
     return split_1f1b_slots(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
@@ -154,11 +139,6 @@ def formula_zb_h1(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -186,11 +166,6 @@ def formula_zb_h2(p, m, v, c):
     -------
     dict
         ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-
-    Raises
-    ------
-    None
-        Arithmetic only; the arguments are checked by :func:`pipecore.formula`.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -55,7 +55,7 @@ from ..core.costs import Costs, fits
 from ..core.ops import InputError
 from ..core.progress import reporter
 from ..core.simulate import compile_schedule, simulate
-from ..kernels.listsched import STATUS_OK
+from ..kernels.codes import STATUS_OK
 from ..schedules.chimera import _segments
 from ..schedules.registry import build
 
@@ -431,11 +431,6 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool 
     Returns
     -------
     str
-
-    Raises
-    ------
-    None
-        Nothing beyond errors of the objects it is given.
     """
     rows = table.to_pylist()
     ok = [r for r in rows if r["error"] is None]

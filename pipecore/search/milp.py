@@ -80,11 +80,13 @@ from ..core.costs import Costs, fits
 from ..core.ops import InputError
 from ..core.schedule import Action, Schedule, _check_int
 from ..core.simulate import Result, simulate
+from ..kernels.codes import B as _B
+from ..kernels.codes import F as _F
+from ..kernels.codes import W as _W
 
 __all__ = ["optimal", "Optimum"]
 
 _KIND_NAMES = ("F", "B", "W")
-_F, _B, _W = range(3)
 _INSTALL_HINT = 'pipecore.milp needs HiGHS: pip install "pipecore[milp]"'
 
 

@@ -127,11 +127,6 @@ class Plan:
         Returns
         -------
         list of tuple of int
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         return self.model.stage_ranges(self.layers)
 
@@ -141,11 +136,6 @@ class Plan:
         Returns
         -------
         str
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         sched, res, uni = self.schedule, self.result, self.uniform
         lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit / 1e9:.2f} GB"

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ..core import tier
 from ..core.costs import Costs, Network, fits
-from ..core.ops import InputError
+from ..core.ops import AR, BW, B, F, InputError, W
 from ..core.progress import Progress, enabled
 from ..core.rules import kernel_from
 from ..core.schedule import Schedule, ScheduleError, _check_int
@@ -296,8 +296,8 @@ def _lifetimes(result):
     kind = sched.kind_codes
     stage = sched._column("stage")
     life = np.zeros(sched.stages)
-    np.add.at(life, stage[kind == 0], -result.start[kind == 0])
-    back = (kind == 1) | (kind == 3)
+    np.add.at(life, stage[kind == F], -result.start[kind == F])
+    back = (kind == B) | (kind == BW)
     np.add.at(life, stage[back], result.finish[back])
     return life
 
@@ -346,10 +346,10 @@ class _RecomputePeaks:
         act, act_w, ckpt = ar["activation"][stage], ar["activation_w"][stage], ar["checkpoint"][stage]
         # Two positions per row: an R event (before the row's unit) then the row.
         ev = np.zeros(2 * (b - a))
-        ev[1::2] = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
+        ev[1::2] = np.select([kind == F, kind == B, kind == W, kind == BW],
                              [act, -(act - act_w), -act_w, -act], 0.0)
-        is_f = np.flatnonzero(kind == 0)
-        back = np.flatnonzero((kind == 1) | (kind == 3))
+        is_f = np.flatnonzero(kind == F)
+        back = np.flatnonzero((kind == B) | (kind == BW))
         unit_head = back - self._paired[a:b][back]  # a paired B's unit starts at its F row
         out = (ev, 2 * is_f + 1, stage[is_f], ckpt[is_f],
                2 * unit_head, stage[back], act[back] - ckpt[back])
@@ -526,7 +526,7 @@ def _polish(fitting, cands, costs, limit, network, objective, top=3):
     out = []
     for c in sorted(fitting, key=lambda c: _score(c.result, objective))[:top]:
         sched = c.schedule
-        if sched._info()["paired"].any() or (sched.kind_codes == 4).any() \
+        if sched._info()["paired"].any() or (sched.kind_codes == AR).any() \
                 or (sched.kind_codes >= 6).any():
             continue  # the search moves single ops, with memory in program order
         # About 1e7 op-simulations per candidate (at least 200 evaluations): well
@@ -658,11 +658,6 @@ class Tuned:
         Returns
         -------
         str
-
-        Raises
-        ------
-        None
-            Nothing beyond errors of the objects it is given.
         """
         rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
         key = self.objective
