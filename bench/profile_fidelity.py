@@ -34,7 +34,10 @@ The protocol:
 
 ``report`` prints the table bindings/README.md shows (``self`` and ``cross``:
 predicted / measured - 1 against the timed runs; ``replay``: each profile's
-prediction against its own run's unprofiled steps; ``prof+``: how much
+prediction against its own run's unprofiled steps; ``run ops``: the
+prediction with each compute kind rescaled to the timed run's own median
+op times, against that run, so what remains is the schedule model and the
+runtime's waits, not the drift of op times between runs; ``prof+``: how much
 longer the profiler made the ops, median over stages and kinds) and checks
 the bars:
 median |self error| at most 5% with both signs and none beyond max(10%,
@@ -51,6 +54,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev")
 MODELS = ("mlp", "tiny-transformer")
@@ -163,6 +168,37 @@ def _op_stats(res, warmup):
     return {k: statistics.median(v) for k, v in kinds.items()}
 
 
+def at_run_op_times(profile, ops):
+    """The profile with each compute kind rescaled to a run's own op times.
+
+    Every stage's F (B, W, BW) is multiplied by the same factor: the run's
+    median op time of that kind over the profile's median over stages. A
+    prediction from it leaves out how the profiled run's ops differed from
+    the timed run's, so its error is what the schedule model and the
+    runtime's waits add (the "run ops" column).
+
+    Parameters
+    ----------
+    profile : pipecore.bindings.torch.Profile
+    ops : dict
+        Median seconds per kind in the timed run (``"F"``, ``"B"``, ...).
+
+    Returns
+    -------
+    Profile
+    """
+    import dataclasses
+
+    c = profile.costs
+    scaled = {}
+    for kind, name in (("F", "f"), ("B", "b"), ("W", "w"), ("BW", "bw")):
+        v = getattr(c, name)
+        if kind in ops and v is not None:
+            v = np.asarray(v, dtype=float)
+            scaled[name] = v * (ops[kind] / float(np.median(v)))
+    return dataclasses.replace(profile, costs=dataclasses.replace(c, **scaled))
+
+
 def _collect(folder):
     from pipecore.bindings import torch as pt
 
@@ -206,6 +242,9 @@ def report(folder, json_path=None):
         base = [profiles[(model, p, "1f1b", r)] for r in reps if (model, p, "1f1b", r) in profiles]
         cross = [b.predict(name).makespan for b in base] if name != "1f1b" else []
         ops = [timed[(model, p, name, r)]["ops"] for r in reps]
+        at_ops = [at_run_op_times(profiles[(model, p, name, r)], timed[(model, p, name, r)]["ops"])
+                  .predict(name).makespan / timed[(model, p, name, r)]["median"] - 1
+                  for r in reps if (model, p, name, r) in profiles and timed[(model, p, name, r)]["ops"]]
         m = statistics.median(meas)
         row = {"model": model, "ranks": p, "schedule": name, "repeats": len(reps),
                "measured": m, "low": min(meas), "high": max(meas),
@@ -214,6 +253,7 @@ def report(folder, json_path=None):
                "predicted": statistics.median(own) if own else None,
                "cross": statistics.median(cross) if cross else None,
                "replay": statistics.median(replay) if replay else None,
+               "run_ops": statistics.median(at_ops) if at_ops else None,
                "dilation": statistics.median(dil) - 1 if dil else None,
                "op_ms": {k: 1e3 * statistics.median(o[k] for o in ops if k in o)
                          for k in sorted({k for o in ops for k in o})}}
@@ -221,7 +261,7 @@ def report(folder, json_path=None):
         row["cross_error"] = None if row["cross"] is None else row["cross"] / m - 1
         summary.append(row)
     lines = [f"{'model':<17}{'p':>2} {'schedule':<17}{'measured ms':>12}{'spread':>8}"
-             f"{'self':>8}{'cross':>8}{'replay':>8}{'prof+':>7}  median op ms"]
+             f"{'self':>8}{'cross':>8}{'replay':>8}{'run ops':>8}{'prof+':>7}  median op ms"]
     for r in summary:
         ops = " ".join(f"{k} {r['op_ms'][k]:.1f}" for k in ("F", "B", "W", "BW") if k in r["op_ms"])
         lines.append(f"{r['model']:<17}{r['ranks']:>2} {r['schedule']:<17}"
@@ -229,6 +269,7 @@ def report(folder, json_path=None):
                      + (f"{r['error']:>+8.1%}" if r["error"] is not None else f"{'-':>8}")
                      + (f"{r['cross_error']:>+8.1%}" if r["cross_error"] is not None else f"{'-':>8}")
                      + (f"{r['replay']:>+8.1%}" if r["replay"] is not None else f"{'-':>8}")
+                     + (f"{r['run_ops']:>+8.1%}" if r["run_ops"] is not None else f"{'-':>8}")
                      + (f"{r['dilation']:>+7.0%}" if r["dilation"] is not None else f"{'-':>7}")
                      + f"  {ops}")
     bars = _bars(summary)

@@ -120,3 +120,25 @@ def test_paired_ranking_counts_pairs_ordered_in_all_repeats_but_one():
     three = [dict(r, runs={k: v for k, v in r["runs"].items() if k < 3}) for r in rows]
     got = pf._paired(three)
     assert (got["paired_agree"], got["paired_pairs"], got["paired_wrong"]) == (1, 2, ["m: d < c"])
+
+
+def test_at_run_op_times_rescales_each_kind_by_its_median():
+    """Hand-worked: profile_fidelity's "run ops" column rescales kinds, not stages."""
+    import importlib.util
+    from pathlib import Path
+
+    import pipecore as pc
+
+    spec = importlib.util.spec_from_file_location(
+        "profile_fidelity", Path(__file__).with_name("profile_fidelity.py"))
+    pf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pf)
+    costs = pc.Costs(f=[1.0, 3.0, 5.0], b=[2.0, 2.0, 2.0], w=[1.0, 1.0, 1.0], overhead=0.5)
+    prof = pt.Profile(costs=costs, network=pc.Network(bytes=1.0), schedule=pc.build("gpipe", 3, 3),
+                      ranks=3, stages=3, microbatches=3, step_times=[], measured=0.0)
+    got = pf.at_run_op_times(prof, {"F": 6.0, "W": 0.5}).costs
+    # F: the stages' median is 3, the run's 6: every stage doubles; W: 1 -> 0.5 halves;
+    # B is not in the run's ops and stays; the overhead is not a compute kind.
+    assert list(got.f) == [2.0, 6.0, 10.0]
+    assert list(got.w) == [0.5, 0.5, 0.5]
+    assert list(got.b) == [2.0, 2.0, 2.0] and got.overhead == 0.5

@@ -1,7 +1,7 @@
 """Compile pipecore's Numba kernels into the cache ahead of use.
 
-A fresh install compiles each kernel the first time a call needs it (about
-2 minutes in all on a 2-vCPU VM, up to 26 s for the largest). ``pipecore warm`` (or
+A fresh install compiles each kernel the first time a call needs it (minutes
+in all; bench/compile_times.py times those of the main job). ``pipecore warm`` (or
 :func:`warm`) runs every kernel once at a tiny size, with the size
 thresholds that keep small calls on numpy lowered to zero, so that later
 processes load them from Numba's cache (``__pycache__`` beside the

@@ -1,8 +1,9 @@
 """Run a kernel as plain Python when compiling it would cost more than the call.
 
 The first time a machine runs the list scheduler, Numba compiles its kernels
-(about 6 s on a 2-vCPU VM); later processes load them from Numba's cache
-(about 0.3 s). Interpreted, the same kernels cost about 5-10 µs per op. So a
+(seconds); later processes load them from Numba's cache (a fraction of a
+second). Interpreted, the same kernels cost microseconds per op, so a small
+call is done before a compile would be. So a
 call with at most :data:`INTERPRET_MAX_OPS` ops whose kernel is not yet
 compiled in this process runs the kernel's plain-Python form (``py_func``,
 with the kernels it calls interpreted too) while this process has spent less
@@ -40,11 +41,12 @@ def _max_ops_from_env() -> int:
     return value
 
 
-# Calls above this many ops always compile (interpreted: ~0.35 s at 32768).
+# Calls above this many ops always compile (interpreting them would cost
+# about what loading the kernels does).
 INTERPRET_MAX_OPS = _max_ops_from_env()
 # Seconds of interpreted kernels per process before compiling instead
-# (about half of what a first compile costs on a 2-vCPU VM), and before
-# loading a kernel Numba's cache holds (about what loading costs).
+# (about half of what a first compile costs), and before loading a kernel
+# Numba's cache holds (about what loading costs): rent-or-buy.
 INTERPRET_BUDGET = 3.0
 INTERPRET_BUDGET_CACHED = 0.3
 
