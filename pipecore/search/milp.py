@@ -7,9 +7,9 @@ a transfer between devices takes ``costs.comm``). It is meant for small cases
 (a few devices, up to about ten microbatches), where it gives the optimum that
 the heuristics (:func:`pipecore.tune`, :func:`pipecore.generate.memory_greedy`)
 can be measured against. A linear pipeline of 4 devices and 8 microbatches
-solves in seconds; a V of the same size with a binding memory limit may not
-close its gap within a minute (the big-M bound is weak there), and then the
-best schedule found comes back with its gap.
+closes its gap quickly; a V of the same size with a binding memory limit may
+not close it within the time limit (the big-M bound is weak there), and then
+the best schedule found comes back with its gap.
 
 The model
 ---------
@@ -66,6 +66,12 @@ sorted schedule is feasible with the same makespan. (Producers are F or B,
 which take positive time, so a producer on the consumer's device also stays
 ahead of it in program order.) :func:`_sort_microbatches` is this argument
 as code; the warm start goes through it.
+
+The code follows these steps: :mod:`~pipecore.search.milp_problem` holds the
+instance, the known orders and the time windows, :mod:`~pipecore.search.milp_warm`
+the warm start, :mod:`~pipecore.search.milp_model` the rows and the call to
+HiGHS; :func:`optimal` runs them in turn and reads the solution back into a
+schedule, which it checks by simulation.
 """
 
 from __future__ import annotations
@@ -139,6 +145,7 @@ class Optimum:
 
 
 def _import_highspy():
+    """The highspy module, or an ImportError that says how to install it."""
     try:
         import highspy
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -147,6 +154,8 @@ def _import_highspy():
 
 
 def _check_placement(placement):
+    """The placement as a list of ints and its device count p; devices must
+    be 0..p-1, each holding a stage."""
     try:
         values = list(placement)
     except TypeError:
@@ -169,6 +178,7 @@ def _check_placement(placement):
 
 
 def _check_number(name, value, allow_none=False, allow_inf=False):
+    """``value`` as a float > 0 (None or inf only where allowed)."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -234,17 +244,21 @@ def optimal(placement, microbatches: int, costs: Costs | None = None,
     placement, p, m, costs, limit, time_limit, threads = _check_arguments(
         placement, microbatches, costs, memory_limit, time_limit, threads)
     highspy = _import_highspy()
+    # The instance, and the best heuristic schedule: the upper bound H.
     prob = _Problem(placement, p, m, costs, limit)
     H, warm_programs, warm_result = _warm_start(prob, costs)
     position, warm_start = _flatten(prob, warm_programs, warm_result)
+    # What every schedule in microbatch order keeps: known orders, time windows.
     order_of_ops, below = _known_orders(prob)
     win = _time_windows(prob, order_of_ops, below, H, warm_start)
+    # Each pair of ops on a device: a known order or a binary; then the model.
     known, pairs = _order_pairs(prob, win)
     _check_known(prob, known, position)
     order = _Order(prob.n, known, pairs)
     model = _model(prob, win, order)
     solved = _solve(highspy, model, _warm_guess(model, order, H, warm_start, position),
                     time_limit, threads)
+    # The solution's order as a schedule, checked against the MILP by simulation.
     objective, ybin, starts = _incumbent(prob, solved, order, H, warm_start, position)
     schedule = _schedule(prob, order, ybin, starts)
     result = simulate(schedule, costs)

@@ -90,9 +90,11 @@ class _Problem:
                        for k in range(3) for s in range(S) for j in range(m - 1)]
 
     def op(self, kind, s, j):
+        """Index of the op of kind code ``kind`` (F, B or W), stage s, microbatch j."""
         return (kind * self.S + s) * self.m + j
 
     def key(self, i):
+        """Op i as (kind name, stage, microbatch), as programs and messages write it."""
         return _KIND_NAMES[self.kind[i]], int(self.stage[i]), int(self.mb[i])
 
 
