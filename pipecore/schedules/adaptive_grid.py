@@ -54,24 +54,23 @@ def _codes(lines):
     return _CODE_OF[np.frombuffer("".join(lines).encode("ascii"), dtype=np.uint8)]
 
 
-def _encode(rows):
-    """Each row's ops (idle slots dropped) as one flat int8 array of codes,
-    and row offsets: ``codes[ptr[i]:ptr[i + 1]]`` is row i's program."""
-    lines = _lines(rows)
-    codes = _codes(lines)
-    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(line) - line.count(".") for line in lines])
-    return np.ascontiguousarray(codes[codes >= 0]), ptr
-
-
 def _flat(rows):
     """All rows as one flat int8 array of codes, idle slots IDLE, and row
     offsets: ``codes[ptr[i]:ptr[i + 1]]`` is row i, slot for slot."""
     lines = _lines(rows)
-    codes = _codes(lines)
     ptr = np.zeros(len(rows) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(line) for line in lines])
-    return np.ascontiguousarray(codes), ptr
+    return np.ascontiguousarray(_codes(lines)), ptr
+
+
+def _encode(rows):
+    """Each row's ops (idle slots dropped) as one flat int8 array of codes,
+    and row offsets: ``codes[ptr[i]:ptr[i + 1]]`` is row i's program."""
+    codes, ptr = _flat(rows)
+    is_op = codes >= 0
+    ops_before = np.zeros(codes.size + 1, dtype=np.int64)  # ops before each slot
+    ops_before[1:] = np.cumsum(is_op)
+    return np.ascontiguousarray(codes[is_op]), ops_before[ptr]
 
 
 def _rows(codes, ptr):
