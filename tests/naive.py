@@ -70,8 +70,10 @@ def device_peaks_reference(sched, arrays, chosen):
 
 def adaptive_blocks_reference(p):
     """The adaptive V search's distinct blocks, enumerated on dict rows
-    (what ``pipecore.schedules.adaptive._blocks`` does on slot tuples)."""
-    from pipecore.schedules.adaptive import _LETTERS, _PERIOD, _derive, _with_w
+    (what ``pipecore.schedules.adaptive_space._blocks`` does on slot tuples)."""
+    from reference_adaptive import derive_reference as _derive
+
+    from pipecore.schedules.adaptive_space import _LETTERS, _PERIOD, _with_w
 
     seen = set()
     out = []
