@@ -111,10 +111,12 @@ class BuildingBlock:
         Parameters
         ----------
         kind : str
+            ``"F"``, ``"B"``, ``"W"`` or ``"BW"``.
 
         Returns
         -------
         float
+            The duration the block gives that kind.
 
         Raises
         ------
@@ -129,11 +131,14 @@ class BuildingBlock:
         Parameters
         ----------
         kind : str
+            The op's kind.
         stage : int
+            The op's stage, in model order.
 
         Returns
         -------
         float
+            Its start offset plus its kind's duration.
 
         Raises
         ------
@@ -151,10 +156,13 @@ class BuildingBlock:
         Parameters
         ----------
         stage : int
+            The stage, in model order.
 
         Returns
         -------
         float
+            In block time units; at most ``ceil(lifespan / interval)``
+            microbatches of the stage are alive at once.
 
         Raises
         ------
@@ -390,11 +398,13 @@ def v_block(devices: int, down: int, up: int, turn_bottom: int, turn_top: int, s
     Returns
     -------
     BuildingBlock
+        Placement d, 2p-1-d on device d; unit op times; interval 6.
 
     Raises
     ------
     ValueError
-        If the offsets make copies collide or break a dependency.
+        If ``devices`` is not an int >= 1, or the offsets make copies
+        collide or break a dependency.
     """
     p = _check_int("devices", devices, minimum=1)
     S = 2 * p
