@@ -1,6 +1,7 @@
-"""The building blocks' squeeze kernels (``pipecore/kernels/vblocks.py``) equal
-the Python reference they replace at scale: ``blocks._squeeze_programs``,
-which runs ``_reorder`` and ``_greedy_cooldown`` in pure Python. Every
+"""The building blocks' squeeze kernels (``pipecore/kernels/vreorder.py``,
+``vcooldown.py``, driven by ``schedules/block_kernels.py``) equal the Python
+reference they replace at scale: ``block_squeeze._squeeze_programs``, which
+runs ``_reorder`` and ``_greedy_cooldown`` in pure Python. Every
 expected program below comes from that reference, op for op (same order on
 every device), on the paper's V blocks, on V blocks with other offsets and
 on random blocks (fused BW, longer ops, any placement)."""
@@ -14,8 +15,8 @@ from hypothesis import strategies as st
 
 import pipecore as pc
 from pipecore.core.schedule import Schedule
-from pipecore.kernels import vblocks
-from pipecore.schedules import blocks
+from pipecore.kernels import blockops, vcooldown, vreorder
+from pipecore.schedules import block_kernels, block_squeeze, blocks
 
 # Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
 pytestmark = pytest.mark.kernels
@@ -24,9 +25,9 @@ MAKE = {"v-min": blocks.v_min, "v-half": blocks.v_half, "v-zb": blocks.v_zb}
 
 
 def kernel_programs(block, m):
-    tables = blocks._block_tables(block, m)
+    tables = block_kernels._block_tables(block, m)
     assert tables is not None
-    dev, slot, kind, stage, mb = blocks._squeeze_kernels(tables)
+    dev, slot, kind, stage, mb = block_kernels._squeeze_kernels(tables)
     assert np.all(np.diff(dev) >= 0)
     out = []
     for d in range(block.devices):
@@ -38,8 +39,8 @@ def kernel_programs(block, m):
 
 def reference_programs(block, m):
     """The Python reference, kinds as codes like the kernel's columns."""
-    code = blocks._KIND_ORDER
-    return [[(code[k], s, j) for k, s, j in prog] for prog in blocks._squeeze_programs(block, m)]
+    code = block_squeeze._KIND_ORDER
+    return [[(code[k], s, j) for k, s, j in prog] for prog in block_squeeze._squeeze_programs(block, m)]
 
 
 @pytest.mark.parametrize("name", sorted(MAKE))
@@ -53,21 +54,21 @@ def test_kernels_equal_the_python_reference_on_the_v_blocks(name, p):
 @pytest.mark.parametrize("name", sorted(MAKE))
 def test_build_takes_the_kernels_from_the_threshold_and_gives_the_same_schedule(name, monkeypatch):
     p, m = 8, 96  # 4,608 ops, above the threshold
-    assert 6 * p * m >= blocks._KERNEL_MIN_OPS
-    monkeypatch.setattr(blocks, "_PYTHON_MAX_OPS", 0)  # kernels even if they must compile
+    assert 6 * p * m >= block_kernels._KERNEL_MIN_OPS
+    monkeypatch.setattr(block_kernels, "_PYTHON_MAX_OPS", 0)  # kernels even if they must compile
     calls = []
-    squeeze = blocks._squeeze_kernels
-    monkeypatch.setattr(blocks, "_squeeze_kernels", lambda t: calls.append(1) or squeeze(t))
+    squeeze = block_kernels._squeeze_kernels
+    monkeypatch.setattr(block_kernels, "_squeeze_kernels", lambda t: calls.append(1) or squeeze(t))
     got = pc.build(name, devices=p, microbatches=m)
     assert calls == [1]
-    want = Schedule.from_programs(blocks._squeeze_programs(MAKE[name](p), m), name=name,
+    want = Schedule.from_programs(block_squeeze._squeeze_programs(MAKE[name](p), m), name=name,
                                   devices=p)
     assert got.table.equals(want.table)
     # Below the threshold the reference itself runs.
     small = pc.build(name, devices=4, microbatches=8)
     assert calls == [1]
     assert small.table.equals(Schedule.from_programs(
-        blocks._squeeze_programs(MAKE[name](4), 8), name=name, devices=4).table)
+        block_squeeze._squeeze_programs(MAKE[name](4), 8), name=name, devices=4).table)
 
 
 def test_build_runs_the_python_reorder_while_the_kernels_would_compile(monkeypatch):
@@ -75,23 +76,24 @@ def test_build_runs_the_python_reorder_while_the_kernels_would_compile(monkeypat
     # _PYTHON_MAX_OPS ops the Python version (the same programs) runs instead,
     # until the process has spent _PYTHON_BUDGET seconds in it.
     p, m = 8, 256  # 12,288 ops: the study's largest V schedules
-    assert blocks._KERNEL_MIN_OPS <= 6 * p * m <= blocks._PYTHON_MAX_OPS
+    assert block_kernels._KERNEL_MIN_OPS <= 6 * p * m <= block_kernels._PYTHON_MAX_OPS
     calls = []
-    squeeze = blocks._squeeze_kernels
-    monkeypatch.setattr(blocks, "_squeeze_kernels", lambda t: calls.append(1) or squeeze(t))
-    monkeypatch.setattr(blocks.tier, "ready", lambda dispatcher: False)
-    monkeypatch.setattr(blocks, "_python_spent", 0.0)
-    want = Schedule.from_programs(blocks._squeeze_programs(MAKE["v-min"](p), m), name="v-min",
+    squeeze = block_kernels._squeeze_kernels
+    monkeypatch.setattr(block_kernels, "_squeeze_kernels", lambda t: calls.append(1) or squeeze(t))
+    monkeypatch.setattr(block_kernels.tier, "ready", lambda dispatcher: False)
+    monkeypatch.setattr(block_kernels, "_python_spent", 0.0)
+    want = Schedule.from_programs(block_squeeze._squeeze_programs(MAKE["v-min"](p), m), name="v-min",
                                   devices=p)
     got = pc.build("v-min", devices=p, microbatches=m)
     assert calls == [] and got.table.equals(want.table)
-    assert blocks._python_spent > 0
-    monkeypatch.setattr(blocks, "_python_spent", blocks._PYTHON_BUDGET)  # budget spent
+    assert block_kernels._python_spent > 0
+    # The budget spent:
+    monkeypatch.setattr(block_kernels, "_python_spent", block_kernels._PYTHON_BUDGET)
     assert pc.build("v-min", devices=p, microbatches=m).table.equals(want.table)
     assert calls == [1]
     # Compiled (or in Numba's cache) kernels run at once.
-    monkeypatch.setattr(blocks, "_python_spent", 0.0)
-    monkeypatch.setattr(blocks.tier, "ready", lambda dispatcher: True)
+    monkeypatch.setattr(block_kernels, "_python_spent", 0.0)
+    monkeypatch.setattr(block_kernels.tier, "ready", lambda dispatcher: True)
     assert pc.build("v-min", devices=p, microbatches=m).table.equals(want.table)
     assert calls == [1, 1]
 
@@ -104,8 +106,8 @@ def test_columns_in_two_threads_with_populated_pages_equal_the_reference(name, m
     # outputs in): here at small shapes.
     from pipecore.core import buffers
 
-    monkeypatch.setattr(blocks, "_COLUMNS_THREADS_MIN_OPS", 0)
-    monkeypatch.setattr(blocks, "local_cpus", lambda: 2)
+    monkeypatch.setattr(block_kernels, "_COLUMNS_THREADS_MIN_OPS", 0)
+    monkeypatch.setattr(block_kernels, "local_cpus", lambda: 2)
     monkeypatch.setattr(buffers, "_POPULATE_MIN_BYTES", 0)
     for p, m in ((2, 3), (5, 11), (8, 40)):
         assert kernel_programs(MAKE[name](p), m) == reference_programs(MAKE[name](p), m)
@@ -166,7 +168,7 @@ def _spec_block(spec):
 @given(spec=random_blocks(), m=st.integers(1, 16))
 def test_kernels_equal_the_python_reference_on_random_blocks(spec, m):
     block = _spec_block(spec)
-    if blocks._block_tables(block, m) is None:
+    if block_kernels._block_tables(block, m) is None:
         # devices / stages is not a multiple of 2**-20: the kernels decline.
         assert not (block.devices / block.stages * 2 ** 20).is_integer()
         return
@@ -174,8 +176,8 @@ def test_kernels_equal_the_python_reference_on_random_blocks(spec, m):
     assert kernel_programs(block, m) == want
     # As at scale: the rows before each device's last F written beside the
     # cool-down scheduler, the tails by halves of the devices after it.
-    with mock.patch.object(blocks, "_COLUMNS_THREADS_MIN_OPS", 0), \
-            mock.patch.object(blocks, "local_cpus", lambda: 2):
+    with mock.patch.object(block_kernels, "_COLUMNS_THREADS_MIN_OPS", 0), \
+            mock.patch.object(block_kernels, "local_cpus", lambda: 2):
         assert kernel_programs(block, m) == want
 
 
@@ -189,17 +191,17 @@ def test_off_grid_blocks_keep_the_python_path():
     thirds = blocks.BuildingBlock((0, 1, 0), {("F", 0): 0, ("F", 1): 1, ("F", 2): 2,
                                               ("BW", 2): 3, ("BW", 1): 5, ("BW", 0): 7}, 9)
     for block in (half, odd, thirds):
-        assert blocks._block_tables(block, 5000) is None
+        assert block_kernels._block_tables(block, 5000) is None
         got = blocks.repeat(block, 5000).squeeze()
-        want = Schedule.from_programs(blocks._squeeze_programs(block, 5000), name="block",
+        want = Schedule.from_programs(block_squeeze._squeeze_programs(block, 5000), name="block",
                                       devices=block.devices)
         assert got.table.equals(want.table)
 
 
 def test_the_grids_are_checked_before_they_are_allocated(monkeypatch):
-    monkeypatch.setattr(blocks, "_GRID_BYTES_MAX", 1 << 20)
+    monkeypatch.setattr(block_kernels, "_GRID_BYTES_MAX", 1 << 20)
     with pytest.raises(MemoryError, match="time grids"):
-        blocks._block_tables(blocks.v_min(64), 1024)
+        block_kernels._block_tables(blocks.v_min(64), 1024)
 
 
 def _times_reference(rep):
@@ -209,7 +211,7 @@ def _times_reference(rep):
     for j in range(rep.microbatches):
         for (k, s), t in b.offsets.items():
             out.append((t + j * b.interval, b.placement[s], k, s, j))
-    out.sort(key=lambda x: (x[1], x[0], blocks._KIND_ORDER[x[2]], x[3], x[4]))
+    out.sort(key=lambda x: (x[1], x[0], block_squeeze._KIND_ORDER[x[2]], x[3], x[4]))
     return out
 
 
@@ -251,40 +253,39 @@ def test_w_placement_equals_the_rescanning_version(p, monkeypatch):
 
 
 # -- the cool-down scheduler's cut --------------------------------------------
-# ``blocks._cooldown_kernels`` times the ops before the last microbatches by a sweep in
-# layout order and starts its event loop at a cut (``vblocks._choose_cut``).
+# ``block_kernels._cooldown_kernels`` times the ops before the last microbatches
+# by a sweep in layout order and starts its event loop at a cut (``vcooldown._choose_cut``).
 # The event loop from the start (cut=False) is the reference here; the tests
 # above compare the cut path (the default) with the Python reference.
 
 def _grid(block, m):
-    t = blocks._block_tables(block, m)
-    ostart, order, dptr = blocks._reorder_kernels(t)
+    t = block_kernels._block_tables(block, m)
+    ostart, order, dptr = block_kernels._reorder_kernels(t)
     return t, ostart, order, dptr
 
 
 def _cooldown(block, m, cut):
     t, ostart, order, dptr = _grid(block, m)
-    return blocks._cooldown_kernels(t, order, ostart, dptr, cut)
+    return block_kernels._cooldown_kernels(t, order, ostart, dptr, cut)
 
 
 def _cut_state(block, m):
-    """The sweep's and the cut's outputs, as blocks._cooldown_kernels computes them."""
+    """The sweep's and the cut's outputs, as block_kernels._cooldown_kernels computes them."""
     t, ostart, order, dptr = _grid(block, m)
-    p = t["devices"]
-    split = np.array([dptr[d] + 1 + np.flatnonzero(t["l_kind"][order[dptr[d]:dptr[d + 1]] // m]
+    p = t.devices
+    split = np.array([dptr[d] + 1 + np.flatnonzero(t.kind[order[dptr[d]:dptr[d + 1]] // m]
                                                    == 0).max() for d in range(p)])
-    ok, ptr, ring, skipped = vblocks._sweep(order, ostart, dptr, split, t["l_prod"], t["l_dev"],
-                                            t["l_dur"], m, t["interval"])
+    ok, ptr, ring, skipped = vcooldown._sweep(t, order, ostart, dptr, split)
     base, free_at, queued = dptr[:-1].copy(), np.zeros(p, np.int64), np.ones(p, np.bool_)
-    cut = ok and vblocks._choose_cut(order, dptr, t["l_prod"], t["l_dev"], t["l_dur"], m, ptr,
-                                     ring, base, free_at, queued)
+    cut = ok and vcooldown._choose_cut(t, order, dptr, ptr, ring,
+                                       vcooldown.LoopState(base, free_at, queued))
     return dict(sweep=ok, cut=cut, base=base, dptr=dptr, queued=queued, skipped=skipped)
 
 
 def _kernel_block(spec, m):
     """The block of a random_blocks spec, if it is one the kernels take."""
     block = _spec_block(spec)
-    assume(blocks._block_tables(block, m) is not None)
+    assume(block_kernels._block_tables(block, m) is not None)
     return block
 
 
@@ -367,28 +368,28 @@ def test_the_restart_refuses_a_cross_device_producer_missing_from_the_ring():
     base = np.array([1, 1], np.int64)  # op 0 ran before the cut, op 1 after
     l_prod = np.array([[-1], [0]], np.int64)
     l_dev = np.array([0, 1], np.int64)
-    R = 1 << vblocks._RING_BITS
+    R = 1 << vcooldown._RING_BITS
     ring = np.full(2 * R, -1, np.int64)
     ring[0] = (R << 32) | 5  # microbatch R's finish, in op 0's slot
-    _done, jb = vblocks._done_after(order, dptr, base, l_prod, l_dev, 1, ring, True)
+    _done, jb = vcooldown._done_after(order, dptr, base, l_prod, l_dev, 1, ring, True)
     assert jb == -1
     ring[0] = 7  # microbatch 0 finished at 7
-    done, jb = vblocks._done_after(order, dptr, base, l_prod, l_dev, 1, ring, True)
-    assert jb == 0 and done[vblocks._tile(0, 0, 2)] == 7 and done[vblocks._tile(1, 0, 2)] == -1
+    done, jb = vcooldown._done_after(order, dptr, base, l_prod, l_dev, 1, ring, True)
+    assert jb == 0 and done[blockops._tile(0, 0, 2)] == 7 and done[blockops._tile(1, 0, 2)] == -1
 
 
 # -- the reorder's windows ---------------------------------------------------
-# ``blocks._reorder_kernels`` stores only the grid's warm-up and cool-down
+# ``block_kernels._reorder_kernels`` stores only the grid's warm-up and cool-down
 # windows when the steady phase between them spans more than an interval,
 # and then moves the warm-up and the cool-down ops separately (in two
 # threads at scale); the whole grid (window=False), one call of the moves
 # over all ops, is the reference.
 
 def _same_reorder(block, m):
-    t = blocks._block_tables(block, m)
-    want = blocks._reorder_kernels(t, window=False)
+    t = block_kernels._block_tables(block, m)
+    want = block_kernels._reorder_kernels(t, window=False)
     for threads in (False, True):
-        got = blocks._reorder_kernels(t, threads=threads)
+        got = block_kernels._reorder_kernels(t, threads=threads)
         for a, b in zip(got, want):
             assert np.array_equal(a, b)
 
@@ -397,9 +398,9 @@ def _same_reorder(block, m):
 @pytest.mark.parametrize("p, m", [(3, 150), (8, 200), (16, 300)])
 def test_the_windowed_reorder_equals_the_whole_grid_on_the_v_blocks(name, p, m):
     block = MAKE[name](p)
-    t = blocks._block_tables(block, m)
+    t = block_kernels._block_tables(block, m)
     # The windows leave out slots and whole microbatches here.
-    A, B, j0, j1 = blocks._reorder_windows(t)
+    A, B, j0, j1 = block_kernels._reorder_windows(t)
     assert B > A and j1 > j0
     _same_reorder(block, m)
 
@@ -430,15 +431,15 @@ SECOND_ROUND_BLOCKS = [
 def _rounds_run(t, **kw):
     """``_reorder_kernels(t)`` and the rounds each ``reorder_moves`` call ran."""
     ran = []
-    real = blocks.reorder_moves
+    real = block_kernels.reorder_moves
 
     def counted(*a):
         n_moves, n_rounds = real(*a)
         ran.append(n_rounds)
         return n_moves, n_rounds
 
-    with mock.patch.object(blocks, "reorder_moves", counted):
-        out = blocks._reorder_kernels(t, **kw)
+    with mock.patch.object(block_kernels, "reorder_moves", counted):
+        out = block_kernels._reorder_kernels(t, **kw)
     return out, ran
 
 
@@ -447,8 +448,8 @@ def test_a_second_round_runs_when_a_last_backward_move_frees_a_stopped_f(offsets
     block = blocks.BuildingBlock([0, 1], offsets, interval,
                                  durations={"F": 1, "B": 1, "W": 1, "BW": 2})
     m = 5
-    t = blocks._block_tables(block, m)
-    one = blocks._reorder_kernels(t, rounds=1)
+    t = block_kernels._block_tables(block, m)
+    one = block_kernels._reorder_kernels(t, rounds=1)
     out, ran = _rounds_run(t)
     # The second round changes the result here...
     assert not all(np.array_equal(a, b) for a, b in zip(one, out))
@@ -462,7 +463,7 @@ def test_a_second_round_runs_when_a_last_backward_move_frees_a_stopped_f(offsets
 def test_the_v_blocks_reorder_in_one_round(name, p, m):
     # The second round moved nothing on any block searched (the paper's,
     # random ones, v-zb, v-min and v-half up to p=1024): it is skipped.
-    t = blocks._block_tables(MAKE[name](p), m)
+    t = block_kernels._block_tables(MAKE[name](p), m)
     _out, ran = _rounds_run(t)
     assert ran and all(r == 1 for r in ran)
 
@@ -477,10 +478,10 @@ def test_the_v_blocks_reorder_in_one_round(name, p, m):
 def test_the_alive_count_blocks_equal_a_plain_array(width, seed):
     rng = np.random.default_rng(seed)
     devices = 2
-    nsup = (width + vblocks._SPAN) // vblocks._SPAN  # as reorder_setup sizes them
-    nblk = nsup << vblocks._SUPER
+    nsup = (width + vreorder._SPAN) // vreorder._SPAN  # as reorder_setup sizes them
+    nblk = nsup << vreorder._SUPER
     plain = rng.integers(0, 4, size=(devices, width))
-    alive = np.zeros((devices, nblk << vblocks._SHIFT), np.int32)
+    alive = np.zeros((devices, nblk << vreorder._SHIFT), np.int32)
     alive[:, :width] = plain
     bmax = np.empty((devices, nblk), np.int32)
     lazy = np.zeros((devices, nblk), np.int32)
@@ -488,21 +489,21 @@ def test_the_alive_count_blocks_equal_a_plain_array(width, seed):
     slazy = np.zeros((devices, nsup), np.int32)
     for d in range(devices):
         for blk in range(nblk):
-            vblocks._block_max(alive, bmax, d, blk)
+            vreorder._block_max(alive, bmax, d, blk)
         for s in range(nsup):
-            vblocks._super_max(bmax, lazy, smax, d, s)
+            vreorder._super_max(bmax, lazy, smax, d, s)
     for _ in range(60):
         d = int(rng.integers(devices))
         a, b = sorted(int(x) for x in rng.integers(0, width + 1, 2))
         if rng.random() < 0.5:
             v = int(rng.choice([-1, 1]))
-            vblocks._add(alive, bmax, lazy, smax, slazy, d, a, b, v)
+            vreorder._add(alive, bmax, lazy, smax, slazy, d, a, b, v)
             plain[d, a:b] += v
         else:
             level = int(rng.integers(0, 7))
             hits = np.flatnonzero(plain[d, a:b] >= level)
             want = a + int(hits[-1]) if hits.size else -1
-            got = vblocks._last_at_least(alive, bmax, lazy, smax, slazy, d, a, b, level)
+            got = vreorder._last_at_least(alive, bmax, lazy, smax, slazy, d, a, b, level)
             assert got == want, (d, a, b, level)
 
 
@@ -530,7 +531,7 @@ def test_the_ready_now_sets_equal_python_sets(lengths, seed):
     for _ in range(400):
         d = int(rng.integers(p))
         if want[d] and rng.random() < 0.45:
-            got = vblocks._now_take(bits, summ, woff, soff, d)
+            got = vcooldown._now_take(bits, summ, woff, soff, d)
             assert got == min(want[d]), (d, sorted(want[d])[:5])
             want[d].remove(got)
         else:
@@ -540,11 +541,11 @@ def test_the_ready_now_sets_equal_python_sets(lengths, seed):
             b = int(rng.integers(2 * lengths[d]))
             while b in want[d]:
                 b = (b + 1) % (2 * lengths[d])
-            vblocks._now_add(bits, summ, woff, soff, d, b)
+            vcooldown._now_add(bits, summ, woff, soff, d, b)
             want[d].add(b)
     for d in range(p):  # emptied in order, the bits are all clear again
         while want[d]:
-            got = vblocks._now_take(bits, summ, woff, soff, d)
+            got = vcooldown._now_take(bits, summ, woff, soff, d)
             assert got == min(want[d])
             want[d].remove(got)
     assert not bits.any() and not summ.any()
