@@ -202,7 +202,10 @@ def test_kernels_hold_only_compiled_functions_and_plain_imports():
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
                 assert node.name in compiled, f"{name}.{node.name} is not Numba-compiled"
-            assert not isinstance(node, ast.ClassDef), f"{name} defines class {node.name}"
+            # Classes only as the kernels' named carriers (typing.NamedTuple).
+            assert not isinstance(node, ast.ClassDef) or [
+                getattr(b, "id", getattr(b, "attr", None)) for b in node.bases] == ["NamedTuple"], \
+                f"{name} defines class {node.name}"
         if is_pkg:
             assert not compiled
 
