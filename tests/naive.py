@@ -57,9 +57,9 @@ def device_peaks_reference(sched, arrays, chosen):
     ev[1::2] = delta
     back = ((kind == 1) | (kind == 3)) & rec[stage]
     rows = np.flatnonzero(back)
-    unit_head = rows - st["paired"][rows]  # a paired B's unit starts at its F row
+    unit_head = rows - st.paired[rows]  # a paired B's unit starts at its F row
     ev[2 * unit_head] += act[stage[rows]] - ckpt[stage[rows]]
-    ptr = st["dev_ptr"]
+    ptr = st.dev_ptr
     out = np.zeros(sched.devices)
     for d in range(sched.devices):
         a, b = 2 * ptr[d], 2 * ptr[d + 1]

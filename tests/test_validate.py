@@ -155,8 +155,8 @@ def test_large_schedule_reuses_its_columns_and_pickles_without_them():
     big = pc.build("1f1b", 64, 2048)
     assert big.num_ops >= pc.core.rules.FAST_MIN_OPS
     st = big._info()
-    assert np.shares_memory(st["op_stage"], big._column("stage"))
-    assert np.shares_memory(st["op_kind"], big.kind_codes)
+    assert np.shares_memory(st.op_stage, big._column("stage"))
+    assert np.shares_memory(st.op_kind, big.kind_codes)
     blob = pickle.dumps(big)
     back = pickle.loads(blob)
     assert back.table.equals(big.table)

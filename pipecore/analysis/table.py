@@ -58,7 +58,7 @@ class IdealTable:
         mb = s._column("microbatch")
         labels = np.array([op_label(kinds[i], stage[i], mb[i]) for i in range(s.num_ops)],
                           dtype=object)
-        paired = s._info()["paired"]
+        paired = s._info().paired
         for i in np.flatnonzero(paired):
             labels[i - 1] = labels[i - 1] + "&" + labels[i]  # an overlapped F&B unit
         width = max((len(x) for x in labels), default=1)
@@ -215,13 +215,13 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
         # (scanning done_at instead made this quadratic in the ops).
         upcoming = [x for x in free_at if x > t]
         if not upcoming:
-            dev_ptr = schedule._info()["dev_ptr"]
+            dev_ptr = schedule._info().dev_ptr
             raise _deadlock_error(schedule, np.array(
                 [dev_ptr[d] + _rows_before(units[d], head[d]) for d in range(len(units))]))
         t = min(upcoming)
     length = max(free_at) if units else 0
     grid = np.full((schedule.devices, length), -1, dtype=np.int64)
-    dev_ptr = schedule._info()["dev_ptr"]
+    dev_ptr = schedule._info().dev_ptr
     for d, prog in enumerate(units):
         row = int(dev_ptr[d])
         for i, unit in enumerate(prog):

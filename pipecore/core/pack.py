@@ -26,24 +26,24 @@ class Structure:
 
         validate(schedule)  # deadlock and every structural rule, with a clear error
         st = schedule._info()
-        if st["x_host"].any():
+        if st.x_host.any():
             raise InputError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "
                              f"memory moves at copy times; the batched kernels keep memory in "
                              f"program order, so use pipecore.simulate for it")
-        dev_ptr = st["dev_ptr"]
-        n = st["op_kind"].shape[0]
+        dev_ptr = st.dev_ptr
+        n = st.op_kind.shape[0]
         p = schedule.devices
-        S = st["stages"]
+        S = st.stages
         self.devices = p
         self.stages = S
-        self.microbatches = st["microbatches"]
+        self.microbatches = st.microbatches
         self.chunks_div = S // p if S % p == 0 else 0
-        self.n_links = st["n_links"]
-        paired = st["paired"]
+        self.n_links = st.n_links
+        paired = st.paired
         n_units = int(n - paired.sum())
         order = np.empty(max(n_units, 1), dtype=np.int64)
-        count = _replay.execution_order(dev_ptr, st["dep"], st["xfer"], paired,
-                                        st["out_ptr"], st["x_dst_dev"], order)
+        count = _replay.execution_order(dev_ptr, st.dep, st.xfer, paired,
+                                        st.out_ptr, st.x_dst_dev, order)
         if count != n_units:  # validate() would have raised; keep the kernel safe regardless
             raise RuntimeError("internal: execution order incomplete after validation")
         heads = order[:n_units]
@@ -51,8 +51,8 @@ class Structure:
         is_pair = (heads + 1 < n) & paired[nxt]
         last = heads + is_pair
         dev = np.repeat(np.arange(p), np.diff(dev_ptr))
-        kind = st["op_class"]  # the kernels' view of kinds (cost classes, see _replay)
-        xfer = st["xfer"]
+        kind = st.op_class  # the kernels' view of kinds (cost classes, see _replay)
+        xfer = st.xfer
         self.u_dev = dev[heads].astype(np.int32)
         self.u_r1 = heads.astype(np.int64)  # rows of each unit's op(s); -1: no second op
         self.u_r2 = np.where(is_pair, last, -1).astype(np.int64)
@@ -74,20 +74,20 @@ class Structure:
         has = ins >= 0
         self.u_in_ptr = np.concatenate([[0], np.cumsum(has.sum(axis=1))]).astype(np.int64)
         self.in_x = ins[has].astype(np.int32)
-        self.u_out0 = st["out_ptr"][heads].astype(np.int32)
-        self.u_out1 = st["out_ptr"][last + 1].astype(np.int32)
-        self.x_link = st["x_link"]
+        self.u_out0 = st.out_ptr[heads].astype(np.int32)
+        self.u_out1 = st.out_ptr[last + 1].astype(np.int32)
+        self.x_link = st.x_link
         self.x_slot = np.empty(len(self.x_link), dtype=np.int32)
         self.in_slot = np.empty(len(self.in_x), dtype=np.int32)
         self.n_slots = int(_replay.transfer_slots(self.u_in_ptr, self.in_x, self.u_out0,
                                                   self.u_out1, self.x_slot, self.in_slot))
         if self.n_slots < 0:  # validate() would have raised; keep the kernel safe regardless
             raise RuntimeError("internal: a unit waits for a transfer not produced before it")
-        self.x_ar = np.asarray(st["x_is_ar"], dtype=bool)
-        self.x_src_dev = np.asarray(st["x_src_dev"], dtype=np.int64)
-        self.x_dst_dev = np.asarray(st["x_dst_dev"], dtype=np.int64)
+        self.x_ar = np.asarray(st.x_is_ar, dtype=bool)
+        self.x_src_dev = np.asarray(st.x_src_dev, dtype=np.int64)
+        self.x_dst_dev = np.asarray(st.x_dst_dev, dtype=np.int64)
         copies = np.zeros(p, dtype=np.int32)
-        for devices in st["stage_devices"]:
+        for devices in st.stage_devices:
             for d in devices:
                 copies[d] += 1
         self.d_copies = copies
@@ -95,10 +95,10 @@ class Structure:
         # Row arrays for the full list scheduler.
         self.dev_ptr = dev_ptr
         self.op_kind = kind
-        self.dep = st["dep"]
+        self.dep = st.dep
         self.xfer = xfer
-        self.out_ptr = st["out_ptr"]
-        self.x_dst_dev32 = st["x_dst_dev"]
+        self.out_ptr = st.out_ptr
+        self.x_dst_dev32 = st.x_dst_dev
         self.paired = paired
         self.n_ops = n
         self.n_units = n_units

@@ -14,6 +14,10 @@ import numpy as np
 
 from ..kernels.codes import F_DROP
 from ..kernels.structure import (
+    Dependencies,
+    KeyIndex,
+    OpColumns,
+    Transfers,
     prefix_sum_counts,
     structure_fbw_count,
     structure_fbw_index,
@@ -23,6 +27,7 @@ from ..kernels.structure import (
 from . import buffers
 from .cpus import local_cpus
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
+from .structure import Structure
 
 #: Schedules with at least this many ops are checked by the one-pass kernel
 #: (``kernels.structure``) when they hold only F, B, W, BW and R ops (and
@@ -41,9 +46,10 @@ def kernel_from(ops):
     the schedules validated inside the block.
 
     For callers that validate many mid-sized schedules (``tune``): loading
-    the kernels costs about 0.3 s once per process, then they are 8-10x
-    faster than numpy from 16k ops. Both paths give the same structure, so
-    the setting changes speed only.
+    the kernels costs once per process, and from some ten thousand ops on
+    the one-pass kernels beat numpy's passes over whole columns, so that
+    cost returns over a few schedules. Both paths give the same structure,
+    so the setting changes speed only.
 
     Parameters
     ----------
@@ -95,23 +101,9 @@ def structure(schedule, fast=None):
 
     Returns
     -------
-    dict
-        ``stages``, ``microbatches``, ``placement`` (device per stage, of
-        microbatch 0 for a replicated stage), ``stage_devices`` (the devices
-        each stage runs on),
-        ``dev_ptr`` (CSR offsets of device programs), ``dep`` (n x 2 int32,
-        producer row or -1), ``xfer`` (n x 2 int32, transfer id or -1 for a
-        local dependency), ``x_src``/``x_dst`` (producer/consumer rows of each
-        transfer, sorted by producer row then consumer row), ``out_ptr`` (CSR
-        of transfers by producer row), ``x_src_dev``/``x_dst_dev``, ``x_link``
-        (compact directed-link id per transfer), ``n_links``, ``op_kind``,
-        ``op_stage``, ``op_class`` (kind code, or ``F_DROP`` for an F
-        whose (stage, microbatch) is recomputed by an R), ``paired`` (row
-        is the B of an overlapped pair whose F is the previous row),
-        ``x_is_ar`` (transfer feeds an all-reduce), ``x_host`` (0, or 1
-        for an offload's copy to host and 2 for the copy back), ``x_after``
-        (the transfer a copy back waits for, or -1; an empty array when no
-        transfer waits for one).
+    Structure
+        Placement, every op's producers, the transfers and their links (the
+        fields are documented on :class:`~pipecore.core.structure.Structure`).
 
     Raises
     ------
@@ -174,27 +166,22 @@ def structure(schedule, fast=None):
     is_o = kind == O
     is_l = kind == L
 
-    def index_of(mask, what):
-        rows = np.flatnonzero(mask)
+    def index_of(code):
+        rows = np.flatnonzero(kind == code)
         counts = np.bincount(key[rows], minlength=nkey)
         over = np.flatnonzero(counts > 1)
         if over.size:
             k = int(over[0])
             dups = rows[key[rows] == k]
             raise _error(schedule, "duplicate-op", int(dups[1]),
-                         f"more than one {what} for stage {k // m} microbatch {k % m}",
+                         f"more than one {KINDS[code]} for stage {k // m} microbatch {k % m}",
                          mark=list(dups))
         idx = np.full(nkey, -1, dtype=np.int64)
         idx[key[rows]] = rows
         return idx
 
-    f_idx = index_of(is_f, "F")
-    b_idx = index_of(is_b, "B")
-    w_idx = index_of(is_w, "W")
-    bw_idx = index_of(is_bw, "BW")
-    r_idx = index_of(is_r, "R")
-    o_idx = index_of(is_o, "O")
-    l_idx = index_of(is_l, "L")
+    # Row of each (stage, microbatch)'s op of each kind, -1 for none.
+    f_idx, b_idx, w_idx, bw_idx, r_idx, o_idx, l_idx = (index_of(c) for c in (F, B, W, BW, R, O, L))
 
     # Exactly one forward, and either BW or B+W, per (stage, microbatch).
     both = np.flatnonzero((bw_idx >= 0) & ((b_idx >= 0) | (w_idx >= 0)))
@@ -405,44 +392,30 @@ def structure(schedule, fast=None):
     _, x_link = np.unique(link_key, return_inverse=True)
     op_class = kind.astype(np.int8)
     op_class[f_idx[r_idx >= 0]] = F_DROP
-    return {
-        "stages": S,
-        "op_class": op_class,
-        "paired": same,
-        "x_is_ar": is_ar[x_dst] & (x_host == 0),
-        "x_host": x_host,
-        "x_after": (np.ascontiguousarray(x_after.astype(np.int32)) if (x_after >= 0).any()
-                    else np.empty(0, dtype=np.int32)),  # empty: no transfer waits
-        "op_kind": np.ascontiguousarray(kind.astype(np.int8)),
-        "op_stage": np.ascontiguousarray(stage.astype(np.int32)),
-        "x_src_dev": src_dev.astype(np.int32),
-        "x_dst_dev": np.ascontiguousarray(dst_dev.astype(np.int32)),
-        "x_link": np.ascontiguousarray(x_link.reshape(-1).astype(np.int32)),
-        "n_links": int(x_link.max()) + 1 if x_link.size else 0,
-        "microbatches": m,
-        "placement": placement,
-        "stage_devices": stage_devices,
-        "dev_ptr": dev_ptr.astype(np.int64),
-        "dep": np.ascontiguousarray(dep.astype(np.int32)),
-        "xfer": np.ascontiguousarray(xfer.astype(np.int32)),
-        "x_src": x_src.astype(np.int32),
-        "x_dst": x_dst.astype(np.int32),
-        "out_ptr": out_ptr.astype(np.int64),
-    }
-
-
-class _Structure(dict):
-    """The kernel path's structure: ``x_src_dev`` (each transfer's source
-    device) is gathered from the device column on first use, since only
-    a network with nodes or shared host links reads it (at p=1024 m=8192
-    interleaved, 134 MB fewer to write per build)."""
-
-    def __missing__(self, key):
-        if key != "x_src_dev":
-            raise KeyError(key)
-        value = self["_op_dev"][self["x_src"]]
-        self[key] = value
-        return value
+    return Structure(
+        stages=S,
+        microbatches=m,
+        placement=placement,
+        stage_devices=stage_devices,
+        dev_ptr=dev_ptr.astype(np.int64),
+        op_dev=schedule._column("device"),
+        op_kind=np.ascontiguousarray(kind.astype(np.int8)),
+        op_stage=np.ascontiguousarray(stage.astype(np.int32)),
+        op_class=op_class,
+        paired=same,
+        dep=np.ascontiguousarray(dep.astype(np.int32)),
+        xfer=np.ascontiguousarray(xfer.astype(np.int32)),
+        out_ptr=out_ptr.astype(np.int64),
+        x_src=x_src.astype(np.int32),
+        x_dst=x_dst.astype(np.int32),
+        x_dst_dev=np.ascontiguousarray(dst_dev.astype(np.int32)),
+        x_link=np.ascontiguousarray(x_link.reshape(-1).astype(np.int32)),
+        n_links=int(x_link.max()) + 1 if x_link.size else 0,
+        x_is_ar=is_ar[x_dst] & (x_host == 0),
+        x_host=x_host,
+        x_after=(np.ascontiguousarray(x_after.astype(np.int32)) if (x_after >= 0).any()
+                 else np.empty(0, dtype=np.int32)),  # empty: no transfer waits
+    )
 
 
 def _in_halves(kernel, halves, n, *args):
@@ -461,7 +434,7 @@ def _stage_devices(stage_dev):
     device for each microbatch). A row holding only its least and greatest
     device (a stage on one device or two, every layout pipecore builds)
     is read from those two, without sorting it; others by ``np.unique``
-    (a sort per stage took 0.1-0.3 s at p=1024 m=8192)."""
+    (sorting every stage's row costs more than the two reductions)."""
     lo = stage_dev.min(axis=1)
     hi = stage_dev.max(axis=1)
     two = ((stage_dev == lo[:, None]) | (stage_dev == hi[:, None])).all(axis=1)
@@ -486,7 +459,7 @@ def _index_columns(kind, top, guess=True):
     when a row's kind has no column; the caller then asks again without
     guessing.
     """
-    col = np.full(6, -1, np.int64)
+    col = np.full(R + 1, -1, np.int64)  # kinds F .. R
     if top == BW and guess:
         sample = kind[::max(1, kind.size >> 12)]
         if not ((sample == B) | (sample == W)).any():
@@ -536,37 +509,39 @@ def _structure_fast(schedule):
     # Their pages fault in on the other CPU while this one fills and runs pass 1.
     buffers.populate(xfer, paired, dep)
     out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
+    ops = OpColumns(dev=dev, slot=slot, kind=kind, stage=stage, mb=mb)
+    deps = Dependencies(paired=paired, dep=dep, out_ptr=out_ptr)
     first_dev = np.empty(S, dtype=np.int32)
     replicated = bool(schedule.replicated)
     for guess in (True, False):  # status 2: the sample missed a kind, so a column for each
         col = _index_columns(kind, top, guess)
-        idx = buffers.full((S * m, int(col.max()) + 1), -1, np.int32)
-        status = structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx,
-                                     paired, dep, first_dev)
+        index = KeyIndex(col=col, idx=buffers.full((S * m, int(col.max()) + 1), -1, np.int32),
+                         first_dev=first_dev)
+        status = structure_fbw_index(ops, p, S, m, replicated, index, deps)
         if status != 2:
             break
-        idx = None  # freed before the wider one
+        index = None  # freed before the wider one
     if status:
         return None
     # Without all-reduces each producer has one consumer on another device
     # at most, so two threads count, then fill, halves of the rows (the
     # kernels release the GIL); an invalid schedule returns 1 from some half.
     halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
-    if _in_halves(structure_fbw_count, halves, n, dev, kind, stage, mb, S, m, replicated, col,
-                  idx, paired, dep, first_dev, out_ptr):
+    if _in_halves(structure_fbw_count, halves, n, ops, S, m, replicated, index, deps):
         return None
     nx = prefix_sum_counts(out_ptr)
     # The F rows are only needed to list a replicated stage's devices, and
     # to mark recomputed forwards.
-    f_idx = idx[:, 0].copy() if schedule.replicated else None
-    dropped = idx[idx[:, col[R]] >= 0, 0] if top == R else None  # F rows with an R
-    del idx
+    idx = index.idx
+    f_idx = idx[:, col[F]].copy() if schedule.replicated else None
+    dropped = idx[idx[:, col[R]] >= 0, col[F]] if top == R else None  # F rows with an R
+    del idx, index
     x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
     buffers.populate(x_link, x_dst_dev, x_dst, x_src)
-    link_id = np.full(p * p, -1, np.int32)
-    _in_halves(structure_fbw_transfers, halves, n, dev, dep, out_ptr, p, xfer, x_src, x_dst,
-               x_dst_dev, link_id)
-    n_links = structure_fbw_link_ids(dev, x_src, x_dst_dev, link_id, p, x_link)
+    transfers = Transfers(xfer=xfer, x_src=x_src, x_dst=x_dst, x_dst_dev=x_dst_dev, x_link=x_link,
+                          link_id=np.full(p * p, -1, np.int32))
+    _in_halves(structure_fbw_transfers, halves, n, ops, p, deps, transfers)
+    n_links = structure_fbw_link_ids(ops, p, transfers)
     out_ptr = out_ptr[:n + 1]
     # Rows are sorted by device: each device's first row by bisection.
     # (Queries of the column's dtype: numpy would otherwise cast the column.)
@@ -594,28 +569,28 @@ def _structure_fast(schedule):
     if dropped is not None and dropped.size:
         op_class = op_kind.copy()
         op_class[dropped] = F_DROP
-    return _Structure({
-        "_op_dev": dev,
-        "stages": S,
-        "op_class": op_class,
-        "paired": paired,
-        "x_is_ar": kind[x_dst] == AR if has_ar else np.zeros(nx, dtype=bool),
-        "x_host": np.zeros(nx, dtype=np.int8),
+    return Structure(
+        stages=S,
+        microbatches=m,
+        placement=placement,
+        stage_devices=stage_devices,
+        dev_ptr=dev_ptr,
+        op_dev=dev,
+        op_kind=op_kind,
+        op_stage=op_stage,
+        op_class=op_class,
+        paired=paired,
+        dep=dep,
+        xfer=xfer,
+        out_ptr=out_ptr,
+        x_src=x_src,
+        x_dst=x_dst,
+        x_dst_dev=x_dst_dev,
+        x_link=x_link,
+        n_links=int(n_links),
+        x_is_ar=kind[x_dst] == AR if has_ar else np.zeros(nx, dtype=bool),
+        x_host=np.zeros(nx, dtype=np.int8),
         # No offload here, so no transfer waits for another: empty means
         # none (nx int32 fewer to fill here and to stream per simulation).
-        "x_after": np.empty(0, dtype=np.int32),
-        "op_kind": op_kind,
-        "op_stage": op_stage,
-        "x_dst_dev": x_dst_dev,
-        "x_link": x_link,
-        "n_links": int(n_links),
-        "microbatches": m,
-        "placement": placement,
-        "stage_devices": stage_devices,
-        "dev_ptr": dev_ptr,
-        "dep": dep,
-        "xfer": xfer,
-        "x_src": x_src,
-        "x_dst": x_dst,
-        "out_ptr": out_ptr,
-    })
+        x_after=np.empty(0, dtype=np.int32),
+    )

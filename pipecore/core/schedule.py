@@ -289,12 +289,12 @@ class Schedule:
     @property
     def stages(self) -> int:
         """int: number of model stages S."""
-        return self._info()["stages"]
+        return self._info().stages
 
     @property
     def microbatches(self) -> int:
         """int: number of microbatches m."""
-        return self._info()["microbatches"]
+        return self._info().microbatches
 
     @property
     def chunks(self) -> float:
@@ -309,14 +309,16 @@ class Schedule:
         For a replicated stage, the device that runs its microbatch 0; see
         :attr:`stage_devices` for all replicas.
         """
-        return self._info()["placement"]
+        return self._info().placement
 
     @property
     def stage_devices(self) -> list[tuple[int, ...]]:
         """list of tuple: the devices each stage runs on (two for a replica pair)."""
-        return self._info()["stage_devices"]
+        return self._info().stage_devices
 
     def _info(self):
+        """The schedule's :class:`~pipecore.core.structure.Structure`,
+        validated and derived on first use, then kept."""
         if self._structure is None:
             self._structure = structure(self)
         return self._structure

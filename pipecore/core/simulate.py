@@ -224,7 +224,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     st = schedule._info()
-    S = st["stages"]
+    S = st.stages
     p = schedule.devices
     arrays = costs.stage_arrays(S, p)
     # Rows by cost class (core.rules.op_class): the kinds, then a dropped F.
@@ -242,39 +242,31 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[7] = 0.0
     stage_cost[F_DROP] = arrays["f"] + o
 
-    x_src = st["x_src"]
-    if st["x_host"].any() and arrays.get("offload") is None:
+    x_src = st.x_src
+    if st.x_host.any() and arrays.get("offload") is None:
         raise InputError("the schedule offloads activations (O and L ops): set Costs.offload, "
                          "the time of one activation copy over a host link")
     x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"))
-    if "_op_code" not in st:  # cost-independent; only schedules without pairs use it
-        if st["paired"].any():
-            code = np.empty(0, dtype=np.uint32)
-        else:  # in place: one array of the schedule's size, not four
-            code = st["op_class"].astype(np.uint32)
-            code *= np.uint32(S)
-            np.add(code, st["op_stage"], out=code, casting="unsafe")  # stages are >= 0
-        st["_op_code"] = code
-    x_link, n_links, units_key = st["x_link"], st["n_links"], "_units"
+    x_link, n_links, units_key = st.x_link, st.n_links, "units"
     group = int(costs.host_link_devices)
-    if st["x_host"].any() and group > 1:
+    if st.x_host.any() and group > 1:
         x_link, n_links, shared = _shared_host_links(st, schedule.devices, group)
-        units_key = f"_units_shared_{group}"
+        units_key = f"units_shared_{group}"
     else:
         shared = np.zeros(max(n_links, 1), dtype=np.uint8)
-    if units_key not in st:  # cost-independent: once per schedule (and host sharing)
-        st[units_key] = tier.kernel(_kernels.make_units, len(st["op_stage"]))(
-            st["dev_ptr"], st["xfer"], st["out_ptr"], st["paired"], x_link, st["x_dst_dev"],
-            st["x_after"], shared)
+    if units_key not in st.memo:  # cost-independent: once per schedule (and host sharing)
+        st.memo[units_key] = tier.kernel(_kernels.make_units, len(st.op_stage))(
+            st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link, st.x_dst_dev,
+            st.x_after, shared)
     return Compiled(
-        dev_ptr=st["dev_ptr"],
-        op_kind=st["op_kind"],
-        op_stage=st["op_stage"],
-        dep=st["dep"],
-        xfer=st["xfer"],
-        out_ptr=st["out_ptr"],
-        x_dst=st["x_dst"],
-        x_dst_dev=st["x_dst_dev"],
+        dev_ptr=st.dev_ptr,
+        op_kind=st.op_kind,
+        op_stage=st.op_stage,
+        dep=st.dep,
+        xfer=st.xfer,
+        out_ptr=st.out_ptr,
+        x_dst=st.x_dst,
+        x_dst_dev=st.x_dst_dev,
         x_link=x_link,
         x_cls=x_cls,
         x_table=x_table,
@@ -283,25 +275,25 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         act=arrays["activation"],
         act_w=arrays["activation_w"],
         ckpt=arrays["checkpoint"],
-        op_class=st["op_class"],
+        op_class=st.op_class,
         stage_arrays=arrays,
         x_src=x_src,
-        paired=st["paired"],
+        paired=st.paired,
         fb_factor=float(costs.fb_factor),
-        x_after=st["x_after"],
-        x_host=st["x_host"],
-        units=st[units_key],
-        op_code=st["_op_code"],
+        x_after=st.x_after,
+        x_host=st.x_host,
+        units=st.memo[units_key],
+        op_code=st.op_code,
     )
 
 
 def _shared_host_links(st, p, group):
     """Link ids with the host links of each group of ``group`` devices
     merged (one per direction), and which links have several senders."""
-    host = st["x_host"]
-    src = st["x_src_dev"]
-    key = np.where(host == 0, st["x_link"].astype(np.int64),
-                   st["n_links"] + 2 * (src // group) + host - 1)
+    host = st.x_host
+    src = st.x_src_dev
+    key = np.where(host == 0, st.x_link.astype(np.int64),
+                   st.n_links + 2 * (src // group) + host - 1)
     _, x_link = np.unique(key, return_inverse=True)
     x_link = np.ascontiguousarray(x_link.reshape(-1).astype(np.int32))
     n_links = int(x_link.max()) + 1 if x_link.size else 0
@@ -328,16 +320,16 @@ def _transfer_arrays(st, network, stages, comm, offload):
         per_node = int(network.devices_per_node or 0)
         ibw = float(network.inter_bandwidth) if per_node else bw
         ilat = float(network.inter_latency) if per_node else lat
-    key = f"_x_cls_{per_node}"
-    if key not in st:
-        x_cls = np.empty(len(st["x_src"]), dtype=np.uint32)
-        # Source devices are read only across nodes (the kernel path of
-        # rules.structure gathers them on first use).
-        src_dev = st["x_src_dev"] if per_node else st["x_dst_dev"]
+    key = f"x_cls_{per_node}"
+    if key not in st.memo:
+        x_cls = np.empty(len(st.x_src), dtype=np.uint32)
+        # Source devices are read only across nodes (Structure.x_src_dev
+        # gathers them on first use).
+        src_dev = st.x_src_dev if per_node else st.x_dst_dev
         tier.kernel(transfer_classes, len(x_cls))(
-            st["x_src"], st["op_stage"], st["x_is_ar"], st["x_host"], src_dev, st["x_dst_dev"],
+            st.x_src, st.op_stage, st.x_is_ar, st.x_host, src_dev, st.x_dst_dev,
             per_node, x_cls)
-        st[key] = x_cls
+        st.memo[key] = x_cls
     nbytes = np.asarray(nbytes, dtype=np.float64)
     grads = np.asarray(grads, dtype=np.float64)
     comm = np.asarray(comm, dtype=np.float64)
@@ -355,11 +347,11 @@ def _transfer_arrays(st, network, stages, comm, offload):
                          f"latency {float(np.max(x_lat)):g}; use larger units")
     if offload is not None:
         ser[:, 4] = offload
-    return st[key], (ser.reshape(-1), x_lat.reshape(-1))
+    return st.memo[key], (ser.reshape(-1), x_lat.reshape(-1))
 
 
 def _deadlock_error(schedule, head):
-    dev_ptr = schedule._info()["dev_ptr"]
+    dev_ptr = schedule._info().dev_ptr
     blocked = [int(head[d]) for d in range(schedule.devices) if head[d] < dev_ptr[d + 1]]
     kinds = schedule.kind_codes
     stage = schedule._column("stage")

@@ -4,21 +4,71 @@
 millions of ops its temporaries (int64 copies, masks, a sort) cost seconds
 and gigabytes; these kernels do the common case (kinds F, B, W, BW and R,
 and all-reduces of replicated stages) in a few linear passes into outputs
-the caller allocates. They never explain a failure: on any broken rule they return a nonzero status and
-the numpy path, which names the rule, device, slot and op, runs instead.
+the caller allocates, carried in the named tuples below. They never
+explain a failure: on any broken rule they return a nonzero status and the
+numpy path, which names the rule, device, slot and op, runs instead.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 from .codes import AR, BW, B, F, R, W
 
-# ``col[k]`` is the
-# column of kind k's rows in the per-key index, -1 for a kind it has none
-# for (AR rows are never indexed): only the kinds a schedule can hold get a
-# column, so an F/B/W or F/BW schedule fills and reads a narrower index.
+
+class OpColumns(NamedTuple):
+    """The op table's columns, one entry per op (input). Rows are sorted
+    by (device, slot, kind); any integer widths (the table's are int32,
+    the kinds int8)."""
+
+    dev: np.ndarray  # (n,) device that runs the op, 0..p-1
+    slot: np.ndarray  # (n,) position in that device's program
+    kind: np.ndarray  # (n,) kind code (codes.F .. codes.R)
+    stage: np.ndarray  # (n,) model stage, 0..S-1
+    mb: np.ndarray  # (n,) microbatch, 0..m-1 (an all-reduce's is ignored)
+
+
+class KeyIndex(NamedTuple):
+    """The row of every (stage, microbatch, kind), keyed ``stage * m +
+    microbatch``: filled by :func:`structure_fbw_index`, read by
+    :func:`structure_fbw_count`. Only the kinds a schedule can hold get a
+    column, so an F/B/W or F/BW schedule fills and reads a narrower index."""
+
+    col: np.ndarray  # (6,) int64, in: column of kind k's rows in idx, -1 for none
+    #                  (AR rows are never indexed); col[F] == 0
+    idx: np.ndarray  # (S*m, c) int32, out: all -1 beforehand, then the row of each
+    #                  key's op of kind k in column col[k]
+    first_dev: np.ndarray  # (S,) int32, out: the device of each stage's microbatch 0
+
+
+class Dependencies(NamedTuple):
+    """What each op waits for (output of pass 1, one row per op; the
+    caller allocates, content any beforehand unless said)."""
+
+    paired: np.ndarray  # (n,) bool: the row is the B or BW of an overlapped pair
+    #                     whose F is the previous row (shares its slot)
+    dep: np.ndarray  # (n, 2) int32: producer rows (same microbatch), -1 for none
+    out_ptr: np.ndarray  # (n+2,) int64, all 0 beforehand: each producer's count of
+    #                      transfers at [q + 2] (pass 1b), then by prefix_sum_counts
+    #                      the first at [q + 1]; ends with [:n + 1] the CSR of
+    #                      transfers by producer (pass 2a advances the cursors)
+
+
+class Transfers(NamedTuple):
+    """The cross-device transfers (output of pass 2; the caller allocates
+    once pass 1 counted them, nx in all)."""
+
+    xfer: np.ndarray  # (n, 2) int32: transfer id of each dep entry, -1 when local
+    x_src: np.ndarray  # (nx,) int32: producer row, sorted by producer then consumer
+    x_dst: np.ndarray  # (nx,) int32: consumer row
+    x_dst_dev: np.ndarray  # (nx,) int32: consumer's device (the source device is
+    #                        dev[x_src], not stored: one array fewer at scale)
+    x_link: np.ndarray  # (nx,) int32: compact id of the directed link it takes
+    link_id: np.ndarray  # (p*p,) int32 scratch, all -1 beforehand: 0 marks a link
+    #                      with traffic (pass 2a), then its id (pass 2b)
 
 
 @njit(cache=True)
@@ -37,25 +87,24 @@ def rows_sorted(dev, slot, kind):
 
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, idx, paired,
-                        dep, first_dev):
+def structure_fbw_index(ops, p, S, m, replicated, index, deps):
     """Pass 1a of the structure of a schedule made of F, B, W, BW and R ops,
     and AR ops when ``replicated``: the rules of each row on its own and in
     program order, and the row of every (stage, microbatch, kind).
 
-    Rows must be sorted by (device, slot, kind). ``S`` and ``m`` are one
-    more than the largest stage and microbatch (of the non-AR rows; an AR's
-    microbatch is ignored). The caller allocates the outputs (numpy puts
-    large ones on huge pages; this kernel's own allocations would fault
-    page by page): ``idx`` (S*m, c) int32 all -1 (row of kind k of each
-    key in column ``col[k]``, ``col`` (6,) int64 with ``col[0] == 0``),
-    ``paired`` (n,) bool and ``dep`` (n, 2) int32 (both written here and
-    by :func:`structure_fbw_count`, any content), ``first_dev`` (S,) int32
-    (device of each stage's microbatch 0). Returns a status: 0 when these
-    rules hold (then run :func:`structure_fbw_count`), 1 when one breaks
-    (the numpy rules then name it), 2 when a row's kind has no column (run
-    again with one for every kind).
+    ``ops`` (:class:`OpColumns`) has ``p`` devices; ``S`` and ``m`` are one
+    more than the largest stage and microbatch (of the non-AR rows). Fills
+    ``index`` (:class:`KeyIndex`), each row's ``paired`` flag and the
+    all-reduces' producers in ``deps`` (:class:`Dependencies`). The caller
+    allocates the outputs (under core/buffers.py's page policy; this
+    kernel's own allocations would fault page by page). Returns a status:
+    0 when these rules hold (then run :func:`structure_fbw_count`), 1 when
+    one breaks (the numpy rules then name it), 2 when a row's kind has no
+    column (run again with one for every kind).
     """
+    dev, slot, kind, stage, mb = ops.dev, ops.slot, ops.kind, ops.stage, ops.mb
+    col, idx, first_dev = index.col, index.idx, index.first_dev
+    paired, dep = deps.paired, deps.dep
     n = dev.size
     # All-reduces (replicated only): a stage's two devices (from its F
     # rows; -2 in column 1 for three or more), the last backward row (B, W
@@ -66,7 +115,7 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
     last_back = np.full((n_rep, 2), -1, np.int32)
     ar_row = np.full((n_rep, 2), -1, np.int32)
     n_f = 0
-    cb = col[1]
+    cb = col[B]
     for r in range(n):
         k = kind[r]
         if k < 0 or k > R or slot[r] < 0 or stage[r] < 0:
@@ -141,24 +190,26 @@ def structure_fbw_index(dev, slot, kind, stage, mb, p, S, m, replicated, col, id
 
 
 @njit(cache=True, nogil=True)  # two threads may count halves of the rows
-def structure_fbw_count(dev, kind, stage, mb, S, m, replicated, col, idx, paired, dep,
-                        first_dev, out_ptr, r0, r1):
-    """Pass 1b, rows ``r0`` to ``r1``: the remaining rules, each op's
-    producers (``dep``) and each producer's transfer count at
-    ``out_ptr[q + 2]`` (``out_ptr`` (n+2,) int64 all 0 beforehand; two
-    places on, so after an inclusive prefix sum from index 1,
-    ``out_ptr[q + 1]`` is the first transfer of producer q, the cursor
-    :func:`structure_fbw_transfers` advances). Returns 0, or 1 when a rule
-    breaks. Without all-reduces a producer has at most one consumer on
-    another device in a valid schedule, so disjoint row ranges may be
-    counted at once (an invalid one returns 1 and its counts are dropped);
-    without all-reduces each row counts its own transfers as a producer.
-    ``col`` and ``idx`` are those :func:`structure_fbw_index` filled.
+def structure_fbw_count(ops, S, m, replicated, index, deps, r0, r1):
+    """Pass 1b, rows ``r0`` to ``r1``, after :func:`structure_fbw_index`
+    filled ``index``: the remaining rules, each op's producers
+    (``deps.dep``) and each producer's transfer count at
+    ``deps.out_ptr[q + 2]`` (two places on, so that after
+    :func:`prefix_sum_counts` ``out_ptr[q + 1]`` is the first transfer of
+    producer q, the cursor :func:`structure_fbw_transfers` advances).
+    Returns 0, or 1 when a rule breaks. Without all-reduces a producer has
+    at most one consumer on another device in a valid schedule, and each
+    row counts its own transfers as a producer, so disjoint row ranges may
+    be counted at once (an invalid one returns 1 and its counts are
+    dropped).
     """
-    cb = col[1]
-    cw = col[2]
-    cbw = col[3]
-    cr = col[5]
+    dev, kind, stage, mb = ops.dev, ops.kind, ops.stage, ops.mb
+    col, idx, first_dev = index.col, index.idx, index.first_dev
+    paired, dep, out_ptr = deps.paired, deps.dep, deps.out_ptr
+    cb = col[B]
+    cw = col[W]
+    cbw = col[BW]
+    cr = col[R]
     for r in range(r0, r1):
         k = kind[r]
         key = stage[r] * m + mb[r]
@@ -245,21 +296,18 @@ def prefix_sum_counts(out_ptr):
 
 
 @njit(cache=True, nogil=True)  # two threads may fill halves of the rows
-def structure_fbw_transfers(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev, link_id, r0,
-                            r1):
+def structure_fbw_transfers(ops, p, deps, transfers, r0, r1):
     """Pass 2a, rows ``r0`` to ``r1``, after pass 1 held and
     :func:`prefix_sum_counts`: every transfer's ends and destination
     device, each op's transfers in (``xfer``), and a 0 in ``link_id`` at
-    ``src * p + dst`` of every link with traffic.
-
-    The caller allocates ``xfer`` (n, 2) int32 (written here), the ``x_*``
-    arrays (nx,) int32 and ``link_id`` (p * p,) int32 all -1; ``out_ptr``
-    (n+2,) comes from pass 1, and ``out_ptr[:n + 1]`` ends as the CSR of
-    transfers by producer. A transfer's source device is ``dev[x_src]``
-    (not stored: one array fewer to fill at scale). Without all-reduces a
-    producer of a valid schedule has one consumer on another device at
-    most, so disjoint row ranges may be filled at once.
+    ``src * p + dst`` of every link with traffic (all of
+    :class:`Transfers` but ``x_link``). Without all-reduces a producer of
+    a valid schedule has one consumer on another device at most, so
+    disjoint row ranges may be filled at once.
     """
+    dev, dep, out_ptr = ops.dev, deps.dep, deps.out_ptr
+    xfer, x_src, x_dst = transfers.xfer, transfers.x_src, transfers.x_dst
+    x_dst_dev, link_id = transfers.x_dst_dev, transfers.link_id
     # Consumers visited in row order: each producer's transfers come out
     # sorted by consumer, as the numpy path's lexsort orders them.
     # out_ptr[q + 1] serves as producer q's fill cursor and ends as the
@@ -281,10 +329,12 @@ def structure_fbw_transfers(dev, dep, out_ptr, p, xfer, x_src, x_dst, x_dst_dev,
 
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def structure_fbw_link_ids(dev, x_src, x_dst_dev, link_id, p, x_link):
+def structure_fbw_link_ids(ops, p, transfers):
     """Pass 2b: number the links :func:`structure_fbw_transfers` marked, in
-    (source, destination) order, and write each transfer's link. Returns
-    the number of links with traffic."""
+    (source, destination) order, and write each transfer's link
+    (``transfers.x_link``). Returns the number of links with traffic."""
+    dev, x_src, x_dst_dev = ops.dev, transfers.x_src, transfers.x_dst_dev
+    link_id, x_link = transfers.link_id, transfers.x_link
     n_links = 0
     for c in range(p * p):
         if link_id[c] == 0:

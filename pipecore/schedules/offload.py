@@ -58,7 +58,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     prefetch = _check_int("prefetch", prefetch, minimum=0)
     st = schedule._info()  # validates
-    S, m = st["stages"], st["microbatches"]
+    S, m = st.stages, st.microbatches
     chosen_s = _index_set("stages", stages, S)
     chosen_m = _index_set("microbatches", microbatches, m)
     programs = schedule.programs()

@@ -69,7 +69,7 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
     if not isinstance(schedule, Schedule):
         raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
     st = schedule._info()  # validates
-    S, m = st["stages"], st["microbatches"]
+    S, m = st.stages, st.microbatches
     chosen_s = _index_set("stages", stages, S)
     chosen_m = _index_set("microbatches", microbatches, m)
     # Column arithmetic on the op table (rows sorted by device, slot): the

@@ -94,7 +94,7 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     if (schedule.kind_codes >= 6).any():
         raise InputError("local_search keeps memory in program order: schedules that offload "
                          "activations (O and L ops) are not supported")
-    if st["paired"].any() or (schedule.kind_codes == AR).any():
+    if st.paired.any() or (schedule.kind_codes == AR).any():
         raise InputError("local_search moves single ops: schedules with overlapped F&B pairs or "
                          "all-reduces are not supported")
     limit = math.inf if memory_limit is None else float(memory_limit)

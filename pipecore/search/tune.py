@@ -331,8 +331,8 @@ class _RecomputePeaks:
         st = sched._info()
         self._kind = sched.kind_codes
         self._stage = sched._column("stage")
-        self._paired = st["paired"]
-        self._ptr = st["dev_ptr"]
+        self._paired = st.paired
+        self._ptr = st.dev_ptr
         self._arrays = arrays
         self._stages = sched.stages
         self._devices = {}
@@ -526,7 +526,7 @@ def _polish(fitting, cands, costs, limit, network, objective, top=3):
     out = []
     for c in sorted(fitting, key=lambda c: _score(c.result, objective))[:top]:
         sched = c.schedule
-        if sched._info()["paired"].any() or (sched.kind_codes == AR).any() \
+        if sched._info().paired.any() or (sched.kind_codes == AR).any() \
                 or (sched.kind_codes >= 6).any():
             continue  # the search moves single ops, with memory in program order
         # About 1e7 op-simulations per candidate (at least 200 evaluations): well
