@@ -19,7 +19,8 @@ import numpy as np
 from ..core.ops import InputError
 from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
-from .registry import Family, column_buffers, register
+from .construct import column_buffers
+from .registry import Family, register
 
 
 class PlacementWarning(UserWarning):
@@ -396,7 +397,7 @@ def _from_programs(programs, p):
     return Schedule.from_arrays(*cols, copy=False, name="chimera", devices=p, replicated=True)
 
 # From this many ops on, symmetric Chimera is written by a Numba kernel
-# (kernels/bidirectional.py); smaller ones keep the per-op reference below and so
+# (kernels/bidirectional.py); smaller ones keep the per-op builder below and so
 # compile nothing (compare's p=8 chimera among them).
 CHIMERA_KERNEL_MIN_OPS = 16_384
 

@@ -15,7 +15,8 @@ from ..core import buffers
 from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
-from .registry import Family, _programs_to_schedule, column_buffers, register
+from .construct import column_buffers, programs_to_schedule
+from .registry import Family, register
 
 
 class _Device:
@@ -137,7 +138,7 @@ def build_dualpipev(devices, microbatches, chunks=2):
     if m < 2 * p:
         raise InputError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
-        return _dualpipev_reference(p, m)
+        return _dualpipev_per_op(p, m)
     d = np.arange(p, dtype=np.int64)
     st = np.stack([d, 2 * p - 1 - d], axis=1)
     return _eight_steps_schedule("dualpipev", p, m, d, st, np.zeros_like(st), d == p - 1,
@@ -146,17 +147,18 @@ def build_dualpipev(devices, microbatches, chunks=2):
 
 # From about this many ops on (6pm: an F, B and W per stage and microbatch)
 # both families are written by the Numba kernel (kernels/dualpipe.py);
-# smaller ones keep the per-op references, quick there, and so compile
-# nothing (the kernel took 2.9 s to compile in compare's cold start).
+# smaller ones keep the per-op builders, quick there, and so compile
+# nothing at a cold start (compiling the kernel takes seconds).
 DUALPIPE_KERNEL_MIN_OPS = 16_384
 
 
-def _dualpipev_reference(devices, microbatches):
-    """Per-op reference of :func:`build_dualpipev` (the tests compare the two)."""
+def _dualpipev_per_op(devices, microbatches):
+    """:func:`build_dualpipev` op by op (:func:`_eight_steps` per device): the
+    builder of small shapes, and what the tests compare the kernel with."""
     p, m = devices, microbatches
     programs = [_eight_steps(p, d, m, (d, 0), (2 * p - 1 - d, 0), split_first=(d == p - 1))
                 for d in range(p)]
-    return _programs_to_schedule("dualpipev", programs, p)
+    return programs_to_schedule("dualpipev", programs, p)
 
 
 def build_dualpipe(devices, microbatches, chunks=1):
@@ -196,7 +198,7 @@ def build_dualpipe(devices, microbatches, chunks=1):
     if m < 2 * p:
         raise InputError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
-        return _dualpipe_reference(p, m)
+        return _dualpipe_per_op(p, m)
     P, M = p // 2, m // 2
     d = np.arange(p, dtype=np.int64)
     h = np.minimum(d, p - 1 - d)
@@ -208,8 +210,9 @@ def build_dualpipe(devices, microbatches, chunks=1):
     return _eight_steps_schedule("dualpipe", P, M, h, st, first, h == P - 1, with_ar=True)
 
 
-def _dualpipe_reference(devices, microbatches):
-    """Per-op reference of :func:`build_dualpipe` (the tests compare the two)."""
+def _dualpipe_per_op(devices, microbatches):
+    """:func:`build_dualpipe` op by op (:func:`_eight_steps` per device): the
+    builder of small shapes, and what the tests compare the kernel with."""
     p, m = devices, microbatches
     P, M = p // 2, m // 2
     programs = []

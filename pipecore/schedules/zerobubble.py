@@ -6,33 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.codes import B, F, W
 from ..kernels.slots import split_1f1b_columns
-from . import registry
-from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
-
-
-def split_1f1b(devices, microbatches, warmup, lag, name):
-    """1F1B-style programs with a split backward.
-
-    Device d runs ``warmup[d]`` forwards, then for each microbatch j: B(j),
-    the W that is ``lag[d]`` microbatches behind (W(j - lag[d])), and the
-    next forward; the lagging W ops run at the end. A lag of d's lets device
-    d fill its cool-down waits with weight gradients.
-    """
-    m = microbatches
-    programs = []
-    for d in range(devices):
-        k = min(warmup[d], m)
-        prog = [("F", d, j) for j in range(k)]
-        for j in range(m):
-            prog.append(("B", d, j))
-            if j - lag[d] >= 0:
-                prog.append(("W", d, j - lag[d]))
-            if j + k < m:
-                prog.append(("F", d, j + k))
-        prog += [("W", d, j) for j in range(max(0, m - lag[d]), m)]
-        programs.append(prog)
-    return _programs_to_schedule(name, programs, devices)
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register
 
 
 def split_1f1b_slots(devices, microbatches, warmup, lag, name):
@@ -46,13 +23,13 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
     its W.
     """
     m = microbatches
-    if devices * 3 * m >= registry.SCATTER_MIN_OPS:
+    if at_scale(devices, 3 * m):
         # At scale one kernel writes every op straight into the columns.
         warm = np.asarray(warmup, dtype=np.int64)
         lags = np.asarray(lag, dtype=np.int64)
-        return registry._columns_kernel(
+        return kernel_to_schedule(
             name, devices, 3 * m,
-            lambda columns, d0, d1: split_1f1b_columns(*columns, devices, m, warm, lags, d0, d1))
+            lambda out, d0, d1: split_1f1b_columns(out, devices, m, warm, lags, d0, d1))
     # int32 halves the temporaries (slots stay below 3m, far from overflow).
     k = np.minimum(np.asarray(warmup, dtype=np.int32), m)[:, None]
     lag = np.asarray(lag, dtype=np.int32)[:, None]
@@ -65,8 +42,8 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
     b_slot = g(j)
     w_slot = np.where(j + lag < m, g(j + lag) + 1, 2 * m + j)
     f_slot = np.where(j < k, j, g(j - k) + 1 + (j - k >= lag))
-    return _slots_to_schedule(name, devices, 3 * m,
-                              [(0, stage, j, f_slot), (1, stage, j, b_slot), (2, stage, j, w_slot)])
+    return slots_to_schedule(name, devices, 3 * m,
+                             [(F, stage, j, f_slot), (B, stage, j, b_slot), (W, stage, j, w_slot)])
 
 
 def build_zb_h1(devices, microbatches, chunks=1):
