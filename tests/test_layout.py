@@ -202,7 +202,11 @@ def test_kernels_hold_only_compiled_functions_and_plain_imports():
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
                 assert node.name in compiled, f"{name}.{node.name} is not Numba-compiled"
-            assert not isinstance(node, ast.ClassDef), f"{name} defines class {node.name}"
+            # The only classes: NamedTuple carriers of a kernel's arrays.
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(base) for base in node.bases]
+                assert bases in (["NamedTuple"], ["typing.NamedTuple"]), \
+                    f"{name} defines class {node.name}"
         if is_pkg:
             assert not compiled
 
