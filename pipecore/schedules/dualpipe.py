@@ -246,7 +246,7 @@ def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
     if not eight_steps(P, M, np.ascontiguousarray(h, dtype=np.int64),
                        np.ascontiguousarray(st, dtype=np.int64),
                        np.ascontiguousarray(first, dtype=np.int64),
-                       np.ascontiguousarray(split_first, dtype=np.bool_), with_ar, offset, *cols):
+                       np.ascontiguousarray(split_first, dtype=np.bool_), with_ar, offset, cols):
         raise RuntimeError(f"internal error: the {name} kernel's op count is off")
     return Schedule.from_arrays(*cols, name=name, devices=p, replicated=with_ar, copy=False)
 
