@@ -325,8 +325,8 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
                          "variant='direct')")
     if symmetric:
         if g is None and p * (2 * m + 2) >= CHIMERA_KERNEL_MIN_OPS:
-            ok, *cols = _kernel.chimera_columns(p, m, variant == "forward-doubling",
-                                                column_buffers(p * (2 * m + 2)))
+            ok, cols = _kernel.chimera_columns(p, m, variant == "forward-doubling",
+                                               column_buffers(p * (2 * m + 2)))
             if not ok:
                 raise RuntimeError("internal error: the chimera kernel's programs came out "
                                    f"at a length other than 2m + 2 (p={p}, m={m})")
