@@ -7,9 +7,10 @@ import numpy as np
 from ..kernels.codes import BW, F
 from ..kernels.slots import looped_bfs_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc
 def build_looped_bfs(devices, microbatches, chunks=2):
     """Every microbatch through chunk 0, then chunk 1, ...; backwards in reverse.
 
@@ -17,18 +18,6 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     backward pass takes chunks last to first and, within a chunk, the
     microbatches last to first (the newest activation first), which is the
     order PyTorch's ``ScheduleLoopedBFS`` uses.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     p, m, v = devices, microbatches, chunks
     if at_scale(p, 2 * v * m):
@@ -44,22 +33,12 @@ def build_looped_bfs(devices, microbatches, chunks=2):
                              [(F, stage, i % m, i), (BW, stage, i % m, 2 * v * m - 1 - i)])
 
 
+@with_formula_doc
 def formula_looped_bfs(p, m, v, c):
     """Each pass over a chunk takes max(m, p) op times, the last one m + p - 1.
 
     With m >= p this is the interleaved bubble (p-1)(F+B+W)/v; each device
     holds all m microbatches' activations at the turn.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -19,7 +19,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
-from .registry import Family, register
+from .registry import Family, register, with_formula_doc
 
 
 def build_bitpipe(devices, microbatches, chunks=2):
@@ -135,6 +135,7 @@ def _bitpipe_per_op(p, m):
     return Schedule.from_programs(programs, name="bitpipe", devices=p, replicated=True)
 
 
+@with_formula_doc
 def formula_bitpipe(p, m, v, c):
     """Closed forms derived from the authors' order, not from the paper.
 
@@ -144,18 +145,6 @@ def formula_bitpipe(p, m, v, c):
     Chimera's bubble time; device d peaks at (3p+2)/4 + min(d, p-1-d)/2
     microbatches. Both are derived from the order and property-tested, and
     reported as exact only for equal forward and fused-backward times.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     t = c.f + c.b + c.w
     bubble = (p - 2) * t / 4

@@ -16,7 +16,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
 from .construct import column_buffers, programs_to_schedule
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 class _Device:
@@ -99,6 +99,7 @@ def _eight_steps(P, h, M, ph0, ph1, split_first):
     return dev.ops
 
 
+@with_builder_doc
 def build_dualpipev(devices, microbatches, chunks=2):
     """DualPipeV on device d (phase 0 = stage d, phase 1 = stage 2p-1-d).
 
@@ -115,19 +116,6 @@ def build_dualpipev(devices, microbatches, chunks=2):
        falls between the two phases when h is even, before them when odd);
     7. P-h-1 times: a pending W, then a backward of phase 0;
     8. the h+1 remaining W.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -161,6 +149,7 @@ def _dualpipev_per_op(devices, microbatches):
     return programs_to_schedule("dualpipev", programs, p)
 
 
+@with_builder_doc
 def build_dualpipe(devices, microbatches, chunks=1):
     """DualPipe: two opposite pipelines over replicated stages, overlapped F&B.
 
@@ -172,19 +161,6 @@ def build_dualpipe(devices, microbatches, chunks=1):
     devices run their first main-step unit unoverlapped. Each device ends
     with the gradient all-reduce (AR) of both its stages with their
     replicas on device p-1-d.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -251,6 +227,7 @@ def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
     return Schedule.from_arrays(*cols, name=name, devices=p, replicated=with_ar, copy=False)
 
 
+@with_formula_doc
 def formula_dualpipev(p, m, v, c):
     """The DualPipe repository's bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p.
 
@@ -265,17 +242,6 @@ def formula_dualpipev(p, m, v, c):
     m >= 2p (tested; the repository states the formula without
     conditions). It is reported as exact only with fb_factor 1, where the
     span-based bubble rate agrees too.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b_in, w = c.f / 2, c.b / 2, c.w / 2  # per chunk
     full = b_in + w
@@ -291,22 +257,12 @@ def formula_dualpipev(p, m, v, c):
                           and c.activation_w == c.activation)}
 
 
+@with_formula_doc
 def formula_dualpipe(p, m, v, c):
     """The DualPipe README's bubble (PP/2 - 1)(F&B + B - 3W) with PP = p and
     its activation PP + 1 stage activations; see :func:`formula_dualpipev`
     for the conditions. The makespan m (F + B) + bubble holds with
     fb_factor 1, where every device is equally busy.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b_in, w = c.f, c.b, c.w  # per stage: a device share is one stage
     full = b_in + w

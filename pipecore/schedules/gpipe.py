@@ -7,24 +7,12 @@ import numpy as np
 from ..kernels.codes import BW, F
 from ..kernels.slots import gpipe_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc
 def build_gpipe(devices, microbatches, chunks=1):
     """Device d runs F(d, 0..m-1) then BW(d, 0..m-1).
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     m = microbatches
     if at_scale(devices, 2 * m):
@@ -36,20 +24,9 @@ def build_gpipe(devices, microbatches, chunks=1):
     return slots_to_schedule("gpipe", devices, 2 * m, [(F, stage, j, j), (BW, stage, j, m + j)])
 
 
+@with_formula_doc
 def formula_gpipe(p, m, v, c):
     """Bubble (p-1)(F+B+W); every device holds all m activations at the flush.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -8,9 +8,10 @@ from ..core.ops import InputError
 from ..kernels.codes import BW, B, F, W
 from ..kernels.slots import interleaved_columns, interleaved_zb_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc
 def build_interleaved(devices, microbatches, chunks=2):
     """Megatron's interleaved schedule; chunk c of device d is stage c*p + d.
 
@@ -20,19 +21,6 @@ def build_interleaved(devices, microbatches, chunks=2):
     reversed. Device d runs ``2(p - d - 1) + (v - 1) p`` warm-up forwards
     (all of them when m == p, as Megatron does), then alternates one
     forward and one backward.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -62,20 +50,9 @@ def build_interleaved(devices, microbatches, chunks=2):
                              [(F, chunk * p + d, mb, f_slot), (BW, (v - 1 - chunk) * p + d, mb, b_slot)])
 
 
+@with_formula_doc
 def formula_interleaved(p, m, v, c):
     """Bubble (p-1)(F+B+W)/v; device d peaks at its warm-up count + 1 chunks.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -86,6 +63,7 @@ def formula_interleaved(p, m, v, c):
             "peak_activation": peak * c.activation, "exact": True}
 
 
+@with_builder_doc
 def build_interleaved_zb(devices, microbatches, chunks=2):
     """Interleaved 1F1B with split backward, W lagging B by d ops on device d.
 
@@ -96,19 +74,6 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     microbatches in order. Device d runs ``min((v-1) r + p-1-d, m v)``
     warm-up forwards, then pairs (forward, B), then the remaining B; from
     its (d+1)-th B on, each B is followed by the oldest pending W.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -156,23 +121,13 @@ def _zb_round(p, m):
     return m // rounds
 
 
+@with_formula_doc
 def formula_interleaved_zb(p, m, v, c):
     """ZB-H1's bubble shrunk by interleaving: (p-1)(T_F + T_B - T_W)/v.
 
     Exact here when m >= 2p, T_B <= T_F and T_W <= T_F (property-tested).
     Device d holds its warm-up chunks plus one, min(w_d + 1, m v) M_B / v,
     plus M_W / v for each of the up to d backward ops whose W lags.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

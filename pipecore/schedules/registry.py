@@ -8,6 +8,7 @@ formula for its makespan and peak activation.
 from __future__ import annotations
 
 import gc
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,77 @@ from ..core.schedule import Schedule, _check_int
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
+
+# The numpydoc sections every family's builder and every formula share
+# (the contracts of Family.builder and Family.formula), written once here and
+# appended to their docstrings by with_builder_doc and with_formula_doc.
+BUILDER_SECTIONS = """Parameters
+----------
+devices : int
+    Pipeline devices p.
+microbatches : int
+    Microbatches m.
+chunks : int
+    Stages per device (fixed by the family where it takes none).
+
+Returns
+-------
+Schedule
+"""
+
+FORMULA_SECTIONS = """Parameters
+----------
+p, m, v : int
+    Devices, microbatches, chunks.
+c : Costs
+    Scalar costs.
+
+Returns
+-------
+dict
+    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+"""
+
+
+def _with_sections(fn, sections):
+    # The shared sections go after the function's own text and before its
+    # own Raises section (numpydoc's order).
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    head, sep, raises = doc.partition("\nRaises\n------")
+    fn.__doc__ = head.rstrip() + "\n\n" + sections + (f"\n{sep.strip()}{raises}" if sep else "")
+    return fn
+
+
+def with_builder_doc(fn):
+    """Append :data:`BUILDER_SECTIONS` to a family builder's docstring.
+
+    Parameters
+    ----------
+    fn : callable
+        ``builder(devices, microbatches, chunks) -> Schedule``.
+
+    Returns
+    -------
+    callable
+        ``fn``, its docstring completed.
+    """
+    return _with_sections(fn, BUILDER_SECTIONS)
+
+
+def with_formula_doc(fn):
+    """Append :data:`FORMULA_SECTIONS` to a family formula's docstring.
+
+    Parameters
+    ----------
+    fn : callable
+        ``formula(p, m, v, c) -> dict``.
+
+    Returns
+    -------
+    callable
+        ``fn``, its docstring completed.
+    """
+    return _with_sections(fn, FORMULA_SECTIONS)
 
 
 @dataclass(frozen=True)

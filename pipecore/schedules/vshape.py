@@ -17,7 +17,7 @@ from ..kernels.codes import B, F, W
 from ..kernels.slots import zb_v_columns
 from .blocks import repeat, v_half, v_min, v_zb
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 def v_placement(devices):
@@ -27,6 +27,7 @@ def v_placement(devices):
     return np.concatenate([np.arange(p), np.arange(p)[::-1]]).astype(np.int32)
 
 
+@with_builder_doc
 def build_zb_v(devices, microbatches, chunks=2):
     """ZB-V on device d (chunk 0 = stage d, chunk 1 = stage 2p-1-d).
 
@@ -42,18 +43,6 @@ def build_zb_v(devices, microbatches, chunks=2):
     5. cool-down: d pairs B(chunk 0), B(chunk 1); p-d pairs B(chunk 0) and
        the oldest pending W(chunk 0); then the pending W of chunk 1, then
        those of chunk 0.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     return _zb_v_slots(devices, microbatches)
 
@@ -123,6 +112,7 @@ def _zb_v_slots(p, m):
                                 copy=False)
 
 
+@with_formula_doc
 def formula_zb_v(p, m, v, c):
     """ZB-V: zero bubble at T_F = T_B = T_W (ZB paper, section 6), peak p*M_B.
 
@@ -130,17 +120,6 @@ def formula_zb_v(p, m, v, c):
     M_B / 2 each and the warm-up runs up to 2p-1 chunk-0 forwards before
     the first chunk-1 forward (derived from the order; property-tested).
     The bubble is zero only for equal times and m >= 2p-1.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -9,7 +9,7 @@ import numpy as np
 from ..kernels.codes import B, F, W
 from ..kernels.slots import split_1f1b_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 def split_1f1b_slots(devices, microbatches, warmup, lag, name):
@@ -46,45 +46,23 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
                              [(F, stage, j, f_slot), (B, stage, j, b_slot), (W, stage, j, w_slot)])
 
 
+@with_builder_doc
 def build_zb_h1(devices, microbatches, chunks=1):
     """ZB-H1: 1F1B's warm-up (p - d forwards on device d); W lags B by d microbatches.
 
     Peak activation stays at 1F1B's p*M_B on device 0 (device d holds
     (p - d) M_B + d M_W); the bubble shrinks to (p-1)(T_F + T_B - T_W).
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     p = devices
     return split_1f1b_slots(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
 
 
+@with_builder_doc
 def build_zb_h2(devices, microbatches, chunks=1):
     """ZB-H2: 2(p - d) - 1 warm-up forwards on device d; W lags B by 2d microbatches.
 
     The extra forwards fill the warm-up bubble and the lagging W ops fill
     the cool-down, for (2p-1) M_B of activation on device 0.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     p = devices
     return split_1f1b_slots(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
@@ -100,22 +78,12 @@ def _split_peak(p, m, warmup, lag, c):
     return k * c.activation + held_w * c.activation_w
 
 
+@with_formula_doc
 def formula_zb_h1(p, m, v, c):
     """Bubble (p-1)(T_F + T_B - T_W) (ZB paper, section 3.1).
 
     Exact here when T_W <= T_F (checked by property tests over p, m >= p
     and a grid of times); otherwise the schedule idles more than that.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -126,23 +94,13 @@ def formula_zb_h1(p, m, v, c):
             "exact": w <= f and m >= p}
 
 
+@with_formula_doc
 def formula_zb_h2(p, m, v, c):
     """Bubble max(0, (p-1)(T_F + T_B - 2 T_W)) (ZB paper, section 3.1).
 
     Exact here when T_B <= T_F and m >= 2p (checked by property tests);
     the makespan adds the (p-1) T_F it takes the first forward to reach
     the last device, which the span-based bubble does not count.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
