@@ -160,6 +160,16 @@ def _put_w(d, p, m, cost, state):
 
 
 @njit(cache=True)
+def _w_while_over(d, limit, p, m, cost, state):
+    """Device d's pending Ws while its memory is above ``cost.mems[limit]``."""
+    while _lt(cost.mems[limit, 0], cost.mems[limit, 1], state.acc[1, d, 0], state.acc[1, d, 1]):
+        s = _put_w(d, p, m, cost, state)
+        if s:
+            return s
+    return OK
+
+
+@njit(cache=True)
 def _gap(kind, chunk, d, p, cost, state):
     """(known, hi, lo): how long device d would wait for its next op's input."""
     times, acc, count, end = cost.times, state.acc, state.count, state.end
@@ -267,10 +277,9 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
 
     for _ in range(2 * m):
         for d in range(p):
-            while _lt(mems[3, 0], mems[3, 1], acc[1, d, 0], acc[1, d, 1]):
-                s = _put_w(d, p, m, cost, state)
-                if s:
-                    return s
+            s = _w_while_over(d, 3, p, m, cost, state)  # room for a B
+            if s:
+                return s
         # Each device's backward chunk, all chosen before any is placed.
         for d in range(p):
             nb0 = count[d, _B, 0]
@@ -303,10 +312,9 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
                 c = zero
             else:
                 continue
-            while _lt(mems[4, 0], mems[4, 1], acc[1, d, 0], acc[1, d, 1]):
-                s = _put_w(d, p, m, cost, state)
-                if s:
-                    return s
+            s = _w_while_over(d, 4, p, m, cost, state)  # room for an F
+            if s:
+                return s
             s = _fill_and_put(kf, c, d, fill_f, p, m, cost, state)
             if s:
                 return s

@@ -85,7 +85,9 @@ class ProgramBuilder:
         Parameters
         ----------
         kind : str
+            Op kind, as given to :meth:`emit`.
         stage : int
+            Model stage.
 
         Returns
         -------
@@ -219,12 +221,8 @@ def kernel_to_schedule(name, devices, length, fill):
 
     Parameters
     ----------
-    name : str
-        Schedule name (named in the error of a builder bug).
-    devices : int
-        Pipeline devices p.
-    length : int
-        Slots in every device's program.
+    name, devices, length : str, int, int
+        As in :func:`slots_to_schedule`.
     fill : callable
         ``fill(columns, d0, d1) -> bool`` writes the ops of devices d0 to
         d1 - 1 into ``columns`` (a :class:`Columns` of ``devices * length``
