@@ -276,8 +276,9 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
                          f"(got {chunks}); interleaved families take chunks")
     _check_size(fam.name, devices, microbatches, chunks)
     # Builders allocate millions of small tuples for big shapes; the cyclic
-    # collector would rescan them over and over (half the time at 16M ops),
-    # and they hold no cycles, so it pauses while a builder runs.
+    # collector would rescan them over and over (its cost grows with the
+    # live objects), and they hold no cycles, so it pauses while a builder
+    # runs.
     paused = gc.isenabled()
     gc.disable()
     try:
