@@ -19,27 +19,21 @@ from .codes import AR as _AR
 from .codes import BW as _BW
 from .codes import F as _F
 
-# The two pipelines a Chimera device serves: its own and the other one.
-_OWN, _OTHER = 0, 1
 
-
-class Pipelines(NamedTuple):
-    """One Chimera device's two pipelines (scratch, rewritten per device).
+class Pipe(NamedTuple):
+    """One of the two pipelines as a Chimera device serves it (scalars).
 
     Attributes
     ----------
-    stage : numpy.ndarray of int64, shape (2,)
-        The device's stage in its own pipeline (``_OWN``) and in the other.
-    first : numpy.ndarray of int64, shape (2,)
+    stage : int
+        The device's stage in this pipeline.
+    first : int
         Offset of the pipeline's microbatches within each group of p: 0 for
         the down pipeline (the first h), h for the up one.
-    taken : numpy.ndarray of int64, shape (2, 2)
-        Forwards (row 0) and fused backwards (row 1) emitted per pipeline.
     """
 
-    stage: np.ndarray
-    first: np.ndarray
-    taken: np.ndarray
+    stage: int
+    first: int
 
 
 class Unit(NamedTuple):
@@ -72,17 +66,14 @@ def _emit(r, d, kind, stage, mb, out, base):
 
 
 @njit(cache=True, inline="always")
-def _next(r, d, kind, pipe, times, pipes, p, h, out, base):
-    """``times`` forwards (kind F) or fused backwards (BW) of pipeline
-    ``pipe``, each on the pipeline's next microbatch: the k-th of a
-    pipeline is microbatch (k // h) p + first + k % h."""
-    back = 1 if kind == _BW else 0
+def _next(r, d, kind, pipe, k, times, p, h, out, base):
+    """``times`` ops of ``kind`` (F or BW) of pipeline ``pipe`` on its next
+    microbatches, its k-th onwards: the k-th op of a kind of a pipeline is
+    on microbatch (k // h) p + first + k % h. Returns (next row, next k)."""
     for _ in range(times):
-        k = pipes.taken[back, pipe]
-        pipes.taken[back, pipe] = k + 1
-        r = _emit(r, d, kind, pipes.stage[pipe], (k // h) * p + pipes.first[pipe] + k % h,
-                  out, base)
-    return r
+        r = _emit(r, d, kind, pipe.stage, (k // h) * p + pipe.first + k % h, out, base)
+        k += 1
+    return r, k
 
 
 @njit(cache=True)
@@ -100,37 +91,33 @@ def chimera_columns(p, m, doubling, out):
     # per unit.
     fwd = 2 if doubling else 1
     steps = m // (p * fwd)
-    pipes = Pipelines(np.empty(2, np.int64), np.empty(2, np.int64), np.empty((2, 2), np.int64))
     ok = True
     for d in range(p):
         if d < h:
-            own_up, own_st, oth_st = False, d, p - 1 - d
+            own, other = Pipe(d, 0), Pipe(p - 1 - d, h)
             a, b = h - d, d
         else:
-            own_up, own_st, oth_st = True, p - 1 - d, d
+            own, other = Pipe(p - 1 - d, h), Pipe(d, 0)
             a, b = d - h + 1, h - (d - h + 1)
-        pipes.stage[_OWN] = own_st
-        pipes.stage[_OTHER] = oth_st
-        pipes.first[_OWN] = h if own_up else 0
-        pipes.first[_OTHER] = 0 if own_up else h
-        pipes.taken[:] = 0
         drain = b + h if doubling else b
         base = d * per
         r = base
+        # Forwards and backwards taken so far, per pipeline.
+        f_own = b_own = f_oth = b_oth = 0
         for step in range(steps):
             for _ in range(a):
                 if step > 0:
-                    r = _next(r, d, _BW, _OWN, 1, pipes, p, h, out, base)
-                r = _next(r, d, _F, _OWN, fwd, pipes, p, h, out, base)
+                    r, b_own = _next(r, d, _BW, own, b_own, 1, p, h, out, base)
+                r, f_own = _next(r, d, _F, own, f_own, fwd, p, h, out, base)
             for _ in range(b):
-                r = _next(r, d, _F, _OTHER, fwd, pipes, p, h, out, base)
-                r = _next(r, d, _F, _OWN, fwd, pipes, p, h, out, base)
+                r, f_oth = _next(r, d, _F, other, f_oth, fwd, p, h, out, base)
+                r, f_own = _next(r, d, _F, own, f_own, fwd, p, h, out, base)
             for _ in range(a):
-                r = _next(r, d, _F, _OTHER, fwd, pipes, p, h, out, base)
-                r = _next(r, d, _BW, _OTHER, 1, pipes, p, h, out, base)
+                r, f_oth = _next(r, d, _F, other, f_oth, fwd, p, h, out, base)
+                r, b_oth = _next(r, d, _BW, other, b_oth, 1, p, h, out, base)
             for _ in range(drain):
-                r = _next(r, d, _BW, _OWN, 1, pipes, p, h, out, base)
-                r = _next(r, d, _BW, _OTHER, 1, pipes, p, h, out, base)
+                r, b_own = _next(r, d, _BW, own, b_own, 1, p, h, out, base)
+                r, b_oth = _next(r, d, _BW, other, b_oth, 1, p, h, out, base)
         # The gradient all-reduces, as in the reference (middle devices
         # sync the other pipeline's stage after their tail).
         middle = d == h - 1 or d == h
@@ -138,11 +125,11 @@ def chimera_columns(p, m, doubling, out):
             ok = False
             break
         if not middle:
-            r = _emit(r, d, _AR, oth_st, -1, out, base)
-        r = _next(r, d, _BW, _OWN, a, pipes, p, h, out, base)
+            r = _emit(r, d, _AR, other.stage, -1, out, base)
+        r, b_own = _next(r, d, _BW, own, b_own, a, p, h, out, base)
         if middle:
-            r = _emit(r, d, _AR, oth_st, -1, out, base)
-        r = _emit(r, d, _AR, own_st, -1, out, base)
+            r = _emit(r, d, _AR, other.stage, -1, out, base)
+        r = _emit(r, d, _AR, own.stage, -1, out, base)
     return ok, out
 
 
