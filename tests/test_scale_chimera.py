@@ -2,11 +2,15 @@
 per-op builders they replaced at scale (``schedules.chimera._chimera_programs``,
 ``schedules.bitpipe._bitpipe_per_op``, kept as references), op for op."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
 from pipecore.schedules import chimera
+
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
 
 
 def _both(p, m, variant):

@@ -22,6 +22,9 @@ from pipecore.schedules import dualpipe
 
 DEFAULT_MIN_OPS = dualpipe.DUALPIPE_KERNEL_MIN_OPS
 
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _kernel_path():
