@@ -3,8 +3,8 @@ equal their per-op reference builders op for op, and the one-pass structure
 kernel equals the numpy rules on valid schedules and defers to them (same
 error) on broken ones.
 
-The references are the per-op loops each family was first written as (kept
-beside the vectorised builders); nothing here is computed by the code under
+The references are the per-op loops each family was first written as
+(tests/reference_families.py); nothing here is computed by the code under
 test.
 """
 
