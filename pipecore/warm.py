@@ -29,15 +29,15 @@ def _thresholds_at_zero():
     """Send every size-gated call to its kernel (undone on exit)."""
     from .core import rules, tier
     from .core import schedule as schedule_mod
-    from .schedules import bitpipe, blocks, chimera, dualpipe, generate, registry
+    from .schedules import bitpipe, block_kernels, chimera, construct, dualpipe, generate
 
     saved = []
-    for mod, name in ((registry, "SCATTER_MIN_OPS"), (rules, "FAST_MIN_OPS"),
+    for mod, name in ((construct, "SCATTER_MIN_OPS"), (rules, "FAST_MIN_OPS"),
                       (schedule_mod, "FAST_MIN_OPS"),
                       (generate, "ZBV_KERNEL_MIN_OPS"), (generate, "GREEDY_KERNEL_MIN_OPS"),
                       (bitpipe, "BITPIPE_KERNEL_MIN_OPS"), (chimera, "CHIMERA_KERNEL_MIN_OPS"),
                       (dualpipe, "DUALPIPE_KERNEL_MIN_OPS"),
-                      (blocks, "_KERNEL_MIN_OPS"), (tier, "INTERPRET_MAX_OPS")):
+                      (block_kernels, "_KERNEL_MIN_OPS"), (tier, "INTERPRET_MAX_OPS")):
         saved.append((mod, name, getattr(mod, name)))
         setattr(mod, name, 0)
     try:

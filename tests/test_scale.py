@@ -3,8 +3,8 @@ equal their per-op reference builders op for op, and the one-pass structure
 kernel equals the numpy rules on valid schedules and defers to them (same
 error) on broken ones.
 
-The references are the per-op loops each family was first written as (kept
-beside the vectorised builders); nothing here is computed by the code under
+The references are the per-op loops each family was first written as
+(tests/reference_families.py); nothing here is computed by the code under
 test.
 """
 
@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+import reference_families as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,8 @@ import pipecore as pc
 from pipecore.core.ops import ScheduleError
 from pipecore.core.rules import structure
 from pipecore.core.schedule import Schedule
-from pipecore.schedules import bfs, gpipe, interleaved, onef1b, registry, vshape, zerobubble
+from pipecore.schedules import construct
+from pipecore.schedules.construct import programs_to_schedule
 from pipecore.testing import schedules
 
 # Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
@@ -29,26 +31,27 @@ pytestmark = pytest.mark.kernels
 
 def _reference(name, p, m, v):
     """The per-op reference builder of each vectorised family."""
-    progs = registry._programs_to_schedule
+    progs = programs_to_schedule
     if name == "1f1b":
-        return progs(name, onef1b._one_f_one_b(p, m, [min(p - d, m) for d in range(p)]), p)
+        return progs(name, ref.one_f_one_b_reference(p, m, [min(p - d, m) for d in range(p)]), p)
     if name == "eager-1f1b":
-        return progs(name, onef1b._one_f_one_b(p, m, [min(2 * (p - d) - 1, m) for d in range(p)]), p)
+        return progs(name, ref.one_f_one_b_reference(p, m, [min(2 * (p - d) - 1, m)
+                                                            for d in range(p)]), p)
     if name == "zb-h1":
-        return zerobubble.split_1f1b(p, m, [p - d for d in range(p)], list(range(p)), name)
+        return ref.split_1f1b_reference(p, m, [p - d for d in range(p)], list(range(p)), name)
     if name == "zb-h2":
-        return zerobubble.split_1f1b(p, m, [2 * (p - d) - 1 for d in range(p)],
-                                     [2 * d for d in range(p)], name)
+        return ref.split_1f1b_reference(p, m, [2 * (p - d) - 1 for d in range(p)],
+                                        [2 * d for d in range(p)], name)
     if name == "gpipe":
-        return gpipe._gpipe_reference(p, m)
+        return ref.gpipe_reference(p, m)
     if name == "interleaved-1f1b":
-        return interleaved._interleaved_reference(p, m, v)
+        return ref.interleaved_reference(p, m, v)
     if name == "looped-bfs":
-        return bfs._looped_bfs_reference(p, m, v)
+        return ref.looped_bfs_reference(p, m, v)
     if name == "zb-v":
-        return vshape._zb_v_reference(p, m)
+        return ref.zb_v_reference(p, m)
     if name == "interleaved-zb":
-        return interleaved._interleaved_zb_reference(p, m, v)
+        return ref.interleaved_zb_reference(p, m, v)
     raise AssertionError(name)
 
 
@@ -327,18 +330,18 @@ def _kernel_scatter(blocked, threads):
     """Builders take their kernel paths at any size (undone on exit):
     ``blocked`` makes every device its own block, ``threads`` has two
     threads write half of the blocks each."""
-    saved = (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
-             registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus)
-    registry.SCATTER_MIN_OPS = 0
+    saved = (construct.SCATTER_MIN_OPS, construct.SCATTER_BLOCK_BYTES,
+             construct.SCATTER_THREADS_MIN_OPS, construct._local_cpus)
+    construct.SCATTER_MIN_OPS = 0
     if blocked:
-        registry.SCATTER_BLOCK_BYTES = 1
+        construct.SCATTER_BLOCK_BYTES = 1
     if threads:
-        registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus = 0, lambda: 2
+        construct.SCATTER_THREADS_MIN_OPS, construct._local_cpus = 0, lambda: 2
     try:
         yield
     finally:
-        (registry.SCATTER_MIN_OPS, registry.SCATTER_BLOCK_BYTES,
-         registry.SCATTER_THREADS_MIN_OPS, registry._local_cpus) = saved
+        (construct.SCATTER_MIN_OPS, construct.SCATTER_BLOCK_BYTES,
+         construct.SCATTER_THREADS_MIN_OPS, construct._local_cpus) = saved
 
 
 @pytest.mark.parametrize("name", VECTORISED)
@@ -365,19 +368,19 @@ def test_scatter_kernel_equals_numpy_scatter(name, p, m, v, blocked, threads):
 @pytest.mark.parametrize("threads", [False, True])
 def test_scatter_kernel_reports_a_builder_bug(threads, monkeypatch):
     if threads:  # one block per device, half of them on a second thread
-        monkeypatch.setattr(registry, "SCATTER_BLOCK_BYTES", 1)
-        monkeypatch.setattr(registry, "SCATTER_THREADS_MIN_OPS", 0)
-        monkeypatch.setattr(registry, "_local_cpus", lambda: 2)
+        monkeypatch.setattr(construct, "SCATTER_BLOCK_BYTES", 1)
+        monkeypatch.setattr(construct, "SCATTER_THREADS_MIN_OPS", 0)
+        monkeypatch.setattr(construct, "_local_cpus", lambda: 2)
     parts = [(0, np.zeros((2, 1)), np.arange(3)[None, :], np.array([[0, 1, 1], [0, 1, 2]]))]
     with pytest.raises(RuntimeError, match="two ops in one slot"):
-        registry._slots_kernel("broken", 2, 3, parts)
+        construct._slots_kernel("broken", 2, 3, parts)
     # The bug on device 1 only: the second thread's half when threaded.
     parts = [(0, np.zeros((2, 1)), np.arange(3)[None, :], np.array([[0, 1, 2], [0, 1, 1]]))]
     with pytest.raises(RuntimeError, match="two ops in one slot"):
-        registry._slots_kernel("broken", 2, 3, parts)
+        construct._slots_kernel("broken", 2, 3, parts)
     parts = [(0, np.zeros((2, 1)), np.arange(2)[None, :], np.array([[0, 1], [0, 2]]))]
     with pytest.raises(RuntimeError, match="left a slot empty"):
-        registry._slots_kernel("broken", 2, 3, parts)
+        construct._slots_kernel("broken", 2, 3, parts)
 
 
 def _shape(name, p, m, v):
@@ -418,15 +421,15 @@ def _fused_kernels(p, m, v):
     warm = np.array([min(p - d, m) for d in range(p)], dtype=np.int64)
     lag = np.arange(p, dtype=np.int64)
     return {
-        "zb-v": (6 * m, lambda c, d0, d1: slots.zb_v_columns(*c, p, m, d0, d1)),
+        "zb-v": (6 * m, lambda c, d0, d1: slots.zb_v_columns(c, p, m, d0, d1)),
         "interleaved-1f1b": (2 * m * v, lambda c, d0, d1: slots.interleaved_columns(
-            *c, p, m, v, d0, d1)),
-        "1f1b": (2 * m, lambda c, d0, d1: slots.one_f_one_b_columns(*c, p, m, warm, d0, d1)),
-        "zb-h1": (3 * m, lambda c, d0, d1: slots.split_1f1b_columns(*c, p, m, warm, lag, d0, d1)),
-        "gpipe": (2 * m, lambda c, d0, d1: slots.gpipe_columns(*c, p, m, d0, d1)),
-        "looped-bfs": (2 * v * m, lambda c, d0, d1: slots.looped_bfs_columns(*c, p, m, v, d0, d1)),
+            c, p, m, v, d0, d1)),
+        "1f1b": (2 * m, lambda c, d0, d1: slots.one_f_one_b_columns(c, p, m, warm, d0, d1)),
+        "zb-h1": (3 * m, lambda c, d0, d1: slots.split_1f1b_columns(c, p, m, warm, lag, d0, d1)),
+        "gpipe": (2 * m, lambda c, d0, d1: slots.gpipe_columns(c, p, m, d0, d1)),
+        "looped-bfs": (2 * v * m, lambda c, d0, d1: slots.looped_bfs_columns(c, p, m, v, d0, d1)),
         "interleaved-zb": (3 * m * v, lambda c, d0, d1: slots.interleaved_zb_columns(
-            *c, p, m, v, 2, d0, d1)),
+            c, p, m, v, 2, d0, d1)),
     }
 
 
@@ -437,11 +440,11 @@ def test_fused_column_kernels_report_a_taken_slot(name):
     p, m, v = 3, 6, 2
     length, fill = _fused_kernels(p, m, v)[name]
     for taken in (0, length + 5, p * length - 1):
-        columns = registry.column_buffers(p * length)
+        columns = construct.column_buffers(p * length)
         columns[2][:] = -1
         columns[2][taken] = 0
         assert fill(columns, 0, p) == 1
-    columns = registry.column_buffers(p * length)
+    columns = construct.column_buffers(p * length)
     columns[2][:] = -1
     assert fill(columns, 0, p) == 0 and columns[2].min() >= 0  # every slot, once
 
@@ -450,7 +453,7 @@ def test_fused_column_kernels_report_a_taken_slot(name):
         return fill(columns, d0, d1)
 
     with pytest.raises(RuntimeError, match=f"the {name} builder put two ops in one slot"):
-        registry._columns_kernel(name, p, length, broken)
+        construct.kernel_to_schedule(name, p, length, broken)
 
 
 def test_kernel_from_lowers_the_threshold_inside_its_block_only(monkeypatch):

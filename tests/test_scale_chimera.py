@@ -1,12 +1,16 @@
 """Symmetric Chimera and BitPipe from their Numba kernels (kernels/bidirectional.py) equal the
 per-op builders they replaced at scale (``schedules.chimera._chimera_programs``,
-``schedules.bitpipe._bitpipe_reference``, kept as references), op for op."""
+``schedules.bitpipe._bitpipe_per_op``, kept as references), op for op."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipecore as pc
 from pipecore.schedules import chimera
+
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
 
 
 def _both(p, m, variant):
@@ -43,11 +47,11 @@ def test_large_shapes_take_the_kernel():
 @settings(max_examples=40, deadline=None)
 @given(h=st.integers(1, 6), units=st.integers(1, 5))
 def test_bitpipe_kernel_equals_the_per_op_builder(h, units):
-    # schedules.bitpipe._bitpipe_reference is the per-op builder the kernel replaced.
+    # schedules.bitpipe._bitpipe_per_op is the per-op builder the kernel replaced.
     from pipecore.schedules import bitpipe
 
     p, m = 2 * h, 2 * h * units
-    want = bitpipe._bitpipe_reference(p, m)
+    want = bitpipe._bitpipe_per_op(p, m)
     saved = bitpipe.BITPIPE_KERNEL_MIN_OPS
     bitpipe.BITPIPE_KERNEL_MIN_OPS = 0
     try:

@@ -1,8 +1,8 @@
 """DualPipe and DualPipeV at scale: the kernel builders (``kernels.dualpipe``)
 equal their per-op references op for op.
 
-The references are ``schedules.dualpipe._dualpipev_reference`` and
-``_dualpipe_reference``: the Python loops the families were first written
+The references are ``schedules.dualpipe._dualpipev_per_op`` and
+``_dualpipe_per_op``: the Python loops the families were first written
 as (``_eight_steps``, checked against torch's ScheduleDualPipeV and
 DeepSeek's DualPipe in test_torch_fixtures.py and test_dualpipe.py); nothing
 here is computed by the code under test.
@@ -21,6 +21,9 @@ from pipecore.core.schedule import Schedule
 from pipecore.schedules import dualpipe
 
 DEFAULT_MIN_OPS = dualpipe.DUALPIPE_KERNEL_MIN_OPS
+
+# Run once more with Numba's bounds checking on in CI (.ci/run selects by this mark).
+pytestmark = pytest.mark.kernels
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -55,7 +58,7 @@ def test_small_shapes_skip_the_kernel_and_large_ones_take_it(monkeypatch):
 def test_dualpipev_equals_reference(p, extra):
     m = 2 * p + extra  # the family needs m >= 2p
     sched = pc.build("dualpipev", p, m)
-    ref = dualpipe._dualpipev_reference(p, m)
+    ref = dualpipe._dualpipev_per_op(p, m)
     assert sched.table.equals(ref.table)
     assert sched == ref
 
@@ -66,7 +69,7 @@ def test_dualpipe_equals_reference(half, extra):
     p = 2 * half
     m = 2 * p + 2 * extra  # even, and m >= 2p
     sched = pc.build("dualpipe", p, m)
-    ref = dualpipe._dualpipe_reference(p, m)
+    ref = dualpipe._dualpipe_per_op(p, m)
     assert sched.table.equals(ref.table)
     assert sched == ref and sched.replicated
 
@@ -74,7 +77,7 @@ def test_dualpipe_equals_reference(half, extra):
 @pytest.mark.parametrize("name,p,m", [("dualpipev", 16, 40), ("dualpipe", 16, 40)])
 def test_structure_equals_reference(name, p, m):
     sched = pc.build(name, p, m)
-    ref = getattr(dualpipe, f"_{name}_reference")(p, m)
+    ref = getattr(dualpipe, f"_{name}_per_op")(p, m)
     _same_structure(structure(sched, fast=True), structure(ref, fast=False))
 
 
@@ -132,8 +135,8 @@ def test_kernel_with_populated_columns_equals_reference(name, monkeypatch):
     monkeypatch.setattr(buffers, "populate", lambda *a: started.append(real(*a)) or started[-1])
     p, m = 4, 24
     sched = pc.build(name, 2 * p if name == "dualpipe" else p, m)
-    ref = (dualpipe._dualpipe_reference(2 * p, m) if name == "dualpipe"
-           else dualpipe._dualpipev_reference(p, m))
+    ref = (dualpipe._dualpipe_per_op(2 * p, m) if name == "dualpipe"
+           else dualpipe._dualpipev_per_op(p, m))
     assert sched.table.equals(ref.table)
     # The helper ran (where madvise(MADV_POPULATE_WRITE) exists: Linux 5.14+).
     assert started and (started[0] is not None) == (buffers._MADVISE is not None)

@@ -7,7 +7,7 @@ import pytest
 import pipecore.warm as warm_mod
 from pipecore.cli import main
 from pipecore.core import rules
-from pipecore.schedules import generate, registry
+from pipecore.schedules import construct, generate
 
 
 def test_every_step_is_listed_once():
@@ -16,22 +16,22 @@ def test_every_step_is_listed_once():
 
 
 def test_a_step_runs_and_the_thresholds_come_back():
-    before = (registry.SCATTER_MIN_OPS, rules.FAST_MIN_OPS, generate.ZBV_KERNEL_MIN_OPS)
+    before = (construct.SCATTER_MIN_OPS, rules.FAST_MIN_OPS, generate.ZBV_KERNEL_MIN_OPS)
     seconds = warm_mod.warm(steps=["simulate"])
     assert list(seconds) == ["simulate"] and seconds["simulate"] >= 0
-    assert (registry.SCATTER_MIN_OPS, rules.FAST_MIN_OPS, generate.ZBV_KERNEL_MIN_OPS) == before
+    assert (construct.SCATTER_MIN_OPS, rules.FAST_MIN_OPS, generate.ZBV_KERNEL_MIN_OPS) == before
 
 
 def test_thresholds_come_back_when_a_step_fails(monkeypatch):
     def boom():
-        assert registry.SCATTER_MIN_OPS == 0  # inside a step every gate is open
+        assert construct.SCATTER_MIN_OPS == 0  # inside a step every gate is open
         raise RuntimeError("step failed")
 
     monkeypatch.setattr(warm_mod, "_steps", lambda: {"simulate": boom})
-    before = registry.SCATTER_MIN_OPS
+    before = construct.SCATTER_MIN_OPS
     with pytest.raises(RuntimeError, match="step failed"):
         warm_mod.warm(steps=["simulate"])
-    assert registry.SCATTER_MIN_OPS == before > 0
+    assert construct.SCATTER_MIN_OPS == before > 0
 
 
 def test_unknown_step_is_named():

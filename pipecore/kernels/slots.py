@@ -1,18 +1,20 @@
 """Closed-form op slots written into the sorted op table's columns.
 
-``scatter_slots`` writes slots the numpy builders computed; writing the
-columns with numpy's fancy indexing (plus repeat/tile for device and slot)
-costs about a second at 25M ops, and this one pass a tenth of that.
-The caller visits the parts device block by device block: the parts of a
-schedule interleave in each device's slots, so part after part over the
-whole table would bring every cache line in once per part (at p=1024
-m=8192 interleaved, 0.83 s against 0.63 s in blocks, this VM).
+Every kernel here writes into a :class:`~.columns.Columns` carrier (the
+output) the ops of devices ``d0`` to ``d1 - 1``: the caller
+(``schedules.construct.kernel_to_schedule``) visits the table device block
+by device block, so that the rows being written stay in cache (the parts of
+a schedule interleave in each device's slots; part after part over the
+whole table would bring every cache line in once per part). ``kind`` must
+start as -1 on those devices' rows; each kernel returns 0, or 1 when a slot
+is out of range or taken (a builder bug).
 
+``scatter_slots`` writes slots a numpy builder computed, in one pass
+instead of numpy's fancy indexing plus repeat/tile for device and slot.
 The ``*_columns`` kernels go further for one family each: they compute
 each op's slot from the family's closed form and write it at once, so no
-(p, m) position arrays and temporaries are made (fresh memory costs up to
-1 ns per byte on a VM's first touch; zb-v at p=1024 m=8192 built in about
-half the time). Their numpy builders stay the path for small shapes.
+(p, m) position arrays and temporaries are made (fresh memory is slow on
+its first touch). Their numpy builders stay the path for small shapes.
 """
 
 from __future__ import annotations
@@ -20,17 +22,35 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .codes import BW, B, F, W
+
+
+@njit(cache=True, nogil=True, inline="always")  # IR-inlined: no call, no reference counting per op
+def _put(out, length, d, s, code, st, j):
+    """Op (code, st, j) of device d into slot s of ``out`` (a Columns of
+    ``length`` slots per device); True when s is out of range or taken."""
+    if s < 0 or s >= length:
+        return True
+    r = d * length + s
+    if out.kind[r] >= 0:
+        return True
+    out.kind[r] = code
+    out.stage[r] = st
+    out.microbatch[r] = j
+    out.device[r] = d
+    out.slot[r] = s
+    return False
+
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1):
-    """Write one part of the ops of devices ``d0`` to ``d1 - 1`` into the
-    (device, slot)-sorted columns.
+def scatter_slots(out, length, code, st, j, sl, d0, d1):
+    """Write one part (ops of kind ``code``) of the ops of devices ``d0`` to
+    ``d1 - 1`` into ``out``.
 
     ``st``, ``j`` and ``sl`` are 2-D int32 arrays that broadcast to
     ``(p, k)`` (a dimension of 1 repeats): op i of device d has stage
     ``st[d, i]``, microbatch ``j[d, i]`` and slot ``sl[d, i]``, and goes to
-    row ``d * length + sl[d, i]``. ``kind`` must start as -1 everywhere.
-    Returns 0, or 1 when a slot is out of range or taken (a builder bug).
+    row ``d * length + sl[d, i]``.
     """
     k = max(st.shape[1], max(j.shape[1], sl.shape[1]))
     # A stride of 0 repeats a broadcast dimension without a branch per op.
@@ -42,17 +62,9 @@ def scatter_slots(device, slot, kind, stage, mb, length, code, st, j, sl, d0, d1
     l1 = 1 if sl.shape[1] > 1 else 0
     for d in range(d0, d1):
         for i in range(k):
-            s = sl[d * l0, i * l1]
-            if s < 0 or s >= length:
+            if _put(out, length, d, sl[d * l0, i * l1], code, st[d * s0, i * s1],
+                    j[d * j0, i * j1]):
                 return 1
-            r = d * length + s
-            if kind[r] >= 0:
-                return 1
-            kind[r] = code
-            stage[r] = st[d * s0, i * s1]
-            mb[r] = j[d * j0, i * j1]
-            device[r] = d
-            slot[r] = s
     return 0
 
 
@@ -67,21 +79,16 @@ def _zb_v_steady(t, K, P4, early, late):
 
 
 @njit(cache=True, nogil=True)
-def zb_v_columns(device, slot, kind, stage, mb, p, m, d0, d1):
-    """ZB-V's ops of devices ``d0`` to ``d1 - 1`` straight into the
-    (device, slot)-sorted columns, for m >= 2p - 1 (every slot holds an op).
+def zb_v_columns(out, p, m, d0, d1):
+    """ZB-V, for m >= 2p - 1 (every slot holds an op).
 
     Each op's slot is the closed form of ``schedules.vshape._zb_v_slots``
-    (the same phases, per op instead of per array), so no position arrays
-    are built and scattered. ``kind`` must start as -1 on those devices'
-    rows. Returns 0, or 1 when a slot is out of range or taken.
+    (the same phases, per op instead of per array).
     """
     n = m
     length = 6 * m
     T = n - p
     # Slots of microbatch j's F, F, B, B, W, W (chunk 0, chunk 1 in turn).
-    # (Written out here: a helper taking the five columns cost 6x, in
-    # reference counting of its array arguments.)
     pos = np.empty(6, np.int64)
     for d in range(d0, d1):
         a = 2 * (p - d) - 1
@@ -93,7 +100,6 @@ def zb_v_columns(device, slot, kind, stage, mb, p, m, d0, d1):
         P5c = P5b + 2 * (p - d)
         P5d = P5c + d
         c1 = 2 * p - 1 - d
-        base = d * length
         for j in range(n):
             if j < a:
                 pos[0] = j
@@ -132,84 +138,36 @@ def zb_v_columns(device, slot, kind, stage, mb, p, m, d0, d1):
             else:
                 pos[5] = P5c + (j - (n - d))
             for q in range(6):
-                s = pos[q]
-                if s < 0 or s >= length:
+                code = F if q < 2 else (B if q < 4 else W)
+                if _put(out, length, d, pos[q], code, d if (q & 1) == 0 else c1, j):
                     return 1
-                r = base + s
-                if kind[r] >= 0:
-                    return 1
-                kind[r] = q >> 1
-                stage[r] = d if (q & 1) == 0 else c1
-                mb[r] = j
-                device[r] = d
-                slot[r] = s
     return 0
 
 
 @njit(cache=True, nogil=True)
-def interleaved_columns(device, slot, kind, stage, mb, p, m, v, d0, d1):
-    """Interleaved 1F1B's ops of devices ``d0`` to ``d1 - 1`` straight into
-    the (device, slot)-sorted columns: the closed form of
+def interleaved_columns(out, p, m, v, d0, d1):
+    """Interleaved 1F1B: the closed form of
     ``schedules.interleaved.build_interleaved`` per op (the k-th forward
-    and the k-th backward of each device), without position arrays.
-    ``kind`` must start as -1 on those devices' rows. Returns 0, or 1 when
-    a slot is out of range or taken.
+    and the k-th backward of each device).
     """
     total = m * v
     length = 2 * total
     for d in range(d0, d1):
         warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * p, total)
-        base = d * length
         for k in range(total):
             chunk = (k // p) % v
             j = (k // (p * v)) * p + k % p
-            for q in range(2):
-                if q == 0:
-                    s = k if k < warm else 2 * k - warm
-                    code = 0
-                    st = chunk * p + d
-                else:
-                    s = warm + 2 * k + 1 if k < total - warm else total + k
-                    code = 3
-                    st = (v - 1 - chunk) * p + d
-                if s < 0 or s >= length:
-                    return 1
-                r = base + s
-                if kind[r] >= 0:
-                    return 1
-                kind[r] = code
-                stage[r] = st
-                mb[r] = j
-                device[r] = d
-                slot[r] = s
+            s = k if k < warm else 2 * k - warm
+            if _put(out, length, d, s, F, chunk * p + d, j):
+                return 1
+            s = warm + 2 * k + 1 if k < total - warm else total + k
+            if _put(out, length, d, s, BW, (v - 1 - chunk) * p + d, j):
+                return 1
     return 0
 
 
-# The per-family kernels below compute each op's slot from the same closed
-# forms as their numpy builders and write it at once. ``kind`` must start
-# as -1 on the devices' rows; each returns 0, or 1 when a slot is out of
-# range or taken (a builder bug).
-
-
-@njit(cache=True, nogil=True, inline="always")  # IR-inlined: a call costs 6x here
-def _put(device, slot, kind, stage, mb, length, d, s, code, st, j):
-    """Op (code, st, j) of device d into slot s; True when s is out of range
-    or taken."""
-    if s < 0 or s >= length:
-        return True
-    r = d * length + s
-    if kind[r] >= 0:
-        return True
-    kind[r] = code
-    stage[r] = st
-    mb[r] = j
-    device[r] = d
-    slot[r] = s
-    return False
-
-
 @njit(cache=True, nogil=True)
-def one_f_one_b_columns(device, slot, kind, stage, mb, p, m, warm, d0, d1):
+def one_f_one_b_columns(out, p, m, warm, d0, d1):
     """1F1B with ``warm[d]`` warm-up forwards on device d
     (``schedules.onef1b._one_f_one_b_slots``): F(j) in slot j during the
     warm-up, else 2j - k + 1; BW(j) in slot k + 2j while forwards remain,
@@ -219,16 +177,16 @@ def one_f_one_b_columns(device, slot, kind, stage, mb, p, m, warm, d0, d1):
         k = warm[d]
         for j in range(m):
             s = j if j < k else 2 * j - k + 1
-            if _put(device, slot, kind, stage, mb, length, d, s, 0, d, j):
+            if _put(out, length, d, s, F, d, j):
                 return 1
             s = k + 2 * j if j < m - k else m + j
-            if _put(device, slot, kind, stage, mb, length, d, s, 3, d, j):
+            if _put(out, length, d, s, BW, d, j):
                 return 1
     return 0
 
 
 @njit(cache=True, nogil=True)
-def split_1f1b_columns(device, slot, kind, stage, mb, p, m, warm, lag, d0, d1):
+def split_1f1b_columns(out, p, m, warm, lag, d0, d1):
     """1F1B with split backwards (``schedules.zerobubble.split_1f1b_slots``):
     k = min(warm[d], m), L = lag[d], B(j) in slot g(j) = k + j + max(0, j -
     L) + min(j, m - k); W(j) after B(j + L), or at 2m + j in the tail;
@@ -239,40 +197,40 @@ def split_1f1b_columns(device, slot, kind, stage, mb, p, m, warm, lag, d0, d1):
         L = lag[d]
         for j in range(m):
             g = k + j + max(0, j - L) + min(j, m - k)
-            if _put(device, slot, kind, stage, mb, length, d, g, 1, d, j):
+            if _put(out, length, d, g, B, d, j):
                 return 1
             if j + L < m:
                 i = j + L
                 s = k + i + max(0, i - L) + min(i, m - k) + 1
             else:
                 s = 2 * m + j
-            if _put(device, slot, kind, stage, mb, length, d, s, 2, d, j):
+            if _put(out, length, d, s, W, d, j):
                 return 1
             if j < k:
                 s = j
             else:
                 i = j - k
                 s = k + i + max(0, i - L) + min(i, m - k) + 1 + (1 if i >= L else 0)
-            if _put(device, slot, kind, stage, mb, length, d, s, 0, d, j):
+            if _put(out, length, d, s, F, d, j):
                 return 1
     return 0
 
 
 @njit(cache=True, nogil=True)
-def gpipe_columns(device, slot, kind, stage, mb, p, m, d0, d1):
+def gpipe_columns(out, p, m, d0, d1):
     """GPipe: F(j) in slot j, BW(j) in slot m + j, on every device."""
     length = 2 * m
     for d in range(d0, d1):
         for j in range(m):
-            if _put(device, slot, kind, stage, mb, length, d, j, 0, d, j):
+            if _put(out, length, d, j, F, d, j):
                 return 1
-            if _put(device, slot, kind, stage, mb, length, d, m + j, 3, d, j):
+            if _put(out, length, d, m + j, BW, d, j):
                 return 1
     return 0
 
 
 @njit(cache=True, nogil=True)
-def looped_bfs_columns(device, slot, kind, stage, mb, p, m, v, d0, d1):
+def looped_bfs_columns(out, p, m, v, d0, d1):
     """Looped BFS (``schedules.bfs``): forward i of device d is chunk i // m,
     microbatch i % m, in slot i; its backward is in slot 2vm - 1 - i."""
     length = 2 * v * m
@@ -280,15 +238,15 @@ def looped_bfs_columns(device, slot, kind, stage, mb, p, m, v, d0, d1):
         for i in range(v * m):
             st = (i // m) * p + d
             j = i % m
-            if _put(device, slot, kind, stage, mb, length, d, i, 0, st, j):
+            if _put(out, length, d, i, F, st, j):
                 return 1
-            if _put(device, slot, kind, stage, mb, length, d, length - 1 - i, 3, st, j):
+            if _put(out, length, d, length - 1 - i, BW, st, j):
                 return 1
     return 0
 
 
 @njit(cache=True, nogil=True)
-def interleaved_zb_columns(device, slot, kind, stage, mb, p, m, v, r, d0, d1):
+def interleaved_zb_columns(out, p, m, v, r, d0, d1):
     """Interleaved zero bubble with rounds of r microbatches
     (``schedules.interleaved.build_interleaved_zb``): the k-th forward,
     B and W of each device at their closed-form slots."""
@@ -304,10 +262,10 @@ def interleaved_zb_columns(device, slot, kind, stage, mb, p, m, v, r, d0, d1):
                 s = k
             else:
                 s = warm + 2 * (k - warm) + max(0, k - warm - d)
-            if _put(device, slot, kind, stage, mb, length, d, s, 0, chunk * p + d, j):
+            if _put(out, length, d, s, F, chunk * p + d, j):
                 return 1
             s = warm + min(k, total - warm) + k + max(0, k - d) + (1 if warm + k < total else 0)
-            if _put(device, slot, kind, stage, mb, length, d, s, 1, b_stage, j):
+            if _put(out, length, d, s, B, b_stage, j):
                 return 1
             if k + d < total:
                 i = k + d
@@ -315,6 +273,6 @@ def interleaved_zb_columns(device, slot, kind, stage, mb, p, m, v, r, d0, d1):
                      + (1 if warm + i < total else 0) + 1)
             else:
                 s = 2 * total + k
-            if _put(device, slot, kind, stage, mb, length, d, s, 2, b_stage, j):
+            if _put(out, length, d, s, W, b_stage, j):
                 return 1
     return 0

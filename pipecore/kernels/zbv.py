@@ -14,6 +14,8 @@ addition, subtraction and comparison are needed.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -22,6 +24,56 @@ from .codes import F as _F
 from .codes import W as _W
 
 _MASK = (1 << 32) - 1
+
+class ZbvCosts(NamedTuple):
+    """The scaled amounts of one pass (inputs), each an int64 (hi, lo) pair.
+
+    Attributes
+    ----------
+    times : numpy.ndarray of int64, shape (4, 2)
+        Durations of F, B and W (rows ``codes.F``, ``B``, ``W``), then the
+        communication time (row 3).
+    mems : numpy.ndarray of int64, shape (5, 2)
+        Memory deltas of F, B and W, then limit - delta B (row 3) and
+        limit - delta F (row 4).
+    allow : numpy.ndarray of int64, shape (p, 2)
+        Each device's allowance of idle time.
+    """
+
+    times: np.ndarray
+    mems: np.ndarray
+    allow: np.ndarray
+
+
+class ZbvState(NamedTuple):
+    """The pass's running state (scratch) and the layout it writes (output).
+
+    Attributes
+    ----------
+    acc : numpy.ndarray of int64, shape (4, max(p, 2), 2)
+        Amounts: rows 0 clock, 1 memory, 2 idle per device; ``acc[3, 0]``
+        the most idle time of any device (idle only grows, from 0),
+        ``acc[3, 1]`` the largest allowance.
+    count : numpy.ndarray of int64, shape (p, 3, 2)
+        Ops placed per device, kind (F, B, W) and chunk.
+    end : numpy.ndarray of int64, shape (2, 2, p, m, 2)
+        Finish time of each placed F and B: kind, chunk, device, microbatch.
+    pw : numpy.ndarray of int64, shape (p, 2m)
+        Each device's queue of pending W (their chunks), oldest first.
+    ptr : numpy.ndarray of int64, shape (3, p)
+        Rows 0 head and 1 tail of the ``pw`` queue, 2 ops placed so far.
+    order : numpy.ndarray of int64, shape (3, p, 6m)
+        Output: each device's ops in order, ``order[0]`` kind,
+        ``order[1]`` chunk, ``order[2]`` microbatch.
+    """
+
+    acc: np.ndarray
+    count: np.ndarray
+    end: np.ndarray
+    pw: np.ndarray
+    ptr: np.ndarray
+    order: np.ndarray
+
 
 # Return codes of zbv_pass.
 OK = 0
@@ -47,14 +99,11 @@ def _lt(ah, al, bh, bl):
 
 
 @njit(cache=True)
-def _put(kind, chunk, d, p, m, times, mems, acc, count, end, pw, ptr, order):
-    """Place device d's next op of this kind and chunk; OK, STALL or OVERFLOW.
-
-    ``acc`` rows: 0 clock, 1 memory, 2 idle per device, ``acc[3, 0]`` the
-    most idle time of any device (idle only grows, from 0), ``acc[3, 1]``
-    the largest allowance. ``ptr`` rows: 0
-    head and 1 tail of the pending-W queue ``pw``, 2 ops placed so far.
-    """
+def _put(kind, chunk, d, p, m, cost, state):
+    """Place device d's next op of this kind and chunk; OK, STALL or OVERFLOW."""
+    times, mems = cost.times, cost.mems
+    acc, count, end, pw, ptr, order = (state.acc, state.count, state.end, state.pw, state.ptr,
+                                       state.order)
     j = count[d, kind, chunk]
     o = ptr[2, d]
     if j >= m or o >= order.shape[2]:
@@ -101,18 +150,29 @@ def _put(kind, chunk, d, p, m, times, mems, acc, count, end, pw, ptr, order):
 
 
 @njit(cache=True)
-def _put_w(d, p, m, times, mems, acc, count, end, pw, ptr, order):
+def _put_w(d, p, m, cost, state):
     """Device d's oldest pending W; STALL when none is pending."""
-    h = ptr[0, d]
-    if h == ptr[1, d]:
+    h = state.ptr[0, d]
+    if h == state.ptr[1, d]:
         return STALL
-    ptr[0, d] = h + 1
-    return _put(np.int64(_W), pw[d, h], d, p, m, times, mems, acc, count, end, pw, ptr, order)
+    state.ptr[0, d] = h + 1
+    return _put(np.int64(_W), state.pw[d, h], d, p, m, cost, state)
 
 
 @njit(cache=True)
-def _gap(kind, chunk, d, p, times, acc, count, end):
+def _w_while_over(d, limit, p, m, cost, state):
+    """Device d's pending Ws while its memory is above ``cost.mems[limit]``."""
+    while _lt(cost.mems[limit, 0], cost.mems[limit, 1], state.acc[1, d, 0], state.acc[1, d, 1]):
+        s = _put_w(d, p, m, cost, state)
+        if s:
+            return s
+    return OK
+
+
+@njit(cache=True)
+def _gap(kind, chunk, d, p, cost, state):
     """(known, hi, lo): how long device d would wait for its next op's input."""
+    times, acc, count, end = cost.times, state.acc, state.count, state.end
     j = count[d, kind, chunk]
     prev = d - 1 if chunk == 0 else d + 1
     if not 0 <= prev < p or count[prev, kind, chunk] <= j:
@@ -124,16 +184,16 @@ def _gap(kind, chunk, d, p, times, acc, count, end):
 
 
 @njit(cache=True)
-def _fill_and_put(kind, chunk, d, force_w, p, m, times, mems, acc, count, end, pw, ptr, order,
-                  allow):
+def _fill_and_put(kind, chunk, d, force_w, p, m, cost, state):
     """Pending Ws into the wait for this op's input, then the op."""
-    known, gh, gl = _gap(kind, chunk, d, p, times, acc, count, end)
+    times, allow, acc, ptr = cost.times, cost.allow, state.acc, state.ptr
+    known, gh, gl = _gap(kind, chunk, d, p, cost, state)
     # Run W while the input would not arrive before the W finishes.
     while ptr[0, d] < ptr[1, d] and known and not _lt(gh, gl, times[_W, 0], times[_W, 1]):
-        s = _put_w(d, p, m, times, mems, acc, count, end, pw, ptr, order)
+        s = _put_w(d, p, m, cost, state)
         if s:
             return s
-        known, gh, gl = _gap(kind, chunk, d, p, times, acc, count, end)
+        known, gh, gl = _gap(kind, chunk, d, p, cost, state)
     if ptr[0, d] < ptr[1, d] and known and force_w:
         # Budget: idle time d may still absorb without raising the worst
         # device's (acc[3, 1] is the largest allowance).
@@ -143,10 +203,10 @@ def _fill_and_put(kind, chunk, d, force_w, p, m, times, mems, acc, count, end, p
             xl = acc[3, 0, 1]
         bh, bl = _sub(xh, xl, acc[2, d, 0], acc[2, d, 1])
         if _lt(bh, bl, gh, gl):
-            s = _put_w(d, p, m, times, mems, acc, count, end, pw, ptr, order)
+            s = _put_w(d, p, m, cost, state)
             if s:
                 return s
-    return _put(kind, chunk, d, p, m, times, mems, acc, count, end, pw, ptr, order)
+    return _put(kind, chunk, d, p, m, cost, state)
 
 
 @njit(cache=True)
@@ -167,6 +227,8 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
     pw = np.zeros((p, 2 * m), np.int64)
     ptr = np.zeros((3, p), np.int64)
     first = np.zeros(p, np.int64)
+    cost = ZbvCosts(times, mems, allow)
+    state = ZbvState(acc, count, end, pw, ptr, order)
     acc[3, 1, 0] = allow[0, 0]
     acc[3, 1, 1] = allow[0, 1]
     for d in range(1, p):
@@ -182,7 +244,7 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
     s = OK
 
     for d in range(p):
-        s = _put(kf, zero, d, p, m, times, mems, acc, count, end, pw, ptr, order)
+        s = _put(kf, zero, d, p, m, cost, state)
         if s:
             return s
     for d in range(p - 1, -1, -1):
@@ -196,10 +258,10 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
                 if _lt(ah, al, nh, nl) or count[d, _F, 0] >= m:
                     break
                 for e in range(d + 1):
-                    s = _put(kf, zero, e, p, m, times, mems, acc, count, end, pw, ptr, order)
+                    s = _put(kf, zero, e, p, m, cost, state)
                     if s:
                         return s
-        s = _put(kf, one, d, p, m, times, mems, acc, count, end, pw, ptr, order)
+        s = _put(kf, one, d, p, m, cost, state)
         if s:
             return s
     chunk = zero
@@ -208,17 +270,16 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
                < count[d - 1, _F, 0] + count[d - 1, _F, 1]):
             for e in range(p - 1, d - 1, -1):
                 if count[e, _F, chunk] < m:
-                    s = _put(kf, chunk, e, p, m, times, mems, acc, count, end, pw, ptr, order)
+                    s = _put(kf, chunk, e, p, m, cost, state)
                     if s:
                         return s
             chunk = 1 - chunk
 
     for _ in range(2 * m):
         for d in range(p):
-            while _lt(mems[3, 0], mems[3, 1], acc[1, d, 0], acc[1, d, 1]):
-                s = _put_w(d, p, m, times, mems, acc, count, end, pw, ptr, order)
-                if s:
-                    return s
+            s = _w_while_over(d, 3, p, m, cost, state)  # room for a B
+            if s:
+                return s
         # Each device's backward chunk, all chosen before any is placed.
         for d in range(p):
             nb0 = count[d, _B, 0]
@@ -235,8 +296,7 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
             c = one if step < p else zero
             if first[d] != c:
                 continue
-            s = _fill_and_put(kb, c, d, c == 1 or fill_b, p, m, times, mems, acc, count, end,
-                              pw, ptr, order, allow)
+            s = _fill_and_put(kb, c, d, c == 1 or fill_b, p, m, cost, state)
             if s:
                 return s
         for d in range(p):
@@ -252,17 +312,15 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
                 c = zero
             else:
                 continue
-            while _lt(mems[4, 0], mems[4, 1], acc[1, d, 0], acc[1, d, 1]):
-                s = _put_w(d, p, m, times, mems, acc, count, end, pw, ptr, order)
-                if s:
-                    return s
-            s = _fill_and_put(kf, c, d, fill_f, p, m, times, mems, acc, count, end, pw, ptr,
-                              order, allow)
+            s = _w_while_over(d, 4, p, m, cost, state)  # room for an F
+            if s:
+                return s
+            s = _fill_and_put(kf, c, d, fill_f, p, m, cost, state)
             if s:
                 return s
     for d in range(p):
         while ptr[0, d] < ptr[1, d]:
-            s = _put_w(d, p, m, times, mems, acc, count, end, pw, ptr, order)
+            s = _put_w(d, p, m, cost, state)
             if s:
                 return s
     # Element loops: a slice assignment from an array compiles a large

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.codes import BW, F
 from ..kernels.slots import looped_bfs_columns
-from . import registry
-from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc
 def build_looped_bfs(devices, microbatches, chunks=2):
     """Every microbatch through chunk 0, then chunk 1, ...; backwards in reverse.
 
@@ -16,61 +18,27 @@ def build_looped_bfs(devices, microbatches, chunks=2):
     backward pass takes chunks last to first and, within a chunk, the
     microbatches last to first (the newest activation first), which is the
     order PyTorch's ``ScheduleLoopedBFS`` uses.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     p, m, v = devices, microbatches, chunks
-    if p * 2 * v * m >= registry.SCATTER_MIN_OPS:
+    if at_scale(p, 2 * v * m):
         # At scale one kernel writes every op straight into the columns.
-        return registry._columns_kernel(
-            "looped-bfs", p, 2 * v * m,
-            lambda columns, d0, d1: looped_bfs_columns(*columns, p, m, v, d0, d1))
+        return kernel_to_schedule("looped-bfs", p, 2 * v * m,
+                                  lambda out, d0, d1: looped_bfs_columns(out, p, m, v, d0, d1))
     # Op i of a device's forward half is chunk i // m, microbatch i % m; its
     # backward half runs the same (chunk, microbatch)s in reverse.
     i = np.arange(v * m, dtype=np.int32)[None, :]
     d = np.arange(p, dtype=np.int32)[:, None]
     stage = (i // m) * p + d
-    return _slots_to_schedule("looped-bfs", p, 2 * v * m,
-                              [(0, stage, i % m, i), (3, stage, i % m, 2 * v * m - 1 - i)])
+    return slots_to_schedule("looped-bfs", p, 2 * v * m,
+                             [(F, stage, i % m, i), (BW, stage, i % m, 2 * v * m - 1 - i)])
 
 
-def _looped_bfs_reference(devices, microbatches, chunks=2):
-    """Per-op reference of :func:`build_looped_bfs` (the tests compare the two)."""
-    p, m, v = devices, microbatches, chunks
-    programs = []
-    for d in range(p):
-        prog = [("F", c * p + d, j) for c in range(v) for j in range(m)]
-        prog += [("BW", c * p + d, j) for c in reversed(range(v)) for j in reversed(range(m))]
-        programs.append(prog)
-    return _programs_to_schedule("looped-bfs", programs, p)
-
-
+@with_formula_doc
 def formula_looped_bfs(p, m, v, c):
     """Each pass over a chunk takes max(m, p) op times, the last one m + p - 1.
 
     With m >= p this is the interleaved bubble (p-1)(F+B+W)/v; each device
     holds all m microbatches' activations at the turn.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

@@ -18,7 +18,8 @@ import numpy as np
 from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
-from .registry import Family, column_buffers, register
+from .construct import column_buffers
+from .registry import Family, register, with_formula_doc
 
 
 def build_bitpipe(devices, microbatches, chunks=2):
@@ -68,17 +69,18 @@ def build_bitpipe(devices, microbatches, chunks=2):
         cols = _kernel.bitpipe_columns(p, m, column_buffers(p * (4 * m + 4)))
         return Schedule.from_arrays(*cols, name="bitpipe", devices=p, replicated=True,
                                     copy=False)
-    return _bitpipe_reference(p, m)
+    return _bitpipe_per_op(p, m)
 
 
 # From this many ops on, BitPipe is written by a Numba kernel
-# (kernels/bidirectional.py); smaller ones keep the per-op reference below and so
-# compile nothing (compare's p=8 bitpipe among them).
+# (kernels/bidirectional.py); smaller ones keep the per-op builder below and
+# so compile nothing (compare's p=8 bitpipe among them).
 BITPIPE_KERNEL_MIN_OPS = 16_384
 
 
-def _bitpipe_reference(p, m):
-    """The per-op BitPipe builder (the reference the kernel is tested against)."""
+def _bitpipe_per_op(p, m):
+    """BitPipe op by op: the builder of small shapes, and what the tests
+    compare the kernel with."""
     h = p // 2
     units = m // p
     programs = []
@@ -133,6 +135,7 @@ def _bitpipe_reference(p, m):
     return Schedule.from_programs(programs, name="bitpipe", devices=p, replicated=True)
 
 
+@with_formula_doc
 def formula_bitpipe(p, m, v, c):
     """Closed forms derived from the authors' order, not from the paper.
 
@@ -142,18 +145,6 @@ def formula_bitpipe(p, m, v, c):
     Chimera's bubble time; device d peaks at (3p+2)/4 + min(d, p-1-d)/2
     microbatches. Both are derived from the order and property-tested, and
     reported as exact only for equal forward and fused-backward times.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     t = c.f + c.b + c.w
     bubble = (p - 2) * t / 4

@@ -35,7 +35,7 @@ from ..kernels.vreorder import (
     reorder_setup,
 )
 from .block_squeeze import _KIND_ORDER, _producers, _squeeze_programs
-from .registry import column_buffers
+from .construct import column_buffers
 
 # From this many ops squeeze(reorder=True) runs the kernels; below it the
 # Python version takes less time than loading them from Numba's cache

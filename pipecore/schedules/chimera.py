@@ -19,7 +19,8 @@ import numpy as np
 from ..core.ops import InputError
 from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
-from .registry import Family, column_buffers, register
+from .construct import column_buffers
+from .registry import Family, register
 
 
 class PlacementWarning(UserWarning):
@@ -324,8 +325,8 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
                          "variant='direct')")
     if symmetric:
         if g is None and p * (2 * m + 2) >= CHIMERA_KERNEL_MIN_OPS:
-            ok, *cols = _kernel.chimera_columns(p, m, variant == "forward-doubling",
-                                                column_buffers(p * (2 * m + 2)))
+            ok, cols = _kernel.chimera_columns(p, m, variant == "forward-doubling",
+                                               column_buffers(p * (2 * m + 2)))
             if not ok:
                 raise RuntimeError("internal error: the chimera kernel's programs came out "
                                    f"at a length other than 2m + 2 (p={p}, m={m})")
@@ -396,7 +397,7 @@ def _from_programs(programs, p):
     return Schedule.from_arrays(*cols, copy=False, name="chimera", devices=p, replicated=True)
 
 # From this many ops on, symmetric Chimera is written by a Numba kernel
-# (kernels/bidirectional.py); smaller ones keep the per-op reference below and so
+# (kernels/bidirectional.py); smaller ones keep the per-op builder below and so
 # compile nothing (compare's p=8 chimera among them).
 CHIMERA_KERNEL_MIN_OPS = 16_384
 

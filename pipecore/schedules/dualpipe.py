@@ -15,7 +15,8 @@ from ..core import buffers
 from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
-from .registry import Family, _programs_to_schedule, column_buffers, register
+from .construct import column_buffers, programs_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 class _Device:
@@ -98,6 +99,7 @@ def _eight_steps(P, h, M, ph0, ph1, split_first):
     return dev.ops
 
 
+@with_builder_doc
 def build_dualpipev(devices, microbatches, chunks=2):
     """DualPipeV on device d (phase 0 = stage d, phase 1 = stage 2p-1-d).
 
@@ -115,19 +117,6 @@ def build_dualpipev(devices, microbatches, chunks=2):
     7. P-h-1 times: a pending W, then a backward of phase 0;
     8. the h+1 remaining W.
 
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
-
     Raises
     ------
     ValueError
@@ -137,7 +126,7 @@ def build_dualpipev(devices, microbatches, chunks=2):
     if m < 2 * p:
         raise InputError(f"'dualpipev' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
-        return _dualpipev_reference(p, m)
+        return _dualpipev_per_op(p, m)
     d = np.arange(p, dtype=np.int64)
     st = np.stack([d, 2 * p - 1 - d], axis=1)
     return _eight_steps_schedule("dualpipev", p, m, d, st, np.zeros_like(st), d == p - 1,
@@ -146,19 +135,21 @@ def build_dualpipev(devices, microbatches, chunks=2):
 
 # From about this many ops on (6pm: an F, B and W per stage and microbatch)
 # both families are written by the Numba kernel (kernels/dualpipe.py);
-# smaller ones keep the per-op references, quick there, and so compile
-# nothing (the kernel took 2.9 s to compile in compare's cold start).
+# smaller ones keep the per-op builders, quick there, and so compile
+# nothing at a cold start (compiling the kernel takes seconds).
 DUALPIPE_KERNEL_MIN_OPS = 16_384
 
 
-def _dualpipev_reference(devices, microbatches):
-    """Per-op reference of :func:`build_dualpipev` (the tests compare the two)."""
+def _dualpipev_per_op(devices, microbatches):
+    """:func:`build_dualpipev` op by op (:func:`_eight_steps` per device): the
+    builder of small shapes, and what the tests compare the kernel with."""
     p, m = devices, microbatches
     programs = [_eight_steps(p, d, m, (d, 0), (2 * p - 1 - d, 0), split_first=(d == p - 1))
                 for d in range(p)]
-    return _programs_to_schedule("dualpipev", programs, p)
+    return programs_to_schedule("dualpipev", programs, p)
 
 
+@with_builder_doc
 def build_dualpipe(devices, microbatches, chunks=1):
     """DualPipe: two opposite pipelines over replicated stages, overlapped F&B.
 
@@ -170,19 +161,6 @@ def build_dualpipe(devices, microbatches, chunks=1):
     devices run their first main-step unit unoverlapped. Each device ends
     with the gradient all-reduce (AR) of both its stages with their
     replicas on device p-1-d.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -196,7 +174,7 @@ def build_dualpipe(devices, microbatches, chunks=1):
     if m < 2 * p:
         raise InputError(f"'dualpipe' needs microbatches >= 2 * devices = {2 * p} (got {m})")
     if 6 * p * m < DUALPIPE_KERNEL_MIN_OPS:
-        return _dualpipe_reference(p, m)
+        return _dualpipe_per_op(p, m)
     P, M = p // 2, m // 2
     d = np.arange(p, dtype=np.int64)
     h = np.minimum(d, p - 1 - d)
@@ -208,8 +186,9 @@ def build_dualpipe(devices, microbatches, chunks=1):
     return _eight_steps_schedule("dualpipe", P, M, h, st, first, h == P - 1, with_ar=True)
 
 
-def _dualpipe_reference(devices, microbatches):
-    """Per-op reference of :func:`build_dualpipe` (the tests compare the two)."""
+def _dualpipe_per_op(devices, microbatches):
+    """:func:`build_dualpipe` op by op (:func:`_eight_steps` per device): the
+    builder of small shapes, and what the tests compare the kernel with."""
     p, m = devices, microbatches
     P, M = p // 2, m // 2
     programs = []
@@ -243,11 +222,12 @@ def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
     if not eight_steps(P, M, np.ascontiguousarray(h, dtype=np.int64),
                        np.ascontiguousarray(st, dtype=np.int64),
                        np.ascontiguousarray(first, dtype=np.int64),
-                       np.ascontiguousarray(split_first, dtype=np.bool_), with_ar, offset, *cols):
+                       np.ascontiguousarray(split_first, dtype=np.bool_), with_ar, offset, cols):
         raise RuntimeError(f"internal error: the {name} kernel's op count is off")
     return Schedule.from_arrays(*cols, name=name, devices=p, replicated=with_ar, copy=False)
 
 
+@with_formula_doc
 def formula_dualpipev(p, m, v, c):
     """The DualPipe repository's bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p.
 
@@ -262,17 +242,6 @@ def formula_dualpipev(p, m, v, c):
     m >= 2p (tested; the repository states the formula without
     conditions). It is reported as exact only with fb_factor 1, where the
     span-based bubble rate agrees too.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b_in, w = c.f / 2, c.b / 2, c.w / 2  # per chunk
     full = b_in + w
@@ -288,22 +257,12 @@ def formula_dualpipev(p, m, v, c):
                           and c.activation_w == c.activation)}
 
 
+@with_formula_doc
 def formula_dualpipe(p, m, v, c):
     """The DualPipe README's bubble (PP/2 - 1)(F&B + B - 3W) with PP = p and
     its activation PP + 1 stage activations; see :func:`formula_dualpipev`
     for the conditions. The makespan m (F + B) + bubble holds with
     fb_factor 1, where every device is equally busy.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b_in, w = c.f, c.b, c.w  # per stage: a device share is one stage
     full = b_in + w

@@ -4,62 +4,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.codes import BW, F
 from ..kernels.slots import gpipe_columns
-from . import registry
-from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc
 def build_gpipe(devices, microbatches, chunks=1):
     """Device d runs F(d, 0..m-1) then BW(d, 0..m-1).
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     m = microbatches
-    if devices * 2 * m >= registry.SCATTER_MIN_OPS:
+    if at_scale(devices, 2 * m):
         # At scale one kernel writes every op straight into the columns.
-        return registry._columns_kernel(
-            "gpipe", devices, 2 * m,
-            lambda columns, d0, d1: gpipe_columns(*columns, devices, m, d0, d1))
+        return kernel_to_schedule("gpipe", devices, 2 * m,
+                                  lambda out, d0, d1: gpipe_columns(out, devices, m, d0, d1))
     j = np.arange(m, dtype=np.int32)[None, :]
     stage = np.arange(devices, dtype=np.int32)[:, None]
-    return _slots_to_schedule("gpipe", devices, 2 * m, [(0, stage, j, j), (3, stage, j, m + j)])
+    return slots_to_schedule("gpipe", devices, 2 * m, [(F, stage, j, j), (BW, stage, j, m + j)])
 
 
-def _gpipe_reference(devices, microbatches):
-    """Per-op reference of :func:`build_gpipe` (the tests compare the two)."""
-    programs = []
-    for d in range(devices):
-        prog = [("F", d, j) for j in range(microbatches)]
-        prog += [("BW", d, j) for j in range(microbatches)]
-        programs.append(prog)
-    return _programs_to_schedule("gpipe", programs, devices)
-
-
+@with_formula_doc
 def formula_gpipe(p, m, v, c):
     """Bubble (p-1)(F+B+W); every device holds all m activations at the flush.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

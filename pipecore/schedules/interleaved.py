@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.ops import InputError
+from ..kernels.codes import BW, B, F, W
 from ..kernels.slots import interleaved_columns, interleaved_zb_columns
-from . import registry
-from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc
 def build_interleaved(devices, microbatches, chunks=2):
     """Megatron's interleaved schedule; chunk c of device d is stage c*p + d.
 
@@ -19,19 +21,6 @@ def build_interleaved(devices, microbatches, chunks=2):
     reversed. Device d runs ``2(p - d - 1) + (v - 1) p`` warm-up forwards
     (all of them when m == p, as Megatron does), then alternates one
     forward and one backward.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -43,11 +32,10 @@ def build_interleaved(devices, microbatches, chunks=2):
         raise InputError(f"'interleaved-1f1b' needs microbatches to be a multiple of devices "
                          f"(got microbatches={m}, devices={p})")
     total = m * v
-    if p * 2 * total >= registry.SCATTER_MIN_OPS:
+    if at_scale(p, 2 * total):
         # At scale one kernel writes every op straight into the columns.
-        return registry._columns_kernel(
-            "interleaved-1f1b", p, 2 * total,
-            lambda columns, d0, d1: interleaved_columns(*columns, p, m, v, d0, d1))
+        return kernel_to_schedule("interleaved-1f1b", p, 2 * total,
+                                  lambda out, d0, d1: interleaved_columns(out, p, m, v, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     warm = (np.full((p, 1), total, dtype=np.int32) if m == p
             else np.minimum(2 * (p - d - 1) + (v - 1) * p, total))
@@ -58,47 +46,13 @@ def build_interleaved(devices, microbatches, chunks=2):
     # the k-th backward follows the forward it is paired with, then drains.
     f_slot = np.where(k < warm, k, 2 * k - warm)
     b_slot = np.where(k < total - warm, warm + 2 * k + 1, total + k)
-    return _slots_to_schedule("interleaved-1f1b", p, 2 * total,
-                              [(0, chunk * p + d, mb, f_slot), (3, (v - 1 - chunk) * p + d, mb, b_slot)])
+    return slots_to_schedule("interleaved-1f1b", p, 2 * total,
+                             [(F, chunk * p + d, mb, f_slot), (BW, (v - 1 - chunk) * p + d, mb, b_slot)])
 
 
-def _interleaved_reference(devices, microbatches, chunks=2):
-    """Per-op reference of :func:`build_interleaved` (the tests compare the two)."""
-    p, m, v = devices, microbatches, chunks
-    total = m * v
-
-    def fwd(d, k):
-        return ("F", ((k // p) % v) * p + d, (k // (p * v)) * p + k % p)
-
-    def bwd(d, k):
-        return ("BW", (v - 1 - (k // p) % v) * p + d, (k // (p * v)) * p + k % p)
-
-    programs = []
-    for d in range(p):
-        warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * p, total)
-        prog = [fwd(d, k) for k in range(warm)]
-        for j in range(total - warm):
-            prog.append(fwd(d, warm + j))
-            prog.append(bwd(d, j))
-        prog += [bwd(d, j) for j in range(total - warm, total)]
-        programs.append(prog)
-    return _programs_to_schedule("interleaved-1f1b", programs, p)
-
-
+@with_formula_doc
 def formula_interleaved(p, m, v, c):
     """Bubble (p-1)(F+B+W)/v; device d peaks at its warm-up count + 1 chunks.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -109,6 +63,7 @@ def formula_interleaved(p, m, v, c):
             "peak_activation": peak * c.activation, "exact": True}
 
 
+@with_builder_doc
 def build_interleaved_zb(devices, microbatches, chunks=2):
     """Interleaved 1F1B with split backward, W lagging B by d ops on device d.
 
@@ -120,19 +75,6 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     warm-up forwards, then pairs (forward, B), then the remaining B; from
     its (d+1)-th B on, each B is followed by the oldest pending W.
 
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
-
     Raises
     ------
     ValueError
@@ -141,11 +83,11 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
     p, m, v = devices, microbatches, chunks
     r = _zb_round(p, m)
     total = m * v
-    if p * 3 * total >= registry.SCATTER_MIN_OPS:
+    if at_scale(p, 3 * total):
         # At scale one kernel writes every op straight into the columns.
-        return registry._columns_kernel(
+        return kernel_to_schedule(
             "interleaved-zb", p, 3 * total,
-            lambda columns, d0, d1: interleaved_zb_columns(*columns, p, m, v, r, d0, d1))
+            lambda out, d0, d1: interleaved_zb_columns(out, p, m, v, r, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     k = np.arange(total, dtype=np.int32)[None, :]
     warm = np.minimum((v - 1) * r + p - 1 - d, total)
@@ -165,9 +107,9 @@ def build_interleaved_zb(devices, microbatches, chunks=2):
                       loop_pos(np.minimum(w_iter, total - 1))
                       + (warm + np.minimum(w_iter, total - 1) < total) + 1, 2 * total + k)
     b_stage = (v - 1 - chunk) * p + d
-    return _slots_to_schedule("interleaved-zb", p, 3 * total,
-                              [(0, chunk * p + d, mb, f_slot), (1, b_stage, mb, b_slot),
-                               (2, b_stage, mb, w_slot)])
+    return slots_to_schedule("interleaved-zb", p, 3 * total,
+                             [(F, chunk * p + d, mb, f_slot), (B, b_stage, mb, b_slot),
+                              (W, b_stage, mb, w_slot)])
 
 
 def _zb_round(p, m):
@@ -179,47 +121,13 @@ def _zb_round(p, m):
     return m // rounds
 
 
-def _interleaved_zb_reference(devices, microbatches, chunks=2):
-    """Per-op reference of :func:`build_interleaved_zb` (the tests compare the two)."""
-    p, m, v = devices, microbatches, chunks
-    r = _zb_round(p, m)
-    total = m * v
-    programs = []
-    for d in range(p):
-        warm = min((v - 1) * r + p - 1 - d, total)
-        prog = ProgramBuilder()
-        pending = []
-        for k in range(warm):
-            prog.emit("F", ((k // r) % v) * p + d)
-        for k in range(total):
-            if warm + k < total:
-                prog.emit("F", (((warm + k) // r) % v) * p + d)
-            pending.append(prog.emit("B", (v - 1 - (k // r) % v) * p + d))
-            if k >= d:
-                prog.emit("W", pending.pop(0))
-        for stage in pending:
-            prog.emit("W", stage)
-        programs.append(prog.ops)
-    return _programs_to_schedule("interleaved-zb", programs, p)
-
-
+@with_formula_doc
 def formula_interleaved_zb(p, m, v, c):
     """ZB-H1's bubble shrunk by interleaving: (p-1)(T_F + T_B - T_W)/v.
 
     Exact here when m >= 2p, T_B <= T_F and T_W <= T_F (property-tested).
     Device d holds its warm-up chunks plus one, min(w_d + 1, m v) M_B / v,
     plus M_W / v for each of the up to d backward ops whose W lags.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

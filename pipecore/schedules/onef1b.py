@@ -4,28 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.codes import BW, F
 from ..kernels.slots import one_f_one_b_columns
-from . import registry
-from .registry import Family, _slots_to_schedule, register
-
-
-def _one_f_one_b(devices, microbatches, warmup):
-    """Warm-up forwards, then alternate backward/forward, then drain.
-
-    ``warmup[d]`` forwards run before device d's first backward. The per-op
-    reference of :func:`_one_f_one_b_slots` (tests compare the two).
-    """
-    programs = []
-    m = microbatches
-    for d in range(devices):
-        k = warmup[d]
-        prog = [("F", d, j) for j in range(k)]
-        for j in range(m - k):
-            prog.append(("BW", d, j))
-            prog.append(("F", d, k + j))
-        prog += [("BW", d, j) for j in range(m - k, m)]
-        programs.append(prog)
-    return programs
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 def _one_f_one_b_slots(name, devices, microbatches, warmup):
@@ -35,77 +17,43 @@ def _one_f_one_b_slots(name, devices, microbatches, warmup):
     BW(j - k)); BW(j) is in slot k + 2j while forwards remain, then m + j.
     """
     m = microbatches
-    if devices * 2 * m >= registry.SCATTER_MIN_OPS:
+    if at_scale(devices, 2 * m):
         # At scale one kernel writes every op straight into the columns.
         warm = np.asarray(warmup, dtype=np.int64)
-        return registry._columns_kernel(
+        return kernel_to_schedule(
             name, devices, 2 * m,
-            lambda columns, d0, d1: one_f_one_b_columns(*columns, devices, m, warm, d0, d1))
+            lambda out, d0, d1: one_f_one_b_columns(out, devices, m, warm, d0, d1))
     k = np.asarray(warmup, dtype=np.int32)[:, None]
     j = np.arange(m, dtype=np.int32)[None, :]
     stage = np.arange(devices, dtype=np.int32)[:, None]
     f_slot = np.where(j < k, j, 2 * j - k + 1)
     b_slot = np.where(j < m - k, k + 2 * j, m + j)
-    return _slots_to_schedule(name, devices, 2 * m, [(0, stage, j, f_slot), (3, stage, j, b_slot)])
+    return slots_to_schedule(name, devices, 2 * m, [(F, stage, j, f_slot), (BW, stage, j, b_slot)])
 
 
+@with_builder_doc
 def build_1f1b(devices, microbatches, chunks=1):
     """Device d runs min(p - d, m) forwards before its first backward.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     warm = [min(devices - d, microbatches) for d in range(devices)]
     return _one_f_one_b_slots("1f1b", devices, microbatches, warm)
 
 
+@with_builder_doc
 def build_eager_1f1b(devices, microbatches, chunks=1):
     """Device d runs min(2(p - d) - 1, m) forwards before its first backward.
 
     The extra warm-up forwards (as in the "eager 1F1B" of the Controllable
     Memory paper's building-block illustration) give each send a forward's
     time to travel; the price is more activation memory.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     warm = [min(2 * (devices - d) - 1, microbatches) for d in range(devices)]
     return _one_f_one_b_slots("eager-1f1b", devices, microbatches, warm)
 
 
+@with_formula_doc
 def formula_1f1b(p, m, v, c):
     """Bubble (p-1)(F+B+W); device d holds min(p-d, m) activations.
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -113,20 +61,9 @@ def formula_1f1b(p, m, v, c):
             "peak_activation": np.minimum(p - np.arange(p), m) * c.activation, "exact": True}
 
 
+@with_formula_doc
 def formula_eager_1f1b(p, m, v, c):
     """As 1F1B without communication; device d holds min(2(p-d)-1, m).
-
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     out = formula_1f1b(p, m, v, c)
     out["peak_activation"] = np.minimum(2 * (p - np.arange(p)) - 1, m) * c.activation

@@ -8,19 +8,87 @@ formula for its makespan and peak activation.
 from __future__ import annotations
 
 import gc
+import inspect
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..core import buffers
-from ..core.cpus import local_cpus as _local_cpus
 from ..core.ops import CapacityError, InputError
 from ..core.schedule import Schedule, _check_int
-from ..kernels.slots import scatter_slots
+from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
+
+# The numpydoc sections every family's builder and every formula share
+# (the contracts of Family.builder and Family.formula), written once here and
+# appended to their docstrings by with_builder_doc and with_formula_doc.
+BUILDER_SECTIONS = """Parameters
+----------
+devices : int
+    Pipeline devices p.
+microbatches : int
+    Microbatches m.
+chunks : int
+    Stages per device (fixed by the family where it takes none).
+
+Returns
+-------
+Schedule
+"""
+
+FORMULA_SECTIONS = """Parameters
+----------
+p, m, v : int
+    Devices, microbatches, chunks.
+c : Costs
+    Scalar costs.
+
+Returns
+-------
+dict
+    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+"""
+
+
+def _with_sections(fn, sections):
+    # The shared sections go after the function's own text and before its
+    # own Raises section (numpydoc's order).
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    head, sep, raises = doc.partition("\nRaises\n------")
+    fn.__doc__ = head.rstrip() + "\n\n" + sections + (f"\n{sep.strip()}{raises}" if sep else "")
+    return fn
+
+
+def with_builder_doc(fn):
+    """Append :data:`BUILDER_SECTIONS` to a family builder's docstring.
+
+    Parameters
+    ----------
+    fn : callable
+        ``builder(devices, microbatches, chunks) -> Schedule``.
+
+    Returns
+    -------
+    callable
+        ``fn``, its docstring completed.
+    """
+    return _with_sections(fn, BUILDER_SECTIONS)
+
+
+def with_formula_doc(fn):
+    """Append :data:`FORMULA_SECTIONS` to a family formula's docstring.
+
+    Parameters
+    ----------
+    fn : callable
+        ``formula(p, m, v, c) -> dict``.
+
+    Returns
+    -------
+    callable
+        ``fn``, its docstring completed.
+    """
+    return _with_sections(fn, FORMULA_SECTIONS)
 
 
 @dataclass(frozen=True)
@@ -208,8 +276,9 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
                          f"(got {chunks}); interleaved families take chunks")
     _check_size(fam.name, devices, microbatches, chunks)
     # Builders allocate millions of small tuples for big shapes; the cyclic
-    # collector would rescan them over and over (half the time at 16M ops),
-    # and they hold no cycles, so it pauses while a builder runs.
+    # collector would rescan them over and over (its cost grows with the
+    # live objects), and they hold no cycles, so it pauses while a builder
+    # runs.
     paused = gc.isenabled()
     gc.disable()
     try:
@@ -250,135 +319,3 @@ def _check_size(name, p, m, v):
 
 def _size(nbytes):
     return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
-
-
-class ProgramBuilder:
-    """One device's program, numbering each stage's microbatches in order.
-
-    ``emit(kind, stage)`` appends ``(kind, stage, j)`` where j counts the
-    earlier ops of that kind and stage, which is how schedules that visit
-    microbatches in order (most of them) are written most plainly.
-    """
-
-    def __init__(self):
-        self.ops = []
-        self.count = {}
-
-    def emit(self, kind, stage):
-        """Append the next op of ``kind`` on ``stage``; return the stage."""
-        j = self.count.get((kind, stage), 0)
-        self.count[(kind, stage)] = j + 1
-        self.ops.append((kind, stage, j))
-        return stage
-
-    def issued(self, kind, stage):
-        """How many ops of ``kind`` on ``stage`` were emitted."""
-        return self.count.get((kind, stage), 0)
-
-
-def _programs_to_schedule(name, programs, devices):
-    return Schedule.from_programs(programs, name=name, devices=devices)
-
-
-def _slots_to_schedule(name, devices, length, parts):
-    """A schedule from the closed-form slot of every op.
-
-    Every device's program has ``length`` slots; ``parts`` is a list of
-    ``(kind_code, stage, microbatch, slot)`` where the last three broadcast
-    to ``(devices, k)``: op i of that part on device d is
-    ``(kind, stage[d, i], microbatch[d, i])`` in slot ``slot[d, i]``. The
-    parts must fill every slot exactly once (the tests compare each
-    vectorised builder with its per-op reference builder).
-    """
-    p = devices
-    if p * length >= SCATTER_MIN_OPS:
-        return _slots_kernel(name, p, length, parts)
-    kind = np.full((p, length), -1, dtype=np.int8)
-    stage = np.empty((p, length), dtype=np.int32)
-    mb = np.empty((p, length), dtype=np.int32)
-    rows = np.arange(p)[:, None]
-    for code, st, j, sl in parts:
-        sl = np.broadcast_to(sl, np.broadcast_shapes(np.shape(sl), np.shape(st), np.shape(j)))
-        kind[rows, sl] = code
-        stage[rows, sl] = st
-        mb[rows, sl] = j
-    if int(kind.min(initial=0)) < 0:
-        raise RuntimeError(f"internal error: the {name} builder left a slot empty")
-    device = np.repeat(np.arange(p, dtype=np.int32), length)
-    slot = np.tile(np.arange(length, dtype=np.int32), p)
-    return Schedule.from_arrays(device, slot, kind.reshape(-1), stage.reshape(-1),
-                                mb.reshape(-1), name=name, devices=p, copy=False)
-
-
-# From this many ops on, _slots_to_schedule writes the columns with a Numba
-# kernel, and the families with a fused kernel (kernels/slots.py) use it
-# (small shapes keep numpy and so compile nothing at cold start).
-SCATTER_MIN_OPS = 262_144
-# The kernel scatters devices in blocks whose rows (17 bytes each) take
-# about this many bytes, so a block stays in a core's L2 cache.
-SCATTER_BLOCK_BYTES = 1 << 18
-# From this many ops on, two threads scatter (each half of the device blocks).
-SCATTER_THREADS_MIN_OPS = 1 << 22
-
-
-def column_buffers(n):
-    """Five empty columns (device, slot, kind, stage, microbatch) of n rows
-    for a kernel to fill, under the page-size policy of core/buffers.py."""
-    return (buffers.empty(n, np.int32), buffers.empty(n, np.int32), buffers.empty(n, np.int8),
-            buffers.empty(n, np.int32), buffers.empty(n, np.int32))
-
-
-def _as_2d(x):
-    return np.ascontiguousarray(np.asarray(x, dtype=np.int32).reshape(
-        (1, 1) if np.ndim(x) == 0 else np.shape(x) if np.ndim(x) == 2 else (1, -1)))
-
-
-def _slots_kernel(name, p, length, parts):
-    """:func:`_slots_to_schedule` through :func:`kernels.slots.scatter_slots`."""
-    parts = [(np.int8(code), _as_2d(st), _as_2d(j), _as_2d(sl)) for code, st, j, sl in parts]
-
-    def fill(columns, d0, d1):
-        return any(scatter_slots(*columns, length, code, st, j, sl, d0, d1)
-                   for code, st, j, sl in parts)
-
-    return _columns_kernel(name, p, length, fill)
-
-
-def _columns_kernel(name, p, length, fill):
-    """A schedule of ``length`` slots per device whose sorted columns
-    ``fill(columns, d0, d1)`` writes, devices d0 to d1 - 1 at a time (a
-    Numba kernel that releases the GIL; it returns True when a builder bug
-    put two ops in one slot or one out of range)."""
-    n = p * length
-    columns = column_buffers(n)
-    kind = columns[2]
-    block = max(1, SCATTER_BLOCK_BYTES // (17 * length))
-    blocks = [(d0, min(p, d0 + block)) for d0 in range(0, p, block)]
-
-    def scatter(chosen):
-        """True when a builder bug put two ops in one slot (or out of range)."""
-        for d0, d1 in chosen:
-            kind[d0 * length:d1 * length] = -1
-            if fill(columns, d0, d1):
-                return True
-        return False
-
-    # Device blocks own disjoint rows: two threads (the kernel releases the
-    # GIL) each scatter half of them.
-    if n >= SCATTER_THREADS_MIN_OPS and len(blocks) > 1 and _local_cpus() >= 2:
-        half = len(blocks) // 2
-        with ThreadPoolExecutor(1) as pool:
-            other = pool.submit(scatter, blocks[half:])
-            broken = scatter(blocks[:half])
-            broken = other.result() or broken
-    else:
-        broken = scatter(blocks)
-    if broken:
-        raise RuntimeError(f"internal error: the {name} builder put two ops in one "
-                           f"slot or one outside its {length} slots")
-    if int(kind.min(initial=0)) < 0:
-        raise RuntimeError(f"internal error: the {name} builder left a slot empty")
-    return Schedule.from_arrays(*columns, name=name, devices=p, copy=False)
-
-
-# Importing the family modules registers them.

@@ -13,10 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.schedule import Schedule
+from ..kernels.codes import B, F, W
 from ..kernels.slots import zb_v_columns
-from . import registry
 from .blocks import repeat, v_half, v_min, v_zb
-from .registry import Family, ProgramBuilder, _programs_to_schedule, _slots_to_schedule, register
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 def v_placement(devices):
@@ -26,6 +27,7 @@ def v_placement(devices):
     return np.concatenate([np.arange(p), np.arange(p)[::-1]]).astype(np.int32)
 
 
+@with_builder_doc
 def build_zb_v(devices, microbatches, chunks=2):
     """ZB-V on device d (chunk 0 = stage d, chunk 1 = stage 2p-1-d).
 
@@ -41,18 +43,6 @@ def build_zb_v(devices, microbatches, chunks=2):
     5. cool-down: d pairs B(chunk 0), B(chunk 1); p-d pairs B(chunk 0) and
        the oldest pending W(chunk 0); then the pending W of chunk 1, then
        those of chunk 0.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     return _zb_v_slots(devices, microbatches)
 
@@ -68,10 +58,10 @@ def _zb_v_slots(p, m):
     order (every device keeps 6m ops).
     """
     n = max(m, 2 * p - 1)
-    if n == m and p * 6 * m >= registry.SCATTER_MIN_OPS:
+    if n == m and at_scale(p, 6 * m):
         # At scale one kernel writes every op straight into the columns.
-        return registry._columns_kernel(
-            "zb-v", p, 6 * m, lambda columns, d0, d1: zb_v_columns(*columns, p, m, d0, d1))
+        return kernel_to_schedule("zb-v", p, 6 * m,
+                                  lambda out, d0, d1: zb_v_columns(out, p, m, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     j = np.arange(n, dtype=np.int32)[None, :]
     a = 2 * (p - d) - 1
@@ -101,17 +91,16 @@ def _zb_v_slots(p, m):
     w0 = np.where(j < T, steady(j, 2, 1),
                   np.where(j < n - d, P5b + 2 * (j - T) + 1, P5d + (j - (n - d))))
     c0, c1 = d, 2 * p - 1 - d
+    parts = [(F, c0, j, f0), (F, c1, j, f1), (B, c0, j, b0), (B, c1, j, b1), (W, c0, j, w0),
+             (W, c1, j, w1)]
     if n == m:  # nothing to drop: every slot holds an op
-        return _slots_to_schedule("zb-v", p, 6 * m, [
-            (0, c0, j, f0), (0, c1, j, f1), (1, c0, j, b0), (1, c1, j, b1), (2, c0, j, w0),
-            (2, c1, j, w1)])
+        return slots_to_schedule("zb-v", p, 6 * m, parts)
     full = 6 * n
     kind = np.empty((p, full), dtype=np.int8)
     stage = np.empty((p, full), dtype=np.int32)
     mb = np.empty((p, full), dtype=np.int32)
     rows = np.arange(p)[:, None]
-    for code, st, pos in ((0, c0, f0), (0, c1, f1), (1, c0, b0), (1, c1, b1), (2, c0, w0),
-                          (2, c1, w1)):
+    for code, st, _, pos in parts:
         kind[rows, pos] = code
         stage[rows, pos] = st
         mb[rows, pos] = j
@@ -123,46 +112,7 @@ def _zb_v_slots(p, m):
                                 copy=False)
 
 
-def _zb_v_reference(devices, microbatches):
-    """Per-op reference of :func:`build_zb_v` (the tests compare the two)."""
-    p, m = devices, microbatches
-    n = max(m, 2 * p - 1)
-    programs = []
-    for d in range(p):
-        c0, c1 = d, 2 * p - 1 - d
-        prog = ProgramBuilder()
-        emit = prog.emit
-        for _ in range(2 * (p - d) - 1):
-            emit("F", c0)
-        for _ in range(d):
-            emit("F", c1)
-            emit("F", c0)
-        for _ in range(p - d):
-            emit("F", c1)
-            emit("B", c1)
-            emit("W", c1)
-        while prog.issued("F", c1) < prog.issued("F", c0) or prog.issued("F", c0) < n:
-            if prog.issued("F", c0) < n:
-                emit("F", c0)
-            emit("B", c0)
-            emit("W", c0)
-            emit("F", c1)
-            emit("B", c1)
-            emit("W", c1)
-        for _ in range(d):
-            emit("B", c0)
-            emit("B", c1)
-        for _ in range(p - d):
-            emit("B", c0)
-            emit("W", c0)
-        while prog.issued("W", c1) < prog.issued("B", c1):
-            emit("W", c1)
-        while prog.issued("W", c0) < prog.issued("B", c0):
-            emit("W", c0)
-        programs.append([op for op in prog.ops if op[2] < m])
-    return _programs_to_schedule("zb-v", programs, p)
-
-
+@with_formula_doc
 def formula_zb_v(p, m, v, c):
     """ZB-V: zero bubble at T_F = T_B = T_W (ZB paper, section 6), peak p*M_B.
 
@@ -170,17 +120,6 @@ def formula_zb_v(p, m, v, c):
     M_B / 2 each and the warm-up runs up to 2p-1 chunk-0 forwards before
     the first chunk-1 forward (derived from the order; property-tested).
     The bubble is zero only for equal times and m >= 2p-1.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w

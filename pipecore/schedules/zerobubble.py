@@ -6,33 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.codes import B, F, W
 from ..kernels.slots import split_1f1b_columns
-from . import registry
-from .registry import Family, _programs_to_schedule, _slots_to_schedule, register
-
-
-def split_1f1b(devices, microbatches, warmup, lag, name):
-    """1F1B-style programs with a split backward.
-
-    Device d runs ``warmup[d]`` forwards, then for each microbatch j: B(j),
-    the W that is ``lag[d]`` microbatches behind (W(j - lag[d])), and the
-    next forward; the lagging W ops run at the end. A lag of d's lets device
-    d fill its cool-down waits with weight gradients.
-    """
-    m = microbatches
-    programs = []
-    for d in range(devices):
-        k = min(warmup[d], m)
-        prog = [("F", d, j) for j in range(k)]
-        for j in range(m):
-            prog.append(("B", d, j))
-            if j - lag[d] >= 0:
-                prog.append(("W", d, j - lag[d]))
-            if j + k < m:
-                prog.append(("F", d, j + k))
-        prog += [("W", d, j) for j in range(max(0, m - lag[d]), m)]
-        programs.append(prog)
-    return _programs_to_schedule(name, programs, devices)
+from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
 def split_1f1b_slots(devices, microbatches, warmup, lag, name):
@@ -46,13 +23,13 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
     its W.
     """
     m = microbatches
-    if devices * 3 * m >= registry.SCATTER_MIN_OPS:
+    if at_scale(devices, 3 * m):
         # At scale one kernel writes every op straight into the columns.
         warm = np.asarray(warmup, dtype=np.int64)
         lags = np.asarray(lag, dtype=np.int64)
-        return registry._columns_kernel(
+        return kernel_to_schedule(
             name, devices, 3 * m,
-            lambda columns, d0, d1: split_1f1b_columns(*columns, devices, m, warm, lags, d0, d1))
+            lambda out, d0, d1: split_1f1b_columns(out, devices, m, warm, lags, d0, d1))
     # int32 halves the temporaries (slots stay below 3m, far from overflow).
     k = np.minimum(np.asarray(warmup, dtype=np.int32), m)[:, None]
     lag = np.asarray(lag, dtype=np.int32)[:, None]
@@ -65,49 +42,27 @@ def split_1f1b_slots(devices, microbatches, warmup, lag, name):
     b_slot = g(j)
     w_slot = np.where(j + lag < m, g(j + lag) + 1, 2 * m + j)
     f_slot = np.where(j < k, j, g(j - k) + 1 + (j - k >= lag))
-    return _slots_to_schedule(name, devices, 3 * m,
-                              [(0, stage, j, f_slot), (1, stage, j, b_slot), (2, stage, j, w_slot)])
+    return slots_to_schedule(name, devices, 3 * m,
+                             [(F, stage, j, f_slot), (B, stage, j, b_slot), (W, stage, j, w_slot)])
 
 
+@with_builder_doc
 def build_zb_h1(devices, microbatches, chunks=1):
     """ZB-H1: 1F1B's warm-up (p - d forwards on device d); W lags B by d microbatches.
 
     Peak activation stays at 1F1B's p*M_B on device 0 (device d holds
     (p - d) M_B + d M_W); the bubble shrinks to (p-1)(T_F + T_B - T_W).
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     p = devices
     return split_1f1b_slots(p, microbatches, [p - d for d in range(p)], list(range(p)), "zb-h1")
 
 
+@with_builder_doc
 def build_zb_h2(devices, microbatches, chunks=1):
     """ZB-H2: 2(p - d) - 1 warm-up forwards on device d; W lags B by 2d microbatches.
 
     The extra forwards fill the warm-up bubble and the lagging W ops fill
     the cool-down, for (2p-1) M_B of activation on device 0.
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-
-    Returns
-    -------
-    Schedule
     """
     p = devices
     return split_1f1b_slots(p, microbatches, [2 * (p - d) - 1 for d in range(p)],
@@ -123,22 +78,12 @@ def _split_peak(p, m, warmup, lag, c):
     return k * c.activation + held_w * c.activation_w
 
 
+@with_formula_doc
 def formula_zb_h1(p, m, v, c):
     """Bubble (p-1)(T_F + T_B - T_W) (ZB paper, section 3.1).
 
     Exact here when T_W <= T_F (checked by property tests over p, m >= p
     and a grid of times); otherwise the schedule idles more than that.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
@@ -149,23 +94,13 @@ def formula_zb_h1(p, m, v, c):
             "exact": w <= f and m >= p}
 
 
+@with_formula_doc
 def formula_zb_h2(p, m, v, c):
     """Bubble max(0, (p-1)(T_F + T_B - 2 T_W)) (ZB paper, section 3.1).
 
     Exact here when T_B <= T_F and m >= 2p (checked by property tests);
     the makespan adds the (p-1) T_F it takes the first forward to reach
     the last device, which the span-based bubble does not count.
-    Parameters
-    ----------
-    p, m, v : int
-        Devices, microbatches, chunks.
-    c : Costs
-        Scalar costs.
-
-    Returns
-    -------
-    dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
     """
     f, b, w = c.f, c.b, c.w
     t = f + b + w
