@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..kernels import listsched as _kernels
+from ..kernels.carriers import OpCosts, Times, TransferCosts, Units
 from ..kernels.codes import F_DROP, N_CLASSES
 from ..kernels.memory import peak_memory
 from ..kernels.network import X_CLASSES, transfer_classes
@@ -72,7 +73,7 @@ def _plugin(name):
 class Compiled:
     """Flat, C-contiguous kernel inputs for one schedule and one cost set.
 
-    Attributes hold exactly what :func:`pipecore.kernels.listsched.list_schedule`
+    Attributes hold what the list scheduler (:mod:`pipecore.kernels.listsched`)
     takes; see :func:`compile_schedule`.
     """
 
@@ -99,14 +100,14 @@ class Compiled:
     fb_factor: float
     x_after: np.ndarray | None = None
     x_host: np.ndarray | None = None
-    units: tuple | None = None  # make_units' arrays, shared by every compile of a schedule
+    units: Units | None = None  # make_units' carrier, shared by every compile of a schedule
     op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
     _x_times: tuple | None = None
 
     @property
     def shared_links(self) -> bool:
         """bool: some link has several senders (host links shared by devices)."""
-        return self.units is not None and bool(self.units[9].any())
+        return self.units is not None and bool(self.units.link_shared.any())
 
     # Transfer times are kept per class (see kernels.network.X_CLASSES); the
     # per-transfer arrays are made only when something asks for them.
@@ -172,7 +173,7 @@ class Compiled:
         if self.units is None:
             self.units = tier.kernel(_kernels.make_units, n)(
                 self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
-                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8))
+                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
         if op_scale is None:
             op_scale = np.empty(0)  # the kernel's "no scale"
         else:
@@ -182,9 +183,11 @@ class Compiled:
         op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
         busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
         status = tier.kernel(_kernels.run_units, n)(
-            self.units, self.op_class, self.op_stage, op_code, self.x_cls, self.x_table[0],
-            self.x_table[1], self.stage_cost, self.n_links, self.fb_factor, start, finish,
-            x_start, x_arrival, head, op_scale, busy, dev_free, dev_first, keep)
+            self.units,
+            OpCosts(self.op_class, self.op_stage, op_code, op_scale, self.stage_cost,
+                    self.fb_factor),
+            TransferCosts(self.x_cls, self.x_table[0], self.x_table[1]),
+            Times(start, finish, x_start, x_arrival, head, busy, dev_free, dev_first), keep)
         return status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first
 
 
@@ -265,7 +268,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     if units_key not in st:  # cost-independent: once per schedule (and host sharing)
         st[units_key] = tier.kernel(_kernels.make_units, len(st["op_stage"]))(
             st["dev_ptr"], st["xfer"], st["out_ptr"], st["paired"], x_link, st["x_dst_dev"],
-            st["x_after"], shared)
+            st["x_after"], shared, n_links)
     return Compiled(
         dev_ptr=st["dev_ptr"],
         op_kind=st["op_kind"],
