@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +68,20 @@ def _plugin(name):
         raise RuntimeError(f"no {name!r} registered: import pipecore fully (its package "
                            f"__init__ loads the output and analysis layers)")
     return _PLUGINS[name]
+
+
+class Run(NamedTuple):
+    """What :meth:`Compiled.run` returns; a tuple, so it also unpacks in this order."""
+
+    status: int  # kernels.codes.STATUS_OK, or STATUS_DEADLOCK
+    start: np.ndarray  # each op's start (empty from the summary pass)
+    finish: np.ndarray  # each op's finish (empty from the summary pass)
+    x_start: np.ndarray  # each transfer's start on its link (empty from the summary pass)
+    x_arrival: np.ndarray  # each transfer's arrival
+    head: np.ndarray  # per device, the row of its first op that did not run
+    busy: np.ndarray  # per device, busy time
+    dev_free: np.ndarray  # per device, last finish
+    dev_first: np.ndarray  # per device, first start
 
 
 @dataclass
@@ -142,9 +157,9 @@ class Compiled:
 
         Returns
         -------
-        tuple
+        Run
             ``(status, start, finish, x_start, x_arrival, head, busy,
-            dev_free, dev_first)``; the last three per device.
+            dev_free, dev_first)``, a named tuple; the last four per device.
 
         Raises
         ------
@@ -188,7 +203,7 @@ class Compiled:
                     self.fb_factor),
             TransferCosts(self.x_cls, self.x_table[0], self.x_table[1]),
             Times(start, finish, x_start, x_arrival, head, busy, dev_free, dev_first), keep)
-        return status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first
+        return Run(status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)
 
 
 def _check_costs(costs):
@@ -402,9 +417,9 @@ def validate(schedule: Schedule) -> Schedule:
     """
     compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0, offload=1.0))
     # Only the status and the heads matter here: the summary pass will do.
-    status, *_rest, head, _busy, _free, _first = compiled.run(keep=compiled.shared_links)
-    if status == _kernels.STATUS_DEADLOCK:
-        raise _deadlock_error(schedule, head)
+    run = compiled.run(keep=compiled.shared_links)
+    if run.status == _kernels.STATUS_DEADLOCK:
+        raise _deadlock_error(schedule, run.head)
     return schedule
 
 
@@ -433,7 +448,7 @@ class Result:
         self.costs = costs
         self.network = network
         self._c = compiled
-        # (start, finish, x_start, x_arrival), or None until asked for.
+        # The full pass's Run (start, finish, x_start, x_arrival), or None until asked for.
         self._times = times
         self._scale = scale  # the op factors to run with again (None: none)
         self._busy = busy
@@ -445,40 +460,39 @@ class Result:
 
     def _all_times(self):
         if self._times is None:
-            status, start, finish, x_start, x_arrival, *_ = self._c.run(self._scale)
-            if status != _kernels.STATUS_OK:  # the summary pass ran to the end
+            run = self._c.run(self._scale)
+            if run.status != _kernels.STATUS_OK:  # the summary pass ran to the end
                 raise RuntimeError("internal error: the full list-scheduler pass deadlocked "
                                    "where the summary pass did not")
-            self._times = (start, finish, x_start, x_arrival)
+            self._times = run
             self._scale = None
         return self._times
 
     @property
     def start(self) -> np.ndarray:
         """numpy.ndarray: each op's start, in (device, slot) order."""
-        return self._all_times()[0]
+        return self._all_times().start
 
     @start.setter
     def start(self, value):
-        self._times = (value, *self._all_times()[1:])
+        self._times = self._all_times()._replace(start=value)
 
     @property
     def finish(self) -> np.ndarray:
         """numpy.ndarray: each op's finish, in (device, slot) order."""
-        return self._all_times()[1]
+        return self._all_times().finish
 
     @finish.setter
     def finish(self, value):
-        times = self._all_times()
-        self._times = (times[0], value, *times[2:])
+        self._times = self._all_times()._replace(finish=value)
 
     @property
     def _x_start(self) -> np.ndarray:
-        return self._all_times()[2]
+        return self._all_times().x_start
 
     @property
     def _x_arrival(self) -> np.ndarray:
-        return self._all_times()[3]
+        return self._all_times().x_arrival
 
     # -- basic facts ----------------------------------------------------
     @property
@@ -575,11 +589,10 @@ class Result:
                                                    c.act_w, c.ckpt, peak)
         return peak
 
-    def _events(self):
-        """Memory events (device, time, running total), sorted per device by
-        time; at equal times by program position, a copy standing at the
-        row of the O or L that issued it (after that row's own event), so
-        an activation is never freed before it is allocated."""
+    def _row_events(self):
+        """Each op row's change of its device's activation and when it
+        happens: F, R and a recomputed F allocate at their start, B, W and
+        BW free at their finish, the rest change nothing."""
         c = self._c
         kind = c.op_class
         s = c.op_stage
@@ -588,6 +601,16 @@ class Result:
             [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
              c.ckpt[s]], default=0.0)
         time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
+        return delta, time
+
+    def _events(self):
+        """Memory events (device, time, running total), sorted per device by
+        time; at equal times by program position, a copy standing at the
+        row of the O or L that issued it (after that row's own event), so
+        an activation is never freed before it is allocated."""
+        c = self._c
+        kind = c.op_class
+        delta, time = self._row_events()
         dev = self.schedule._column("device").astype(np.int64)
         keep = (kind != AR) & (kind != O) & (kind != L)  # AR, O and L hold nothing themselves
         rows = np.flatnonzero(keep)
@@ -645,12 +668,7 @@ class Result:
             return MemoryTable(pa.table({"device": pa.array(dev.astype(np.int32)),
                                          "time": pa.array(time), "activation": pa.array(total)}))
         kind = c.op_class
-        s = c.op_stage
-        delta = np.select(
-            [kind == F, kind == B, kind == W, kind == BW, kind == R, kind == F_DROP],
-            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
-             c.ckpt[s]], default=0.0)
-        time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
+        delta, time = self._row_events()
         dev = self.schedule._column("device")
         total = np.empty_like(delta)
         # Per-device running sums, in program order (a device is sequential).
@@ -884,14 +902,14 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
                 raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
             scale = scale * jitter.draw(schedule, 1, draw)[:, 0]
     # Large schedules run the summary pass now and the per-op times when
-    # something asks for them (a third faster when only the makespan, busy
-    # times, spans and peaks are wanted).
+    # something asks for them (the summary pass writes no per-op array: less
+    # memory to fill when only the makespan, busy times, spans and peaks are wanted).
     keep = compiled.op_kind.shape[0] < LAZY_MIN_OPS or compiled.shared_links
     with np.errstate(over="ignore", invalid="ignore"):  # checked below, with a message
-        status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first = \
-            compiled.run(scale, keep=keep)
-    if status == _kernels.STATUS_DEADLOCK:
-        raise _deadlock_error(schedule, head)
+        run = compiled.run(scale, keep=keep)
+    busy, dev_free = run.busy, run.dev_free
+    if run.status == _kernels.STATUS_DEADLOCK:
+        raise _deadlock_error(schedule, run.head)
     if not (np.isfinite(dev_free).all() and np.isfinite(busy).all()):
         c = _check_costs(costs)
         raise InputError(
@@ -901,9 +919,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
             f"w={np.max(c.w):g}, comm={np.max(c.comm):g}"
             + ("" if scale is None else f"; straggler/jitter factors up to {np.max(scale):g}")
             + "); express the costs in a larger unit")
-    times = (start, finish, x_start, x_arrival) if keep else None
-    res = Result(schedule, _check_costs(costs), network, compiled, times, busy, dev_free,
-                 dev_first, scale=None if keep else scale)
+    res = Result(schedule, _check_costs(costs), network, compiled, run if keep else None, busy,
+                 dev_free, run.dev_first, scale=None if keep else scale)
     # A copy: what_if replays these, and the caller may reuse their own.
     if isinstance(stragglers, Mapping):
         stragglers = dict(stragglers)

@@ -637,6 +637,7 @@ def _list_one(k, s, structs, programs, rows, transfers, params, out, status, tim
     busy = times.busy[:p]
     free = times.dev_free[:p]
     u_start = times.start[:nu]
+    # list_units never reads unit_rows: an empty int64 array (row_sends) stands in.
     units = Units(nu, dev_units, programs.row_sends, programs.unit_sends[o0:o0 + nu + 1],
                   programs.wait_ptr[o0:o0 + nu + 1], programs.waits[x0:x0 + nx],
                   transfers.link[x0:x0 + nx], transfers.dst_dev[x0:x0 + nx],
