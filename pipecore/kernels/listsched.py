@@ -325,7 +325,14 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
                     if keep:
                         x_start[x] = s
                     x_arrival[x] = e + x_lat[cls]
-                    top = _wake(x_dst_dev[x], x, wait, stack, top)
+                    # Wake the receiver if it waits for this transfer. Written
+                    # out here and below: an inlined helper returning the
+                    # stack height made this loop markedly slower.
+                    c = x_dst_dev[x]
+                    if wait[c] == x:
+                        wait[c] = NOT_WAITING
+                        stack[top] = c
+                        top += 1
                 t_free = f
                 u += 1
             head[d] = u
@@ -354,20 +361,14 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
         link_free[link] = e
         x_start[x] = s
         x_arrival[x] = e + x_lat[cls]
-        top = _wake(x_dst_dev[x], x, wait, stack, top)
+        c = x_dst_dev[x]
+        if wait[c] == x:
+            wait[c] = NOT_WAITING
+            stack[top] = c
+            top += 1
 
     for d in range(p):
         if head[d] < u_ptr[d + 1]:
             return STATUS_DEADLOCK
     return STATUS_OK
 
-
-@njit(cache=True, inline="always")
-def _wake(c, x, wait, stack, top):
-    # Transfer x has arrived: if device c is blocked on it, push c to be
-    # visited again; return the new stack height.
-    if wait[c] == x:
-        wait[c] = NOT_WAITING
-        stack[top] = c
-        top += 1
-    return top
