@@ -197,12 +197,14 @@ class Compiled:
                 raise InputError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
         op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
         busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
+        # The carriers go as plain tuples (tuple(carrier)), which Numba's
+        # dispatcher types faster; run_units names them again.
         status = tier.kernel(_kernels.run_units, n)(
-            self.units,
-            OpCosts(self.op_class, self.op_stage, op_code, op_scale, self.stage_cost,
-                    self.fb_factor),
-            TransferCosts(self.x_cls, self.x_table[0], self.x_table[1]),
-            Times(start, finish, x_start, x_arrival, head, busy, dev_free, dev_first), keep)
+            tuple(self.units),
+            tuple(OpCosts(self.op_class, self.op_stage, op_code, op_scale, self.stage_cost,
+                          self.fb_factor)),
+            tuple(TransferCosts(self.x_cls, self.x_table[0], self.x_table[1])),
+            tuple(Times(start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)), keep)
         return Run(status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)
 
 

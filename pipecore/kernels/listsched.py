@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .carriers import ListScratch, Times, Units
+from .carriers import ListScratch, OpCosts, Times, TransferCosts, Units
 from .codes import STATUS_DEADLOCK, STATUS_OK
 
 NOT_WAITING = 0xFFFFFFFF  # list_units' wait entry of a device not blocked
@@ -71,6 +71,21 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
 def run_units(units, ops, transfers, out, keep):
+    """:func:`schedule_units` for a caller in Python; return a status code.
+
+    Takes the same carriers, each either as its NamedTuple or as the plain
+    tuple of its fields in order (``tuple(carrier)``), and names them again
+    here. Numba's dispatcher types a plain tuple argument in native code
+    but a NamedTuple through Python, at a cost per carrier per call that is
+    a visible share of a small schedule's simulation; inside compiled code
+    the carriers cost nothing.
+    """
+    return schedule_units(Units(*units), OpCosts(*ops), TransferCosts(*transfers), Times(*out),
+                          keep)
+
+
+@njit(cache=True, nogil=True)
+def schedule_units(units, ops, transfers, out, keep):
     """The list scheduler on a schedule's units; return a status code.
 
     ``units`` is :func:`make_units`' carrier, ``ops`` an ``OpCosts``,
