@@ -123,17 +123,27 @@ def schedule_units(units, ops, transfers, out, keep):
     x_coded = transfers.cls.shape[0] == nx and nx > 0
     # One call site, so Numba compiles list_units once for both cases.
     by_code = direct and not scaled and ops.code.shape[0] == n
+    # Fields read in loops go to locals first: each read of a carrier's array
+    # field inside a loop costs a reference count update.
+    cost_table = ops.table
+    kind = ops.kind
+    stage = ops.stage
+    scale = ops.scale
+    start = out.start
+    finish = out.finish
+    head = out.head
     if by_code:
-        table = ops.table.ravel()
+        table = cost_table.ravel()
     else:
         table = np.empty(nu)
         for u in range(nu):
             h = unit_rows[u] if rows else u
-            cost = _op_cost(ops, h, scaled)
+            cost = _op_cost(cost_table, kind, stage, scale, h, scaled)
             if not rows or unit_rows[u + 1] - h == 1:
                 table[u] = cost
             else:
-                table[u] = (cost + _op_cost(ops, h + 1, scaled)) * ops.fb_factor
+                cost2 = _op_cost(cost_table, kind, stage, scale, h + 1, scaled)
+                table[u] = (cost + cost2) * ops.fb_factor
     work = ListScratch(np.empty(units.n_links), np.empty(p, dtype=np.uint32),
                        np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32))
     status = list_units(units, ops.code, table, transfers,
@@ -143,22 +153,22 @@ def schedule_units(units, ops, transfers, out, keep):
     if keep and not direct:
         for u in range(nu):
             h = unit_rows[u]
-            out.start[h] = u_start[u]
-            out.finish[h] = u_finish[u]
+            start[h] = u_start[u]
+            finish[h] = u_finish[u]
             if unit_rows[u + 1] - h == 2:
-                out.start[h + 1] = u_start[u]
-                out.finish[h + 1] = u_finish[u]
+                start[h + 1] = u_start[u]
+                finish[h + 1] = u_finish[u]
     for d in range(p):
-        out.head[d] = unit_rows[u_head[d]] if rows else u_head[d]
+        head[d] = unit_rows[u_head[d]] if rows else u_head[d]
     return status
 
 
 @njit(cache=True, inline="always")
-def _op_cost(ops, r, scaled):
+def _op_cost(table, kind, stage, scale, r, scaled):
     # Row r's time: its class and stage's entry of the table, times its scale.
-    cost = ops.table[ops.kind[r], ops.stage[r]]
+    cost = table[kind[r], stage[r]]
     if scaled:
-        cost = cost * ops.scale[r]
+        cost = cost * scale[r]
     return cost
 
 

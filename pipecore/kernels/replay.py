@@ -654,8 +654,13 @@ def _list_one(k, s, structs, programs, rows, transfers, params, out, status, tim
     # Busy time from unit counts, as replay_groups computes it (bit for bit).
     for d in range(p):
         busy[d] = 0.0
+    # Fields read in loops go to locals first: each read of a carrier's array
+    # field inside a loop costs a reference count update.
+    count_dev = structs.count_dev
+    count_code = structs.count_code
+    count_n = structs.count_n
     for e in range(structs.count_lo[s], structs.count_hi[s]):
-        busy[structs.count_dev[e]] += structs.count_n[e] * dur[structs.count_code[e]]
+        busy[count_dev[e]] += count_n[e] * dur[count_code[e]]
     # The last finish per device is its largest (finishes never decrease).
     makespan = 0.0
     busy_sum = 0.0
@@ -699,6 +704,7 @@ def _list_one(k, s, structs, programs, rows, transfers, params, out, status, tim
         peak_act = 0.0
         peak_total = 0.0
         d0 = structs.dev_lo[s]
+        copies = structs.copies
         for d in range(p):
             mem = 0.0
             pk = 0.0
@@ -707,7 +713,7 @@ def _list_one(k, s, structs, programs, rows, transfers, params, out, status, tim
                 mem = mem + delta[cls]
                 pk = mem if (cls == F or cls == R or cls == F_DROP) and mem > pk else pk
             static = 0.0
-            for _ in range(structs.copies[d0 + d]):
+            for _ in range(copies[d0 + d]):
                 static += weights
             if pk > peak_act:
                 peak_act = pk
