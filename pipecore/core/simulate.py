@@ -118,6 +118,7 @@ class Compiled:
     units: Units | None = None  # make_units' carrier, shared by every compile of a schedule
     op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
     _x_times: tuple | None = None
+    _inputs: tuple | None = None  # run()'s unscaled input carriers, as plain tuples
 
     @property
     def shared_links(self) -> bool:
@@ -189,22 +190,28 @@ class Compiled:
             self.units = tier.kernel(_kernels.make_units, n)(
                 self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
                 self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
-        if op_scale is None:
-            op_scale = np.empty(0)  # the kernel's "no scale"
-        else:
+        if op_scale is not None:
             op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
             if op_scale.shape != (n,):  # the kernel does not bounds-check
                 raise InputError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
-        op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
-        busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
         # The carriers go as plain tuples (tuple(carrier)), which Numba's
-        # dispatcher types faster; run_units names them again.
+        # dispatcher types faster; run_units names them again. The inputs
+        # are the same at every unscaled run: made once.
+        if self._inputs is None or op_scale is not None:
+            op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
+            inputs = (tuple(self.units),
+                      tuple(OpCosts(self.op_class, self.op_stage, op_code,
+                                    np.empty(0) if op_scale is None else op_scale,  # empty: none
+                                    self.stage_cost, self.fb_factor)),
+                      tuple(TransferCosts(self.x_cls, self.x_table[0], self.x_table[1])))
+            if op_scale is None:
+                self._inputs = inputs
+        else:
+            inputs = self._inputs
+        busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
         status = tier.kernel(_kernels.run_units, n)(
-            tuple(self.units),
-            tuple(OpCosts(self.op_class, self.op_stage, op_code, op_scale, self.stage_cost,
-                          self.fb_factor)),
-            tuple(TransferCosts(self.x_cls, self.x_table[0], self.x_table[1])),
-            tuple(Times(start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)), keep)
+            *inputs, tuple(Times(start, finish, x_start, x_arrival, head, busy, dev_free,
+                                 dev_first)), keep)
         return Run(status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)
 
 
