@@ -80,7 +80,7 @@ def test_list_scheduler_each_config_its_structure(benchmark, which):
                                          "inter_latency": 0.05})
     out = np.zeros((_codes.N_OUT, n))
     status = np.zeros(n, dtype=np.int64)
-    ops = np.mean([pack.s_u1[i] - pack.s_u0[i] for i in range(len(names))])
+    ops = np.mean([pack.structures.unit_hi[i] - pack.structures.unit_lo[i] for i in range(len(names))])
     benchmark.group = "full list scheduling p=8 m=32"
     benchmark.name = f"list_groups {which} ({len(names)} structures, ~{ops:.0f} units)"
     benchmark.extra_info["configs"] = n

@@ -50,7 +50,7 @@ def test_kernel(benchmark, case, net, keep):
                       else "kernel summary pass (keep=False)")
     full = compiled.run()  # compile / load from cache outside the timing
     status, *_, dev_free, _first = benchmark(compiled.run, keep=keep)
-    assert status == 0 and dev_free.max() == full[2].max()
+    assert status == 0 and dev_free.max() == full.finish.max()
 
 
 @pytest.mark.parametrize("case", list(CASES))

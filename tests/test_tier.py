@@ -65,8 +65,11 @@ def test_interpreted_equals_reference_families(interpret_all, data, sched):
 def test_interpreted_kernels_call_interpreted_kernels():
     run = tier.interpreted(listsched.run_units)
     assert not hasattr(run, "py_func")
-    # run_units calls list_units: its copy reads the interpreted one.
-    assert run.__globals__["list_units"] is tier.interpreted(listsched.list_units)
+    # run_units calls schedule_units, which calls list_units: each copy
+    # reads the interpreted one.
+    scheduled = tier.interpreted(listsched.schedule_units)
+    assert run.__globals__["schedule_units"] is scheduled
+    assert scheduled.__globals__["list_units"] is tier.interpreted(listsched.list_units)
     assert listsched.run_units.py_func.__globals__["list_units"] is listsched.list_units
 
 

@@ -400,8 +400,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
         take = min(draws - done, BLOCK - k0 % BLOCK)
         fac = jitter.draw(schedule, take, k0)
         scale = np.ascontiguousarray(strag[:, None] * fac)
-        _replay_scaled(st.u_dev, st.u_r1, st.u_r2, st.u_in_ptr, st.in_x, st.u_out0, st.u_out1,
-                       st.x_link, comp.x_ser, comp.x_lat, cost, scale, float(comp.fb_factor),
+        _replay_scaled(st.order, comp.x_ser, comp.x_lat, cost, scale, float(comp.fb_factor),
                        schedule.devices, max(st.n_links, 1), out[done:done + take])
         done += take
     return MonteCarlo(out, jitter, time.perf_counter() - t0)

@@ -12,6 +12,14 @@ import numpy as np
 
 from ..kernels import codes as _codes
 from ..kernels import replay as _replay
+from ..kernels.carriers import (
+    Groups,
+    PackRows,
+    PackTransfers,
+    ReplayOrder,
+    ReplayUnits,
+    Structures,
+)
 from .ops import InputError
 from .schedule import Schedule
 
@@ -103,6 +111,8 @@ class Structure:
         self.n_ops = n
         self.n_units = n_units
         self.n_transfers = len(self.x_link)
+        self.order = ReplayOrder(self.u_dev, self.u_r1, self.u_r2, self.u_in_ptr, self.in_x,
+                                 self.u_out0, self.u_out1, self.x_link)
 
     def x_code(self, devices_per_node):
         """2 * (feeds an all-reduce) + (crosses nodes), per transfer."""
@@ -128,7 +138,18 @@ def _cat(parts, dtype):
 
 
 class Pack:
-    """Concatenated arrays of several (Structure, devices_per_node) entries."""
+    """Concatenated arrays of several (Structure, devices_per_node) entries.
+
+    Attributes
+    ----------
+    structures : kernels.carriers.Structures
+        Per-structure offsets and sizes, per-device copies, busy counts.
+    units : kernels.carriers.ReplayUnits
+        The execution orders, for ``replay_groups``.
+    transfers : kernels.carriers.PackTransfers
+    rows : kernels.carriers.PackRows
+        The op rows, for ``list_groups``.
+    """
 
     def __init__(self, entries):
         self.entries = list(entries)
@@ -138,53 +159,62 @@ class Pack:
         def offsets(sizes):
             return np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
 
-        self.s_u0 = offsets([s.n_units for s in structs])
-        self.s_u1 = (self.s_u0 + np.array([s.n_units for s in structs], dtype=np.int64))
-        self.s_x0 = offsets([s.n_transfers for s in structs])
-        self.s_d0 = offsets([s.devices for s in structs])
-        self.s_r0 = offsets([s.n_ops for s in structs])
-        self.s_o0 = offsets([s.n_ops + 1 for s in structs])
-        self.s_dp0 = offsets([s.devices + 1 for s in structs])
-        self.s_p = np.array([s.devices for s in structs], dtype=np.int64)
-        self.s_nl = np.array([s.n_links for s in structs], dtype=np.int64)
-        self.s_S = np.array([s.stages for s in structs], dtype=np.int64)
-        self.s_cdiv = np.array([s.chunks_div for s in structs], dtype=np.int64)
-        self.s_m = np.array([s.microbatches for s in structs], dtype=np.int64)
+        def sizes(values):
+            return np.array(values, dtype=np.int64)
+
+        unit_lo = offsets([s.n_units for s in structs])
+        count_lo = offsets([len(s.b_dev) for s in structs])
         in_base = offsets([len(s.in_x) for s in structs])
-        self.s_b0 = offsets([len(s.b_dev) for s in structs])
-        self.s_b1 = self.s_b0 + np.array([len(s.b_dev) for s in structs], dtype=np.int64)
-        self.b_dev = _cat([s.b_dev for s in structs], np.int64)
-        self.b_code = _cat([s.b_code for s in structs], np.int64)
-        self.b_cnt = _cat([s.b_cnt for s in structs], np.float64)
-        self.u_dev = _cat([s.u_dev for s in structs], np.int32)
-        self.u_k1 = _cat([s.u_k1 for s in structs], np.int8)
-        self.u_k2 = _cat([s.u_k2 for s in structs], np.int8)
-        self.u_first = _cat([s.u_first for s in structs], np.bool_)
-        # CSR pointers made global; transfer ids inside stay local to a structure.
-        self.u_in_ptr = _cat([s.u_in_ptr[:-1] + b for s, b in zip(structs, in_base)]
-                             + [[sum(len(s.in_x) for s in structs)]], np.int64)
-        self.in_x = _cat([s.in_x for s in structs], np.int32)
-        self.in_slot = _cat([s.in_slot for s in structs], np.int32)
-        self.x_slot = _cat([s.x_slot for s in structs], np.int32)
-        self.u_out0 = _cat([s.u_out0 for s in structs], np.int32)
-        self.u_out1 = _cat([s.u_out1 for s in structs], np.int32)
-        self.x_link = _cat([s.x_link for s in structs], np.int32)
-        self.x_code = _cat(codes, np.int8)
-        self.d_copies = _cat([s.d_copies for s in structs], np.int32)
-        self.d_has = _cat([s.d_has for s in structs], np.bool_)
-        self.dev_ptr = _cat([s.dev_ptr for s in structs], np.int64)
-        self.op_kind = _cat([s.op_kind for s in structs], np.int8)
-        self.op_stage0 = None
-        self.dep = np.ascontiguousarray(np.concatenate([s.dep for s in structs]), dtype=np.int32)
-        self.xfer = np.ascontiguousarray(np.concatenate([s.xfer for s in structs]), dtype=np.int32)
-        self.out_ptr = _cat([s.out_ptr for s in structs], np.int64)
-        self.x_dst_dev = _cat([s.x_dst_dev32 for s in structs], np.int32)
-        self.paired = _cat([s.paired for s in structs], np.bool_)
-        self.max_p = max(1, int(self.s_p.max()))
-        self.max_nl = max(1, int(self.s_nl.max()))
-        self.max_nx = max(1, max(s.n_transfers for s in structs))
-        self.max_slots = max(1, max(s.n_slots for s in structs))
-        self.max_n = max(1, max(s.n_ops for s in structs))
+        self.structures = Structures(
+            unit_lo=unit_lo,
+            unit_hi=unit_lo + sizes([s.n_units for s in structs]),
+            xfer_lo=offsets([s.n_transfers for s in structs]),
+            dev_lo=offsets([s.devices for s in structs]),
+            row_lo=offsets([s.n_ops for s in structs]),
+            ptr_lo=offsets([s.n_ops + 1 for s in structs]),
+            devptr_lo=offsets([s.devices + 1 for s in structs]),
+            devices=sizes([s.devices for s in structs]),
+            links=sizes([s.n_links for s in structs]),
+            stages=sizes([s.stages for s in structs]),
+            chunks_div=sizes([s.chunks_div for s in structs]),
+            count_lo=count_lo,
+            count_hi=count_lo + sizes([len(s.b_dev) for s in structs]),
+            copies=_cat([s.d_copies for s in structs], np.int32),
+            has_ops=_cat([s.d_has for s in structs], np.bool_),
+            count_dev=_cat([s.b_dev for s in structs], np.int64),
+            count_code=_cat([s.b_code for s in structs], np.int64),
+            count_n=_cat([s.b_cnt for s in structs], np.float64),
+            max_devices=max(1, max(s.devices for s in structs)),
+            max_links=max(1, max(s.n_links for s in structs)),
+            max_slots=max(1, max(s.n_slots for s in structs)),
+            max_rows=max(1, max(s.n_ops for s in structs)),
+            max_transfers=max(1, max(s.n_transfers for s in structs)),
+        )
+        self.units = ReplayUnits(
+            device=_cat([s.u_dev for s in structs], np.int32),
+            cls1=_cat([s.u_k1 for s in structs], np.int8),
+            cls2=_cat([s.u_k2 for s in structs], np.int8),
+            first=_cat([s.u_first for s in structs], np.bool_),
+            # CSR pointers made global; transfer ids inside stay local to a structure.
+            in_ptr=_cat([s.u_in_ptr[:-1] + b for s, b in zip(structs, in_base)]
+                        + [[sum(len(s.in_x) for s in structs)]], np.int64),
+            in_slot=_cat([s.in_slot for s in structs], np.int32),
+            send_lo=_cat([s.u_out0 for s in structs], np.int32),
+            send_hi=_cat([s.u_out1 for s in structs], np.int32),
+        )
+        self.transfers = PackTransfers(
+            link=_cat([s.x_link for s in structs], np.int32),
+            code=_cat(codes, np.int8),
+            slot=_cat([s.x_slot for s in structs], np.int32),
+            dst_dev=_cat([s.x_dst_dev32 for s in structs], np.int32),
+        )
+        self.rows = PackRows(
+            dev_ptr=_cat([s.dev_ptr for s in structs], np.int64),
+            op_class=_cat([s.op_kind for s in structs], np.int8),
+            xfer=np.ascontiguousarray(np.concatenate([s.xfer for s in structs]), dtype=np.int32),
+            out_ptr=_cat([s.out_ptr for s in structs], np.int64),
+            paired=_cat([s.paired for s in structs], np.bool_),
+        )
 
     def replay(self, c_struct, params, out, n_threads):
         """Run ``replay_groups`` for configurations sorted by structure.
@@ -234,22 +264,14 @@ class Pack:
                     out[row] = one[row][which]
 
     def _replay_groups(self, g_struct, g_lo, g_hi, n_chunks, params, out, track_mem):
-        _replay.replay_groups(
-            self.s_u0, self.s_u1, self.s_x0, self.s_d0, self.s_p, self.s_nl, self.s_S,
-            self.s_cdiv, self.u_dev, self.u_k1, self.u_k2, self.u_first, self.u_in_ptr,
-            self.in_slot, self.u_out0, self.u_out1, self.x_link, self.x_code, self.x_slot,
-            self.d_copies, self.d_has, self.s_b0, self.s_b1, self.b_dev, self.b_code, self.b_cnt,
-            np.asarray(g_struct, dtype=np.int64), np.asarray(g_lo, dtype=np.int64),
-            np.asarray(g_hi, dtype=np.int64), n_chunks, self.max_p, self.max_nl, self.max_slots,
-            params, out, track_mem)
+        groups = Groups(np.asarray(g_struct, dtype=np.int64), np.asarray(g_lo, dtype=np.int64),
+                        np.asarray(g_hi, dtype=np.int64))
+        _replay.replay_groups(self.structures, self.units, self.transfers, groups, n_chunks,
+                              params, out, track_mem)
 
     def list_schedule(self, c_struct, params, out, status, n_threads):
         """Run ``list_groups``: the full list scheduler per configuration."""
         n_chunks = int(min(max(1, len(c_struct)), 8 * n_threads))
-        _replay.list_groups(
-            self.s_r0, self.s_o0, self.s_x0, self.s_d0, self.s_dp0, self.s_p, self.s_nl,
-            self.s_S, self.s_cdiv, self.dev_ptr, self.op_kind, self.dep, self.xfer,
-            self.out_ptr, self.x_dst_dev, self.x_link, self.x_code, self.paired, self.d_copies,
-            self.s_b0, self.s_b1, self.b_dev, self.b_code, self.b_cnt,
-            np.ascontiguousarray(c_struct, dtype=np.int64), n_chunks, self.max_n, self.max_nx,
-            self.max_nl, self.max_p, params, out, status)
+        _replay.list_groups(self.structures, self.rows, self.transfers,
+                            np.ascontiguousarray(c_struct, dtype=np.int64), n_chunks, params,
+                            out, status)

@@ -7,11 +7,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from ..kernels import listsched as _kernels
+from ..kernels.carriers import OpCosts, Times, TransferCosts, Units
 from ..kernels.codes import F_DROP, N_CLASSES
 from ..kernels.memory import peak_memory
 from ..kernels.network import X_CLASSES, transfer_classes
@@ -68,11 +70,25 @@ def _plugin(name):
     return _PLUGINS[name]
 
 
+class Run(NamedTuple):
+    """What :meth:`Compiled.run` returns; a tuple, so it also unpacks in this order."""
+
+    status: int  # kernels.codes.STATUS_OK, or STATUS_DEADLOCK
+    start: np.ndarray  # each op's start (empty from the summary pass)
+    finish: np.ndarray  # each op's finish (empty from the summary pass)
+    x_start: np.ndarray  # each transfer's start on its link (empty from the summary pass)
+    x_arrival: np.ndarray  # each transfer's arrival
+    head: np.ndarray  # per device, the row of its first op that did not run
+    busy: np.ndarray  # per device, busy time
+    dev_free: np.ndarray  # per device, last finish
+    dev_first: np.ndarray  # per device, first start
+
+
 @dataclass
 class Compiled:
     """Flat, C-contiguous kernel inputs for one schedule and one cost set.
 
-    Attributes hold exactly what :func:`pipecore.kernels.listsched.list_schedule`
+    Attributes hold what the list scheduler (:mod:`pipecore.kernels.listsched`)
     takes; see :func:`compile_schedule`.
     """
 
@@ -99,14 +115,15 @@ class Compiled:
     fb_factor: float
     x_after: np.ndarray | None = None
     x_host: np.ndarray | None = None
-    units: tuple | None = None  # make_units' arrays, shared by every compile of a schedule
+    units: Units | None = None  # make_units' carrier, shared by every compile of a schedule
     op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
     _x_times: tuple | None = None
+    _inputs: tuple | None = None  # run()'s unscaled input carriers, as plain tuples
 
     @property
     def shared_links(self) -> bool:
         """bool: some link has several senders (host links shared by devices)."""
-        return self.units is not None and bool(self.units[9].any())
+        return self.units is not None and bool(self.units.link_shared.any())
 
     # Transfer times are kept per class (see kernels.network.X_CLASSES); the
     # per-transfer arrays are made only when something asks for them.
@@ -141,9 +158,9 @@ class Compiled:
 
         Returns
         -------
-        tuple
+        Run
             ``(status, start, finish, x_start, x_arrival, head, busy,
-            dev_free, dev_first)``; the last three per device.
+            dev_free, dev_first)``, a named tuple; the last four per device.
 
         Raises
         ------
@@ -172,20 +189,30 @@ class Compiled:
         if self.units is None:
             self.units = tier.kernel(_kernels.make_units, n)(
                 self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
-                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8))
-        if op_scale is None:
-            op_scale = np.empty(0)  # the kernel's "no scale"
-        else:
+                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
+        if op_scale is not None:
             op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
             if op_scale.shape != (n,):  # the kernel does not bounds-check
                 raise InputError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
-        op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
+        # The carriers go as plain tuples (tuple(carrier)), which Numba's
+        # dispatcher types faster; run_units names them again. The inputs
+        # are the same at every unscaled run: made once.
+        if self._inputs is None or op_scale is not None:
+            op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
+            inputs = (tuple(self.units),
+                      tuple(OpCosts(self.op_class, self.op_stage, op_code,
+                                    np.empty(0) if op_scale is None else op_scale,  # empty: none
+                                    self.stage_cost, self.fb_factor)),
+                      tuple(TransferCosts(self.x_cls, self.x_table[0], self.x_table[1])))
+            if op_scale is None:
+                self._inputs = inputs
+        else:
+            inputs = self._inputs
         busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
         status = tier.kernel(_kernels.run_units, n)(
-            self.units, self.op_class, self.op_stage, op_code, self.x_cls, self.x_table[0],
-            self.x_table[1], self.stage_cost, self.n_links, self.fb_factor, start, finish,
-            x_start, x_arrival, head, op_scale, busy, dev_free, dev_first, keep)
-        return status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first
+            *inputs, tuple(Times(start, finish, x_start, x_arrival, head, busy, dev_free,
+                                 dev_first)), keep)
+        return Run(status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)
 
 
 def _check_costs(costs):
@@ -232,14 +259,14 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     # so the default leaves every time bit-identical).
     o = arrays["overhead"]
     stage_cost = np.empty((N_CLASSES, S), dtype=np.float64)
-    stage_cost[0] = arrays["f"] + o
-    stage_cost[1] = arrays["b"] + o
-    stage_cost[2] = arrays["w"] + o
-    stage_cost[3] = arrays["bw"] + o
-    stage_cost[4] = 0.0  # an all-reduce's cost is its gradient transfer
-    stage_cost[5] = arrays["r"] + o
-    stage_cost[6] = 0.0  # O and L only issue copies on the host link
-    stage_cost[7] = 0.0
+    stage_cost[F] = arrays["f"] + o
+    stage_cost[B] = arrays["b"] + o
+    stage_cost[W] = arrays["w"] + o
+    stage_cost[BW] = arrays["bw"] + o
+    stage_cost[AR] = 0.0  # an all-reduce's cost is its gradient transfer
+    stage_cost[R] = arrays["r"] + o
+    stage_cost[O] = 0.0  # O and L only issue copies on the host link
+    stage_cost[L] = 0.0
     stage_cost[F_DROP] = arrays["f"] + o
 
     x_src = st.x_src
@@ -257,7 +284,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     if units_key not in st.memo:  # cost-independent: once per schedule (and host sharing)
         st.memo[units_key] = tier.kernel(_kernels.make_units, len(st.op_stage))(
             st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link, st.x_dst_dev,
-            st.x_after, shared)
+            st.x_after, shared, n_links)
     return Compiled(
         dev_ptr=st.dev_ptr,
         op_kind=st.op_kind,
@@ -391,9 +418,9 @@ def validate(schedule: Schedule) -> Schedule:
     """
     compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0, offload=1.0))
     # Only the status and the heads matter here: the summary pass will do.
-    status, *_rest, head, _busy, _free, _first = compiled.run(keep=compiled.shared_links)
-    if status == _kernels.STATUS_DEADLOCK:
-        raise _deadlock_error(schedule, head)
+    run = compiled.run(keep=compiled.shared_links)
+    if run.status == _kernels.STATUS_DEADLOCK:
+        raise _deadlock_error(schedule, run.head)
     return schedule
 
 
@@ -422,7 +449,7 @@ class Result:
         self.costs = costs
         self.network = network
         self._c = compiled
-        # (start, finish, x_start, x_arrival), or None until asked for.
+        # The full pass's Run (start, finish, x_start, x_arrival), or None until asked for.
         self._times = times
         self._scale = scale  # the op factors to run with again (None: none)
         self._busy = busy
@@ -434,40 +461,39 @@ class Result:
 
     def _all_times(self):
         if self._times is None:
-            status, start, finish, x_start, x_arrival, *_ = self._c.run(self._scale)
-            if status != _kernels.STATUS_OK:  # the summary pass ran to the end
+            run = self._c.run(self._scale)
+            if run.status != _kernels.STATUS_OK:  # the summary pass ran to the end
                 raise RuntimeError("internal error: the full list-scheduler pass deadlocked "
                                    "where the summary pass did not")
-            self._times = (start, finish, x_start, x_arrival)
+            self._times = run
             self._scale = None
         return self._times
 
     @property
     def start(self) -> np.ndarray:
         """numpy.ndarray: each op's start, in (device, slot) order."""
-        return self._all_times()[0]
+        return self._all_times().start
 
     @start.setter
     def start(self, value):
-        self._times = (value, *self._all_times()[1:])
+        self._times = self._all_times()._replace(start=value)
 
     @property
     def finish(self) -> np.ndarray:
         """numpy.ndarray: each op's finish, in (device, slot) order."""
-        return self._all_times()[1]
+        return self._all_times().finish
 
     @finish.setter
     def finish(self, value):
-        times = self._all_times()
-        self._times = (times[0], value, *times[2:])
+        self._times = self._all_times()._replace(finish=value)
 
     @property
     def _x_start(self) -> np.ndarray:
-        return self._all_times()[2]
+        return self._all_times().x_start
 
     @property
     def _x_arrival(self) -> np.ndarray:
-        return self._all_times()[3]
+        return self._all_times().x_arrival
 
     # -- basic facts ----------------------------------------------------
     @property
@@ -564,11 +590,10 @@ class Result:
                                                    c.act_w, c.ckpt, peak)
         return peak
 
-    def _events(self):
-        """Memory events (device, time, running total), sorted per device by
-        time; at equal times by program position, a copy standing at the
-        row of the O or L that issued it (after that row's own event), so
-        an activation is never freed before it is allocated."""
+    def _row_events(self):
+        """Each op row's change of its device's activation and when it
+        happens: F, R and a recomputed F allocate at their start, B, W and
+        BW free at their finish, the rest change nothing."""
         c = self._c
         kind = c.op_class
         s = c.op_stage
@@ -577,6 +602,16 @@ class Result:
             [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
              c.ckpt[s]], default=0.0)
         time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
+        return delta, time
+
+    def _events(self):
+        """Memory events (device, time, running total), sorted per device by
+        time; at equal times by program position, a copy standing at the
+        row of the O or L that issued it (after that row's own event), so
+        an activation is never freed before it is allocated."""
+        c = self._c
+        kind = c.op_class
+        delta, time = self._row_events()
         dev = self.schedule._column("device").astype(np.int64)
         keep = (kind != AR) & (kind != O) & (kind != L)  # AR, O and L hold nothing themselves
         rows = np.flatnonzero(keep)
@@ -634,12 +669,7 @@ class Result:
             return MemoryTable(pa.table({"device": pa.array(dev.astype(np.int32)),
                                          "time": pa.array(time), "activation": pa.array(total)}))
         kind = c.op_class
-        s = c.op_stage
-        delta = np.select(
-            [kind == F, kind == B, kind == W, kind == BW, kind == R, kind == F_DROP],
-            [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
-             c.ckpt[s]], default=0.0)
-        time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
+        delta, time = self._row_events()
         dev = self.schedule._column("device")
         total = np.empty_like(delta)
         # Per-device running sums, in program order (a device is sequential).
@@ -873,14 +903,14 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
                 raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
             scale = scale * jitter.draw(schedule, 1, draw)[:, 0]
     # Large schedules run the summary pass now and the per-op times when
-    # something asks for them (a third faster when only the makespan, busy
-    # times, spans and peaks are wanted).
+    # something asks for them (the summary pass writes no per-op array: less
+    # memory to fill when only the makespan, busy times, spans and peaks are wanted).
     keep = compiled.op_kind.shape[0] < LAZY_MIN_OPS or compiled.shared_links
     with np.errstate(over="ignore", invalid="ignore"):  # checked below, with a message
-        status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first = \
-            compiled.run(scale, keep=keep)
-    if status == _kernels.STATUS_DEADLOCK:
-        raise _deadlock_error(schedule, head)
+        run = compiled.run(scale, keep=keep)
+    busy, dev_free = run.busy, run.dev_free
+    if run.status == _kernels.STATUS_DEADLOCK:
+        raise _deadlock_error(schedule, run.head)
     if not (np.isfinite(dev_free).all() and np.isfinite(busy).all()):
         c = _check_costs(costs)
         raise InputError(
@@ -890,9 +920,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
             f"w={np.max(c.w):g}, comm={np.max(c.comm):g}"
             + ("" if scale is None else f"; straggler/jitter factors up to {np.max(scale):g}")
             + "); express the costs in a larger unit")
-    times = (start, finish, x_start, x_arrival) if keep else None
-    res = Result(schedule, _check_costs(costs), network, compiled, times, busy, dev_free,
-                 dev_first, scale=None if keep else scale)
+    res = Result(schedule, _check_costs(costs), network, compiled, run if keep else None, busy,
+                 dev_free, run.dev_first, scale=None if keep else scale)
     # A copy: what_if replays these, and the caller may reuse their own.
     if isinstance(stragglers, Mapping):
         stragglers = dict(stragglers)

@@ -1,62 +1,44 @@
 """The list scheduler: one configuration's op and transfer times, in units
-(one op, or an overlapped F&B pair). Kernels see flat arrays only and never
-raise: they return a status code; the Python layer turns it into an error.
-The semantics are written down in docs/semantics.md."""
+(one op, or an overlapped F&B pair). Kernels take the named carriers of
+``kernels.carriers`` and never raise: they return a status code; the
+Python layer turns it into an error. The semantics are written down in
+docs/semantics.md.
+
+Each device runs its program in order; an op starts when the device is
+free and every producer is available (finished locally, or its transfer
+arrived). A transfer is placed on its link as soon as its producer
+finishes: every transfer on link (a, b) is sent by device a, whose ops
+finish in program order at non-decreasing times, so creation order is
+already the link's (ready time, producer row) order. Zero-serialisation
+transfers never occupy a link. The B of an overlapped F&B pair (a row
+with ``paired`` set, its F the row before) starts with its F when both are
+ready, and the pair takes ``(F + B) * fb_factor``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
+from .carriers import ListScratch, OpCosts, Times, TransferCosts, Units
 from .codes import STATUS_DEADLOCK, STATUS_OK
 
 NOT_WAITING = 0xFFFFFFFF  # list_units' wait entry of a device not blocked
 
 
 @njit(cache=True)
-def list_schedule(dev_ptr, op_kind, op_stage, dep, xfer, out_ptr, x_dst_dev, x_link,
-                  x_ser, x_lat, stage_cost, n_links, paired, fb_factor,
-                  start, finish, x_start, x_arrival, head, x_after):
-    """Fill op and transfer times; return a status code.
+def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_shared, n_links):
+    """The cost-independent :class:`~pipecore.kernels.carriers.Units` of a
+    schedule, computed once and reused across simulations.
 
-    Each device runs its program in order; an op starts when the device is
-    free and every producer is available (finished locally, or its transfer
-    arrived). A transfer is placed on its link as soon as its producer
-    finishes: every transfer on link (a, b) is sent by device a, whose ops
-    finish in program order at non-decreasing times, so creation order is
-    already the link's (ready time, producer row) order. Zero-serialisation
-    transfers never occupy a link. A row with ``paired`` set is the B of an
-    overlapped F&B unit whose F is the previous row: the two start together
-    when both are ready and take ``(F + B) * fb_factor``.
+    ``x_after[x]`` (or -1; empty: -1 for every transfer) is a transfer that
+    transfer x cannot start before the arrival of; ``link_shared[l]`` marks
+    a link with several senders (a host link shared by devices), served in
+    issue order (see ``list_units``).
 
-    The arrays must describe a validated schedule with costs >= 0: ``dep``
-    is not read, since only remote producers (``xfer``) can block or delay
-    an op (see ``list_units``). On return ``head[d]`` is the row of device
-    d's first op that did not run (``dev_ptr[d+1]`` when the device
-    finished). ``x_after[x]`` (or -1) is a transfer that transfer x cannot
-    start before the arrival of (an offload's copy back waits for its copy
-    to host); an empty ``x_after`` means -1 for every transfer.
-    """
-    units = make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after,
-                       np.zeros(n_links, dtype=np.uint8))
-    none = np.empty(0, dtype=np.uint32)
-    p = dev_ptr.shape[0] - 1
-    return run_units(units, op_kind, op_stage, none, none, x_ser, x_lat, stage_cost, n_links,
-                     fb_factor, start, finish, x_start, x_arrival, head, np.empty(0),
-                     np.empty(p), np.empty(p), np.empty(p), True)
-
-
-@njit(cache=True)
-def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_shared):
-    """The cost-independent unit arrays ``run_units`` takes (a tuple); a
-    schedule's are computed once and reused across simulations.
-    ``link_shared[l]`` marks a link with several senders (a host link
-    shared by devices), served in issue order (see ``list_units``).
-
-    Without overlapped pairs unit u is row u: the tuple then carries
+    Without overlapped pairs unit u is row u: the carrier then holds
     ``xfer`` and ``out_ptr`` themselves and empty unit arrays, so nothing
-    of the schedule's size is allocated or copied (at 25M ops that was
-    about 0.6 GB of fresh memory).
+    of the schedule's size is allocated or copied.
     """
     p = dev_ptr.shape[0] - 1
     n = xfer.shape[0]
@@ -65,7 +47,7 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
     # negative-index fix-up without a copy.
     x_link32 = x_link.view(np.uint32)
     x_dst32 = x_dst_dev.view(np.uint32)
-    u_ptr = np.empty(p + 1, dtype=np.uint32)
+    dev_units = np.empty(p + 1, dtype=np.uint32)
     has_pairs = False
     for r in range(n):
         if paired[r]:
@@ -73,156 +55,183 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
             break
     if not has_pairs:
         for d in range(p + 1):
-            u_ptr[d] = dev_ptr[d]
+            dev_units[d] = dev_ptr[d]
         none = np.empty(0, dtype=np.uint32)
-        return (n, u_ptr, np.empty(0, dtype=np.int64), none, none, none, x_link32, x_dst32,
-                x_after, link_shared, xfer, out_ptr)
-    u_row = np.empty(n + 1, dtype=np.int64)
-    u_out = np.empty(n + 1, dtype=np.uint32)
-    in_ptr = np.empty(n + 1, dtype=np.uint32)
-    in_x = np.empty(nx, dtype=np.uint32)
-    nu = program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x)
-    return (nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link32, x_dst32, x_after, link_shared,
-            xfer[:0], out_ptr[:0])
+        return Units(n, dev_units, np.empty(0, dtype=np.int64), none, none, none, x_link32,
+                     x_dst32, x_after, link_shared, n_links, xfer, out_ptr)
+    unit_rows = np.empty(n + 1, dtype=np.int64)
+    unit_sends = np.empty(n + 1, dtype=np.uint32)
+    wait_ptr = np.empty(n + 1, dtype=np.uint32)
+    waits = np.empty(nx, dtype=np.uint32)
+    nu = program_units(dev_ptr, xfer, out_ptr, paired, dev_units, unit_rows, unit_sends,
+                       wait_ptr, waits)
+    return Units(nu, dev_units, unit_rows, unit_sends, wait_ptr, waits, x_link32, x_dst32,
+                 x_after, link_shared, n_links, xfer[:0], out_ptr[:0])
 
 
 @njit(cache=True, nogil=True)  # buffers.populate runs beside it
-def run_units(units, op_kind, op_stage, op_code, x_cls, x_ser, x_lat, stage_cost, n_links,
-              fb_factor, start, finish, x_start, x_arrival, head, op_scale, busy, dev_free,
-              dev_first, keep):
-    """``list_schedule`` on precomputed units (see ``make_units``).
+def run_units(units, ops, transfers, out, keep):
+    """:func:`schedule_units` for a caller in Python; return a status code.
 
-    ``op_kind`` indexes ``stage_cost``'s rows: the kind codes, or the
-    cost classes of ``core.rules`` with a matching table. Each op's time is
-    multiplied by ``op_scale`` (stragglers, jitter; an empty array for none,
-    which skips a multiplication by one that would not change a bit); an
-    overlapped pair takes ``(F * its scale + B * its scale) * fb_factor``.
+    Takes the same carriers, each either as its NamedTuple or as the plain
+    tuple of its fields in order (``tuple(carrier)``), and names them again
+    here. Numba's dispatcher types a plain tuple argument in native code
+    but a NamedTuple through Python, at a cost per carrier per call that is
+    a visible share of a small schedule's simulation; inside compiled code
+    the carriers cost nothing.
+    """
+    return schedule_units(Units(*units), OpCosts(*ops), TransferCosts(*transfers), Times(*out),
+                          keep)
 
-    ``op_code`` (or empty) is ``op_kind * stages + op_stage`` per row: then
-    a schedule without pairs or scale reads its times from ``stage_cost``
-    itself instead of a per-op array. ``x_cls`` (or empty) is a class per
-    transfer, indexing ``x_ser`` and ``x_lat``; empty: they are per transfer.
-    At a million ops a per-op array costs more in fresh memory and cache
-    than the indirection (see bench/test_bench_simulate.py).
 
-    ``busy``, ``dev_free`` and ``dev_first`` (p each) receive
-    ``list_units``' per-device sums, last finishes and first starts. With
-    ``keep`` false, ``start``, ``finish`` and ``x_start`` are not written
-    and may be empty (a schedule without shared links only)."""
-    nu, u_ptr, u_row, u_out, in_ptr, in_x, x_link32, x_dst32, x_after, shared, xfer, out_ptr = units
-    p = u_ptr.shape[0] - 1
-    n = op_kind.shape[0]
-    nx = x_dst32.shape[0]
-    scaled = op_scale.shape[0] > 0
+@njit(cache=True, nogil=True)
+def schedule_units(units, ops, transfers, out, keep):
+    """The list scheduler on a schedule's units; return a status code.
+
+    ``units`` is :func:`make_units`' carrier, ``ops`` an ``OpCosts``,
+    ``transfers`` a ``TransferCosts`` (``cls`` per transfer or empty),
+    ``out`` the ``Times`` to write, per op row. ``ops.kind`` indexes
+    ``ops.table``'s rows: the kind codes, or the cost classes of
+    ``core.rules`` with a matching table. Each op's time is multiplied by
+    ``ops.scale`` (empty for none, which skips a multiplication by one that
+    would not change a bit); an overlapped pair takes
+    ``(F * its scale + B * its scale) * fb_factor``.
+
+    ``ops.code`` (or empty) is ``kind * stages + stage`` per row: then a
+    schedule without pairs or scale reads its times from the table itself
+    instead of a per-op array, which at a million ops costs more in fresh
+    memory and cache than the indirection (see bench/test_bench_simulate.py).
+
+    The arrays must describe a validated schedule with costs >= 0 (see
+    ``list_units``). On return ``out.head[d]`` is the row of device d's
+    first op that did not run (the end of its rows when it finished). With
+    ``keep`` false, ``out.start``, ``out.finish`` and ``out.x_start`` are
+    not written and may be empty (a schedule without shared links only)."""
+    p = units.dev_units.shape[0] - 1
+    n = ops.kind.shape[0]
+    nu = units.n_units
+    unit_rows = units.unit_rows
+    nx = units.x_dst_dev.shape[0]
+    scaled = ops.scale.shape[0] > 0
     # Without overlapped pairs unit u is row u: write the outputs directly
     # (at millions of ops two fewer arrays to allocate and copy).
     direct = nu == n
-    rows = u_row.shape[0] > 0  # else unit u is row u (make_units' no-pairs form)
-    u_start = start if direct or not keep else np.empty(n)
-    u_finish = finish if direct or not keep else np.empty(n)
+    rows = unit_rows.shape[0] > 0  # else unit u is row u (make_units' no-pairs form)
+    u_start = out.start if direct or not keep else np.empty(n)
+    u_finish = out.finish if direct or not keep else np.empty(n)
     u_head = np.empty(p, dtype=np.uint32)
-    x_coded = x_cls.shape[0] == nx and nx > 0
+    x_coded = transfers.cls.shape[0] == nx and nx > 0
     # One call site, so Numba compiles list_units once for both cases.
-    by_code = direct and not scaled and op_code.shape[0] == n
+    by_code = direct and not scaled and ops.code.shape[0] == n
+    # Fields read in loops go to locals first: each read of a carrier's array
+    # field inside a loop costs a reference count update.
+    cost_table = ops.table
+    kind = ops.kind
+    stage = ops.stage
+    scale = ops.scale
+    start = out.start
+    finish = out.finish
+    head = out.head
     if by_code:
-        table = stage_cost.ravel()
+        table = cost_table.ravel()
     else:
         table = np.empty(nu)
         for u in range(nu):
-            h = u_row[u] if rows else u
-            cost = stage_cost[op_kind[h], op_stage[h]]
-            if scaled:
-                cost = cost * op_scale[h]
-            if not rows or u_row[u + 1] - h == 1:
+            h = unit_rows[u] if rows else u
+            cost = _op_cost(cost_table, kind, stage, scale, h, scaled)
+            if not rows or unit_rows[u + 1] - h == 1:
                 table[u] = cost
             else:
-                cost2 = stage_cost[op_kind[h + 1], op_stage[h + 1]]
-                if scaled:
-                    cost2 = cost2 * op_scale[h + 1]
-                table[u] = (cost + cost2) * fb_factor
-    status = list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, op_code, table, x_cls,
-                        x_ser, x_lat, x_link32, x_dst32, x_after, shared, n_links,
-                        u_start, u_finish, x_start, x_arrival, u_head, busy, dev_free,
-                        np.empty(n_links), np.empty(p, dtype=np.uint32),
-                        np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32),
-                        by_code, x_coded, dev_first, keep)
+                cost2 = _op_cost(cost_table, kind, stage, scale, h + 1, scaled)
+                table[u] = (cost + cost2) * ops.fb_factor
+    work = ListScratch(np.empty(units.n_links), np.empty(p, dtype=np.uint32),
+                       np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32))
+    status = list_units(units, ops.code, table, transfers,
+                        Times(u_start, u_finish, out.x_start, out.x_arrival, u_head, out.busy,
+                              out.dev_free, out.dev_first),
+                        work, by_code, x_coded, keep)
     if keep and not direct:
         for u in range(nu):
-            h = u_row[u]
+            h = unit_rows[u]
             start[h] = u_start[u]
             finish[h] = u_finish[u]
-            if u_row[u + 1] - h == 2:
+            if unit_rows[u + 1] - h == 2:
                 start[h + 1] = u_start[u]
                 finish[h + 1] = u_finish[u]
     for d in range(p):
-        head[d] = u_row[u_head[d]] if rows else u_head[d]
+        head[d] = unit_rows[u_head[d]] if rows else u_head[d]
     return status
 
 
+@njit(cache=True, inline="always")
+def _op_cost(table, kind, stage, scale, r, scaled):
+    # Row r's time: its class and stage's entry of the table, times its scale.
+    cost = table[kind[r], stage[r]]
+    if scaled:
+        cost = cost * scale[r]
+    return cost
+
+
 @njit(cache=True)
-def program_units(dev_ptr, xfer, out_ptr, paired, u_ptr, u_row, u_out, in_ptr, in_x):
+def program_units(dev_ptr, xfer, out_ptr, paired, dev_units, unit_rows, unit_sends, wait_ptr, waits):
     """Split the device programs into units (an op, or an overlapped F&B
     pair) for ``list_units``; return the number of units, nu.
 
-    Writes device d's units ``u_ptr[d]..u_ptr[d+1]-1`` (p + 1 entries);
-    unit u's rows ``u_row[u]..u_row[u+1]-1`` and the transfers it sends,
-    ``u_out[u]..u_out[u+1]-1`` (F row's first; nu + 1 entries each); the
-    transfers it waits for, ``in_x[in_ptr[u]..in_ptr[u+1]-1]`` (row, then
+    Writes device d's units ``dev_units[d]..dev_units[d+1]-1`` (p + 1 entries);
+    unit u's rows ``unit_rows[u]..unit_rows[u+1]-1`` and the transfers it sends,
+    ``unit_sends[u]..unit_sends[u+1]-1`` (F row's first; nu + 1 entries each); the
+    transfers it waits for, ``waits[wait_ptr[u]..wait_ptr[u+1]-1]`` (row, then
     slot order; at most nx). Local producers are not listed.
     """
     p = dev_ptr.shape[0] - 1
     u = 0
     k = 0
     for d in range(p):
-        u_ptr[d] = u
+        dev_units[d] = u
         lo = dev_ptr[d]
         for r in range(lo, dev_ptr[d + 1]):
             # A paired row joins the previous row's unit (pairs never chain:
             # rule "slot-unique").
             if r == lo or not paired[r]:
-                u_row[u] = r
-                u_out[u] = out_ptr[r]
-                in_ptr[u] = k
+                unit_rows[u] = r
+                unit_sends[u] = out_ptr[r]
+                wait_ptr[u] = k
                 u += 1
             x = xfer[r, 0]
             if x >= 0:
-                in_x[k] = x
+                waits[k] = x
                 k += 1
             x = xfer[r, 1]
             if x >= 0:
-                in_x[k] = x
+                waits[k] = x
                 k += 1
-    u_ptr[p] = u
-    u_row[u] = dev_ptr[p]
-    u_out[u] = out_ptr[dev_ptr[p]]
-    in_ptr[u] = k
+    dev_units[p] = u
+    unit_rows[u] = dev_ptr[p]
+    unit_sends[u] = out_ptr[dev_ptr[p]]
+    wait_ptr[u] = k
     return u
 
 
 @njit(cache=True)
-def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_ser, x_lat, x_link,
-               x_dst_dev, x_after, link_shared, n_links, u_start, u_finish, x_start, x_arrival,
-               head, busy, dev_free, link_free, stack, wait, pend, u_coded, x_coded,
-               dev_first, keep):
-    """The list scheduler on ``program_units``' units; return a status code.
+def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, keep):
+    """The list scheduler on ``units`` (a :class:`~pipecore.kernels.carriers.Units`);
+    return a status code.
 
-    Unit u takes ``dur[u_code[u]]``; transfer x has serialisation
-    ``x_ser[x_cls[x]]`` and latency ``x_lat[x_cls[x]]`` (so a batch passes
-    small per-configuration tables). With ``u_coded`` (``x_coded``) false
-    the code of unit u (transfer x) is u (x) itself and ``u_code``
-    (``x_cls``) is not read: one array fewer to stream at scale. With
-    ``in_ptr`` empty, unit u is row u of a schedule without pairs: its
-    remote inputs are ``xfer[u]`` (-1 for none) and its transfers
-    ``out_ptr[u]..out_ptr[u+1]-1``. Writes each unit's start and finish,
+    Unit u takes ``dur[unit_code[u]]``; transfer x has serialisation
+    ``transfers.ser[transfers.cls[x]]`` and latency ``transfers.lat[...]``
+    (so a batch passes small per-configuration tables). With ``u_coded``
+    (``x_coded``) false the code of unit u (transfer x) is u (x) itself and
+    ``unit_code`` (``transfers.cls``) is not read: one array fewer to
+    stream at scale. With ``units.wait_ptr`` empty, unit u is row u of a
+    schedule without pairs: its remote inputs are ``units.row_xfer[u]``
+    (-1 for none) and its transfers ``row_sends[u]..row_sends[u+1]-1``.
+    Writes ``out`` (a ``Times``, per unit): each unit's start and finish,
     each transfer's start and arrival, and per device the first unit not
-    run (``head``), the busy time summed in program order (``busy``), the
-    last finish (``dev_free``) and the first unit's start (``dev_first``;
-    untouched for a device without units). With ``keep`` false the unit
-    starts and finishes and the transfer starts are not written (nor
-    read): a summary pass, about a third faster at 33M ops, for results
-    whose per-op times are asked later or never. ``link_free``, ``stack``
-    and ``wait`` (n_links, p and p long) are work arrays. Index arrays are unsigned so
-    that Numba leaves out its negative-index fix-up.
+    run, the busy time summed in program order, the last finish and the
+    first unit's start (untouched for a device without units). With
+    ``keep`` false the unit starts and finishes and the transfer starts are
+    not written (nor read): a summary pass, for results whose per-op times
+    are asked later or never. ``work`` is a ``ListScratch``.
 
     Only remote inputs are checked: in a validated schedule a local
     producer comes earlier in its device's program (rule "order") and,
@@ -231,19 +240,46 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
     only. A transfer not yet sent has arrival -1 (real ones are >= 0). A
     blocked device records the transfer it waits for and is revisited once
     that one is sent; times do not depend on the order of visits.
-    Transfer x starts no earlier than the arrival of ``x_after[x]`` when
-    that is >= 0 (an empty ``x_after``: never); such a transfer is always
-    sent earlier by the same device (an offload's copy to host, before the
-    copy back).
+    Transfer x starts no earlier than the arrival of ``units.x_after[x]``
+    when that is >= 0 (an empty ``x_after``: never); such a transfer is
+    always sent earlier by the same device (an offload's copy to host,
+    before the copy back).
 
-    A link with ``link_shared`` set has several senders (a host link
+    A link with ``units.link_shared`` set has several senders (a host link
     shared by devices) and serves its transfers in order of issue time
     (their producer's finish; ties by transfer id, that is by device, then
-    program order). Those are held in ``pend`` (nx long) and placed one at
-    a time when no device can go on: the one issued first is then safe to
+    program order). Those are held in ``work.pend`` and placed one at a
+    time when no device can go on: the one issued first is then safe to
     place, since every device is blocked or done and any transfer issued
     later starts after something placed now arrives.
     """
+    # Locals named as in the semantics; unpacking a carrier costs nothing.
+    u_ptr = units.dev_units
+    u_out = units.unit_sends
+    in_ptr = units.wait_ptr
+    in_x = units.waits
+    xfer = units.row_xfer
+    out_ptr = units.row_sends
+    x_link = units.x_link
+    x_dst_dev = units.x_dst_dev
+    x_after = units.x_after
+    link_shared = units.link_shared
+    n_links = units.n_links
+    x_cls = transfers.cls
+    x_ser = transfers.ser
+    x_lat = transfers.lat
+    u_start = out.start
+    u_finish = out.finish
+    x_start = out.x_start
+    x_arrival = out.x_arrival
+    head = out.head
+    busy = out.busy
+    dev_free = out.dev_free
+    dev_first = out.dev_first
+    link_free = work.link_free
+    stack = work.stack
+    wait = work.wait
+    pend = work.pend
     p = u_ptr.shape[0] - 1
     nx = x_link.shape[0]
     by_row = in_ptr.shape[0] == 0
@@ -284,7 +320,7 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
                     t = max(t, a)  # select(a > t, a, t), as the semantics' max
                 if blocked:
                     break
-                f = t + dur[u_code[u] if u_coded else u]
+                f = t + dur[unit_code[u] if u_coded else u]
                 if keep:
                     u_start[u] = t
                     u_finish[u] = f
@@ -314,6 +350,9 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
                     if keep:
                         x_start[x] = s
                     x_arrival[x] = e + x_lat[cls]
+                    # Wake the receiver if it waits for this transfer. Written
+                    # out here and below: an inlined helper returning the
+                    # stack height made this loop markedly slower.
                     c = x_dst_dev[x]
                     if wait[c] == x:
                         wait[c] = NOT_WAITING
@@ -357,3 +396,4 @@ def list_units(u_ptr, u_out, in_ptr, in_x, xfer, out_ptr, u_code, dur, x_cls, x_
         if head[d] < u_ptr[d + 1]:
             return STATUS_DEADLOCK
     return STATUS_OK
+

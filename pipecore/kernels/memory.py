@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .codes import BW, F_DROP, B, F, R, W
+
 
 @njit(cache=True, inline="always")
 def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
@@ -13,7 +15,7 @@ def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
 
     Classes (``core.rules``): F +act, B -(act - act_w), W -act_w, BW -act,
     AR nothing, R +(act - ckpt), O and L nothing (offload memory moves at
-    copy times: see ``core.simulate``), F_DROP = 8 (a recomputed F) +ckpt.
+    copy times: see ``core.simulate``), F_DROP (a recomputed F) +ckpt.
     """
     total = 0.0
     best = 0.0
@@ -21,22 +23,22 @@ def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
         r = order[i]
         k = op_class[r]
         s = op_stage[r]
-        if k == 0 or k == 5 or k == 8:
-            if k == 0:
+        if k == F or k == R or k == F_DROP:
+            if k == F:
                 total = total + act[s]
-            elif k == 5:
+            elif k == R:
                 total = total + (act[s] - ckpt[s])
             else:
                 total = total + ckpt[s]
             if total > best:
                 best = total
-        elif k == 1:
+        elif k == B:
             total = total - (act[s] - act_w[s])
-        elif k == 2:
+        elif k == W:
             total = total - act_w[s]
-        elif k == 3:
+        elif k == BW:
             total = total - act[s]
-        # k == 4 (all-reduce) holds no activation
+        # AR (all-reduce), O and L hold no activation
     return best
 
 

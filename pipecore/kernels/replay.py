@@ -1,7 +1,7 @@
 """Batched kernels for many configurations of a few schedule structures.
 
 Two ways to evaluate a configuration, with the same semantics as
-``listsched.list_schedule`` (docs/semantics.md):
+the list scheduler, ``listsched.run_units`` (docs/semantics.md):
 
 * ``replay_groups`` replays a precomputed execution order with LANES
   configurations side by side. It is exact because an op's start is a max
@@ -25,8 +25,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .codes import N_CLASSES as N_CLS
+from .carriers import (
+    ConfigTables,
+    ListScratch,
+    PackPrograms,
+    PackRows,
+    PackTransfers,
+    Times,
+    TransferCosts,
+    Units,
+)
 from .codes import (
+    AR,
+    BW,
+    F_DROP,
     O_BUSY_MAX,
     O_BUSY_SUM,
     O_MAKESPAN,
@@ -51,7 +63,14 @@ from .codes import (
     P_WEIGHTS,
     STATUS_DEADLOCK,
     STATUS_OK,
+    B,
+    F,
+    O,
+    R,
+    W,
 )
+from .codes import N_CLASSES as N_CLS
+from .codes import L as L_KIND
 from .listsched import list_units, program_units
 
 LANES = 64  # one AVX-512 register of float64; also fine on AVX2 (two)
@@ -68,7 +87,7 @@ def execution_order(dev_ptr, dep, xfer, paired, out_ptr, x_dst_dev, order):
     into ``order`` in one dependency-respecting order; return how many.
 
     Fewer than the number of units means the schedule deadlocks. It visits
-    devices exactly as ``list_schedule`` does, without times.
+    devices exactly as ``listsched.list_units`` does, without times.
     """
     p = dev_ptr.shape[0] - 1
     n = dep.shape[0]
@@ -130,49 +149,6 @@ def _share(value, cdiv, p, n_stages):
     return value * p / n_stages
 
 
-@njit(cache=True, parallel=True)
-def fill_row(dst, row, src, value, lo, hi, n_chunks):
-    """``dst[row] = src`` (or ``value`` where ``src`` is empty), over all
-    threads; chunk c's smallest and largest value go to ``lo[c]``,
-    ``hi[c]`` (NaN when the chunk holds a NaN), so the caller checks a
-    million-row column with two tiny reductions."""
-    n = dst.shape[1]
-    const = src.shape[0] == 0
-    for c in prange(n_chunks):
-        a = c * n // n_chunks
-        b = (c + 1) * n // n_chunks
-        mn = np.inf
-        mx = -np.inf
-        nan = False
-        for k in range(a, b):
-            v = value if const else src[k]
-            dst[row, k] = v
-            if v != v:
-                nan = True
-            if v < mn:
-                mn = v
-            if v > mx:
-                mx = v
-        lo[c] = np.nan if nan else mn
-        hi[c] = np.nan if nan else mx
-
-
-@njit(cache=True, parallel=True)
-def sweep_metrics(out, devices, microbatches, ratio, rate, throughput):
-    """Bubble ratio, bubble rate and throughput per configuration from the
-    output rows, in one pass (the formulas of ``scan.batch.metrics_from``)."""
-    for k in prange(out.shape[1]):
-        makespan = out[O_MAKESPAN, k]
-        if makespan > 0:
-            ratio[k] = 1.0 - out[O_BUSY_SUM, k] / (devices * makespan)
-            throughput[k] = microbatches / makespan
-        else:
-            ratio[k] = 0.0
-            throughput[k] = np.inf
-        span = out[O_SPAN_MAX, k]
-        rate[k] = (span - out[O_BUSY_MAX, k]) / span if span > 0 else 0.0
-
-
 @njit(cache=True, inline="always")
 def _shares(params, row, col, cdiv, p, n_stages, dst):
     # _share for every lane of a group, the cdiv branch outside the lane loop.
@@ -222,28 +198,59 @@ def transfer_slots(u_in_ptr, in_x, u_out0, u_out1, x_slot, in_slot):
 
 
 @njit(cache=True, parallel=True)
-def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
-                  u_dev, u_k1, u_k2, u_first, u_in_ptr, in_slot, u_out0, u_out1,
-                  x_link, x_code, x_slot, d_copies, d_has, s_b0, s_b1, b_dev, b_code, b_cnt,
-                  g_struct, g_lo, g_hi, n_chunks, max_p, max_nl, max_slots,
-                  params, out, track_mem):
+def replay_groups(structs, units, transfers, groups, n_chunks, params, out, track_mem):
     """Replay each structure's execution order for groups of up to LANES
     configurations that share it.
 
-    Group g holds configurations ``g_lo[g]..g_hi[g]-1`` (columns of
-    ``params`` and ``out``) of structure ``g_struct[g]``; unused lanes
-    repeat the group's last configuration and are not written.
-    ``x_code`` is 2 * (all-reduce) + (crosses nodes) per transfer: it picks
-    the bytes (activation or gradient) and the link level. Arrivals live in
-    rows of a small buffer (``x_slot`` per transfer, ``in_slot`` per
-    incoming edge: :func:`transfer_slots`), reused once consumed, so the
-    buffer stays in cache at any schedule size. With
-    ``track_mem`` False the memory rows of ``out`` are not written (the
-    caller fills them when every configuration has the same memory costs).
-    Busy time per device is ``sum(b_cnt * cost of b_code)`` over the
-    structure's entries ``s_b0[s]..s_b1[s]-1`` (units counted by device and
-    cost code), not summed unit by unit.
+    ``structs`` (``Structures``), ``units`` (``ReplayUnits``) and
+    ``transfers`` (``PackTransfers``) are the pack; group g of ``groups``
+    holds configurations ``groups.lo[g]..groups.hi[g]-1`` (columns of
+    ``params`` and ``out``) of structure ``groups.structure[g]``; unused
+    lanes repeat the group's last configuration and are not written.
+    ``transfers.code`` is 2 * (all-reduce) + (crosses nodes) per transfer:
+    it picks the bytes (activation or gradient) and the link level.
+    Arrivals live in rows of a small buffer (``transfers.slot`` per
+    transfer, ``units.in_slot`` per incoming edge: :func:`transfer_slots`),
+    reused once consumed, so the buffer stays in cache at any schedule
+    size. With ``track_mem`` False the memory rows of ``out`` are not
+    written (the caller fills them when every configuration has the same
+    memory costs). Busy time per device is the sum of count * cost of code
+    over the structure's busy counts (units counted by device and cost
+    code), not summed unit by unit.
     """
+    # Locals for the carriers' fields: the loops below read them by name.
+    unit_lo = structs.unit_lo
+    unit_hi = structs.unit_hi
+    xfer_lo = structs.xfer_lo
+    dev_lo = structs.dev_lo
+    n_devices = structs.devices
+    n_links = structs.links
+    n_stages_of = structs.stages
+    chunks_div = structs.chunks_div
+    count_lo = structs.count_lo
+    count_hi = structs.count_hi
+    copies_of = structs.copies
+    has_ops = structs.has_ops
+    count_dev = structs.count_dev
+    count_code = structs.count_code
+    count_n = structs.count_n
+    max_p = structs.max_devices
+    max_nl = structs.max_links
+    max_slots = structs.max_slots
+    unit_dev = units.device
+    unit_cls1 = units.cls1
+    unit_cls2 = units.cls2
+    unit_first = units.first
+    in_ptr = units.in_ptr
+    in_slot = units.in_slot
+    send_lo = units.send_lo
+    send_hi = units.send_hi
+    x_link = transfers.link
+    x_code = transfers.code
+    x_slot = transfers.slot
+    g_struct = groups.structure
+    g_lo = groups.lo
+    g_hi = groups.hi
     G = g_struct.shape[0]
     L = LANES
     for c in prange(n_chunks):
@@ -267,22 +274,22 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
         ff = np.empty(L)
         col = np.empty(L, dtype=np.int64)
         ser_any = np.empty(4, dtype=np.bool_)
-        fs_ = np.empty(L)
-        bs_ = np.empty(L)
-        ws_ = np.empty(L)
-        rs_ = np.empty(L)
-        wsh = np.empty(L)
-        e_top = np.empty(L)
-        e_total = np.empty(L)
-        e_most = np.empty(L)
-        e_widest = np.empty(L)
-        e_best = np.empty(L)
-        e_whole = np.empty(L)
+        f_share = np.empty(L)
+        b_share = np.empty(L)
+        w_share = np.empty(L)
+        r_share = np.empty(L)
+        weights = np.empty(L)
+        makespan = np.empty(L)
+        busy_sum = np.empty(L)
+        busy_max = np.empty(L)
+        span_max = np.empty(L)
+        peak_act = np.empty(L)
+        peak_total = np.empty(L)
         for g in range(g_begin, g_end):
             s = g_struct[g]
-            p = s_p[s]
-            n_stages = s_S[s]
-            cdiv = s_cdiv[s]
+            p = n_devices[s]
+            n_stages = n_stages_of[s]
+            cdiv = chunks_div[s]
             for lane in range(L):
                 k = g_lo[g] + lane
                 if k >= g_hi[g]:
@@ -290,25 +297,25 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                 col[lane] = k
             # Parameters row by row with the lane loop inside (packed loads
             # and divisions; the cdiv branch is per group, not per lane).
-            _shares(params, P_F, col, cdiv, p, n_stages, fs_)
-            _shares(params, P_B, col, cdiv, p, n_stages, bs_)
-            _shares(params, P_W, col, cdiv, p, n_stages, ws_)
-            _shares(params, P_R, col, cdiv, p, n_stages, rs_)
+            _shares(params, P_F, col, cdiv, p, n_stages, f_share)
+            _shares(params, P_B, col, cdiv, p, n_stages, b_share)
+            _shares(params, P_W, col, cdiv, p, n_stages, w_share)
+            _shares(params, P_R, col, cdiv, p, n_stages, r_share)
             _shares(params, P_ACT, col, cdiv, p, n_stages, act)
             _shares(params, P_ACTW, col, cdiv, p, n_stages, actw)
             _shares(params, P_CKPT, col, cdiv, p, n_stages, ckpt)
-            _shares(params, P_WEIGHTS, col, cdiv, p, n_stages, wsh)
+            _shares(params, P_WEIGHTS, col, cdiv, p, n_stages, weights)
             for lane in range(L):
                 k = col[lane]
-                cost[0, lane] = fs_[lane]
-                cost[1, lane] = bs_[lane]
-                cost[2, lane] = ws_[lane]
-                cost[3, lane] = bs_[lane] + ws_[lane]
-                cost[4, lane] = 0.0
-                cost[5, lane] = rs_[lane]
-                cost[6, lane] = 0.0
-                cost[7, lane] = 0.0
-                cost[8, lane] = fs_[lane]
+                cost[F, lane] = f_share[lane]
+                cost[B, lane] = b_share[lane]
+                cost[W, lane] = w_share[lane]
+                cost[BW, lane] = b_share[lane] + w_share[lane]
+                cost[AR, lane] = 0.0
+                cost[R, lane] = r_share[lane]
+                cost[O, lane] = 0.0
+                cost[L_KIND, lane] = 0.0
+                cost[F_DROP, lane] = f_share[lane]
                 fb[lane] = params[P_FB, k]
                 ser[0, lane] = params[P_BYTES, k] / params[P_BW, k]
                 ser[1, lane] = params[P_BYTES, k] / params[P_IBW, k]
@@ -330,36 +337,36 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                     first[d, lane] = 0.0
                     mem[d, lane] = 0.0
                     peak[d, lane] = 0.0
-            for i in range(s_nl[s]):
+            for i in range(n_links[s]):
                 for lane in range(L):
                     link_free[i, lane] = 0.0
-            x0 = s_x0[s]
-            for u in range(s_u0[s], s_u1[s]):
-                d = u_dev[u]
+            x0 = xfer_lo[s]
+            for u in range(unit_lo[s], unit_hi[s]):
+                d = unit_dev[u]
                 for lane in range(L):
                     t[lane] = dev_free[d, lane]
-                for j in range(u_in_ptr[u], u_in_ptr[u + 1]):
+                for j in range(in_ptr[u], in_ptr[u + 1]):
                     x = in_slot[j]
                     for lane in range(L):
                         t[lane] = max(t[lane], arr[x, lane])
-                k1 = u_k1[u]
-                k2 = u_k2[u]
+                cls1 = unit_cls1[u]
+                cls2 = unit_cls2[u]
                 # Both stores in one loop: a separate copy loop into
-                # dev_free cost about a fifth of the kernel at p=8, m=32.
-                if k2 < 0:
+                # dev_free costs a large share of the kernel at small p.
+                if cls2 < 0:
                     for lane in range(L):
-                        v = t[lane] + cost[k1, lane]
+                        v = t[lane] + cost[cls1, lane]
                         ff[lane] = v
                         dev_free[d, lane] = v
                 else:
                     for lane in range(L):
-                        v = t[lane] + (cost[k1, lane] + cost[k2, lane]) * fb[lane]
+                        v = t[lane] + (cost[cls1, lane] + cost[cls2, lane]) * fb[lane]
                         ff[lane] = v
                         dev_free[d, lane] = v
-                if u_first[u]:
+                if unit_first[u]:
                     for lane in range(L):
                         first[d, lane] = t[lane]
-                for x in range(u_out0[u], u_out1[u]):
+                for x in range(send_lo[u], send_hi[u]):
                     code = x_code[x0 + x]
                     link = x_link[x0 + x]
                     row = x_slot[x0 + x]
@@ -381,35 +388,35 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                     continue
                 # Activation total in program order (same arithmetic as peak_memory).
                 for r in range(2):
-                    k = k1 if r == 0 else k2
-                    if k == 0:
+                    cls = cls1 if r == 0 else cls2
+                    if cls == F:
                         for lane in range(L):
                             tot = mem[d, lane] + act[lane]
                             mem[d, lane] = tot
                             peak[d, lane] = max(peak[d, lane], tot)
-                    elif k == 1:
+                    elif cls == B:
                         for lane in range(L):
                             mem[d, lane] = mem[d, lane] - (act[lane] - actw[lane])
-                    elif k == 2:
+                    elif cls == W:
                         for lane in range(L):
                             mem[d, lane] = mem[d, lane] - actw[lane]
-                    elif k == 3:
+                    elif cls == BW:
                         for lane in range(L):
                             mem[d, lane] = mem[d, lane] - act[lane]
-                    elif k == 5:
+                    elif cls == R:
                         for lane in range(L):
                             tot = mem[d, lane] + (act[lane] - ckpt[lane])
                             mem[d, lane] = tot
                             peak[d, lane] = max(peak[d, lane], tot)
-                    elif k == 8:
+                    elif cls == F_DROP:
                         for lane in range(L):
                             tot = mem[d, lane] + ckpt[lane]
                             mem[d, lane] = tot
                             peak[d, lane] = max(peak[d, lane], tot)
-            for e in range(s_b0[s], s_b1[s]):
-                d = b_dev[e]
-                c = b_code[e]
-                n_e = b_cnt[e]
+            for e in range(count_lo[s], count_hi[s]):
+                d = count_dev[e]
+                c = count_code[e]
+                n_e = count_n[e]
                 if c < N_CLS:
                     for lane in range(L):
                         busy[d, lane] += n_e * cost[c, lane]
@@ -420,166 +427,162 @@ def replay_groups(s_u0, s_u1, s_x0, s_d0, s_p, s_nl, s_S, s_cdiv,
                         busy[d, lane] += n_e * ((cost[c1, lane] + cost[c2, lane]) * fb[lane])
             # Per-configuration metrics, devices outer and lanes inner (the
             # same comparisons and sums, in the same order, per lane).
-            d0 = s_d0[s]
+            d0 = dev_lo[s]
             for lane in range(L):
-                e_top[lane] = 0.0
-                e_total[lane] = 0.0
-                e_most[lane] = 0.0
-                e_widest[lane] = 0.0
-                e_best[lane] = 0.0
-                e_whole[lane] = 0.0
+                makespan[lane] = 0.0
+                busy_sum[lane] = 0.0
+                busy_max[lane] = 0.0
+                span_max[lane] = 0.0
+                peak_act[lane] = 0.0
+                peak_total[lane] = 0.0
             for d in range(p):
-                has = d_has[d0 + d]
-                copies = d_copies[d0 + d]
+                has = has_ops[d0 + d]
+                copies = copies_of[d0 + d]
                 for lane in range(L):
                     fin = dev_free[d, lane]
-                    if fin > e_top[lane]:
-                        e_top[lane] = fin
+                    if fin > makespan[lane]:
+                        makespan[lane] = fin
                     bz = busy[d, lane]
-                    e_total[lane] += bz
-                    if bz > e_most[lane]:
-                        e_most[lane] = bz
+                    busy_sum[lane] += bz
+                    if bz > busy_max[lane]:
+                        busy_max[lane] = bz
                     static = 0.0
                     for _ in range(copies):
-                        static += wsh[lane]
-                    if has and fin - first[d, lane] > e_widest[lane]:
-                        e_widest[lane] = fin - first[d, lane]
-                    if peak[d, lane] > e_best[lane]:
-                        e_best[lane] = peak[d, lane]
-                    if peak[d, lane] + static > e_whole[lane]:
-                        e_whole[lane] = peak[d, lane] + static
+                        static += weights[lane]
+                    if has and fin - first[d, lane] > span_max[lane]:
+                        span_max[lane] = fin - first[d, lane]
+                    if peak[d, lane] > peak_act[lane]:
+                        peak_act[lane] = peak[d, lane]
+                    if peak[d, lane] + static > peak_total[lane]:
+                        peak_total[lane] = peak[d, lane] + static
             for lane in range(L):
                 k = col[lane]
                 if lane > 0 and k == col[lane - 1]:
                     continue  # padding lane
-                out[O_MAKESPAN, k] = e_top[lane]
-                out[O_BUSY_SUM, k] = e_total[lane]
-                out[O_BUSY_MAX, k] = e_most[lane]
-                out[O_SPAN_MAX, k] = e_widest[lane]
+                out[O_MAKESPAN, k] = makespan[lane]
+                out[O_BUSY_SUM, k] = busy_sum[lane]
+                out[O_BUSY_MAX, k] = busy_max[lane]
+                out[O_SPAN_MAX, k] = span_max[lane]
                 if track_mem:
-                    out[O_PEAK_ACT, k] = e_best[lane]
-                    out[O_PEAK_TOTAL, k] = e_whole[lane]
+                    out[O_PEAK_ACT, k] = peak_act[lane]
+                    out[O_PEAK_TOTAL, k] = peak_total[lane]
 
 
 @njit(cache=True, parallel=True)
-def list_groups(s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv,
-                dev_ptr, op_kind, dep, xfer, out_ptr, x_dst_dev, x_link, x_code,
-                paired, d_copies, s_b0, s_b1, b_dev, b_code, b_cnt, c_struct, n_chunks,
-                max_n, max_nx, max_nl, max_p, params, out, status):
+def list_groups(structs, rows, transfers, c_struct, n_chunks, params, out, status):
     """Full list scheduling of configuration k on structure ``c_struct[k]``.
 
-    Structures are concatenated: rows ``s_r0[s]..``, transfers ``s_x0[s]..``,
-    transfer pointers ``s_o0[s]..s_o0[s]+n`` (local transfer ids),
-    device pointers ``s_dp0[s]..s_dp0[s]+p`` (local row offsets). Each
+    ``structs`` (``Structures``) indexes the concatenated ``rows``
+    (``PackRows``) and ``transfers`` (``PackTransfers``): rows from
+    ``row_lo[s]``, transfers from ``xfer_lo[s]``, transfer pointers
+    ``ptr_lo[s]..ptr_lo[s]+n`` (local transfer ids), device pointers
+    ``devptr_lo[s]..devptr_lo[s]+p`` (local row offsets). Each
     configuration's durations and transfer times are generated here from
-    its parameter column, exactly as ``replay_groups`` does.
+    its parameter column, exactly as ``replay_groups`` does; ``status[k]``
+    receives its list scheduler's status.
     """
     N = c_struct.shape[0]
-    n_struct = s_p.shape[0]
+    n_struct = structs.devices.shape[0]
+    dev_ptr = rows.dev_ptr
+    op_class = rows.op_class
+    xfer = rows.xfer
+    out_ptr = rows.out_ptr
+    paired = rows.paired
+    max_p = structs.max_devices
+    max_nl = structs.max_links
+    max_n = structs.max_rows
+    max_nx = structs.max_transfers
     # Each structure's units (listsched.program_units), laid out like its
-    # rows: per-unit arrays at s_o0[s] (nu + 1 <= n + 1 entries), unit
-    # pointers at s_dp0[s], remote inputs (one per transfer) at s_x0[s].
-    u_ptr = np.empty(dev_ptr.shape[0], dtype=np.uint32)
-    u_row = np.empty(out_ptr.shape[0], dtype=np.int64)
-    u_out = np.empty(out_ptr.shape[0], dtype=np.uint32)
-    in_ptr = np.empty(out_ptr.shape[0], dtype=np.uint32)
-    in_x = np.empty(max(x_link.shape[0], 1), dtype=np.uint32)
-    u_code = np.empty(out_ptr.shape[0], dtype=np.uint8)
-    s_nu = np.empty(n_struct, dtype=np.int64)
+    # rows: per-unit arrays at ptr_lo[s] (nu + 1 <= n + 1 entries), unit
+    # pointers at devptr_lo[s], remote inputs (one per transfer) at xfer_lo[s].
+    dev_units = np.empty(dev_ptr.shape[0], dtype=np.uint32)
+    unit_rows = np.empty(out_ptr.shape[0], dtype=np.int64)
+    unit_sends = np.empty(out_ptr.shape[0], dtype=np.uint32)
+    wait_ptr = np.empty(out_ptr.shape[0], dtype=np.uint32)
+    waits = np.empty(max(transfers.link.shape[0], 1), dtype=np.uint32)
+    unit_code = np.empty(out_ptr.shape[0], dtype=np.uint8)
+    n_units = np.empty(n_struct, dtype=np.int64)
     for s in range(n_struct):
-        p = s_p[s]
-        dp0 = s_dp0[s]
-        r0 = s_r0[s]
-        o0 = s_o0[s]
-        x0 = s_x0[s]
+        p = structs.devices[s]
+        dp0 = structs.devptr_lo[s]
+        r0 = structs.row_lo[s]
+        o0 = structs.ptr_lo[s]
+        x0 = structs.xfer_lo[s]
         n = dev_ptr[dp0 + p]
         nx = out_ptr[o0 + n]
         nu = program_units(dev_ptr[dp0:dp0 + p + 1], xfer[r0:r0 + n], out_ptr[o0:o0 + n + 1],
-                           paired[r0:r0 + n], u_ptr[dp0:dp0 + p + 1], u_row[o0:o0 + n + 1],
-                           u_out[o0:o0 + n + 1], in_ptr[o0:o0 + n + 1], in_x[x0:x0 + nx])
-        s_nu[s] = nu
+                           paired[r0:r0 + n], dev_units[dp0:dp0 + p + 1],
+                           unit_rows[o0:o0 + n + 1], unit_sends[o0:o0 + n + 1],
+                           wait_ptr[o0:o0 + n + 1], waits[x0:x0 + nx])
+        n_units[s] = nu
         # Index into _list_one's duration table: the class, or the pair code.
         for u in range(nu):
-            h = u_row[o0 + u]
-            if u_row[o0 + u + 1] - h == 1:
-                u_code[o0 + u] = op_kind[r0 + h]
+            h = unit_rows[o0 + u]
+            if unit_rows[o0 + u + 1] - h == 1:
+                unit_code[o0 + u] = op_class[r0 + h]
             else:
-                u_code[o0 + u] = N_CLS + N_CLS * op_kind[r0 + h] + op_kind[r0 + h + 1]
+                unit_code[o0 + u] = N_CLS + N_CLS * op_class[r0 + h] + op_class[r0 + h + 1]
+    programs = PackPrograms(
+        dev_units, unit_sends, wait_ptr, waits, unit_code, n_units,
+        np.full(max_nx, -1, dtype=np.int32),  # packs hold no offload copies
+        np.zeros(max(max_nl, 1), dtype=np.uint8),  # nor shared host links
+        np.empty((0, 2), dtype=np.int32),  # list_units reads the unit arrays
+        np.empty(0, dtype=np.int64))
     # Unsigned views: Numba leaves out its negative-index fix-up.
-    dev_ptr_u = dev_ptr.view(np.uint64)
-    kinds_u = op_kind.view(np.uint8)
-    x_cls = x_code.view(np.uint8)
-    x_link_u = x_link.view(np.uint32)
-    x_dst_u = x_dst_dev.view(np.uint32)
-    no_after = np.full(max_nx, -1, dtype=np.int32)  # packs hold no offload copies
-    no_shared = np.zeros(max(max_nl, 1), dtype=np.uint8)  # nor shared host links
-    no_xfer = np.empty((0, 2), dtype=np.int32)  # list_units reads the unit arrays
-    no_out = np.empty(0, dtype=np.int64)
+    rows_u = PackRows(dev_ptr.view(np.uint64), op_class.view(np.uint8), xfer, out_ptr, paired)
+    transfers_u = PackTransfers(transfers.link.view(np.uint32), transfers.code.view(np.uint8),
+                                transfers.slot, transfers.dst_dev.view(np.uint32))
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
-        w_us = np.empty(max_n)
-        w_uf = np.empty(max_n)
-        w_xs = np.empty(max_nx)
-        w_xa = np.empty(max_nx)
-        w_link = np.empty(max_nl)
-        w_head = np.empty(max_p, dtype=np.uint32)
-        w_busy = np.empty(max_p)
-        w_free = np.empty(max_p)
-        w_first = np.empty(max_p)
-        w_stack = np.empty(max_p, dtype=np.uint32)
-        w_wait = np.empty(max_p, dtype=np.uint32)
-        w_pend = np.empty(max_nx, dtype=np.uint32)
-        dur = np.empty(N_CLS + N_CLS * N_CLS)
-        ser = np.empty(4)
-        lat = np.empty(4)
-        delta = np.empty(N_CLS)
-        memo_s = np.full(1, -1, dtype=np.int64)  # structure whose peaks memo holds
-        memo = np.empty(6)  # act, act_w, weights, ckpt shares; peak activation, peak total
+        times = Times(np.empty(max_n), np.empty(max_n), np.empty(max_nx), np.empty(max_nx),
+                      np.empty(max_p, dtype=np.uint32), np.empty(max_p), np.empty(max_p),
+                      np.empty(max_p))
+        work = ListScratch(np.empty(max_nl), np.empty(max_p, dtype=np.uint32),
+                           np.empty(max_p, dtype=np.uint32), np.empty(max_nx, dtype=np.uint32))
+        tables = ConfigTables(np.empty(N_CLS + N_CLS * N_CLS), np.empty(4), np.empty(4),
+                              np.empty(N_CLS), np.full(1, -1, dtype=np.int64), np.empty(6))
         for k in range(c * N // n_chunks, (c + 1) * N // n_chunks):
-            _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, dev_ptr_u,
-                      kinds_u, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_u, x_link_u, x_cls,
-                      d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
-                      w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s,
-                      memo, no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev,
-                      b_code, b_cnt, w_first)
+            _list_one(k, c_struct[k], structs, programs, rows_u, transfers_u, params, out,
+                      status, times, work, tables)
 
 
 @njit(cache=True)
-def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, dev_ptr,
-              op_kind, u_ptr, u_out, in_ptr, in_x, u_code, x_dst_dev, x_link, x_code,
-              d_copies, c_struct, params, out, status, w_us, w_uf, w_xs, w_xa, w_link,
-              w_head, w_busy, w_free, w_stack, w_wait, dur, ser, lat, delta, memo_s, memo,
-              no_after, no_shared, no_xfer, no_out, w_pend, s_b0, s_b1, b_dev, b_code, b_cnt,
-              w_first):
-    s = c_struct[k]
-    p = s_p[s]
-    S = s_S[s]
-    cdiv = s_cdiv[s]
-    x0 = s_x0[s]
-    o0 = s_o0[s]
-    dp0 = s_dp0[s]
-    dp = dev_ptr[dp0:dp0 + p + 1]
-    up = u_ptr[dp0:dp0 + p + 1]
-    nu = s_nu[s]
-    nx = u_out[o0 + nu]
-    fs = _share(params[P_F, k], cdiv, p, S)
-    bs = _share(params[P_B, k], cdiv, p, S)
-    ws = _share(params[P_W, k], cdiv, p, S)
-    dur[0] = fs
-    dur[1] = bs
-    dur[2] = ws
-    dur[3] = bs + ws
-    dur[4] = 0.0
-    dur[5] = _share(params[P_R, k], cdiv, p, S)
-    dur[6] = 0.0
-    dur[7] = 0.0
-    dur[8] = fs
+def _list_one(k, s, structs, programs, rows, transfers, params, out, status, times, work,
+              tables):
+    # list_groups' configuration k on structure s: costs from its parameter
+    # column, the list scheduler on the structure's units, then the metrics
+    # and (memoised) memory peaks into column k of out.
+    p = structs.devices[s]
+    n_stages = structs.stages[s]
+    cdiv = structs.chunks_div[s]
+    x0 = structs.xfer_lo[s]
+    o0 = structs.ptr_lo[s]
+    dp0 = structs.devptr_lo[s]
+    dev_ptr = rows.dev_ptr[dp0:dp0 + p + 1]
+    dev_units = programs.dev_units[dp0:dp0 + p + 1]
+    nu = programs.n_units[s]
+    nx = programs.unit_sends[o0 + nu]
+    dur = tables.dur
+    ser = tables.ser
+    lat = tables.lat
+    f_share = _share(params[P_F, k], cdiv, p, n_stages)
+    b_share = _share(params[P_B, k], cdiv, p, n_stages)
+    w_share = _share(params[P_W, k], cdiv, p, n_stages)
+    dur[F] = f_share
+    dur[B] = b_share
+    dur[W] = w_share
+    dur[BW] = b_share + w_share
+    dur[AR] = 0.0
+    dur[R] = _share(params[P_R, k], cdiv, p, n_stages)
+    dur[O] = 0.0
+    dur[L_KIND] = 0.0
+    dur[F_DROP] = f_share
     fb = params[P_FB, k]
-    for k1 in range(N_CLS):
-        for k2 in range(N_CLS):
-            dur[N_CLS + N_CLS * k1 + k2] = (dur[k1] + dur[k2]) * fb
-    # Per x_code (2 * all-reduce + crosses nodes): the same divisions and
-    # sums as per transfer, done once.
+    for c1 in range(N_CLS):
+        for c2 in range(N_CLS):
+            dur[N_CLS + N_CLS * c1 + c2] = (dur[c1] + dur[c2]) * fb
+    # Per transfer code (2 * all-reduce + crosses nodes): the same divisions
+    # and sums as per transfer, done once.
     for code in range(4):
         nbytes = params[P_GRAD, k] if code >= 2 else params[P_BYTES, k]
         if code & 1:
@@ -588,100 +591,120 @@ def _list_one(k, s_r0, s_o0, s_x0, s_d0, s_dp0, s_p, s_nl, s_S, s_cdiv, s_nu, de
         else:
             ser[code] = nbytes / params[P_BW, k]
             lat[code] = params[P_COMM, k] + params[P_LAT, k]
-    busy = w_busy[:p]
-    free = w_free[:p]
-    u_start = w_us[:nu]
-    st = list_units(up, u_out[o0:o0 + nu + 1], in_ptr[o0:o0 + nu + 1], in_x[x0:x0 + nx],
-                    no_xfer, no_out, u_code[o0:o0 + nu], dur, x_code[x0:x0 + nx], ser, lat,
-                    x_link[x0:x0 + nx], x_dst_dev[x0:x0 + nx], no_after[:nx], no_shared, s_nl[s],
-                    u_start, w_uf[:nu], w_xs[:nx],
-                    w_xa[:nx], w_head[:p], busy, free, w_link, w_stack, w_wait, w_pend,
-                    True, True, w_first[:p], True)
+    busy = times.busy[:p]
+    free = times.dev_free[:p]
+    u_start = times.start[:nu]
+    # list_units never reads unit_rows: an empty int64 array (row_sends) stands in.
+    units = Units(nu, dev_units, programs.row_sends, programs.unit_sends[o0:o0 + nu + 1],
+                  programs.wait_ptr[o0:o0 + nu + 1], programs.waits[x0:x0 + nx],
+                  transfers.link[x0:x0 + nx], transfers.dst_dev[x0:x0 + nx],
+                  programs.x_after[:nx], programs.link_shared, structs.links[s],
+                  programs.row_xfer, programs.row_sends)
+    st = list_units(units, programs.unit_code[o0:o0 + nu], dur,
+                    TransferCosts(transfers.code[x0:x0 + nx], ser, lat),
+                    Times(u_start, times.finish[:nu], times.x_start[:nx], times.x_arrival[:nx],
+                          times.head[:p], busy, free, times.dev_first[:p]),
+                    work, True, True, True)
     status[k] = st
     if st != STATUS_OK:
         return
     # Busy time from unit counts, as replay_groups computes it (bit for bit).
     for d in range(p):
         busy[d] = 0.0
-    for e in range(s_b0[s], s_b1[s]):
-        busy[b_dev[e]] += b_cnt[e] * dur[b_code[e]]
+    # Fields read in loops go to locals first: each read of a carrier's array
+    # field inside a loop costs a reference count update.
+    count_dev = structs.count_dev
+    count_code = structs.count_code
+    count_n = structs.count_n
+    for e in range(structs.count_lo[s], structs.count_hi[s]):
+        busy[count_dev[e]] += count_n[e] * dur[count_code[e]]
     # The last finish per device is its largest (finishes never decrease).
-    top = 0.0
-    total = 0.0
-    most = 0.0
-    widest = 0.0
+    makespan = 0.0
+    busy_sum = 0.0
+    busy_max = 0.0
+    span_max = 0.0
     for d in range(p):
         fin = free[d]
-        if fin > top:
-            top = fin
-        total += busy[d]
-        if busy[d] > most:
-            most = busy[d]
-        if up[d + 1] > up[d] and fin - u_start[up[d]] > widest:
-            widest = fin - u_start[up[d]]
-    out[O_MAKESPAN, k] = top
-    out[O_BUSY_SUM, k] = total
-    out[O_BUSY_MAX, k] = most
-    out[O_SPAN_MAX, k] = widest
-    act = _share(params[P_ACT, k], cdiv, p, S)
-    actw = _share(params[P_ACTW, k], cdiv, p, S)
-    wsh = _share(params[P_WEIGHTS, k], cdiv, p, S)
-    ck = _share(params[P_CKPT, k], cdiv, p, S)
+        if fin > makespan:
+            makespan = fin
+        busy_sum += busy[d]
+        if busy[d] > busy_max:
+            busy_max = busy[d]
+        if dev_units[d + 1] > dev_units[d] and fin - u_start[dev_units[d]] > span_max:
+            span_max = fin - u_start[dev_units[d]]
+    out[O_MAKESPAN, k] = makespan
+    out[O_BUSY_SUM, k] = busy_sum
+    out[O_BUSY_MAX, k] = busy_max
+    out[O_SPAN_MAX, k] = span_max
+    act = _share(params[P_ACT, k], cdiv, p, n_stages)
+    actw = _share(params[P_ACTW, k], cdiv, p, n_stages)
+    weights = _share(params[P_WEIGHTS, k], cdiv, p, n_stages)
+    ckpt = _share(params[P_CKPT, k], cdiv, p, n_stages)
     # The peaks depend on the structure and these four shares only: reuse
     # the previous configuration's when they are equal (sweeps often keep them).
-    if not (memo_s[0] == s and memo[0] == act and memo[1] == actw and memo[2] == wsh
-            and memo[5] == ck):
+    memo = tables.memo
+    if not (tables.memo_struct[0] == s and memo[0] == act and memo[1] == actw
+            and memo[2] == weights and memo[5] == ckpt):
+        delta = tables.delta
         # peak_memory's arithmetic: x - y is exactly x + (-y), and adding 0.0
-        # (kind 4) keeps the total, which starts at +0.0 and is never -0.0.
-        delta[0] = act
-        delta[1] = -(act - actw)
-        delta[2] = -actw
-        delta[3] = -act
-        delta[4] = 0.0
-        delta[5] = act - ck
-        delta[6] = 0.0
-        delta[7] = 0.0
-        delta[8] = ck
-        kinds = op_kind[s_r0[s]:s_r0[s] + int(dp[p])]
-        best = 0.0
-        whole = 0.0
+        # (AR, O, L) keeps the total, which starts at +0.0 and is never -0.0.
+        delta[F] = act
+        delta[B] = -(act - actw)
+        delta[W] = -actw
+        delta[BW] = -act
+        delta[AR] = 0.0
+        delta[R] = act - ckpt
+        delta[O] = 0.0
+        delta[L_KIND] = 0.0
+        delta[F_DROP] = ckpt
+        kinds = rows.op_class[structs.row_lo[s]:structs.row_lo[s] + int(dev_ptr[p])]
+        peak_act = 0.0
+        peak_total = 0.0
+        d0 = structs.dev_lo[s]
+        copies = structs.copies
         for d in range(p):
             mem = 0.0
             pk = 0.0
-            for i in range(dp[d], dp[d + 1]):
-                kk = kinds[i]
-                mem = mem + delta[kk]
-                pk = mem if (kk == 0 or kk == 5 or kk == 8) and mem > pk else pk
+            for i in range(dev_ptr[d], dev_ptr[d + 1]):
+                cls = kinds[i]
+                mem = mem + delta[cls]
+                pk = mem if (cls == F or cls == R or cls == F_DROP) and mem > pk else pk
             static = 0.0
-            for _ in range(d_copies[s_d0[s] + d]):
-                static += wsh
-            if pk > best:
-                best = pk
-            if pk + static > whole:
-                whole = pk + static
-        memo_s[0] = s
+            for _ in range(copies[d0 + d]):
+                static += weights
+            if pk > peak_act:
+                peak_act = pk
+            if pk + static > peak_total:
+                peak_total = pk + static
+        tables.memo_struct[0] = s
         memo[0] = act
         memo[1] = actw
-        memo[2] = wsh
-        memo[5] = ck
-        memo[3] = best
-        memo[4] = whole
+        memo[2] = weights
+        memo[5] = ckpt
+        memo[3] = peak_act
+        memo[4] = peak_total
     out[O_PEAK_ACT, k] = memo[3]
     out[O_PEAK_TOTAL, k] = memo[4]
 
 
-__all__ = ["LANES", "execution_order", "transfer_slots", "replay_groups", "list_groups", "STATUS_OK",
-           "STATUS_DEADLOCK"]
-
 # Kept apart from replay_groups on purpose: Monte Carlo gives every op row its
 # own cost and factor (per-stage costs, per-op draws), the sweep one cost per
 # class. One kernel would read a per-op, per-lane factor in the sweep's inner
-# loop; measured in the issue 13 note.
+# loop (see the issue 13 note).
 @njit(cache=True, parallel=True)
-def replay_scaled(u_dev, u_r1, u_r2, u_in_ptr, in_x, u_out0, u_out1, x_link, x_ser, x_lat,
-                   cost, scale, fb, p, n_links, out):
-    """Replay the execution order for draws in groups of LANES; op r of
-    draw k takes ``cost[r] * scale[r, k]``. Same arithmetic as run_units."""
+def replay_scaled(order, x_ser, x_lat, cost, scale, fb, p, n_links, out):
+    """Replay ``order`` (a ``ReplayOrder``) for draws in groups of LANES;
+    op r of draw k takes ``cost[r] * scale[r, k]``, transfer x
+    ``x_ser[x]`` on its link and ``x_lat[x]`` after; ``out[k]`` receives
+    draw k's makespan. Same arithmetic as run_units."""
+    unit_dev = order.device
+    row1 = order.row1
+    row2 = order.row2
+    in_ptr = order.in_ptr
+    inputs = order.inputs
+    send_lo = order.send_lo
+    send_hi = order.send_hi
+    x_link = order.link
     k_all = scale.shape[1]
     nx = x_link.shape[0]
     groups = (k_all + LANES - 1) // LANES
@@ -693,23 +716,23 @@ def replay_scaled(u_dev, u_r1, u_r2, u_in_ptr, in_x, u_out0, u_out1, x_link, x_s
         link_free = np.zeros((n_links, L))
         arr = np.empty((max(nx, 1), L))
         t = np.empty(L)
-        for u in range(u_dev.shape[0]):
-            d = u_dev[u]
+        for u in range(unit_dev.shape[0]):
+            d = unit_dev[u]
             for i in range(L):
                 t[i] = free[d, i]
-            for j in range(u_in_ptr[u], u_in_ptr[u + 1]):
-                x = in_x[j]
+            for j in range(in_ptr[u], in_ptr[u + 1]):
+                x = inputs[j]
                 for i in range(L):
                     t[i] = max(t[i], arr[x, i])
-            r1 = u_r1[u]
-            r2 = u_r2[u]
+            r1 = row1[u]
+            r2 = row2[u]
             for i in range(L):
                 c = cost[r1] * scale[r1, lo + i]
                 if r2 >= 0:
                     c = (c + cost[r2] * scale[r2, lo + i]) * fb
                 t[i] = t[i] + c
                 free[d, i] = t[i]
-            for x in range(u_out0[u], u_out1[u]):
+            for x in range(send_lo[u], send_hi[u]):
                 sr = x_ser[x]
                 lk = x_link[x]
                 for i in range(L):
@@ -726,3 +749,7 @@ def replay_scaled(u_dev, u_r1, u_r2, u_in_ptr, in_x, u_out0, u_out1, x_link, x_s
                 if free[d, i] > top:
                     top = free[d, i]
             out[lo + i] = top
+
+
+__all__ = ["LANES", "execution_order", "transfer_slots", "replay_groups", "list_groups", "STATUS_OK",
+           "STATUS_DEADLOCK"]

@@ -14,7 +14,7 @@ from ..core.ops import InputError
 from ..core.pack import Pack, structure_of
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
 from ..kernels import codes as _codes
-from ..kernels import replay as _replay
+from ..kernels import sweep as _sweep
 
 __all__ = ["simulate_many", "product", "COST_COLUMNS", "NETWORK_COLUMNS", "RECOMPUTE_COLUMNS",
            "OP_TIME_COLUMNS", "METRIC_COLUMNS"]
@@ -142,14 +142,14 @@ def param_matrix(data, n, network_defaults):
             if name == "r":
                 continue  # filled from f below
             value = network_defaults[name] if name in network_defaults else float(getattr(defaults, name))
-            _replay.fill_row(params, row, none, float(value), lo, hi, n_chunks)
+            _sweep.fill_row(params, row, none, float(value), lo, hi, n_chunks)
             continue
         # Writable too: a read-only column (Arrow's) would compile fill_row twice.
         col = np.require(col, np.float64, ["C", "W"])
         if col.shape != (n,):  # the kernel does not bounds-check
             raise InputError(f"column '{name}' has shape {col.shape}; expected ({n},)")
         positive = name in _POSITIVE
-        _replay.fill_row(params, row, col, 0.0, lo, hi, n_chunks)
+        _sweep.fill_row(params, row, col, 0.0, lo, hi, n_chunks)
         # NaN makes both comparisons false.
         low, high = (float(lo.min()), float(hi.max())) if n else (1.0, 1.0)
         if (low > 0 if positive else low >= 0) and (high < np.inf or (high == np.inf
@@ -229,7 +229,7 @@ def metrics_from(out, devices, microbatches):
         # One shape for every row (simulate_many): one pass, no temporaries.
         n = makespan.shape[0]
         ratio, rate, throughput = np.empty(n), np.empty(n), np.empty(n)
-        _replay.sweep_metrics(out, float(devices), float(microbatches), ratio, rate, throughput)
+        _sweep.sweep_metrics(out, float(devices), float(microbatches), ratio, rate, throughput)
     else:
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(makespan > 0, 1.0 - out[_codes.O_BUSY_SUM] / (devices * makespan),
