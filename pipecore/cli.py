@@ -1,5 +1,10 @@
 """Command line: ``pipecore compare``, ``simulate``, ``report``, ``table``, ``study``,
-``scan``, ``verify``, ``tune``, ``run-torch``, ``what-if``, ``list`` and ``warm``."""
+``scan``, ``verify``, ``tune``, ``run-torch``, ``what-if``, ``list`` and ``warm``.
+
+Each subcommand is a pair of functions side by side, one adding its
+arguments to its parser and one running it, and a row of :data:`COMMANDS`,
+which builds the parser and dispatches.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ import difflib
 import json
 import math
 import os
-import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple, TextIO
 
 from . import __version__
 from .analysis.table import ideal_table
@@ -91,295 +97,61 @@ def _network(args):
     return Network.uniform(args.bytes, args.bandwidth, args.latency)
 
 
+def _int_list(name, text):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--{name} must be comma-separated integers (got {text!r})") from None
+    if not values or min(values) < 1:
+        raise InputError(f"--{name} needs integers >= 1 (got {text!r})")
+    return values
+
+
+def _output_file(option, path):
+    """Refuse an output file whose folder is missing, before any work is done."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{option} {path}: is a folder, not a file")
+    folder = target.parent
+    if not folder.is_dir():
+        raise InputError(f"{option} {path}: folder {folder} does not exist")
+
+
+def _write(name, option, write):
+    """Write an output file; a ValueError naming the option and path if it cannot be."""
+    path = Path(name)
+    if path.is_dir():
+        raise InputError(f"{option} {name}: is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise InputError(f"{option} {name}: folder {path.parent} does not exist")
+    try:
+        write(path)
+    except OSError as exc:
+        raise InputError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
+    return path
+
+
 #: run-torch --profile's default steps: the first sets torch's stages up and is
 #: not profiled; steps 3-5 are profiled and 2, 6, 7 timed without the profiler,
 #: so what-if can take out what the profiler adds to each op.
 _PROFILE_STEPS = 7
 
 
-def _parser():
-    parser = argparse.ArgumentParser(prog="pipecore", description=(
-        "Build, validate and simulate pipeline-parallel training schedules."))
-    parser.add_argument("--version", action="version", version=f"pipecore {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    c = sub.add_parser("compare", help="every schedule three ways: formula, ideal table, simulation")
-    _shape_args(c, 2)
-    _cost_args(c)
-    c.add_argument("--memory-limit", type=float, default=None, metavar="M",
+def _compare_arguments(p):
+    _shape_args(p, 2)
+    _cost_args(p)
+    p.add_argument("--memory-limit", type=float, default=None, metavar="M",
                    help="per-device memory limit in M on activation + weights (the table's peak "
                         "memory column): the headline names the fastest schedule within it, the "
                         "table marks the rows above it and report.html draws it")
-    c.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
-    c.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
-    c.add_argument("--no-report", action="store_true", help="do not write report.html")
-    _progress_args(c)
-    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
+    p.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
+    p.add_argument("--no-report", action="store_true", help="do not write report.html")
+    _progress_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    s = sub.add_parser("simulate", help="simulate one schedule")
-    s.add_argument("name", help="schedule name (see 'pipecore list')")
-    _shape_args(s, None)
-    _cost_args(s)
-    _memory_args(s, weights=1.0)  # Costs' default, as pc.simulate
-    s.add_argument("--json", action="store_true", help="print metrics as JSON")
-    s.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
-    s.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
-    s.add_argument("--gantt", metavar="PATH", help="write a Gantt chart PNG")
-    s.add_argument("--critical", action="store_true",
-                   help="print the critical path and each device's share of it; mark it in "
-                        "--trace and --gantt")
-
-    rp = sub.add_parser("report", help="write a self-contained HTML report of one schedule "
-                        "(FAMILY -p P -m M) or of a scan (its Parquet directory)")
-    rp.add_argument("target", help="a schedule name (see 'pipecore list') or a scan directory")
-    rp.add_argument("--devices", "-p", type=_positive_int, default=None, help="pipeline devices")
-    rp.add_argument("--microbatches", "-m", type=_positive_int, default=None,
-                    help="microbatches")
-    rp.add_argument("--chunks", "-v", type=_positive_int, default=None,
-                    help="stages per device for interleaved families")
-    _cost_args(rp)
-    rp.add_argument("--memory-limit", type=float, default=None,
-                    help="draw this per-device limit on the memory chart")
-    rp.add_argument("--out", default="report.html", help="HTML file (default report.html)")
-
-    t = sub.add_parser("table", help="print the idealised devices x time-slots table")
-    t.add_argument("name")
-    _shape_args(t, None)
-    t.add_argument("--max-slots", type=_positive_int, default=None, help="show only the first N slots")
-
-    y = sub.add_parser("study", help="every family three ways over a grid of compute and network "
-                                     "speeds (x10 = ten times faster)")
-    y.add_argument("--devices", default="4,8", help="comma-separated device counts (default 4,8)")
-    y.add_argument("--microbatches", default="8,16,32,64,128,256",
-                   help="comma-separated microbatch counts (default 8,16,32,64,128,256)")
-    y.add_argument("--out", default="pipecore_out", help="folder for study.parquet and plots")
-    y.add_argument("--no-plot", action="store_true", help="do not draw the plots")
-    y.add_argument("--asymmetric", action="store_true",
-                   help="also search asymmetric Chimera-style placements (down split, up-pipeline "
-                        "placement, layer shares) and write asymmetric.parquet and "
-                        "asymmetric.txt; the fifth finding needs it")
-    y.add_argument("--asymmetric-microbatches", default="4,8,16,32,64",
-                   help="microbatch counts of the asymmetric search (default 4,8,16,32,64)")
-
-    _progress_args(y, lines=True)
-
-    g = sub.add_parser("scan", help="evaluate a grid of configurations into a Parquet dataset")
-    g.add_argument("grid", help="grid file (TOML; see README 'Scans')")
-    g.add_argument("--out", required=True, help="output folder (one Parquet file per part)")
-    g.add_argument("--resume", action="store_true", help="continue a scan of the same grid in --out")
-    g.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="evaluate parts here (default) or as Ray tasks (pipecore[ray])")
-    g.add_argument("--address", default=None,
-                   help="Ray cluster address ('auto' for a running one; default: start one)")
-    bar = g.add_mutually_exclusive_group()
-    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
-                     help="always show the progress bar (default: only on a terminal)")
-    bar.add_argument("--no-progress", dest="progress", action="store_false",
-                     help="never show the progress bar")
-    g.add_argument("--no-plot", action="store_true", help="do not draw _pareto.png")
-
-    vf = sub.add_parser("verify", help="check a scan's Parquet folder: every part present, whole "
-                                      "and of this scan (exit 1 naming each bad part)")
-    vf.add_argument("folder", help="the scan's --out folder")
-
-    u = sub.add_parser("tune", help="the fastest schedule that fits a per-device memory limit")
-    u.add_argument("--devices", "-p", type=_positive_int, required=True, help="pipeline devices")
-    u.add_argument("--microbatches", "-m", type=_positive_int, required=True, help="microbatches")
-    _cost_args(u)
-    mem = _memory_args(u)
-    mem.add_argument("--checkpoint", type=float, default=0.0,
-                     help="memory a recomputed F keeps (default 0)")
-    mem.add_argument("--r", type=float, default=None,
-                     help="time of a recompute (R) op (default: --f)")
-    mem.add_argument("--no-recompute", action="store_true",
-                     help="do not try activation recompute for schedules that do not fit")
-    mem.add_argument("--offload", type=float, default=None,
-                     help="time of one activation copy to host or back over a host link; "
-                          "enables offload candidates (default: none)")
-    mem.add_argument("--host-link-devices", type=_positive_int, default=1,
-                     help="devices sharing one host link, copies one at a time (default 1)")
-    u.add_argument("--families", default=None, help="comma-separated families (default all)")
-    u.add_argument("--objective", choices=("makespan", "span"), default="makespan",
-                   help="minimise the makespan (default) or the longest per-device span "
-                        "(the zero-bubble papers' cost)")
-    u.add_argument("--top", type=_positive_int, default=10, help="rows in the report (default 10)")
-    u.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
-    u.add_argument("--actions", action="store_true", help="also print the winner's programs")
-    _progress_args(u)
-
-    sub.add_parser("list", help="list schedule names")
-    sub.add_parser("warm", help="compile every Numba kernel into the cache now (for container "
-                                "images and CI; prints seconds per step)")
-
-    x = sub.add_parser("export", help="write a schedule as the CSV run-torch reads (torch's "
-                                      "compute_only format) and/or as per-device actions (JSON)")
-    x.add_argument("name", help="schedule name (see 'pipecore list')")
-    _shape_args(x, None)
-    x.add_argument("--csv", metavar="FILE", default=None,
-                   help="torch's compute_only CSV, one line per rank (needs pipecore[torch]); "
-                        "run it with pipecore run-torch FILE --ranks P")
-    x.add_argument("--actions", metavar="FILE.json", default=None,
-                   help="per-device programs as JSON, {device: [\"0F0\", \"0B0\", ...]} "
-                        "(Schedule.to_actions(); pipecore.from_actions reads it back)")
-
-    r = sub.add_parser("run-torch", help="run a schedule CSV for real with PyTorch on CPU ranks "
-                                         "(gloo; needs pipecore[torch])")
-    r.add_argument("csv", help="compute_only schedule CSV (pipecore export SCHEDULE -p P -m M "
-                               "--csv FILE, or pipecore.bindings.torch.to_csv)")
-    r.add_argument("--ranks", type=_positive_int, required=True, help="processes (one per CSV line)")
-    r.add_argument("--model", default="mlp", choices=("mlp", "tiny-transformer"),
-                   help="model split into stages (default mlp)")
-    r.add_argument("--layers", type=_positive_int, default=None,
-                   help="blocks in the whole model (default one per stage; a multiple of stages)")
-    r.add_argument("--profile", default=None, metavar="DIR",
-                   help="write per-rank torch.profiler traces (rankN.json) to DIR, for pipecore "
-                        "what-if; runs of 5 or more steps also time steps without the profiler, "
-                        "so what-if can take out what it adds")
-    r.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
-    r.add_argument("--batch", type=_positive_int, default=None,
-                   help="rows per step (default 2 per microbatch)")
-    r.add_argument("--steps", type=_positive_int, default=None,
-                   help=f"steps to run (default 1; {_PROFILE_STEPS} with --profile: one to set "
-                        f"torch up, 3 profiled, 3 timed without the profiler)")
-    r.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
-    r.add_argument("--no-check", action="store_true",
-                   help="do not compare gradients with the non-pipelined model")
-    r.add_argument("--json", action="store_true", help="print the result as JSON")
-
-    w = sub.add_parser("what-if", help="rank every schedule family by its predicted step time "
-                                       "from one profiled run's torch.profiler traces")
-    w.add_argument("profile_dir", help="folder of per-rank traces (run-torch --profile DIR)")
-    w.add_argument("--schedules", default="all",
-                   help="'all' or comma-separated family names (default all)")
-    w.add_argument("--microbatches", type=_positive_int, default=None,
-                   help="microbatches to predict for (default: the profiled run's)")
-    w.add_argument("--check", action="store_true",
-                   help="run the top three for real (needs the run's pipecore-run.json and "
-                        "pipecore[torch]) and print predicted against measured")
-    w.add_argument("--steps", type=_positive_int, default=6,
-                   help="steps per --check run (default 6; the first two are left out)")
-    w.add_argument("--repeats", type=_positive_int, default=3,
-                   help="--check runs per schedule, each in fresh processes, schedules taken in "
-                        "turn (default 3); the table shows their median and spread")
-    w.add_argument("--json", action="store_true", help="print the rows as JSON")
-    return parser
-
-
-def _suggest(word, choices):
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
-def _check_flags(parser, argv):
-    """Reject a mistyped subcommand or flag with the subcommand's own usage
-    and the closest valid name.
-
-    argparse reports an unknown flag of a subcommand through the top-level
-    parser (its usage lists only the subcommands), and reports a missing
-    required flag before an unknown one, so ``--devics 8`` only says that
-    ``--devices`` is required.
-    """
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    rest = list(argv)
-    while rest and rest[0].startswith("-"):  # the top level's own flags take no values
-        rest.pop(0)
-    if not rest:
-        return
-    command, rest = rest[0], rest[1:]
-    sub = commands.choices.get(command)
-    if sub is None:
-        parser.error(f"unknown command {command!r} (choose from {', '.join(commands.choices)})"
-                     + _suggest(command, commands.choices))
-    known = sub._option_string_actions
-    longs = [o for o in known if o.startswith("--")]
-    for token in rest:
-        if token == "--":
-            break
-        if token.startswith("--"):
-            name = token.split("=", 1)[0]
-            if name in known or sum(o.startswith(name) for o in longs) == 1:
-                continue  # exact, or an abbreviation argparse accepts
-            if any(o.startswith(name) for o in longs):
-                continue  # ambiguous: argparse says which flags it could mean
-            sub.error(f"unrecognized argument {name}" + _suggest(name, longs))
-        elif (len(token) > 1 and token[0] == "-" and token[1].isalpha()
-              and token[:2] not in known):
-            sub.error(f"unrecognized argument {token}"
-                      + _suggest(token[:2], [o for o in known if not o.startswith("--")]))
-
-
-def _draw_gantts(jobs, bar):
-    """Draw the charts; from four charts on, where ``os.fork`` exists and
-    two CPUs are free to us, a forked child draws every other one.
-
-    The parent draws the first chart before the fork, so the child starts
-    with matplotlib imported and its fonts loaded (an earlier attempt whose
-    workers imported matplotlib again was slower than one process). The
-    child reports each chart it finished on a pipe; whatever it did not
-    finish (it failed or was killed) the parent draws itself, so an error
-    surfaces here as in one process.
-    """
-    from .output.writers import write_gantt
-
-    def one(i):
-        result, path = jobs[i]
-        return str(write_gantt(result, path))
-
-    n = len(jobs)
-    out = [None] * n
-    done = 0
-
-    def tick(i, path):
-        nonlocal done
-        out[i] = path
-        done += 1
-        bar.update(1, final=done == n)
-
-    if n < 4 or not hasattr(os, "fork") or _local_cpus() < 2:
-        for i in range(n):
-            tick(i, one(i))
-        return out
-    tick(0, one(0))
-    read_end, write_end = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # child: the odd charts, then leave without Python's exit handlers
-        code = 0
-        try:
-            os.close(read_end)
-            for i in range(1, n, 2):
-                one(i)
-                os.write(write_end, i.to_bytes(4, "little"))
-        except BaseException:  # noqa: BLE001 - the parent redraws it and reports
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    try:
-        for i in range(2, n, 2):
-            tick(i, one(i))
-        pending = b""
-        while True:  # the child's charts, as it finishes them
-            chunk = os.read(read_end, 4096)
-            if not chunk:
-                break
-            pending += chunk
-            whole = len(pending) // 4 * 4
-            for k in range(0, whole, 4):
-                i = int.from_bytes(pending[k:k + 4], "little")
-                tick(i, str(Path(jobs[i][1])))
-            pending = pending[whole:]
-    except BaseException:
-        os.kill(pid, signal.SIGKILL)
-        raise
-    finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)
-    for i in range(n):
-        if out[i] is None:
-            tick(i, one(i))
-    return out
 
 
 def _cmd_compare(args, out):
@@ -398,7 +170,8 @@ def _cmd_compare(args, out):
     costs, network = _costs(args), _network(args)
     rows = sort_rows(compare(args.devices, args.microbatches, chunks=args.chunks, costs=costs,
                              network=network))
-    from .output.writers import MissingDependencyError
+    from .output import MissingDependencyError
+    from .output.gantt import write_gantts
 
     written = []
     gantt_note = None
@@ -412,7 +185,7 @@ def _cmd_compare(args, out):
         jobs = [(r["result"], folder / f"{r['name']}-p{args.devices}-m{args.microbatches}.png")
                 for r in drawn]
         try:
-            written = _draw_gantts(jobs, bar)
+            written = write_gantts(jobs, bar)
         except MissingDependencyError as exc:
             gantt_note = f"Gantt charts not written: {exc}"
     page = None
@@ -463,36 +236,19 @@ def _cmd_compare(args, out):
     return 0
 
 
-def _cmd_report(args, out):
-    from .output.report import report
+def _simulate_arguments(p):
+    p.add_argument("name", help="schedule name (see 'pipecore list')")
+    _shape_args(p, None)
+    _cost_args(p)
+    _memory_args(p, weights=1.0)  # Costs' default, as pc.simulate
+    p.add_argument("--json", action="store_true", help="print metrics as JSON")
+    p.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
+    p.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
+    p.add_argument("--gantt", metavar="PATH", help="write a Gantt chart PNG")
+    p.add_argument("--critical", action="store_true",
+                   help="print the critical path and each device's share of it; mark it in "
+                        "--trace and --gantt")
 
-    target = Path(args.target)
-    if target.is_dir():
-        path = report(target, args.out)
-    else:
-        if args.target not in schedules():
-            raise InputError(f"{args.target!r} is neither a schedule name (see 'pipecore list') "
-                             "nor a scan directory")
-        if args.devices is None or args.microbatches is None:
-            raise InputError(f"report {args.target} needs --devices/-p and --microbatches/-m")
-        fam = family(args.target)
-        sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
-        res = simulate(sched, _costs(args), _network(args))
-        path = report(res, args.out, memory_limit=args.memory_limit)
-    out.write(f"wrote {path}\n")
-    return 0
-
-
-def _output_file(option, path):
-    """Refuse an output file whose folder is missing, before any work is done."""
-    if path is None:
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise InputError(f"{option} {path}: is a folder, not a file")
-    folder = target.parent
-    if not folder.is_dir():
-        raise InputError(f"{option} {path}: folder {folder} does not exist")
 
 
 def _cmd_simulate(args, out):
@@ -503,15 +259,15 @@ def _cmd_simulate(args, out):
     fam = family(args.name)
     sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
     res = simulate(sched, _costs(args), _network(args))
-    from .output import writers as output
+    from .output import write_chrome_trace, write_gantt, write_parquet
 
     files = {}
     if args.parquet:
-        files["parquet"] = str(output.write_parquet(res, args.parquet))
+        files["parquet"] = str(write_parquet(res, args.parquet))
     if args.trace:
-        files["trace"] = str(output.write_chrome_trace(res, args.trace, critical=args.critical))
+        files["trace"] = str(write_chrome_trace(res, args.trace, critical=args.critical))
     if args.gantt:
-        files["gantt"] = str(output.write_gantt(res, args.gantt, critical=args.critical))
+        files["gantt"] = str(write_gantt(res, args.gantt, critical=args.critical))
     metrics = res.metrics()
     memory = res.peak_activation + res.static_memory
     metrics["memory_max"] = float(memory.max())
@@ -572,6 +328,47 @@ def _write_critical(critical, out):
                   f"s{r['stage']} {label}\n")
 
 
+def _report_arguments(p):
+    p.add_argument("target", help="a schedule name (see 'pipecore list') or a scan directory")
+    p.add_argument("--devices", "-p", type=_positive_int, default=None, help="pipeline devices")
+    p.add_argument("--microbatches", "-m", type=_positive_int, default=None,
+                    help="microbatches")
+    p.add_argument("--chunks", "-v", type=_positive_int, default=None,
+                    help="stages per device for interleaved families")
+    _cost_args(p)
+    p.add_argument("--memory-limit", type=float, default=None,
+                    help="draw this per-device limit on the memory chart")
+    p.add_argument("--out", default="report.html", help="HTML file (default report.html)")
+
+
+
+def _cmd_report(args, out):
+    from .output.report import report
+
+    target = Path(args.target)
+    if target.is_dir():
+        path = report(target, args.out)
+    else:
+        if args.target not in schedules():
+            raise InputError(f"{args.target!r} is neither a schedule name (see 'pipecore list') "
+                             "nor a scan directory")
+        if args.devices is None or args.microbatches is None:
+            raise InputError(f"report {args.target} needs --devices/-p and --microbatches/-m")
+        fam = family(args.target)
+        sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
+        res = simulate(sched, _costs(args), _network(args))
+        path = report(res, args.out, memory_limit=args.memory_limit)
+    out.write(f"wrote {path}\n")
+    return 0
+
+
+def _table_arguments(p):
+    p.add_argument("name")
+    _shape_args(p, None)
+    p.add_argument("--max-slots", type=_positive_int, default=None, help="show only the first N slots")
+
+
+
 def _cmd_table(args, out):
     fam = family(args.name)
     sched = build(fam.name, args.devices, args.microbatches, chunks=args.chunks)
@@ -581,14 +378,21 @@ def _cmd_table(args, out):
     return 0
 
 
-def _int_list(name, text):
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--{name} must be comma-separated integers (got {text!r})") from None
-    if not values or min(values) < 1:
-        raise InputError(f"--{name} needs integers >= 1 (got {text!r})")
-    return values
+def _study_arguments(p):
+    p.add_argument("--devices", default="4,8", help="comma-separated device counts (default 4,8)")
+    p.add_argument("--microbatches", default="8,16,32,64,128,256",
+                   help="comma-separated microbatch counts (default 8,16,32,64,128,256)")
+    p.add_argument("--out", default="pipecore_out", help="folder for study.parquet and plots")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the plots")
+    p.add_argument("--asymmetric", action="store_true",
+                   help="also search asymmetric Chimera-style placements (down split, up-pipeline "
+                        "placement, layer shares) and write asymmetric.parquet and "
+                        "asymmetric.txt; the fifth finding needs it")
+    p.add_argument("--asymmetric-microbatches", default="4,8,16,32,64",
+                   help="microbatch counts of the asymmetric search (default 4,8,16,32,64)")
+
+    _progress_args(p, lines=True)
+
 
 
 def _study_progress(args):
@@ -640,7 +444,7 @@ def _cmd_study(args, out):
     out.write("\n" + text + "\n\n")
     written.append(str(folder / "findings.txt"))
     if not args.no_plot:
-        from .output.writers import MissingDependencyError
+        from .output import MissingDependencyError
 
         try:
             written += plot_study(table, folder / "study.png")
@@ -652,12 +456,21 @@ def _cmd_study(args, out):
     return 0
 
 
-def _cmd_verify(args, out):
-    from .scan.scans import verify_scan
+def _scan_arguments(p):
+    p.add_argument("grid", help="grid file (TOML; see README 'Scans')")
+    p.add_argument("--out", required=True, help="output folder (one Parquet file per part)")
+    p.add_argument("--resume", action="store_true", help="continue a scan of the same grid in --out")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="evaluate parts here (default) or as Ray tasks (pipecore[ray])")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address ('auto' for a running one; default: start one)")
+    bar = p.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="always show the progress bar (default: only on a terminal)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="never show the progress bar")
+    p.add_argument("--no-plot", action="store_true", help="do not draw _pareto.png")
 
-    check = verify_scan(args.folder)
-    out.write(check.report() + "\n")
-    return 0 if check.ok else 1
 
 
 def _cmd_scan(args, out):
@@ -699,6 +512,46 @@ def _cmd_scan(args, out):
     return 0
 
 
+def _verify_arguments(p):
+    p.add_argument("folder", help="the scan's --out folder")
+
+
+
+def _cmd_verify(args, out):
+    from .scan.scans import verify_scan
+
+    check = verify_scan(args.folder)
+    out.write(check.report() + "\n")
+    return 0 if check.ok else 1
+
+
+def _tune_arguments(p):
+    p.add_argument("--devices", "-p", type=_positive_int, required=True, help="pipeline devices")
+    p.add_argument("--microbatches", "-m", type=_positive_int, required=True, help="microbatches")
+    _cost_args(p)
+    mem = _memory_args(p)
+    mem.add_argument("--checkpoint", type=float, default=0.0,
+                     help="memory a recomputed F keeps (default 0)")
+    mem.add_argument("--r", type=float, default=None,
+                     help="time of a recompute (R) op (default: --f)")
+    mem.add_argument("--no-recompute", action="store_true",
+                     help="do not try activation recompute for schedules that do not fit")
+    mem.add_argument("--offload", type=float, default=None,
+                     help="time of one activation copy to host or back over a host link; "
+                          "enables offload candidates (default: none)")
+    mem.add_argument("--host-link-devices", type=_positive_int, default=1,
+                     help="devices sharing one host link, copies one at a time (default 1)")
+    p.add_argument("--families", default=None, help="comma-separated families (default all)")
+    p.add_argument("--objective", choices=("makespan", "span"), default="makespan",
+                   help="minimise the makespan (default) or the longest per-device span "
+                        "(the zero-bubble papers' cost)")
+    p.add_argument("--top", type=_positive_int, default=10, help="rows in the report (default 10)")
+    p.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
+    p.add_argument("--actions", action="store_true", help="also print the winner's programs")
+    _progress_args(p)
+
+
+
 def _cmd_tune(args, out):
     from .search.tune import TuneError, tune
 
@@ -728,6 +581,31 @@ def _cmd_tune(args, out):
         for d, prog in best.schedule.to_actions().items():
             out.write(f"device {d}: {' '.join(prog)}\n")
     return 0
+
+
+def _cmd_list(args, out):
+    for name in schedules():
+        out.write(f"{name:<18} {family(name).summary}\n")
+    return 0
+
+
+def _cmd_warm(args, out):
+    from .warm import warm
+
+    warm(out)
+    return 0
+
+
+def _export_arguments(p):
+    p.add_argument("name", help="schedule name (see 'pipecore list')")
+    _shape_args(p, None)
+    p.add_argument("--csv", metavar="FILE", default=None,
+                   help="torch's compute_only CSV, one line per rank (needs pipecore[torch]); "
+                        "run it with pipecore run-torch FILE --ranks P")
+    p.add_argument("--actions", metavar="FILE.json", default=None,
+                   help="per-device programs as JSON, {device: [\"0F0\", \"0B0\", ...]} "
+                        "(Schedule.to_actions(); pipecore.from_actions reads it back)")
+
 
 
 def _cmd_export(args, out):
@@ -760,18 +638,29 @@ def _cmd_export(args, out):
     return 0
 
 
-def _write(name, option, write):
-    """Write an output file; a ValueError naming the option and path if it cannot be."""
-    path = Path(name)
-    if path.is_dir():
-        raise InputError(f"{option} {name}: is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise InputError(f"{option} {name}: folder {path.parent} does not exist")
-    try:
-        write(path)
-    except OSError as exc:
-        raise InputError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
-    return path
+def _run_torch_arguments(p):
+    p.add_argument("csv", help="compute_only schedule CSV (pipecore export SCHEDULE -p P -m M "
+                               "--csv FILE, or pipecore.bindings.torch.to_csv)")
+    p.add_argument("--ranks", type=_positive_int, required=True, help="processes (one per CSV line)")
+    p.add_argument("--model", default="mlp", choices=("mlp", "tiny-transformer"),
+                   help="model split into stages (default mlp)")
+    p.add_argument("--layers", type=_positive_int, default=None,
+                   help="blocks in the whole model (default one per stage; a multiple of stages)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="write per-rank torch.profiler traces (rankN.json) to DIR, for pipecore "
+                        "what-if; runs of 5 or more steps also time steps without the profiler, "
+                        "so what-if can take out what it adds")
+    p.add_argument("--hidden", type=_positive_int, default=32, help="layer width (default 32)")
+    p.add_argument("--batch", type=_positive_int, default=None,
+                   help="rows per step (default 2 per microbatch)")
+    p.add_argument("--steps", type=_positive_int, default=None,
+                   help=f"steps to run (default 1; {_PROFILE_STEPS} with --profile: one to set "
+                        f"torch up, 3 profiled, 3 timed without the profiler)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not compare gradients with the non-pipelined model")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
 
 
 def _cmd_run_torch(args, out):
@@ -829,6 +718,24 @@ def _profiled_text(indices, steps):
         return (f"{which} of {steps} (it includes torch's set-up of the stages; run --steps 2 or "
                 f"more to profile steps without it)")
     return f"{which} of {steps} (step 1 sets torch's stages up and is left out)"
+
+
+def _what_if_arguments(p):
+    p.add_argument("profile_dir", help="folder of per-rank traces (run-torch --profile DIR)")
+    p.add_argument("--schedules", default="all",
+                   help="'all' or comma-separated family names (default all)")
+    p.add_argument("--microbatches", type=_positive_int, default=None,
+                   help="microbatches to predict for (default: the profiled run's)")
+    p.add_argument("--check", action="store_true",
+                   help="run the top three for real (needs the run's pipecore-run.json and "
+                        "pipecore[torch]) and print predicted against measured")
+    p.add_argument("--steps", type=_positive_int, default=6,
+                   help="steps per --check run (default 6; the first two are left out)")
+    p.add_argument("--repeats", type=_positive_int, default=3,
+                   help="--check runs per schedule, each in fresh processes, schedules taken in "
+                        "turn (default 3); the table shows their median and spread")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
 
 
 def _cmd_what_if(args, out):
@@ -926,6 +833,103 @@ def _check_top(pt, args, rows):
     return measured, notes
 
 
+def _no_arguments(p):
+    """A subcommand without options of its own."""
+
+
+class _Command(NamedTuple):
+    """A subcommand: its line in ``pipecore --help``, what adds its
+    arguments to its parser, and what runs it (``run(args, out)`` returns
+    the exit status)."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, TextIO], int]
+
+
+#: The subcommands, in the order ``pipecore --help`` lists them.
+COMMANDS = {
+    "compare": _Command("every schedule three ways: formula, ideal table, simulation",
+                        _compare_arguments, _cmd_compare),
+    "simulate": _Command("simulate one schedule", _simulate_arguments, _cmd_simulate),
+    "report": _Command("write a self-contained HTML report of one schedule (FAMILY -p P -m M) or "
+                       "of a scan (its Parquet directory)", _report_arguments, _cmd_report),
+    "table": _Command("print the idealised devices x time-slots table", _table_arguments,
+                      _cmd_table),
+    "study": _Command("every family three ways over a grid of compute and network speeds "
+                      "(x10 = ten times faster)", _study_arguments, _cmd_study),
+    "scan": _Command("evaluate a grid of configurations into a Parquet dataset", _scan_arguments,
+                     _cmd_scan),
+    "verify": _Command("check a scan's Parquet folder: every part present, whole and of this "
+                       "scan (exit 1 naming each bad part)", _verify_arguments, _cmd_verify),
+    "tune": _Command("the fastest schedule that fits a per-device memory limit", _tune_arguments,
+                     _cmd_tune),
+    "list": _Command("list schedule names", _no_arguments, _cmd_list),
+    "warm": _Command("compile every Numba kernel into the cache now (for container images and "
+                     "CI; prints seconds per step)", _no_arguments, _cmd_warm),
+    "export": _Command("write a schedule as the CSV run-torch reads (torch's compute_only "
+                       "format) and/or as per-device actions (JSON)", _export_arguments,
+                       _cmd_export),
+    "run-torch": _Command("run a schedule CSV for real with PyTorch on CPU ranks (gloo; needs "
+                          "pipecore[torch])", _run_torch_arguments, _cmd_run_torch),
+    "what-if": _Command("rank every schedule family by its predicted step time from one "
+                        "profiled run's torch.profiler traces", _what_if_arguments, _cmd_what_if),
+}
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="pipecore", description=(
+        "Build, validate and simulate pipeline-parallel training schedules."))
+    parser.add_argument("--version", action="version", version=f"pipecore {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        command.arguments(sub.add_parser(name, help=command.help))
+    return parser
+
+
+def _suggest(word, choices):
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _check_flags(parser, argv):
+    """Reject a mistyped subcommand or flag with the subcommand's own usage
+    and the closest valid name.
+
+    argparse reports an unknown flag of a subcommand through the top-level
+    parser (its usage lists only the subcommands), and reports a missing
+    required flag before an unknown one, so ``--devics 8`` only says that
+    ``--devices`` is required.
+    """
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):  # the top level's own flags take no values
+        rest.pop(0)
+    if not rest:
+        return
+    command, rest = rest[0], rest[1:]
+    sub = commands.choices.get(command)
+    if sub is None:
+        parser.error(f"unknown command {command!r} (choose from {', '.join(commands.choices)})"
+                     + _suggest(command, commands.choices))
+    known = sub._option_string_actions
+    longs = [o for o in known if o.startswith("--")]
+    for token in rest:
+        if token == "--":
+            break
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            if name in known or sum(o.startswith(name) for o in longs) == 1:
+                continue  # exact, or an abbreviation argparse accepts
+            if any(o.startswith(name) for o in longs):
+                continue  # ambiguous: argparse says which flags it could mean
+            sub.error(f"unrecognized argument {name}" + _suggest(name, longs))
+        elif (len(token) > 1 and token[0] == "-" and token[1].isalpha()
+              and token[:2] not in known):
+            sub.error(f"unrecognized argument {token}"
+                      + _suggest(token[:2], [o for o in known if not o.startswith("--")]))
+
+
 def main(argv=None, out=None) -> int:
     """Run the command line.
 
@@ -952,37 +956,7 @@ def main(argv=None, out=None) -> int:
     _check_flags(parser, argv)
     args = parser.parse_args(argv)
     try:
-        if args.command == "compare":
-            return _cmd_compare(args, out)
-        if args.command == "simulate":
-            return _cmd_simulate(args, out)
-        if args.command == "table":
-            return _cmd_table(args, out)
-        if args.command == "report":
-            return _cmd_report(args, out)
-        if args.command == "study":
-            return _cmd_study(args, out)
-        if args.command == "scan":
-            return _cmd_scan(args, out)
-        if args.command == "verify":
-            return _cmd_verify(args, out)
-        if args.command == "tune":
-            return _cmd_tune(args, out)
-        if args.command == "export":
-            return _cmd_export(args, out)
-        if args.command == "run-torch":
-            return _cmd_run_torch(args, out)
-        if args.command == "what-if":
-            return _cmd_what_if(args, out)
-        if args.command == "warm":
-            from .warm import warm
-
-            warm(out)
-            return 0
-        if args.command == "list":
-            for name in schedules():
-                out.write(f"{name:<18} {family(name).summary}\n")
-            return 0
+        return COMMANDS[args.command].run(args, out)
     except (PipecoreError, ValueError, MemoryError) as exc:  # pipecore's refusals, and numpy's
         print(f"pipecore: error: {exc}", file=sys.stderr)
         return 2
@@ -997,7 +971,6 @@ def main(argv=None, out=None) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"pipecore: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
-    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
