@@ -13,6 +13,7 @@ cli and testing.
 import importlib as _importlib
 import sys as _sys
 
+from . import output as _output  # noqa: F401  (its writers register Result.write_trace, ...)
 from . import search  # pc.search: the package, whose local_search is the entry point
 from .analysis import critical as _critical  # noqa: F401  (registers Result.critical_path)
 from .analysis.compare import compare
@@ -25,7 +26,6 @@ from .core.costs import Costs, Network
 from .core.ops import CapacityError, InputError, PipecoreError
 from .core.schedule import KINDS, Action, DeviceGapWarning, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
-from .output import writers as _writers  # noqa: F401  (registers Result's writers)
 from .output.report import report
 from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan

@@ -166,7 +166,7 @@ def test_a_scan_with_an_overflowing_row_says_so(tmp_path, capsys):
 
 
 def test_one_error_hierarchy(monkeypatch):
-    from pipecore.output.writers import MissingDependencyError
+    from pipecore.output import MissingDependencyError
 
     for cls in (pc.ScheduleError, pc.ScanError, pc.TuneError, pc.PartitionError, pc.InputError):
         assert issubclass(cls, pc.PipecoreError) and issubclass(cls, ValueError), cls

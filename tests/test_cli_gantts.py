@@ -9,7 +9,7 @@ import os
 import pytest
 
 import pipecore as pc
-from pipecore import cli
+from pipecore.output import gantt
 
 pytest.importorskip("matplotlib", reason="the Gantt charts need pipecore[plot]")
 
@@ -32,9 +32,9 @@ def _jobs(folder):
 
 
 def _draw(jobs, monkeypatch, cpus):
-    monkeypatch.setattr(cli, "_local_cpus", lambda: cpus)
+    monkeypatch.setattr(gantt, "local_cpus", lambda: cpus)
     bar = _Bar()
-    written = cli._draw_gantts(jobs, bar)
+    written = gantt.write_gantts(jobs, bar)
     # Every chart counted once, and the bar told once that it is done.
     assert (bar.count, bar.final) == (len(jobs), 1)
     return written
@@ -55,10 +55,8 @@ def test_two_processes_write_the_files_one_process_writes(tmp_path, monkeypatch)
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the two-process path needs os.fork")
 def test_charts_the_child_did_not_finish_are_drawn_by_the_parent(tmp_path, monkeypatch):
-    from pipecore.output import writers
-
     parent = os.getpid()
-    real = writers.write_gantt
+    real = gantt.write_gantt
     drawn_here = []
 
     def flaky(result, path, **kwargs):
@@ -69,7 +67,7 @@ def test_charts_the_child_did_not_finish_are_drawn_by_the_parent(tmp_path, monke
             drawn_here.append(path.name)
         return real(result, path, **kwargs)
 
-    monkeypatch.setattr(writers, "write_gantt", flaky)
+    monkeypatch.setattr(gantt, "write_gantt", flaky)
     written = _draw(_jobs(tmp_path), monkeypatch, cpus=2)
     assert written == [str(tmp_path / f"{n}.png") for n in NAMES]
     # The child drew 1f1b (index 1) and failed on zb-h2 (index 3): the
@@ -80,11 +78,9 @@ def test_charts_the_child_did_not_finish_are_drawn_by_the_parent(tmp_path, monke
 
 
 def test_an_error_in_the_parent_is_raised(tmp_path, monkeypatch):
-    from pipecore.output import writers
-
     def broken(result, path, **kwargs):
         raise OSError(f"cannot write {path}")
 
-    monkeypatch.setattr(writers, "write_gantt", broken)
+    monkeypatch.setattr(gantt, "write_gantt", broken)
     with pytest.raises(OSError, match="gpipe.png"):
         _draw(_jobs(tmp_path), monkeypatch, cpus=2)

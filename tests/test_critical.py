@@ -317,7 +317,7 @@ def test_errors():
 def test_trace_marks_the_path(tmp_path):
     import json
 
-    from pipecore.output.writers import write_chrome_trace
+    from pipecore.output import write_chrome_trace
 
     # The contended GPipe case above: ops d0 F0 (row 0), d1 F2 (8), d1 BW0 (9),
     # d0 BW2 (5); transfers 0, 1, 2 (forwards) and 3, 4, 5 (gradients).
@@ -343,7 +343,7 @@ def test_trace_marks_the_path(tmp_path):
 
 def test_gantt_critical(tmp_path):
     pytest.importorskip("matplotlib", reason="Gantt charts need the plot extra: pip install pipecore[plot]")
-    from pipecore.output.writers import write_gantt
+    from pipecore.output import write_gantt
 
     res = pc.simulate(pc.from_actions({0: ["0F0", "0F1&0BW0", "0BW1"],
                                        1: ["1F0", "1BW0", "1F1", "1BW1"]}),
@@ -354,7 +354,7 @@ def test_gantt_critical(tmp_path):
 
 
 def test_outputs_refuse_critical_without_a_result(tmp_path):
-    from pipecore.output.writers import write_chrome_trace, write_gantt
+    from pipecore.output import write_chrome_trace, write_gantt
 
     res = pc.simulate(pc.build("gpipe", 2, 2), pc.Costs(f=1.0, b=2.0))
 

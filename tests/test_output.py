@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipecore.output import writers as output  # noqa: E402
+import pipecore.output as output  # noqa: E402
 
 KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

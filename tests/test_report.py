@@ -278,7 +278,7 @@ def _gantt_legend_and_title(monkeypatch, tmp_path, res):
 
 
 def test_gantt_png_title_legend_and_chunks(monkeypatch, tmp_path):
-    from pipecore.output.writers import _chunk_of
+    from pipecore.output.colours import chunk_of
 
     res = pc.simulate(pc.build("zb-v", 4, 8), pc.Costs(f=1.0, b=1.0, w=0.0))
     seen = _gantt_legend_and_title(monkeypatch, tmp_path, res)
@@ -288,7 +288,7 @@ def test_gantt_png_title_legend_and_chunks(monkeypatch, tmp_path):
     # zb-v's V placement: stage s < p is a device's chunk 0, s >= p its chunk 1.
     ops = res.ops
     dev, stage = ops.column("device").to_numpy(), ops.column("stage").to_numpy()
-    assert (_chunk_of(dev, stage) == (stage >= 4)).all()
+    assert (chunk_of(dev, stage) == (stage >= 4)).all()
     one = pc.simulate(pc.build("1f1b", 4, 8), UNIT)
     assert not any(t.startswith("chunk") for t in _gantt_legend_and_title(
         monkeypatch, tmp_path, one)["legend"])

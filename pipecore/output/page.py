@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .writers import MissingDependencyError
+from .errors import MissingDependencyError
 
 __all__ = ["CSS", "PALETTE", "plotly_js"]
 

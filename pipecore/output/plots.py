@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..analysis.frontier import pareto_front
-from .writers import MissingDependencyError
+from .errors import MissingDependencyError
 
 
 def _readable_axes(ax, xs):

@@ -21,10 +21,10 @@ import pyarrow as pa
 from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..core.simulate import plug
+from .colours import KIND_COLOURS, UNKNOWN_COLOUR, chunk_of, shade_hex
 from .page import CSS as _CSS
 from .page import plotly_js as _plotly_js
 from .views import kinds_in_order, svg_kind_legend, svg_time_axis
-from .writers import _KIND_COLOURS, _UNKNOWN_COLOUR, _chunk_of
 
 __all__ = ["report", "result_views", "schedule_grid_html", "result_svg_html"]
 
@@ -40,13 +40,6 @@ def _round(values: np.ndarray, digits: int = 6) -> list:
     return [float(f"{v:.{digits}g}") for v in np.asarray(values, dtype=np.float64).tolist()]
 
 
-def _shade(colour: str, amount: float) -> str:
-    """Blend a #rrggbb colour towards white (0 unchanged, 1 white)."""
-    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
-    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
-    return "#" + "".join(f"{c:02x}" for c in mix)
-
-
 def _kind_codes(column) -> tuple[np.ndarray, list]:
     """Per-row codes into a list of kind names (no Python string per op)."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -59,7 +52,7 @@ def _kind_codes(column) -> tuple[np.ndarray, list]:
 def _chunks(result: Any, ops: pa.Table | None = None) -> np.ndarray:
     """Chunk of every op: the rank of its stage among its device's stages."""
     ops = result.ops if ops is None else ops
-    return _chunk_of(ops.column("device").to_numpy(), ops.column("stage").to_numpy())
+    return chunk_of(ops.column("device").to_numpy(), ops.column("stage").to_numpy())
 
 
 def result_views(result: Any) -> dict:
@@ -151,14 +144,14 @@ def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str 
             sel = keep & is_k & (chunk == c)
             if not sel.any():
                 continue
-            base = _KIND_COLOURS.get(k, _UNKNOWN_COLOUR)
+            base = KIND_COLOURS.get(k, UNKNOWN_COLOUR)
             name = k if n_chunks == 1 else f"{k} chunk {c}"
             trace = {
                 "type": "bar", "orientation": "h", "name": name,
                 "y": device[sel].tolist(), "base": _round(start[sel]),
                 "x": _round(finish[sel] - start[sel]),
                 "customdata": np.stack([stage[sel], mb[sel]], axis=1).tolist(),
-                "marker": {"color": _shade(base, 0.45 * c / max(n_chunks - 1, 1)),
+                "marker": {"color": shade_hex(base, 0.45 * c / max(n_chunks - 1, 1)),
                            "line": {"width": 0.5, "color": "#ffffff"}},
                 "width": 0.8,
                 "hovertemplate": (f"{k} stage %{{customdata[0]}} mb %{{customdata[1]}}"
@@ -666,7 +659,7 @@ def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
     rects = []
     drawn = np.flatnonzero(finish > start)
     for i in drawn.tolist():
-        colour = _shade(_KIND_COLOURS.get(names[code[i]], _UNKNOWN_COLOUR),
+        colour = shade_hex(KIND_COLOURS.get(names[code[i]], UNKNOWN_COLOUR),
                         0.45 * chunk[i] / max(n_chunks - 1, 1))
         rects.append(f"<rect x='{left + start[i] * sx:.1f}' y='{device[i] * row_h + 2}' "
                      f"width='{max((finish[i] - start[i]) * sx - 0.4, 0.4):.1f}' "
@@ -721,7 +714,7 @@ def schedule_grid_html(schedule: Any, max_ops: int = 4000) -> str:
     for d, k, j, s, c in zip(device[shown].tolist(), kind, mb.tolist(), stage.tolist(),
                              chunk[shown].tolist()):
         # Light enough for black text; later chunks lighter still.
-        colour = _shade(_KIND_COLOURS.get(k, _UNKNOWN_COLOUR),
+        colour = shade_hex(KIND_COLOURS.get(k, UNKNOWN_COLOUR),
                         0.45 + 0.35 * c / max(n_chunks - 1, 1))
         progs[d].append(f"<td style='background:{colour};padding:0 2px;border:1px solid #fff'"
                         f" title='{k} stage {s} mb {j}'>{k}{j}</td>")

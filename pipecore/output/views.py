@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.ops import InputError
 from ..core.simulate import plug
-from .writers import _KIND_COLOURS, _KIND_ORDER, _UNKNOWN_COLOUR
+from .colours import KIND_COLOURS, KIND_ORDER, UNKNOWN_COLOUR, shade_hex
 
 __all__ = ["nice_ticks", "svg_time_axis", "svg_kind_legend", "monte_carlo_html", "KIND_NAMES"]
 
@@ -106,11 +106,6 @@ def svg_time_axis(left: float, top: float, width: float, lo: float, hi: float,
     return "".join(parts), 34.0
 
 
-def _shade(colour: str, amount: float) -> str:
-    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in (r, g, b))
-
-
 def svg_kind_legend(kinds: list, chunks: int, left: float, top: float,
                     width: float) -> tuple[str, float]:
     """Colour swatches of the op kinds drawn (and the chunk shades), in rows.
@@ -131,10 +126,10 @@ def svg_kind_legend(kinds: list, chunks: int, left: float, top: float,
     float
         Pixels the legend takes below ``top``.
     """
-    entries = [(_shade(_KIND_COLOURS.get(k, _UNKNOWN_COLOUR), 0.0),  # as the boxes write it
+    entries = [(shade_hex(KIND_COLOURS.get(k, UNKNOWN_COLOUR), 0.0),  # as the boxes write it
                f"{k} {KIND_NAMES[k]}" if k in KIND_NAMES else str(k)) for k in kinds]
     if chunks > 1:
-        entries += [(_shade("#595959", 0.45 * c / (chunks - 1)),
+        entries += [(shade_hex("#595959", 0.45 * c / (chunks - 1)),
                      f"chunk {c}" + (" (lighter: later chunk)" if c == chunks - 1 else ""))
                     for c in range(chunks)]
     parts, x, y = [], left, top
@@ -151,7 +146,7 @@ def svg_kind_legend(kinds: list, chunks: int, left: float, top: float,
 
 def kinds_in_order(names: list) -> list:
     """The kinds in ``names`` in the fixed legend order, unknown ones last."""
-    return [k for k in _KIND_ORDER if k in names] + sorted(set(names) - set(_KIND_ORDER))
+    return [k for k in KIND_ORDER if k in names] + sorted(set(names) - set(KIND_ORDER))
 
 
 def _jitter_words(j: Any) -> str:

@@ -1,0 +1,120 @@
+"""The options several subcommands share, and what the handlers make of them:
+shapes, costs, networks, memory, progress bars, integer lists and output files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core.costs import Costs, Network
+from ..core.ops import InputError
+from ..schedules.registry import build, family
+
+__all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "progress_args",
+           "costs_from", "network_from", "schedule_from", "int_list", "output_file", "write_file"]
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
+    return value
+
+
+def shape_args(p, chunks_default):
+    p.add_argument("--devices", "-p", type=positive_int, required=True, help="pipeline devices")
+    p.add_argument("--microbatches", "-m", type=positive_int, required=True, help="microbatches")
+    p.add_argument("--chunks", "-v", type=positive_int, default=chunks_default,
+                   help="stages per device for interleaved families")
+
+
+def cost_args(p):
+    g = p.add_argument_group("costs (per microbatch, per device share of the model)")
+    # f = b = w = 1: the zero-bubble papers' unit setting, where splitting the
+    # backward pays (with w = 0 every zero-bubble schedule looks like 1F1B).
+    g.add_argument("--f", type=float, default=1.0, help="forward time (default 1)")
+    g.add_argument("--b", type=float, default=1.0, help="backward-for-inputs time (default 1)")
+    g.add_argument("--w", type=float, default=1.0, help="backward-for-weights time (default 1)")
+    g.add_argument("--comm", type=float, default=0.0, help="latency per transfer (default 0)")
+    n = p.add_argument_group("network (optional: bandwidth-limited links with contention)")
+    n.add_argument("--bytes", type=float, default=None, help="bytes per transfer")
+    n.add_argument("--bandwidth", type=float, default=None, help="bytes per time unit")
+    n.add_argument("--latency", type=float, default=0.0, help="link latency (default 0)")
+
+
+def memory_args(p, weights=0.0):
+    mem = p.add_argument_group("memory (per microbatch, per device share; limit per device)")
+    mem.add_argument("--activation", type=float, default=1.0, help="activation of one F (default 1)")
+    mem.add_argument("--activation-w", type=float, default=0.0,
+                     help="part of it kept until W (default 0)")
+    mem.add_argument("--weights", type=float, default=weights,
+                     help=("weights of one device share (default 0: the limit is on activations)"
+                           if weights == 0 else f"weights of one device share (default {weights:g})"))
+    mem.add_argument("--memory-limit", type=float, default=None,
+                     help="per-device limit on activation + weights (default none)")
+    return mem
+
+
+def progress_args(p, lines=False):
+    bar = p.add_mutually_exclusive_group()
+    default = ("on a terminal; elsewhere (a log) a progress line every few seconds" if lines
+               else "only on a terminal")
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help=f"always show the progress bar (default: {default})")
+    bar.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="never show the progress bar")
+
+
+def costs_from(args):
+    memory = {k: getattr(args, k) for k in ("activation", "activation_w", "weights")
+              if hasattr(args, k)}
+    return Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, **memory)
+
+
+def network_from(args):
+    if args.bytes is None and args.bandwidth is None:
+        return None
+    if args.bytes is None or args.bandwidth is None:
+        raise InputError("a network needs both --bytes and --bandwidth")
+    return Network.uniform(args.bytes, args.bandwidth, args.latency)
+
+
+def schedule_from(args, name):
+    """The schedule of family *name* at the shape options' devices, microbatches and chunks."""
+    return build(family(name).name, args.devices, args.microbatches, chunks=args.chunks)
+
+
+def int_list(name, text):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--{name} must be comma-separated integers (got {text!r})") from None
+    if not values or min(values) < 1:
+        raise InputError(f"--{name} needs integers >= 1 (got {text!r})")
+    return values
+
+
+def output_file(option, path, folder="is a folder, not a file"):
+    """Refuse an output file whose folder is missing, before any work is done;
+    ``folder`` says what is wrong with a path that is a folder."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{option} {path}: {folder}")
+    if not target.parent.is_dir():
+        raise InputError(f"{option} {path}: folder {target.parent} does not exist")
+
+
+def write_file(name, option, write):
+    """Write an output file; a ValueError naming the option and path if it cannot be."""
+    output_file(option, name, folder="is a folder; give a file name")
+    path = Path(name)
+    try:
+        write(path)
+    except OSError as exc:
+        raise InputError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
+    return path
