@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from ..core.ops import InputError
 from ..core.schedule import KINDS
-from ..core.simulate import plug
+from ..core.result import plug
 
 __all__ = ["critical_path", "device_share"]
 

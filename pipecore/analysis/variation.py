@@ -315,7 +315,7 @@ class MonteCarlo:
     def _repr_html_(self) -> str:
         """Jupyter: p50, p90, p99 and the other statistics with their unit,
         the draw count, and a histogram marking the three quantiles."""
-        from ..core.simulate import _plugin
+        from ..core.result import _plugin
 
         return _plugin("monte_carlo_html")(self)
 

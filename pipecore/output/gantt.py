@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cpus import local_cpus
-from ..core.simulate import plug
+from ..core.result import plug
 from .colours import KIND_COLOURS, KIND_ORDER, UNKNOWN_COLOUR, chunk_of
 from .columns import (
     OPS_COLUMNS,

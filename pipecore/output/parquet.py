@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.simulate import plug
+from ..core.result import plug
 from .columns import PathLike
 
 __all__ = ["write_parquet"]

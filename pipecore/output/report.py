@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..core.ops import InputError
 from ..core.schedule import Schedule
-from ..core.simulate import plug
+from ..core.result import plug
 from .colours import KIND_COLOURS, UNKNOWN_COLOUR, chunk_of, shade_hex
 from .page import CSS as _CSS
 from .page import plotly_js as _plotly_js

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.ops import InputError
-from ..core.simulate import plug
+from ..core.result import plug
 from .columns import (
     MEMORY_COLUMNS,
     OPS_COLUMNS,

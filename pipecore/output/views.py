@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..core.ops import InputError
-from ..core.simulate import plug
+from ..core.result import plug
 from .colours import KIND_COLOURS, KIND_ORDER, UNKNOWN_COLOUR, shade_hex
 
 __all__ = ["nice_ticks", "svg_time_axis", "svg_kind_legend", "monte_carlo_html", "KIND_NAMES"]

@@ -1,0 +1,329 @@
+"""Compile a schedule with costs into the list scheduler's inputs (:class:`Compiled`).
+
+The cost-independent part (units, transfer classes) is derived once per
+schedule and kept in its structure's ``memo``; the cost rows are built per call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..kernels import listsched as _kernels
+from ..kernels.carriers import OpCosts, Times, TransferCosts, Units
+from ..kernels.codes import F_DROP, N_CLASSES
+from ..kernels.network import X_CLASSES, transfer_classes
+from . import buffers, tier
+from .costs import Costs, Network, per_stage_direct
+from .ops import AR, BW, B, F, InputError, L, O, R, W  # noqa: E741 (kinds named by their letters)
+from .schedule import Schedule
+
+__all__ = ["compile_schedule", "Compiled", "Run"]
+
+
+class Run(NamedTuple):
+    """What :meth:`Compiled.run` returns; a tuple, so it also unpacks in this order."""
+
+    status: int  # kernels.codes.STATUS_OK, or STATUS_DEADLOCK
+    start: np.ndarray  # each op's start (empty from the summary pass)
+    finish: np.ndarray  # each op's finish (empty from the summary pass)
+    x_start: np.ndarray  # each transfer's start on its link (empty from the summary pass)
+    x_arrival: np.ndarray  # each transfer's arrival
+    head: np.ndarray  # per device, the row of its first op that did not run
+    busy: np.ndarray  # per device, busy time
+    dev_free: np.ndarray  # per device, last finish
+    dev_first: np.ndarray  # per device, first start
+
+
+@dataclass
+class Compiled:
+    """Flat, C-contiguous kernel inputs for one schedule and one cost set.
+
+    Attributes hold what the list scheduler (:mod:`pipecore.kernels.listsched`)
+    takes; see :func:`compile_schedule`.
+    """
+
+    dev_ptr: np.ndarray
+    op_kind: np.ndarray
+    op_stage: np.ndarray
+    dep: np.ndarray
+    xfer: np.ndarray
+    out_ptr: np.ndarray
+    x_dst: np.ndarray
+    x_dst_dev: np.ndarray
+    x_link: np.ndarray
+    x_cls: np.ndarray
+    x_table: np.ndarray
+    stage_cost: np.ndarray
+    n_links: int
+    act: np.ndarray
+    act_w: np.ndarray
+    ckpt: np.ndarray
+    op_class: np.ndarray
+    stage_arrays: dict
+    x_src: np.ndarray
+    paired: np.ndarray
+    fb_factor: float
+    x_after: np.ndarray | None = None
+    x_host: np.ndarray | None = None
+    units: Units | None = None  # make_units' carrier, shared by every compile of a schedule
+    op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
+    _x_times: tuple | None = None
+    _inputs: tuple | None = None  # run()'s unscaled input carriers, as plain tuples
+
+    @property
+    def shared_links(self) -> bool:
+        """bool: some link has several senders (host links shared by devices)."""
+        return self.units is not None and bool(self.units.link_shared.any())
+
+    # Transfer times are kept per class (see kernels.network.X_CLASSES); the
+    # per-transfer arrays are made only when something asks for them.
+    @property
+    def x_ser(self) -> np.ndarray:
+        """Serialisation time of every transfer (made on first use)."""
+        return self._per_transfer()[0]
+
+    @property
+    def x_lat(self) -> np.ndarray:
+        """Latency (comm plus link) of every transfer (made on first use)."""
+        return self._per_transfer()[1]
+
+    def _per_transfer(self):
+        if self._x_times is None:
+            self._x_times = (np.ascontiguousarray(self.x_table[0][self.x_cls]),
+                             np.ascontiguousarray(self.x_table[1][self.x_cls]))
+        return self._x_times
+
+    def run(self, op_scale=None, keep=True):
+        """Run the list scheduler.
+
+        Parameters
+        ----------
+        op_scale : numpy.ndarray, optional
+            A factor per op row on its time (stragglers, jitter).
+        keep : bool, default True
+            Write every op's start and finish and every transfer's start.
+            False runs the summary pass (per-device sums, first starts and
+            last finishes only; start, finish and x_start come back empty);
+            it needs a schedule without shared host links.
+
+        Returns
+        -------
+        Run
+            ``(status, start, finish, x_start, x_arrival, head, busy,
+            dev_free, dev_first)``, a named tuple; the last four per device.
+
+        Raises
+        ------
+        ValueError
+            If ``op_scale`` has the wrong shape, or ``keep`` is false for a
+            schedule with shared host links.
+        """
+        n = self.op_kind.shape[0]
+        nx = self.x_dst.shape[0]
+        p = self.dev_ptr.shape[0] - 1
+        if keep:
+            # One buffer for the four outputs (views keep the same Numba type);
+            # np.empty: the kernel writes every entry of an op or transfer that
+            # runs, and entries of ops stuck in a deadlock are never read.
+            buf = buffers.empty(2 * n + 2 * nx)  # page-size policy: core/buffers.py
+            buffers.populate(buf)  # faulted in on the other CPU meanwhile
+            start, finish = buf[:n], buf[n:2 * n]
+            x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
+        else:
+            if self.shared_links:
+                raise InputError("the summary pass (keep=False) needs a schedule without "
+                                 "shared host links")
+            x_arrival = buffers.empty(nx)
+            start = finish = x_start = np.empty(0)
+        head = np.empty(p, dtype=np.int64)
+        if self.units is None:
+            self.units = tier.kernel(_kernels.make_units, n)(
+                self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
+                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
+        if op_scale is not None:
+            op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
+            if op_scale.shape != (n,):  # the kernel does not bounds-check
+                raise InputError(f"op_scale has shape {op_scale.shape}; expected ({n},)")
+        # The carriers go as plain tuples (tuple(carrier)), which Numba's
+        # dispatcher types faster; run_units names them again. The inputs
+        # are the same at every unscaled run: made once.
+        if self._inputs is None or op_scale is not None:
+            op_code = self.op_code if self.op_code is not None else np.empty(0, dtype=np.uint32)
+            inputs = (tuple(self.units),
+                      tuple(OpCosts(self.op_class, self.op_stage, op_code,
+                                    np.empty(0) if op_scale is None else op_scale,  # empty: none
+                                    self.stage_cost, self.fb_factor)),
+                      tuple(TransferCosts(self.x_cls, self.x_table[0], self.x_table[1])))
+            if op_scale is None:
+                self._inputs = inputs
+        else:
+            inputs = self._inputs
+        busy, dev_free, dev_first = np.empty(p), np.empty(p), np.zeros(p)
+        status = tier.kernel(_kernels.run_units, n)(
+            *inputs, tuple(Times(start, finish, x_start, x_arrival, head, busy, dev_free,
+                                 dev_first)), keep)
+        return Run(status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)
+
+
+def _check_costs(costs):
+    if costs is None:
+        return Costs()
+    if not isinstance(costs, Costs):
+        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+    return costs
+
+
+def compile_schedule(schedule: Schedule, costs: Costs | None = None,
+                     network: Network | None = None) -> Compiled:
+    """Turn a schedule, costs and network into flat kernel arrays.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        A validated schedule.
+    costs : Costs, optional
+        Defaults to ``Costs()``.
+    network : Network, optional
+        Without one, transfers take ``costs.comm`` and never contend.
+
+    Returns
+    -------
+    Compiled
+
+    Raises
+    ------
+    ValueError
+        If costs or network do not fit the schedule (vector lengths).
+    """
+    if not isinstance(schedule, Schedule):
+        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    costs = _check_costs(costs)
+    if network is not None and not isinstance(network, Network):
+        raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    st = schedule._info()
+    S = st.stages
+    p = schedule.devices
+    arrays = costs.stage_arrays(S, p)
+    # Rows by cost class (core.rules.op_class): the kinds, then a dropped F.
+    # Compute classes take their time plus the per-op overhead (x + 0.0 == x,
+    # so the default leaves every time bit-identical).
+    o = arrays["overhead"]
+    stage_cost = np.empty((N_CLASSES, S), dtype=np.float64)
+    stage_cost[F] = arrays["f"] + o
+    stage_cost[B] = arrays["b"] + o
+    stage_cost[W] = arrays["w"] + o
+    stage_cost[BW] = arrays["bw"] + o
+    stage_cost[AR] = 0.0  # an all-reduce's cost is its gradient transfer
+    stage_cost[R] = arrays["r"] + o
+    stage_cost[O] = 0.0  # O and L only issue copies on the host link
+    stage_cost[L] = 0.0
+    stage_cost[F_DROP] = arrays["f"] + o
+
+    x_src = st.x_src
+    if st.x_host.any() and arrays.get("offload") is None:
+        raise InputError("the schedule offloads activations (O and L ops): set Costs.offload, "
+                         "the time of one activation copy over a host link")
+    x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"))
+    x_link, n_links, units_key = st.x_link, st.n_links, "units"
+    group = int(costs.host_link_devices)
+    if st.x_host.any() and group > 1:
+        x_link, n_links, shared = _shared_host_links(st, schedule.devices, group)
+        units_key = f"units_shared_{group}"
+    else:
+        shared = np.zeros(max(n_links, 1), dtype=np.uint8)
+    if units_key not in st.memo:  # cost-independent: once per schedule (and host sharing)
+        st.memo[units_key] = tier.kernel(_kernels.make_units, len(st.op_stage))(
+            st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link, st.x_dst_dev,
+            st.x_after, shared, n_links)
+    return Compiled(
+        dev_ptr=st.dev_ptr,
+        op_kind=st.op_kind,
+        op_stage=st.op_stage,
+        dep=st.dep,
+        xfer=st.xfer,
+        out_ptr=st.out_ptr,
+        x_dst=st.x_dst,
+        x_dst_dev=st.x_dst_dev,
+        x_link=x_link,
+        x_cls=x_cls,
+        x_table=x_table,
+        stage_cost=stage_cost,
+        n_links=n_links,
+        act=arrays["activation"],
+        act_w=arrays["activation_w"],
+        ckpt=arrays["checkpoint"],
+        op_class=st.op_class,
+        stage_arrays=arrays,
+        x_src=x_src,
+        paired=st.paired,
+        fb_factor=float(costs.fb_factor),
+        x_after=st.x_after,
+        x_host=st.x_host,
+        units=st.memo[units_key],
+        op_code=st.op_code,
+    )
+
+
+def _shared_host_links(st, p, group):
+    """Link ids with the host links of each group of ``group`` devices
+    merged (one per direction), and which links have several senders."""
+    host = st.x_host
+    src = st.x_src_dev
+    key = np.where(host == 0, st.x_link.astype(np.int64),
+                   st.n_links + 2 * (src // group) + host - 1)
+    _, x_link = np.unique(key, return_inverse=True)
+    x_link = np.ascontiguousarray(x_link.reshape(-1).astype(np.int32))
+    n_links = int(x_link.max()) + 1 if x_link.size else 0
+    senders = np.zeros((max(n_links, 1), p), dtype=bool)
+    senders[x_link, src] = True
+    shared = (senders.sum(axis=1) > 1).astype(np.uint8)
+    return x_link, n_links, shared
+
+
+def _transfer_arrays(st, network, stages, comm, offload):
+    """Every transfer's class (cached per schedule and node size) and the
+    table of serialisation and latency per class: ``(x_cls, (ser, lat))``.
+    Same arithmetic as per transfer: ``bytes / bandwidth`` and
+    ``comm + link latency``; an offload copy takes ``offload`` and no latency."""
+    if network is not None and not isinstance(network, Network):
+        raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
+    if network is None:  # free links: 0 / 1.0 serialisation, no link latency
+        nbytes = grads = np.zeros(stages)
+        bw, lat, ibw, ilat, per_node = 1.0, 0.0, 1.0, 0.0, 0
+    else:
+        nbytes = per_stage_direct("Network", "bytes", network.bytes, stages)
+        grads = per_stage_direct("Network", "grad_bytes", network.grad_bytes, stages)
+        bw, lat = float(network.bandwidth), float(network.latency)
+        per_node = int(network.devices_per_node or 0)
+        ibw = float(network.inter_bandwidth) if per_node else bw
+        ilat = float(network.inter_latency) if per_node else lat
+    key = f"x_cls_{per_node}"
+    if key not in st.memo:
+        x_cls = np.empty(len(st.x_src), dtype=np.uint32)
+        # Source devices are read only across nodes (Structure.x_src_dev
+        # gathers them on first use).
+        src_dev = st.x_src_dev if per_node else st.x_dst_dev
+        tier.kernel(transfer_classes, len(x_cls))(
+            st.x_src, st.op_stage, st.x_is_ar, st.x_host, src_dev, st.x_dst_dev,
+            per_node, x_cls)
+        st.memo[key] = x_cls
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    grads = np.asarray(grads, dtype=np.float64)
+    comm = np.asarray(comm, dtype=np.float64)
+    ser = np.zeros((stages, X_CLASSES))
+    x_lat = np.zeros((stages, X_CLASSES))
+    with np.errstate(over="ignore"):
+        ser[:, 0], x_lat[:, 0] = nbytes / bw, comm + lat
+        ser[:, 1], x_lat[:, 1] = nbytes / ibw, comm + ilat
+        ser[:, 2], x_lat[:, 2] = grads / bw, comm + lat
+        ser[:, 3], x_lat[:, 3] = grads / ibw, comm + ilat
+    if not (np.isfinite(ser).all() and np.isfinite(x_lat).all()):
+        raise InputError(f"a transfer's time overflows float64: bytes / bandwidth = "
+                         f"{float(np.max(ser)):g} (bytes up to {float(np.max(nbytes)):g}, grad_bytes "
+                         f"up to {float(np.max(grads)):g}, bandwidth {min(bw, ibw):g}) and "
+                         f"latency {float(np.max(x_lat)):g}; use larger units")
+    if offload is not None:
+        ser[:, 4] = offload
+    return st.memo[key], (ser.reshape(-1), x_lat.reshape(-1))
