@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.ops import InputError
-from ..core.schedule import KINDS
 from ..core.result import plug
+from ..core.schedule import KINDS
 
 __all__ = ["critical_path", "device_share"]
 

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.ops import InputError
-from ..core.schedule import Schedule
 from ..core.result import plug
+from ..core.schedule import Schedule
 from .colours import KIND_COLOURS, UNKNOWN_COLOUR, chunk_of, shade_hex
 from .page import CSS as _CSS
 from .page import plotly_js as _plotly_js
