@@ -180,8 +180,8 @@ def test_one_error_hierarchy(monkeypatch):
                  lambda: pc.build("nope", 2, 2), lambda: pc.Network.uniform(1.0, -2.0)):
         with pytest.raises(pc.InputError):
             call()
-    from pipecore.core import buffers
+    from pipecore.core import hostmem
 
-    monkeypatch.setattr(buffers, "available_bytes", lambda: 10**6)  # a machine with 1 MB free
+    monkeypatch.setattr(hostmem, "available_bytes", lambda: 10**6)  # a machine with 1 MB free
     with pytest.raises(pc.CapacityError, match="needs at"):
         pc.build("1f1b", devices=64, microbatches=1024)

@@ -291,40 +291,6 @@ def test_large_schedules_take_the_kernel_path_by_default(monkeypatch):
     _same_structure(structure(sched), structure(sched, fast=False))
 
 
-def test_large_buffers_follow_the_page_policy_and_restore_numpys_switch(monkeypatch):
-    # core.buffers sets numpy's global huge-page switch for one allocation,
-    # then puts back what it was (True or False); PIPECORE_HUGEPAGES=0
-    # leaves the hint out.
-    from pipecore.core import buffers
-
-    try:
-        from numpy._core import multiarray as ma
-    except ImportError:
-        from numpy.core import multiarray as ma
-    switch = getattr(ma, "_set_madvise_hugepage", None)
-    if switch is None:
-        pytest.skip("this numpy has no hugepage switch")
-    size = (1 << 22) // 8 + 1  # above numpy's own 4 MB threshold
-    for state in (True, False):
-        before = switch(state)
-        try:
-            buf = buffers.empty(size)
-            assert buf.shape == (size,) and buf.dtype == np.float64
-            assert switch(state) is state  # unchanged by the call
-            full = buffers.full((3, 2), -1, np.int32)
-            assert full.dtype == np.int32 and (full == -1).all()
-            for shape in (size, (3, 2)):  # from the OS (calloc) and small
-                zero = buffers.zeros(shape, np.int64)
-                assert zero.dtype == np.int64 and not zero.any()
-                assert switch(state) is state
-        finally:
-            switch(before)
-    monkeypatch.delenv("PIPECORE_HUGEPAGES", raising=False)
-    assert buffers._huge()
-    monkeypatch.setenv("PIPECORE_HUGEPAGES", "0")
-    assert not buffers._huge() and buffers.empty(size).shape == (size,)
-
-
 @contextmanager
 def _kernel_scatter(blocked, threads):
     """Builders take their kernel paths at any size (undone on exit):
@@ -475,36 +441,12 @@ def test_kernel_from_lowers_the_threshold_inside_its_block_only(monkeypatch):
     assert calls == [sched.num_ops]
 
 
-def test_populate_faults_pages_in_without_changing_contents(monkeypatch):
-    # core.buffers.populate faults pages in on another thread while this one
-    # writes the same array: every value written here must survive.
-    import sys
-
-    from pipecore.core import buffers
-
-    n = (buffers._POPULATE_MIN_BYTES // 4) + 12_345  # above the size gate
-    a = buffers.empty(n, np.int32)
-    thread = buffers.populate(a)
-    if sys.platform.startswith("linux"):
-        assert thread is not None
-    a[:] = np.arange(n, dtype=np.int32)  # written from the front meanwhile
-    if thread is not None:
-        thread.join(timeout=60)
-        assert not thread.is_alive()
-    assert a[0] == 0 and a[-1] == n - 1 and (np.diff(a) == 1).all()
-    assert buffers.populate(np.empty(10)) is None  # too small to be worth a thread
-    monkeypatch.setattr(buffers, "_MADVISE", None)  # off Linux, or PIPECORE_POPULATE=0
-    assert buffers.populate(a) is None
-
-
 @pytest.mark.parametrize("name", ["zb-h1", "interleaved-1f1b", "1f1b"])
-def test_builds_with_populated_buffers_equal_the_reference(name, monkeypatch):
-    # Kernel paths with every buffer populated on the second thread (the
-    # size gates at zero), against the per-op reference and the numpy rules.
-    from pipecore.core import buffers
+def test_kernel_paths_at_small_shapes_equal_the_reference(name):
+    # Every size gate at zero: the builders' and the structure's kernel
+    # paths, against the per-op reference and the numpy rules.
     from pipecore.warm import _thresholds_at_zero
 
-    monkeypatch.setattr(buffers, "_POPULATE_MIN_BYTES", 0)
     p, m, v = 4, 8, 2 if name == "interleaved-1f1b" else 1
     with _thresholds_at_zero():
         sched = pc.build(name, p, m, **({"chunks": v} if v > 1 else {}))

@@ -123,20 +123,3 @@ def test_broken_all_reduces_give_the_numpy_error_on_the_kernel_path(edit, rule):
     assert errors[0][1] == rule
 
 
-@pytest.mark.parametrize("name", ["dualpipev", "dualpipe"])
-def test_kernel_with_populated_columns_equals_reference(name, monkeypatch):
-    # At scale a helper thread faults the columns' pages in while the kernel
-    # writes them (core.buffers.populate, from 64 MB): here at any size.
-    from pipecore.core import buffers
-
-    monkeypatch.setattr(buffers, "_POPULATE_MIN_BYTES", 0)
-    started = []
-    real = buffers.populate
-    monkeypatch.setattr(buffers, "populate", lambda *a: started.append(real(*a)) or started[-1])
-    p, m = 4, 24
-    sched = pc.build(name, 2 * p if name == "dualpipe" else p, m)
-    ref = (dualpipe._dualpipe_per_op(2 * p, m) if name == "dualpipe"
-           else dualpipe._dualpipev_per_op(p, m))
-    assert sched.table.equals(ref.table)
-    # The helper ran (where madvise(MADV_POPULATE_WRITE) exists: Linux 5.14+).
-    assert started and (started[0] is not None) == (buffers._MADVISE is not None)

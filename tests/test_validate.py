@@ -382,16 +382,16 @@ def test_costs_keep_their_own_copy_of_per_stage_arrays():
 def test_build_refuses_a_table_too_large_before_allocating(monkeypatch):
     # Op tables use int32 rows: 3 ops per stage and microbatch at most
     # (F, B, W), so 4 devices x 2**29 microbatches may reach 6.4e9 ops.
-    from pipecore.core import buffers
+    from pipecore.core import hostmem
 
-    free = buffers.available_bytes()  # this machine's: a positive count, or None off Linux
+    free = hostmem.available_bytes()  # this machine's: a positive count, or None off Linux
     assert free is None or (isinstance(free, int) and free > 0)
     with pytest.raises(ValueError, match=r"'1f1b' with devices=4, microbatches=536870912, "
                                          r"chunks=1 may have 6,442,450,952 ops"):
         pc.build("1f1b", 4, 2**29)
     # Memory is checked against what the OS has available (allocation is
     # lazy: too large a table would get the process killed while written).
-    monkeypatch.setattr(buffers, "available_bytes", lambda: 10 * 2**20)  # 10 MiB
+    monkeypatch.setattr(hostmem, "available_bytes", lambda: 10 * 2**20)  # 10 MiB
     with pytest.raises(MemoryError, match=r"'zb-v' with devices=64, microbatches=4096, "
                                           r"chunks=2 needs at least 42 MiB .*; 10 MiB is available"):
         pc.build("zb-v", 64, 4096)
@@ -407,5 +407,5 @@ def test_build_refuses_a_table_too_large_before_allocating(monkeypatch):
     monkeypatch.setattr("sys.stderr", err)
     assert main(["tune", "-p", "64", "-m", "4096"], out=io.StringIO()) == 2
     assert err.getvalue().startswith("pipecore: error: ") and "needs at least" in err.getvalue()
-    monkeypatch.setattr(buffers, "available_bytes", lambda: None)  # unknown (not Linux)
+    monkeypatch.setattr(hostmem, "available_bytes", lambda: None)  # unknown (not Linux)
     assert pc.build("1f1b", 4, 8).num_ops == 64

@@ -99,16 +99,12 @@ def test_build_runs_the_python_reorder_while_the_kernels_would_compile(monkeypat
 
 
 @pytest.mark.parametrize("name", sorted(MAKE))
-def test_columns_in_two_threads_with_populated_pages_equal_the_reference(name, monkeypatch):
+def test_columns_in_two_threads_equal_the_reference(name, monkeypatch):
     # At scale (4M ops) the columns of each device's rows before its last F
     # are written beside the cool-down scheduler, then two threads write
-    # the rest, half of the devices each (and a helper faults the reorder's
-    # outputs in): here at small shapes.
-    from pipecore.core import buffers
-
+    # the rest, half of the devices each: here at small shapes.
     monkeypatch.setattr(block_kernels, "_COLUMNS_THREADS_MIN_OPS", 0)
     monkeypatch.setattr(block_kernels, "local_cpus", lambda: 2)
-    monkeypatch.setattr(buffers, "_POPULATE_MIN_BYTES", 0)
     for p, m in ((2, 3), (5, 11), (8, 40)):
         assert kernel_programs(MAKE[name](p), m) == reference_programs(MAKE[name](p), m)
 

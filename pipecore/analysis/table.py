@@ -233,7 +233,7 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
 
 def _check_size(schedule, slots):
     """Refuse, before the pass starts, a table the machine cannot hold."""
-    from ..core import buffers
+    from ..core import hostmem
 
     codes = schedule.kind_codes
     per_kind = np.array([slots[k] for k in ("F", "B", "W", "BW", "AR", "R", "O", "L")],
@@ -243,7 +243,7 @@ def _check_size(schedule, slots):
     length = int(busy.max()) if busy.size else 0  # every device's own slots: a lower bound
     grid = schedule.devices * length * 8
     need = schedule.num_ops * BYTES_PER_OP + grid
-    free = buffers.available_bytes()
+    free = hostmem.available_bytes()
     if free is not None and need > free:
         raise CapacityError(
             f"ideal_table of {schedule.name!r} ({schedule.num_ops:,} ops on {schedule.devices} "

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core import buffers, tier
+from ..core import hostmem, tier
 from ..core.costs import Costs, Network
 from ..core.ops import AR, CapacityError, InputError
 from ..core.schedule import Schedule, _check_int
@@ -91,12 +91,16 @@ class Jitter:
         Parameters
         ----------
         sigma : float
+            Standard deviation of the factors' logarithm (0: no jitter).
         seed : int
+            Seed of the draws; the same seed gives the same factors.
         per : {"op", "microbatch"}
+            One factor per op, or one per microbatch shared by its ops.
 
         Returns
         -------
         Jitter
+            Heavy-tailed slow ops: a few much slower, none below zero.
 
         Raises
         ------
@@ -107,17 +111,21 @@ class Jitter:
 
     @classmethod
     def normal(cls, sigma: float, seed: int = 0, per: str = "op") -> Jitter:
-        """Factors ``max(0, 1 + sigma Z)``.
+        """Factors ``max(0, 1 + sigma Z)``, Z standard normal.
 
         Parameters
         ----------
         sigma : float
+            Standard deviation of the factors around 1.
         seed : int
+            Seed of the draws; the same seed gives the same factors.
         per : {"op", "microbatch"}
+            One factor per op, or one per microbatch shared by its ops.
 
         Returns
         -------
         Jitter
+            Symmetric noise around the given times, clipped at zero.
 
         Raises
         ------
@@ -378,7 +386,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
     if not isinstance(jitter, Jitter):
         raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
     draws = _check_int("draws", draws, minimum=1)
-    free = buffers.available_bytes()
+    free = hostmem.available_bytes()
     if free is not None and 8 * draws > free:  # one float64 makespan per draw
         raise CapacityError(f"monte_carlo: draws={draws:,} needs {8 * draws / 1e9:.3g} GB for "
                             f"its makespans alone; {free / 1e9:.3g} GB are available")

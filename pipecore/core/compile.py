@@ -14,7 +14,7 @@ from ..kernels import listsched as _kernels
 from ..kernels.carriers import OpCosts, Times, TransferCosts, Units
 from ..kernels.codes import F_DROP, N_CLASSES
 from ..kernels.network import X_CLASSES, transfer_classes
-from . import buffers, tier
+from . import tier
 from .costs import Costs, Network, per_stage_direct
 from .ops import AR, BW, B, F, InputError, L, O, R, W  # noqa: E741 (kinds named by their letters)
 from .schedule import Schedule
@@ -127,15 +127,14 @@ class Compiled:
             # One buffer for the four outputs (views keep the same Numba type);
             # np.empty: the kernel writes every entry of an op or transfer that
             # runs, and entries of ops stuck in a deadlock are never read.
-            buf = buffers.empty(2 * n + 2 * nx)  # page-size policy: core/buffers.py
-            buffers.populate(buf)  # faulted in on the other CPU meanwhile
+            buf = np.empty(2 * n + 2 * nx)
             start, finish = buf[:n], buf[n:2 * n]
             x_start, x_arrival = buf[2 * n:2 * n + nx], buf[2 * n + nx:]
         else:
             if self.shared_links:
                 raise InputError("the summary pass (keep=False) needs a schedule without "
                                  "shared host links")
-            x_arrival = buffers.empty(nx)
+            x_arrival = np.empty(nx)
             start = finish = x_start = np.empty(0)
         head = np.empty(p, dtype=np.int64)
         if self.units is None:

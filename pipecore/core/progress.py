@@ -213,20 +213,15 @@ class _Silent:
         pass
 
 
-class _Bar(Progress):
-    """The terminal bar with the interface of :class:`ProgressLines`."""
+class _Bar(_Silent, Progress):
+    """The terminal bar with the interface of :class:`ProgressLines` (the
+    caller's ``with Progress(...)`` closes it, so closing here does nothing)."""
+
+    def __init__(self, *args, **kwargs):
+        Progress.__init__(self, *args, **kwargs)
 
     def update(self, n, final=False, note=None):
-        super().update(n, final=final)
-
-    def close(self, state="finished"):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
+        Progress.update(self, n, final=final)
 
 
 def reporter(total, progress, label, unit="units", every=LINE_EVERY):

@@ -24,7 +24,6 @@ from ..kernels.structure import (
     structure_fbw_link_ids,
     structure_fbw_transfers,
 )
-from . import buffers
 from .cpus import local_cpus
 from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 from .structure import Structure
@@ -501,21 +500,17 @@ def _structure_fast(schedule):
     if S * m > 50_000_000:
         return None
     n = len(dev)
-    # Allocated here, not in the kernels, under one page-size policy
-    # (core/buffers.py; a kernel's own allocations always get 4 KB pages).
-    paired = buffers.empty(n, bool)  # the kernels write every row of these
-    dep = buffers.empty((n, 2), np.int32)
-    xfer = buffers.empty((n, 2), np.int32)
-    # Their pages fault in on the other CPU while this one fills and runs pass 1.
-    buffers.populate(xfer, paired, dep)
-    out_ptr = buffers.zeros(n + 2, np.int64)  # faulted in by the counting threads
+    paired = np.empty(n, bool)  # the kernels write every row of these
+    dep = np.empty((n, 2), np.int32)
+    xfer = np.empty((n, 2), np.int32)
+    out_ptr = np.zeros(n + 2, np.int64)
     ops = OpColumns(dev=dev, slot=slot, kind=kind, stage=stage, mb=mb)
     deps = Dependencies(paired=paired, dep=dep, out_ptr=out_ptr)
     first_dev = np.empty(S, dtype=np.int32)
     replicated = bool(schedule.replicated)
     for guess in (True, False):  # status 2: the sample missed a kind, so a column for each
         col = _index_columns(kind, top, guess)
-        index = KeyIndex(col=col, idx=buffers.full((S * m, int(col.max()) + 1), -1, np.int32),
+        index = KeyIndex(col=col, idx=np.full((S * m, int(col.max()) + 1), -1, np.int32),
                          first_dev=first_dev)
         status = structure_fbw_index(ops, p, S, m, replicated, index, deps)
         if status != 2:
@@ -536,8 +531,7 @@ def _structure_fast(schedule):
     f_idx = idx[:, col[F]].copy() if schedule.replicated else None
     dropped = idx[idx[:, col[R]] >= 0, col[F]] if top == R else None  # F rows with an R
     del idx, index
-    x_src, x_dst, x_dst_dev, x_link = (buffers.empty(nx, np.int32) for _ in range(4))
-    buffers.populate(x_link, x_dst_dev, x_dst, x_src)
+    x_src, x_dst, x_dst_dev, x_link = (np.empty(nx, np.int32) for _ in range(4))
     transfers = Transfers(xfer=xfer, x_src=x_src, x_dst=x_dst, x_dst_dev=x_dst_dev, x_link=x_link,
                           link_id=np.full(p * p, -1, np.int32))
     _in_halves(structure_fbw_transfers, halves, n, ops, p, deps, transfers)

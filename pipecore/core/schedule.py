@@ -148,6 +148,7 @@ class Schedule:
         Returns
         -------
         Schedule
+            One row per op, in the order given.
 
         Raises
         ------
@@ -209,6 +210,7 @@ class Schedule:
         Returns
         -------
         Schedule
+            Each op's slot is its position in its device's program.
 
         Raises
         ------
@@ -417,6 +419,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     Returns
     -------
     Schedule
+        The actions as an op table, each op's slot its step on its device.
 
     Raises
     ------

@@ -59,7 +59,7 @@ def _weight(c, d, wq, out):
         c[_SLOT] += 1
 
 
-@njit(cache=True, nogil=True)  # buffers.populate runs beside it
+@njit(cache=True, nogil=True)
 def eight_steps(P, M, h, st, first, split_first, with_ar, offset, out):
     """Write every device's eight-step program into the output columns.
 

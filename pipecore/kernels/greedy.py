@@ -251,7 +251,7 @@ def _head_ready(nxt, q, m, S):
     return nxt[q - 1] > j and (s == S - 1 or nxt[q + 2] > j)
 
 
-@njit(cache=True, nogil=True)  # buffers.populate faults the columns in meanwhile
+@njit(cache=True, nogil=True)
 def earliest_first(placement, m, p, out, scan_max):
     """The unit-time list scheduler of ``schedules.generate.greedy``.
 

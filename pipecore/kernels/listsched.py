@@ -69,7 +69,7 @@ def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_
                  x_after, link_shared, n_links, xfer[:0], out_ptr[:0])
 
 
-@njit(cache=True, nogil=True)  # buffers.populate runs beside it
+@njit(cache=True, nogil=True)
 def run_units(units, ops, transfers, out, keep):
     """:func:`schedule_units` for a caller in Python; return a status code.
 

@@ -42,7 +42,7 @@ def _put(out, length, d, s, code, st, j):
     return False
 
 
-@njit(cache=True, nogil=True)  # buffers.populate runs beside it
+@njit(cache=True, nogil=True)  # two threads may write halves of the devices
 def scatter_slots(out, length, code, st, j, sl, d0, d1):
     """Write one part (ops of kind ``code``) of the ops of devices ``d0`` to
     ``d1 - 1`` into ``out``.

@@ -86,7 +86,7 @@ def rows_sorted(dev, slot, kind):
     return True
 
 
-@njit(cache=True, nogil=True)  # buffers.populate runs beside it
+@njit(cache=True, nogil=True)
 def structure_fbw_index(ops, p, S, m, replicated, index, deps):
     """Pass 1a of the structure of a schedule made of F, B, W, BW and R ops,
     and AR ops when ``replicated``: the rules of each row on its own and in
@@ -96,8 +96,7 @@ def structure_fbw_index(ops, p, S, m, replicated, index, deps):
     more than the largest stage and microbatch (of the non-AR rows). Fills
     ``index`` (:class:`KeyIndex`), each row's ``paired`` flag and the
     all-reduces' producers in ``deps`` (:class:`Dependencies`). The caller
-    allocates the outputs (under core/buffers.py's page policy; this
-    kernel's own allocations would fault page by page). Returns a status:
+    allocates the outputs. Returns a status:
     0 when these rules hold (then run :func:`structure_fbw_count`), 1 when
     one breaks (the numpy rules then name it), 2 when a row's kind has no
     column (run again with one for every kind).
@@ -328,7 +327,7 @@ def structure_fbw_transfers(ops, p, deps, transfers, r0, r1):
                 link_id[dev[q] * p + d] = 0
 
 
-@njit(cache=True, nogil=True)  # buffers.populate runs beside it
+@njit(cache=True, nogil=True)
 def structure_fbw_link_ids(ops, p, transfers):
     """Pass 2b: number the links :func:`structure_fbw_transfers` marked, in
     (source, destination) order, and write each transfer's link

@@ -164,7 +164,7 @@ def write_gantt(
     Returns
     -------
     pathlib.Path
-        The path written.
+        The PNG written (PNG whatever the suffix).
 
     Raises
     ------

@@ -30,7 +30,7 @@ def write_parquet(result: Any, path: PathLike) -> Path:
     Returns
     -------
     pathlib.Path
-        The path written.
+        The Parquet file written, one row per op.
 
     Raises
     ------

@@ -73,7 +73,7 @@ def write_chrome_trace(result: Any, path: PathLike, time_scale: float = 1.0,
     Returns
     -------
     pathlib.Path
-        The path written.
+        The JSON trace written (open it in Perfetto or chrome://tracing).
 
     Raises
     ------

@@ -254,10 +254,12 @@ class Grid:
         Parameters
         ----------
         path : str or Path
+            A TOML file with the keys :meth:`from_dict` takes.
 
         Returns
         -------
         Grid
+            As :meth:`from_dict` makes it from the file's tables.
 
         Raises
         ------
@@ -288,10 +290,12 @@ class Grid:
         Parameters
         ----------
         data : mapping
+            Keys and values as in a grid file (lists for the axes).
 
         Returns
         -------
         Grid
+            Checked: every key known, every value in range.
 
         Raises
         ------

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..core import buffers, tier
+from ..core import tier
 from ..core.cpus import local_cpus
 from ..core.ops import CapacityError, InputError
 from ..core.rules import _in_halves
@@ -155,7 +155,7 @@ def _squeeze_kernels(tab):
     n = len(tab.dev) * tab.m
     cols = column_buffers(n)
     two = n >= _COLUMNS_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
-    ostart, order, dptr = _reorder_kernels(tab, fault=cols if two else ())
+    ostart, order, dptr = _reorder_kernels(tab)
     tails = _tails(tab, order, dptr)
     lo, hi = dptr[:-1], dptr[1:]
     kinds = tab.kind, tab.stage
@@ -217,18 +217,15 @@ def _reorder_grid(tab, win):
     nblk = nsup << _SUPER
     # Starts of the microbatches outside [j0, j1) only, in whole tiles of
     # 64 microbatches by K block ops (``kernels.blockops._tile``).
-    start = buffers.empty(((m - (win.j1 - win.j0) + 63) >> 6) * K * 64, np.int32)
-    occ = buffers.empty((p, H), np.int32)
-    alive = buffers.empty((p, nblk * _BLOCK), np.int32)
-    # The moves visit the devices' rows by turns: the maxima and pending
-    # adds share one arena on huge pages, where 4 KB pages would cost a TLB
-    # miss per row.
-    bmax, lazy, smax, slazy = buffers.arena(((p, nblk), np.int32), ((p, nblk), np.int32),
-                                            ((p, nsup), np.int32), ((p, nsup), np.int32))
+    start = np.empty(((m - (win.j1 - win.j0) + 63) >> 6) * K * 64, np.int32)
+    occ = np.empty((p, H), np.int32)
+    alive = np.empty((p, nblk * _BLOCK), np.int32)
+    bmax, lazy = np.empty((p, nblk), np.int32), np.empty((p, nblk), np.int32)
+    smax, slazy = np.empty((p, nsup), np.int32), np.empty((p, nsup), np.int32)
     return ReorderGrid(start, occ, alive, bmax, lazy, smax, slazy, np.empty(p, np.int32))
 
 
-def _reorder_kernels(tab, rounds=3, window=True, threads=None, fault=()):
+def _reorder_kernels(tab, rounds=3, window=True, threads=None):
     """``_reorder`` on the block ``tab`` by ``kernels/vreorder.py``.
 
     Parameters
@@ -245,10 +242,6 @@ def _reorder_kernels(tab, rounds=3, window=True, threads=None, fault=()):
         move the warm-up and the cool-down ops at once (with windows, where
         the two are independent). None: when the block has at least
         ``_REORDER_THREADS_MIN_OPS`` ops and two CPUs are free.
-    fault : tuple of numpy.ndarray
-        Arrays the caller fills next: their pages are faulted in on a
-        helper thread from the moves on (the thread that ends its set of
-        moves first leaves a CPU free).
 
     Returns
     -------
@@ -265,10 +258,8 @@ def _reorder_kernels(tab, rounds=3, window=True, threads=None, fault=()):
         threads = n >= _REORDER_THREADS_MIN_OPS and local_cpus() >= 2 and p > 1
     win = _reorder_windows(tab, window)
     grid = _reorder_grid(tab, win)
-    ostart = buffers.empty(n, np.int32)
-    order = buffers.empty(n, np.int32)
-    # The outputs' pages fault in on a helper thread meanwhile.
-    buffers.populate(order, ostart)
+    ostart = np.empty(n, np.int32)
+    order = np.empty(n, np.int32)
     dptr = np.zeros(p + 1, np.int64)
     dptr[1:] = np.cumsum(np.bincount(tab.dev, minlength=p) * tab.m)
     half = p // 2
@@ -280,8 +271,6 @@ def _reorder_kernels(tab, rounds=3, window=True, threads=None, fault=()):
             other.result()
         else:
             reorder_setup(tab, win, grid, 0, p)
-        if fault:
-            buffers.populate(*fault)
         if win.B <= win.A:
             # No windows: a cool-down op may read a warm-up op's start.
             reorder_moves(_WARM | _COOL, tab, win, grid, rounds)

@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..core import buffers
 from ..core.cpus import local_cpus as _local_cpus
 from ..core.schedule import Schedule
 from ..kernels.columns import Columns
@@ -154,6 +153,7 @@ def slots_to_schedule(name, devices, length, parts):
     Returns
     -------
     Schedule
+        Rows in (device, slot) order.
 
     Raises
     ------
@@ -192,12 +192,10 @@ def column_buffers(n):
     -------
     Columns
         device, slot, kind, stage and microbatch arrays of n rows (int32,
-        int8 for the kind), allocated under the page-size policy of
-        ``core/buffers.py``.
+        int8 for the kind), uninitialised: the kernel writes every row.
     """
-    return Columns(buffers.empty(n, np.int32), buffers.empty(n, np.int32),
-                   buffers.empty(n, np.int8), buffers.empty(n, np.int32),
-                   buffers.empty(n, np.int32))
+    return Columns(np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int8),
+                   np.empty(n, np.int32), np.empty(n, np.int32))
 
 
 def _as_2d(x):
@@ -235,6 +233,7 @@ def kernel_to_schedule(name, devices, length, fill):
     Returns
     -------
     Schedule
+        Rows in (device, slot) order, as ``fill`` wrote them.
 
     Raises
     ------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import buffers
 from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
@@ -216,9 +215,6 @@ def _eight_steps_schedule(name, P, M, h, st, first, split_first, with_ar):
     np.cumsum(rows, out=offset[1:])
     n = int(offset[-1])
     cols = column_buffers(n)
-    # At scale the other CPU faults the columns' pages in, last page first,
-    # while the kernel (which releases the GIL) writes them from the front.
-    buffers.populate(*cols)
     if not eight_steps(P, M, np.ascontiguousarray(h, dtype=np.int64),
                        np.ascontiguousarray(st, dtype=np.int64),
                        np.ascontiguousarray(first, dtype=np.int64),

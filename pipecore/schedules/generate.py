@@ -15,7 +15,6 @@ from collections import deque
 
 import numpy as np
 
-from ..core import buffers
 from ..core.costs import Costs
 from ..core.cpus import local_cpus
 from ..core.ops import InputError
@@ -397,10 +396,6 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     p = max(placement) + 1
     if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
         cols = column_buffers(2 * S * m)
-        device, slot, kind, stage, mb = cols
-        # The kernel writes the stage column as it goes; the other columns'
-        # pages fault in on the other CPU meanwhile.
-        buffers.populate(stage, mb, kind, slot, device)
         status, dev_ptr = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p,
                                                  cols, GREEDY_SCAN_MAX)
         if status:  # pragma: no cover - the earliest-start rule never stalls

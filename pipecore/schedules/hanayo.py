@@ -57,6 +57,7 @@ def build_hanayo(devices, microbatches, chunks=2, waves=None):
     Returns
     -------
     Schedule
+        F and fused BW ops (no split backward), W waves on p devices.
 
     Raises
     ------

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..core import buffers
+from ..core import hostmem
 from ..core.ops import CapacityError, InputError
 from ..core.schedule import Schedule, _check_int
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
@@ -173,10 +173,13 @@ def register(fam: Family) -> Family:
     Parameters
     ----------
     fam : Family
+        The family; :func:`build` and :func:`family` find it by its name,
+        in any case.
 
     Returns
     -------
     Family
+        ``fam`` itself, so a module can register and keep it in one line.
 
     Raises
     ------
@@ -206,10 +209,12 @@ def family(name: str) -> Family:
     Parameters
     ----------
     name : str
+        A name :func:`schedules` lists, in any case, spaces around it ignored.
 
     Returns
     -------
     Family
+        Its builder, formula, options and paper.
 
     Raises
     ------
@@ -244,6 +249,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     Returns
     -------
     Schedule
+        Validated; its ``params`` record the family and the shape.
 
     Raises
     ------
@@ -310,7 +316,7 @@ def _check_size(name, p, m, v):
         raise InputError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} may have "
                          f"{most:,} ops; an op table holds at most {MAX_OPS:,} (int32 rows)")
     least = 2 * p * v * m * MIN_BYTES_PER_OP
-    free = buffers.available_bytes()
+    free = hostmem.available_bytes()
     if free is not None and least > free:
         raise CapacityError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} needs at "
                           f"least {_size(least)} to build and validate ({2 * p * v * m:,} ops "
