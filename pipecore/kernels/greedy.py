@@ -114,52 +114,55 @@ def _arrival(done, s_from, j, s_to, placement, comm):
     return t + comm[s_from]
 
 
+@njit(cache=True, inline="always")
+def _earliest(d, kind, t0, layout, rules, state):
+    """Among device d's stages, the one whose next op of ``kind`` (B or F)
+    may start first, not before t0: (start, stage), stage -1 for none. Ties
+    go to the deeper stage (the Python loop compared (start, -stage))."""
+    placement, m, comm = layout.placement, layout.m, rules.comm
+    f_done, b_done, next_f, next_b = state.f_done, state.b_done, state.next_f, state.next_b
+    S = placement.shape[0]
+    best_t = np.inf
+    best_s = -1
+    for i in range(layout.st_ptr[d], layout.st_ptr[d + 1]):
+        s = layout.st_list[i]
+        if kind == _B:
+            # The B after its F, and after the next stage's B.
+            j = next_b[s]
+            if j >= m or next_f[s] <= j:
+                continue
+            if s == S - 1:
+                r = _arrival(f_done, s, j, s, placement, comm)
+            else:
+                r = _arrival(b_done, s + 1, j, s, placement, comm)
+        else:
+            # The F after the previous stage's F, if its activation fits
+            # with room kept for a later stage on this device.
+            j = next_f[s]
+            if j >= m or state.mem[d] + rules.act[s] + rules.reserve[s] > rules.limit_tol:
+                continue
+            r = 0.0 if s == 0 else _arrival(f_done, s - 1, j, s, placement, comm)
+        if r == r:
+            t = max(r, t0)
+            if best_s < 0 or t < best_t or (t == best_t and s > best_s):
+                best_t = t
+                best_s = s
+    return best_t, best_s
+
+
 @njit(cache=True)
 def _propose(d, layout, rules, state):
     """Device d's next op into ``state.prop_*[d]``: the start, kind (_NONE
     for none) and stage."""
-    placement, st_ptr, st_list, m = layout.placement, layout.st_ptr, layout.st_list, layout.m
-    comm = rules.comm
-    f_done, b_done, next_f, next_b = state.f_done, state.b_done, state.next_f, state.next_b
-    S = placement.shape[0]
     t0 = state.free[d]
-    bb_t = np.inf
-    bb_s = -1
-    for i in range(st_ptr[d], st_ptr[d + 1]):
-        s = st_list[i]
-        j = next_b[s]
-        if j >= m or next_f[s] <= j:
-            continue
-        if s == S - 1:
-            r = _arrival(f_done, s, j, s, placement, comm)
-        else:
-            r = _arrival(b_done, s + 1, j, s, placement, comm)
-        if r == r:
-            t = max(r, t0)
-            # Python compares (t, -s): the larger stage wins a tie.
-            if bb_s < 0 or t < bb_t or (t == bb_t and -s < -bb_s):
-                bb_t = t
-                bb_s = s
+    bb_t, bb_s = _earliest(d, _B, t0, layout, rules, state)
     bf_t = np.inf
     bf_s = -1
     if state.ahead[d] < rules.cap[d]:
-        for i in range(st_ptr[d], st_ptr[d + 1]):
-            s = st_list[i]
-            j = next_f[s]
-            if j >= m or state.mem[d] + rules.act[s] + rules.reserve[s] > rules.limit_tol:
-                continue
-            if s == 0:
-                r = 0.0
-            else:
-                r = _arrival(f_done, s - 1, j, s, placement, comm)
-            if r == r:
-                t = max(r, t0)
-                if bf_s < 0 or t < bf_t or (t == bf_t and -s < -bf_s):
-                    bf_t = t
-                    bf_s = s
-    # A B, else an F, that can start now; else the earlier of the two,
-    # compared as Python's (time, kind, stage) tuples, unless a pending W
-    # fits in the wait.
+        bf_t, bf_s = _earliest(d, _F, t0, layout, rules, state)
+    # A B, else an F, that can start now; else the earlier of the two (the
+    # F at a tie: the Python loop compared (time, kind) and F < B), unless
+    # a pending W fits in the wait.
     n_t = np.inf
     n_k = _NONE
     n_s = -1
@@ -168,12 +171,10 @@ def _propose(d, layout, rules, state):
     elif bf_s >= 0 and bf_t <= t0:
         n_t, n_k, n_s = t0, _F, bf_s
     else:
-        if bb_s >= 0:
+        if bb_s >= 0 and (bf_s < 0 or bb_t < bf_t):
             n_t, n_k, n_s = bb_t, _B, bb_s
-        if bf_s >= 0:
-            if n_k == _NONE or bf_t < n_t or (
-                    bf_t == n_t and (_F < n_k or (_F == n_k and bf_s < n_s))):
-                n_t, n_k, n_s = bf_t, _F, bf_s
+        elif bf_s >= 0:
+            n_t, n_k, n_s = bf_t, _F, bf_s
         if state.w_head[d] < state.w_tail[d]:
             s_w = state.w_stage[d, state.w_head[d]]
             if n_k == _NONE or n_t - t0 >= rules.w_fill * rules.tw[s_w]:

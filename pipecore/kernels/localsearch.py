@@ -295,6 +295,19 @@ def _scratch(ops, transfers, objective):
                    dev_work=dev_work, left=np.empty(p))
 
 
+@njit(cache=True, inline="always")
+def _move(order, i, j):
+    """Move the op at position i to position j; the ops between slide by one."""
+    moved = order[i]
+    if j > i:
+        for k in range(i, j):
+            order[k] = order[k + 1]
+    else:
+        for k in range(i, j, -1):
+            order[k] = order[k - 1]
+    order[j] = moved
+
+
 @njit(cache=True)
 def climb(order, ops, transfers, objective, window, max_evals):
     """First-improvement hill climbing over swaps and single-op moves; returns
@@ -337,27 +350,12 @@ def climb(order, ops, transfers, objective, window, max_evals):
                     j = i + shift
                     if shift == 0 or j < lo or j >= hi or evals >= max_evals:
                         continue
-                    # Move the op at i to position j (the ops between slide by one).
-                    moved = order[i]
-                    if j > i:
-                        for k in range(i, j):
-                            order[k] = order[k + 1]
-                    else:
-                        for k in range(i, j, -1):
-                            order[k] = order[k - 1]
-                    order[j] = moved
+                    _move(order, i, j)
                     kept, best, best2 = _keep_move(order, d, peaks, ops, transfers, objective,
                                                    scratch, best, best2)
                     evals += 1
                     if kept:
                         improved = True
                         break  # keep the move; look at position i afresh
-                    # Undo.
-                    if j > i:
-                        for k in range(j, i, -1):
-                            order[k] = order[k - 1]
-                    else:
-                        for k in range(j, i):
-                            order[k] = order[k + 1]
-                    order[i] = moved
+                    _move(order, j, i)  # undo
     return best, evals
