@@ -38,7 +38,7 @@ def test_greedy(benchmark):
     benchmark.name = "generate.greedy (kernel path, validated table)"
     generate.greedy(placement, GREEDY_M)  # compile / load from cache outside the timing
     got = benchmark(generate.greedy, placement, GREEDY_M)
-    assert got.table.equals(generate._greedy_reference([int(d) for d in placement], GREEDY_M,
+    assert got.table.equals(generate._greedy_python([int(d) for d in placement], GREEDY_M,
                                                        "greedy").table)
 
 
@@ -46,5 +46,5 @@ def test_greedy_reference(benchmark):
     placement = [int(d) for d in hanayo.wave_placement(GREEDY_P, 1)]
     benchmark.group = f"greedy (hanayo W=1) p={GREEDY_P} m={GREEDY_M}"
     benchmark.name = "reference (pure Python heap loop)"
-    benchmark.pedantic(generate._greedy_reference, (placement, GREEDY_M, "greedy"),
+    benchmark.pedantic(generate._greedy_python, (placement, GREEDY_M, "greedy"),
                        rounds=pick(3, 1), iterations=1)

@@ -60,7 +60,7 @@ def test_greedy_kernel_equals_the_python_reference(placement, m, scan_max):
 
     used = sorted(set(placement))
     placement = [used.index(d) for d in placement]  # every device holds a stage
-    want = generate._greedy_reference(placement, m, "greedy")
+    want = generate._greedy_python(placement, m, "greedy")
     with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
             mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
         got = generate.greedy(placement, m)
@@ -77,7 +77,7 @@ def test_greedy_kernel_equals_the_reference_on_longer_runs(placement, scan_max):
     # More microbatches than the property test: the steady state's choices.
     from pipecore.schedules import generate
 
-    want = generate._greedy_reference(placement, 40, "greedy")
+    want = generate._greedy_python(placement, 40, "greedy")
     with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
             mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
         got = generate.greedy(placement, 40)
@@ -90,7 +90,7 @@ def test_greedy_kernel_equals_the_reference_on_longer_runs(placement, scan_max):
 
 
 # zbv_greedy's passes run in kernels/zbv.py when the scaled amounts fit its
-# width; generate._one_pass_reference is the Python pass it must equal.
+# width; generate._one_pass_python is the Python pass it must equal.
 ZBV_TIMES = (st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.05, 4.0)
              | st.sampled_from([1e-7, 3e-9, 1234.5678]))  # the last: too wide for the kernel
 
@@ -143,7 +143,7 @@ def test_zbv_kernel_runs_at_published_costs(p, m, limit, monkeypatch):
     def refuse(*args):
         raise AssertionError("the Python pass ran")
 
-    monkeypatch.setattr(generate, "_one_pass_reference", refuse)
+    monkeypatch.setattr(generate, "_one_pass_python", refuse)
     monkeypatch.setattr(generate, "ZBV_KERNEL_MIN_OPS", 0)
     got = generate.zbv_greedy(p, m, costs, limit)
     assert got.table.equals(want.table)
@@ -176,7 +176,7 @@ def test_zbv_pass_kernel_equals_the_python_pass(p, m, cost, comm, act, act_w, li
     k = 1 << 70 if wide else 1
     args = (p, m, tuple(c * k for c in cost), (act * k, -(act - act_w) * k, -act_w * k),
             comm * k, limit * k, fill_f, fill_b, [a * k if a >= 0 else -1 for a in allow[:p]])
-    want = _pass_outcome(generate._one_pass_reference, args)
+    want = _pass_outcome(generate._one_pass_python, args)
     # The kernel reports a stall as KeyError: an IndexError from it would be
     # an out-of-bounds access under NUMBA_BOUNDSCHECK=1, not a stall.
     saved = generate.ZBV_KERNEL_MIN_OPS
@@ -193,8 +193,8 @@ def test_zbv_small_shapes_take_the_python_pass_and_large_ones_the_kernel(monkeyp
     from pipecore.schedules import generate
 
     ran = []
-    real = generate._one_pass_reference
-    monkeypatch.setattr(generate, "_one_pass_reference", lambda *a: ran.append(1) or real(*a))
+    real = generate._one_pass_python
+    monkeypatch.setattr(generate, "_one_pass_python", lambda *a: ran.append(1) or real(*a))
     costs = pc.Costs(f=1, b=1, w=1, comm=0.05)
     generate.zbv_greedy(8, 32, costs)
     assert ran

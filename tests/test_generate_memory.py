@@ -96,7 +96,7 @@ def test_warmup_search_errors():
 
 
 # The Numba kernel (kernels/greedy.py) against the plain-Python reference it
-# was ported from (_memory_greedy_reference): same programs op for op, and the
+# was ported from (tests/reference_generate.py): same programs op for op, and the
 # same error where every device waits. Shapes include V placements, random
 # placements with idle devices, per-stage cost vectors, warm-up caps and
 # limits tight enough to stall.
@@ -110,8 +110,7 @@ def test_warmup_search_errors():
 def test_kernel_equals_the_python_reference(p, m, layout, seed, f, b, w, comm, aw, limit, warm,
                                             w_fill, per_stage):
     import numpy as np
-
-    from pipecore.schedules.generate import _memory_greedy_reference
+    from reference_generate import memory_greedy_reference
     rng = np.random.default_rng(seed)
     if layout == "linear":
         placement = list(range(p))
@@ -127,7 +126,7 @@ def test_kernel_equals_the_python_reference(p, m, layout, seed, f, b, w, comm, a
         costs = pc.Costs(f=f, b=b, w=w, comm=comm, activation=1.0, activation_w=aw, weights=0.5)
     args = (placement, m, costs, limit, warm, w_fill)
     try:
-        want = _memory_greedy_reference(*args)
+        want = memory_greedy_reference(*args)
     except ValueError as exc:
         with pytest.raises(ValueError) as got:
             memory_greedy(*args)

@@ -1,16 +1,18 @@
 """The list schedulers of ``schedules.generate``: ``memory_greedy`` and
 ``greedy``.
 
-``memory_greedy_kernel`` follows the same rule, step for step (B first, F
-by memory headroom and warm-up cap, W into gaps at least ``w_fill``
-W-times long, the earliest-starting op committed next, ties to the lower
-device), on flat arrays. ``tune`` runs it for many warm-up depths, which
-made the pure-Python loop the larger part of tune's time.
-``earliest_first`` is ``greedy``'s unit-time rule (hanayo's order). The
-Python versions stay as the tested references.
+``memory_greedy_kernel`` follows ``memory_greedy``'s rule step for step (B
+first, F by memory headroom and warm-up cap, W into gaps at least
+``w_fill`` W-times long, the earliest-starting op committed next, ties to
+the lower device), on flat arrays: ``tune`` runs it for many warm-up
+depths, which made a pure-Python loop the larger part of tune's time.
+``earliest_first`` is ``greedy``'s unit-time rule (hanayo's order).
+tests/reference_generate.py holds the Python loops both must equal.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -20,7 +22,86 @@ from .codes import B as _B
 from .codes import F as _F
 from .codes import W as _W
 
-_NONE = -1
+_NONE = -1  # no op proposed
+
+
+class Layout(NamedTuple):
+    """Where :func:`memory_greedy_kernel`'s S stages run, on p devices. Inputs."""
+
+    #: int64 (S,): the device of stage s.
+    placement: np.ndarray
+    #: int64 (p + 1,): device d's stages are ``st_list[st_ptr[d]:st_ptr[d + 1]]``.
+    st_ptr: np.ndarray
+    #: int64 (S,): the stages of each device in turn, increasing within a device.
+    st_list: np.ndarray
+    #: int: the microbatches.
+    m: int
+
+
+class Rules(NamedTuple):
+    """Costs and bounds :func:`memory_greedy_kernel` decides by. Inputs."""
+
+    #: float64 (S,): the F, B and W times of stage s.
+    tf: np.ndarray
+    tb: np.ndarray
+    tw: np.ndarray
+    #: float64 (S,): the time stage s's output takes to another device.
+    comm: np.ndarray
+    #: float64 (S,): the activation an F holds until its B.
+    act: np.ndarray
+    #: float64 (S,): the part of it a B leaves held until its W.
+    act_w: np.ndarray
+    #: float64 (p,): device d's weights, held throughout.
+    static: np.ndarray
+    #: float64 (S,): memory an F of stage s keeps free for one microbatch of
+    #: a later stage on its device (so an early stage cannot starve the way back).
+    reserve: np.ndarray
+    #: float: the memory limit, tolerance included.
+    limit_tol: float
+    #: int64 (p,): the most forwards device d runs ahead of its backwards.
+    cap: np.ndarray
+    #: float: a pending W fills a gap at least ``w_fill`` times its own time.
+    w_fill: float
+
+
+class Programs(NamedTuple):
+    """Each device's program as :func:`memory_greedy_kernel` commits it. Outputs."""
+
+    #: int64 (p, width): op i of device d's kind (``kernels.codes`` F, B, W),
+    #: stage and microbatch; rows past ``count[d]`` are not written.
+    kind: np.ndarray
+    stage: np.ndarray
+    mb: np.ndarray
+    #: int64 (p,): the ops committed on device d.
+    count: np.ndarray
+
+
+class _State(NamedTuple):
+    """The partial schedule :func:`memory_greedy_kernel` grows. Scratch."""
+
+    #: float64 (S, m): finish time of (stage, microbatch)'s F, and of its B; NaN before.
+    f_done: np.ndarray
+    b_done: np.ndarray
+    #: int64 (S,): the next microbatch whose F, and whose B, stage s runs.
+    next_f: np.ndarray
+    next_b: np.ndarray
+    #: float64 (p,): when device d is next free.
+    free: np.ndarray
+    #: float64 (p,): device d's memory now.
+    mem: np.ndarray
+    #: int64 (p,): device d's forwards still waiting for their backward.
+    ahead: np.ndarray
+    #: int64 (p, S m): device d's pending W, a FIFO of (stage, microbatch)
+    #: at ``w_head[d]:w_tail[d]``.
+    w_stage: np.ndarray
+    w_mb: np.ndarray
+    w_head: np.ndarray
+    w_tail: np.ndarray
+    #: float64 (p,), int64 (p,), int64 (p,): device d's proposed next op,
+    #: its start, kind (_NONE for none) and stage.
+    prop_t: np.ndarray
+    prop_kind: np.ndarray
+    prop_stage: np.ndarray
 
 
 @njit(cache=True, inline="always")
@@ -33,166 +114,153 @@ def _arrival(done, s_from, j, s_to, placement, comm):
     return t + comm[s_from]
 
 
-@njit(cache=True)
-def _propose(d, st_ptr, st_list, S, m, placement, comm, tw, act, reserve, limit_tol, cap,
-             f_done, b_done, next_f, next_b, free, mem, ahead, w_head, w_tail, w_stage,
-             w_fill, out):
-    """Device d's next op as out[d] = (start, kind, stage), kind -1 for none."""
-    t0 = free[d]
-    bb_t = np.inf
-    bb_s = -1
-    for i in range(st_ptr[d], st_ptr[d + 1]):
-        s = st_list[i]
-        j = next_b[s]
-        if j >= m or next_f[s] <= j:
-            continue
-        if s == S - 1:
-            r = _arrival(f_done, s, j, s, placement, comm)
+@njit(cache=True, inline="always")
+def _earliest(d, kind, t0, layout, rules, state):
+    """Among device d's stages, the one whose next op of ``kind`` (B or F)
+    may start first, not before t0: (start, stage), stage -1 for none. Ties
+    go to the deeper stage (the Python loop compared (start, -stage))."""
+    placement, m, comm = layout.placement, layout.m, rules.comm
+    f_done, b_done, next_f, next_b = state.f_done, state.b_done, state.next_f, state.next_b
+    S = placement.shape[0]
+    best_t = np.inf
+    best_s = -1
+    for i in range(layout.st_ptr[d], layout.st_ptr[d + 1]):
+        s = layout.st_list[i]
+        if kind == _B:
+            # The B after its F, and after the next stage's B.
+            j = next_b[s]
+            if j >= m or next_f[s] <= j:
+                continue
+            if s == S - 1:
+                r = _arrival(f_done, s, j, s, placement, comm)
+            else:
+                r = _arrival(b_done, s + 1, j, s, placement, comm)
         else:
-            r = _arrival(b_done, s + 1, j, s, placement, comm)
+            # The F after the previous stage's F, if its activation fits
+            # with room kept for a later stage on this device.
+            j = next_f[s]
+            if j >= m or state.mem[d] + rules.act[s] + rules.reserve[s] > rules.limit_tol:
+                continue
+            r = 0.0 if s == 0 else _arrival(f_done, s - 1, j, s, placement, comm)
         if r == r:
             t = max(r, t0)
-            # Python compares (t, -s): the larger stage wins a tie.
-            if bb_s < 0 or t < bb_t or (t == bb_t and -s < -bb_s):
-                bb_t = t
-                bb_s = s
+            if best_s < 0 or t < best_t or (t == best_t and s > best_s):
+                best_t = t
+                best_s = s
+    return best_t, best_s
+
+
+@njit(cache=True)
+def _propose(d, layout, rules, state):
+    """Device d's next op into ``state.prop_*[d]``: the start, kind (_NONE
+    for none) and stage."""
+    t0 = state.free[d]
+    bb_t, bb_s = _earliest(d, _B, t0, layout, rules, state)
     bf_t = np.inf
     bf_s = -1
-    if ahead[d] < cap[d]:
-        for i in range(st_ptr[d], st_ptr[d + 1]):
-            s = st_list[i]
-            j = next_f[s]
-            if j >= m or mem[d] + act[s] + reserve[s] > limit_tol:
-                continue
-            if s == 0:
-                r = 0.0
-            else:
-                r = _arrival(f_done, s - 1, j, s, placement, comm)
-            if r == r:
-                t = max(r, t0)
-                if bf_s < 0 or t < bf_t or (t == bf_t and -s < -bf_s):
-                    bf_t = t
-                    bf_s = s
-    if bb_s >= 0 and bb_t <= t0:
-        out[d, 0] = t0
-        out[d, 1] = _B
-        out[d, 2] = bb_s
-        return
-    if bf_s >= 0 and bf_t <= t0:
-        out[d, 0] = t0
-        out[d, 1] = _F
-        out[d, 2] = bf_s
-        return
-    # The earlier of the two, compared as Python's (time, kind, stage) tuples.
+    if state.ahead[d] < rules.cap[d]:
+        bf_t, bf_s = _earliest(d, _F, t0, layout, rules, state)
+    # A B, else an F, that can start now; else the earlier of the two (the
+    # F at a tie: the Python loop compared (time, kind) and F < B), unless
+    # a pending W fits in the wait.
     n_t = np.inf
     n_k = _NONE
     n_s = -1
-    if bb_s >= 0:
-        n_t, n_k, n_s = bb_t, _B, bb_s
-    if bf_s >= 0:
-        if n_k == _NONE or bf_t < n_t or (bf_t == n_t and (_F < n_k or (_F == n_k and bf_s < n_s))):
+    if bb_s >= 0 and bb_t <= t0:
+        n_t, n_k, n_s = t0, _B, bb_s
+    elif bf_s >= 0 and bf_t <= t0:
+        n_t, n_k, n_s = t0, _F, bf_s
+    else:
+        if bb_s >= 0 and (bf_s < 0 or bb_t < bf_t):
+            n_t, n_k, n_s = bb_t, _B, bb_s
+        elif bf_s >= 0:
             n_t, n_k, n_s = bf_t, _F, bf_s
-    if w_head[d] < w_tail[d]:
-        s_w = w_stage[d, w_head[d]]
-        if n_k == _NONE or n_t - t0 >= w_fill * tw[s_w]:
-            out[d, 0] = t0
-            out[d, 1] = _W
-            out[d, 2] = s_w
-            return
-    out[d, 0] = n_t
-    out[d, 1] = n_k
-    out[d, 2] = n_s
+        if state.w_head[d] < state.w_tail[d]:
+            s_w = state.w_stage[d, state.w_head[d]]
+            if n_k == _NONE or n_t - t0 >= rules.w_fill * rules.tw[s_w]:
+                n_t, n_k, n_s = t0, _W, s_w
+    state.prop_t[d] = n_t
+    state.prop_kind[d] = n_k
+    state.prop_stage[d] = n_s
 
 
 @njit(cache=True)
-def memory_greedy_kernel(placement, st_ptr, st_list, m, tf, tb, tw, comm, act, act_w, static,
-                         reserve, limit_tol, cap, w_fill, prog_kind, prog_stage, prog_mb, prog_len):
-    """Fill each device's program; return 0, or 1 when every device waits.
-
-    ``st_list[st_ptr[d]:st_ptr[d+1]]`` are device d's stages in increasing
-    order. ``prog_*[d, i]`` receive op i of device d (kind 0=F, 1=B, 2=W)
-    and ``prog_len[d]`` their count. On 1 the arrays hold the ops committed
-    so far; ``prog_len`` and the returned state let the caller explain.
-    """
-    S = placement.shape[0]
+def memory_greedy_kernel(layout, rules, out):
+    """Fill each device's program (``out``); return 0, or 1 when every
+    device waits, with ``out`` then holding the ops committed so far (the
+    caller names the waiting devices from them)."""
+    S = layout.placement.shape[0]
+    m = layout.m
+    st_ptr = layout.st_ptr
     p = st_ptr.shape[0] - 1
-    f_done = np.full((S, m), np.nan)
-    b_done = np.full((S, m), np.nan)
-    next_f = np.zeros(S, np.int64)
-    next_b = np.zeros(S, np.int64)
-    free = np.zeros(p)
-    mem = static.copy()
-    ahead = np.zeros(p, np.int64)
     # Pending W per device, a FIFO: stage and microbatch of each B done.
     cap_w = 1
     for d in range(p):
         cap_w = max(cap_w, (st_ptr[d + 1] - st_ptr[d]) * m)
-    w_stage = np.empty((p, cap_w), np.int64)
-    w_mb = np.empty((p, cap_w), np.int64)
-    w_head = np.zeros(p, np.int64)
-    w_tail = np.zeros(p, np.int64)
-    prop = np.empty((p, 3))
+    state = _State(f_done=np.full((S, m), np.nan), b_done=np.full((S, m), np.nan),
+                   next_f=np.zeros(S, np.int64), next_b=np.zeros(S, np.int64),
+                   free=np.zeros(p), mem=rules.static.copy(), ahead=np.zeros(p, np.int64),
+                   w_stage=np.empty((p, cap_w), np.int64), w_mb=np.empty((p, cap_w), np.int64),
+                   w_head=np.zeros(p, np.int64), w_tail=np.zeros(p, np.int64),
+                   prop_t=np.empty(p), prop_kind=np.empty(p, np.int64),
+                   prop_stage=np.empty(p, np.int64))
     for d in range(p):
-        prog_len[d] = 0
-        _propose(d, st_ptr, st_list, S, m, placement, comm, tw, act, reserve, limit_tol, cap,
-                 f_done, b_done, next_f, next_b, free, mem, ahead, w_head, w_tail, w_stage,
-                 w_fill, prop)
+        out.count[d] = 0
+        _propose(d, layout, rules, state)
     touched = np.empty(3, np.int64)
     for _ in range(3 * S * m):
         best_d = -1
         best_t = np.inf
         for d in range(p):
-            if prop[d, 1] != _NONE and (best_d < 0 or prop[d, 0] < best_t):
-                best_t = prop[d, 0]
+            if state.prop_kind[d] != _NONE and (best_d < 0 or state.prop_t[d] < best_t):
+                best_t = state.prop_t[d]
                 best_d = d
         if best_d < 0:
             return 1
         d = best_d
-        t = prop[d, 0]
-        kind = int(prop[d, 1])
-        s = int(prop[d, 2])
+        t = state.prop_t[d]
+        kind = state.prop_kind[d]
+        s = state.prop_stage[d]
         if kind == _F:
-            j = next_f[s]
-            next_f[s] += 1
-            fin = t + tf[s]
-            f_done[s, j] = fin
-            mem[d] += act[s]
-            ahead[d] += 1
+            j = state.next_f[s]
+            state.next_f[s] += 1
+            fin = t + rules.tf[s]
+            state.f_done[s, j] = fin
+            state.mem[d] += rules.act[s]
+            state.ahead[d] += 1
         elif kind == _B:
-            j = next_b[s]
-            next_b[s] += 1
-            fin = t + tb[s]
-            b_done[s, j] = fin
-            mem[d] -= act[s] - act_w[s]
-            ahead[d] -= 1
-            w_stage[d, w_tail[d]] = s
-            w_mb[d, w_tail[d]] = j
-            w_tail[d] += 1
+            j = state.next_b[s]
+            state.next_b[s] += 1
+            fin = t + rules.tb[s]
+            state.b_done[s, j] = fin
+            state.mem[d] -= rules.act[s] - rules.act_w[s]
+            state.ahead[d] -= 1
+            state.w_stage[d, state.w_tail[d]] = s
+            state.w_mb[d, state.w_tail[d]] = j
+            state.w_tail[d] += 1
         else:
-            s = w_stage[d, w_head[d]]
-            j = w_mb[d, w_head[d]]
-            w_head[d] += 1
-            fin = t + tw[s]
-            mem[d] -= act_w[s]
-        free[d] = fin
-        i = prog_len[d]
-        prog_kind[d, i] = kind
-        prog_stage[d, i] = s
-        prog_mb[d, i] = j
-        prog_len[d] = i + 1
+            s = state.w_stage[d, state.w_head[d]]
+            j = state.w_mb[d, state.w_head[d]]
+            state.w_head[d] += 1
+            fin = t + rules.tw[s]
+            state.mem[d] -= rules.act_w[s]
+        state.free[d] = fin
+        i = out.count[d]
+        out.kind[d, i] = kind
+        out.stage[d, i] = s
+        out.mb[d, i] = j
+        out.count[d] = i + 1
+        # Only this device and the consumer's can propose differently now.
         n_t = 1
         touched[0] = d
         if kind == _F and s + 1 < S:
-            touched[n_t] = placement[s + 1]
+            touched[n_t] = layout.placement[s + 1]
             n_t += 1
         if kind == _B and s > 0:
-            touched[n_t] = placement[s - 1]
+            touched[n_t] = layout.placement[s - 1]
             n_t += 1
         for k in range(n_t):
-            e = touched[k]
-            _propose(e, st_ptr, st_list, S, m, placement, comm, tw, act, reserve, limit_tol,
-                     cap, f_done, b_done, next_f, next_b, free, mem, ahead, w_head, w_tail,
-                     w_stage, w_fill, prop)
+            _propose(touched[k], layout, rules, state)
     return 0
 
 
@@ -257,11 +325,11 @@ def earliest_first(placement, m, p, out, scan_max):
 
     Fused F/BW ops of one time unit, free communication; the op that can
     start earliest is committed next, ties to a backward, then the lower
-    microbatch, then the deeper stage. ``out`` holds the op table's columns
-    ``(device, slot, kind, stage, microbatch)``, 2 S m rows each, allocated
-    by the caller, rows in (device, program position) order: this kernel
-    writes each op's queue (2 * stage, + 1 for a BW) into the stage column
-    only, and :func:`greedy_columns` then writes the columns from it.
+    microbatch, then the deeper stage. ``out`` (a
+    :class:`~pipecore.kernels.columns.Columns` of 2 S m rows, allocated by
+    the caller): this kernel writes each op's queue
+    (2 * stage, + 1 for a BW) into the stage column only, and
+    :func:`greedy_columns` then writes the columns from it.
     Returns ``(status, dev_ptr)``: device d's rows are
     ``dev_ptr[d]:dev_ptr[d + 1]``; status 0, or 1 if some op never ran
     (the rule cannot stall, so 1 means a broken kernel: the stage column
@@ -310,7 +378,7 @@ def earliest_first(placement, m, p, out, scan_max):
     if scan:
         heap[:] = _IDLE
     filled = np.zeros(p, np.int64)
-    stage = out[3]
+    stage = out.stage
     # Devices with a ready op in this step and the next, and the queues
     # whose op ran this step.
     active = np.empty(p, np.int64)
@@ -407,7 +475,7 @@ def greedy_columns(dev_ptr, n_q, out, d0, d1):
     A queue runs its microbatches in order, so counting its ops gives each
     op's microbatch. Devices own their rows and queues, so two calls on
     disjoint device ranges may run at once."""
-    device, slot, kind, stage, mb = out
+    device, slot, kind, stage, mb = out.device, out.slot, out.kind, out.stage, out.microbatch
     count = np.zeros(n_q, np.int64)
     for d in range(d0, d1):
         for r in range(dev_ptr[d], dev_ptr[d + 1]):

@@ -1,8 +1,8 @@
 """One pass of the greedy ZB-V layout of ``schedules.generate.zbv_greedy``.
 
 The same rules, step for step, on flat arrays; the Python pass
-(``generate._one_pass_reference``) stays as the tested reference and as the
-fallback for values too wide for this kernel.
+(``generate._one_pass_python``) stays for small shapes and for values too
+wide for this kernel, and the tests compare the two.
 
 The rules compare sums of times for equality, so the caller scales every
 time and memory amount to an exact integer. At the paper's costs those
@@ -211,7 +211,7 @@ def _fill_and_put(kind, chunk, d, force_w, p, m, cost, state):
 
 @njit(cache=True)
 def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, ocount):
-    """One greedy ZB-V layout (``generate._one_pass_reference``'s rules).
+    """One greedy ZB-V layout (``generate._one_pass_python``'s rules).
 
     Amounts are (hi, lo) pairs (module docstring). ``times`` rows: F, B, W
     durations and comm; ``mems`` rows: F, B, W memory deltas, then

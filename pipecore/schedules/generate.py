@@ -12,6 +12,7 @@ simulator; the code is pipecore's own.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -93,11 +94,12 @@ class _VState:
         return (kind, chunk, d, j) in self.end
 
 
-def _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
+def _one_pass_python(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
     """One greedy layout; ``allowance[d]`` is idle time device d may add freely.
 
-    The plain-Python pass: :func:`_one_pass` runs ``kernels.zbv`` instead
-    when the amounts fit its width, and the tests compare the two."""
+    The plain-Python pass, which small shapes and amounts too wide for
+    ``kernels.zbv`` take (:func:`_one_pass` decides); the tests compare the
+    two."""
     st = _VState(p, m, cost, mem, comm, limit)
     most_allowed = max(allowance)
 
@@ -179,9 +181,9 @@ def _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
 # many bits, with margin, bound what it is given. Wider ones (tiny or huge
 # cost ratios) take the Python pass.
 ZBV_KERNEL_MAX_BITS = 92
-# Below this many ops (6 p m) the Python pass is quick (0.35 s for all of
-# zbv_greedy at p=16, m=128 here) and a fresh install need not compile the
-# kernel (5-8 s once); at p=32, m=256 it takes 2.2 s against 0.15 s.
+# Below this many ops (6 p m) the Python pass costs less than compiling the
+# kernel once, so a fresh install tuning small shapes compiles nothing;
+# above it the Python pass's time grows past the kernel's by far.
 ZBV_KERNEL_MIN_OPS = 24_576
 _MASK32 = (1 << 32) - 1
 
@@ -199,10 +201,10 @@ def _limbs(values):
 
 
 def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
-    """:func:`_one_pass_reference`'s layout, by the kernel when the amounts fit
+    """:func:`_one_pass_python`'s layout, by the kernel when the amounts fit
     and the schedule has ZBV_KERNEL_MIN_OPS ops or more.
 
-    Raises KeyError or IndexError where the reference would (the rules
+    Raises KeyError or IndexError where the Python pass would (the rules
     stall), so callers handle both alike.
     """
     # Every time is a sum of at most 6mp op costs plus comms, or a difference
@@ -211,7 +213,7 @@ def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
     span += max(abs(a) for a in allowance)
     heap = 6 * m * sum(abs(x) for x in mem) + abs(limit) + 2 * (p + 1) * abs(mem[_F])
     if 6 * p * m < ZBV_KERNEL_MIN_OPS or max(4 * span, 4 * heap) >= 1 << ZBV_KERNEL_MAX_BITS:
-        return _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
+        return _one_pass_python(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
     times = _limbs(list(cost) + [comm])
     mems = _limbs(list(mem) + [limit - mem[_B], limit - mem[_F]])
     warm = _limbs([limit - mem[_F] * (2 + 2 * d) for d in range(p)])
@@ -223,7 +225,7 @@ def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
     if status == _zbv.STALL:
         raise KeyError("the greedy rules stall")
     if status != _zbv.OK:
-        return _one_pass_reference(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
+        return _one_pass_python(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance)
     return _KernelPass([(int(h) << 32) + int(lo) for h, lo in idle], *order, count)
 
 
@@ -388,9 +390,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     ValueError
         If the placement is empty or has a negative device, or m < 1.
     """
-    placement = [int(d) for d in placement]
-    if not placement or min(placement) < 0:
-        raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+    placement = _check_placement(placement)
     m = _check_int("microbatches", microbatches, minimum=1)
     S = len(placement)
     p = max(placement) + 1
@@ -403,22 +403,23 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
         two = 2 * S * m >= GREEDY_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
         _in_halves(_greedy.greedy_columns, two, p, dev_ptr, 2 * S, cols)
         return Schedule.from_arrays(*cols, name=name, devices=p, copy=False)
-    return _greedy_reference(placement, m, name)
+    return _greedy_python(placement, m, name)
 
 
 # From this many ops on, greedy runs as a Numba kernel; smaller schedules
 # (compare's hanayo at p=8) keep the Python loop and compile nothing.
 GREEDY_KERNEL_MIN_OPS = 2_048
 # Devices with at most this many F and BW queues (two per stage) pick their
-# next op by a scan, not a heap (hanayo p=1024 m=8192: kernel 1.53 s
-# against 1.72, medians of four turns in one process).
+# next op by a scan, not a heap: a scan of a few entries takes fewer
+# branches than a heap's pops and pushes.
 GREEDY_SCAN_MAX = 8
 # From this many ops two threads write greedy's columns, half of the devices each.
 GREEDY_THREADS_MIN_OPS = 1 << 22
 
 
-def _greedy_reference(placement, m, name):
-    """The pure-Python :func:`greedy` (the tests compare the kernel with it)."""
+def _greedy_python(placement, m, name):
+    """The pure-Python :func:`greedy`, for schedules below GREEDY_KERNEL_MIN_OPS
+    ops (the tests compare the kernel with it)."""
     import heapq
 
     S = len(placement)
@@ -513,36 +514,87 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
         microbatch needs on some device (naming the device).
     """
     g = _greedy_setup(placement, microbatches, costs, memory_limit, warmup)
-    m, p = g["m"], g["p"]
+    m, p = g.m, g.p
     st_ptr = np.zeros(p + 1, dtype=np.int64)
-    st_ptr[1:] = np.cumsum([len(x) for x in g["stages_of"]])
-    st_list = np.array([s for x in g["stages_of"] for s in x], dtype=np.int64)
-    width = 3 * m * max(len(x) for x in g["stages_of"])
-    kind = np.empty((p, width), dtype=np.int64)
-    stage = np.empty((p, width), dtype=np.int64)
-    mb = np.empty((p, width), dtype=np.int64)
-    count = np.zeros(p, dtype=np.int64)
+    st_ptr[1:] = np.cumsum([len(x) for x in g.stages_of])
+    width = 3 * m * max(len(x) for x in g.stages_of)
+    out = _greedy.Programs(kind=np.empty((p, width), dtype=np.int64),
+                           stage=np.empty((p, width), dtype=np.int64),
+                           mb=np.empty((p, width), dtype=np.int64),
+                           count=np.zeros(p, dtype=np.int64))
     status = _greedy.memory_greedy_kernel(
-        np.asarray(g["placement"], dtype=np.int64), st_ptr, st_list, m, g["tf"], g["tb"],
-        g["tw"], g["comm"], g["act"], g["act_w"], np.asarray(g["static"], dtype=np.float64),
-        np.asarray(g["reserve"], dtype=np.float64), g["limit"] * (1 + 1e-9),
-        np.asarray(g["cap"], dtype=np.int64), float(w_fill), kind, stage, mb, count)
+        _greedy.Layout(placement=np.asarray(g.placement, dtype=np.int64), st_ptr=st_ptr,
+                       st_list=np.array([s for x in g.stages_of for s in x], dtype=np.int64),
+                       m=m),
+        _greedy.Rules(tf=g.tf, tb=g.tb, tw=g.tw, comm=g.comm, act=g.act, act_w=g.act_w,
+                      static=np.asarray(g.static, dtype=np.float64),
+                      reserve=np.asarray(g.reserve, dtype=np.float64),
+                      limit_tol=g.limit * (1 + 1e-9), cap=np.asarray(g.cap, dtype=np.int64),
+                      w_fill=float(w_fill)),
+        out)
     if status != 0:
-        # Stuck: the reference names the waiting devices (same steps, same state).
-        return _memory_greedy_reference(placement, microbatches, costs, memory_limit, warmup,
-                                        w_fill, name)
-    keep = np.arange(width)[None, :] < count[:, None]
-    device = np.repeat(np.arange(p, dtype=np.int64), count)
-    slot = np.concatenate([np.arange(c, dtype=np.int64) for c in count])
-    return Schedule.from_arrays(device, slot, kind[keep], stage[keep], mb[keep], name=name,
-                                devices=p, copy=False)
+        raise InputError(f"memory_greedy cannot continue: devices {_waiting(g, out) or 'all'} "
+                         f"wait on each other under memory_limit {g.limit:g} and warmup {g.cap}")
+    keep = np.arange(width)[None, :] < out.count[:, None]
+    device = np.repeat(np.arange(p, dtype=np.int64), out.count)
+    slot = np.concatenate([np.arange(c, dtype=np.int64) for c in out.count])
+    return Schedule.from_arrays(device, slot, out.kind[keep], out.stage[keep], out.mb[keep],
+                                name=name, devices=p, copy=False)
 
 
-def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
-    """Checked inputs of :func:`memory_greedy` as per-stage arrays."""
+def _waiting(g, out):
+    """The devices with work left where memory_greedy's kernel stopped: a
+    stage with backwards still to run, or a W pending (a B without its W)."""
+    waiting = []
+    for d in range(g.p):
+        kind = out.kind[d, :out.count[d]]
+        backwards = np.bincount(out.stage[d, :out.count[d]][kind == _B], minlength=g.S)
+        if (any(backwards[s] < g.m for s in g.stages_of[d])
+                or np.count_nonzero(kind == _B) > np.count_nonzero(kind == _W)):
+            waiting.append(d)
+    return waiting
+
+
+@dataclass(frozen=True)
+class _GreedyInputs:
+    """The checked inputs of :func:`memory_greedy`: S stages on p devices."""
+
+    placement: list  # device of each stage
+    m: int
+    tf: np.ndarray  # float64 (S,): F, B and W times per stage (Costs.stage_arrays)
+    tb: np.ndarray
+    tw: np.ndarray
+    comm: np.ndarray  # float64 (S,): transfer time of stage s's output
+    act: np.ndarray  # float64 (S,): activation an F holds until its B
+    act_w: np.ndarray  # float64 (S,): activation a B holds until its W
+    stages_of: list  # device d's stages, increasing
+    static: list  # device d's weights
+    limit: float  # per-device memory limit (inf: none)
+    reserve: list  # per stage: the largest activation of a later stage on its device
+    cap: list  # per device: the most forwards ahead of their backwards
+
+    @property
+    def S(self):
+        """int: the stages."""
+        return len(self.placement)
+
+    @property
+    def p(self):
+        """int: the devices."""
+        return len(self.stages_of)
+
+
+def _check_placement(placement):
+    """A placement as a list of ints; ValueError unless non-empty and >= 0."""
     placement = [int(d) for d in placement]
     if not placement or min(placement) < 0:
         raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+    return placement
+
+
+def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
+    """Checked inputs of :func:`memory_greedy` (:class:`_GreedyInputs`)."""
+    placement = _check_placement(placement)
     m = _check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
@@ -550,8 +602,7 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     S = len(placement)
     p = max(placement) + 1
     arr = costs.stage_arrays(S, p)
-    tf, tb, tw, comm = arr["f"], arr["b"], arr["w"], arr["comm"]
-    act, act_w = arr["activation"], arr["activation_w"]
+    act = arr["activation"]
     stages_of = [[s for s in range(S) if placement[s] == d] for d in range(p)]
     static = [sum(arr["weights"][s] for s in stages_of[d]) for d in range(p)]
     limit = np.inf if memory_limit is None else float(memory_limit)
@@ -571,119 +622,9 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
         cap = [_check_int("warmup", x, minimum=1) for x in warmup]
         if len(cap) != p:
             raise InputError(f"'warmup' has {len(cap)} entries for {p} devices")
-
-    return {"placement": placement, "S": S, "m": m, "p": p, "tf": tf, "tb": tb, "tw": tw,
-            "comm": comm, "act": act, "act_w": act_w, "stages_of": stages_of, "static": static,
-            "limit": limit, "reserve": reserve, "cap": cap}
-
-
-def _memory_greedy_reference(placement, microbatches, costs=None, memory_limit=None,
-                             warmup=None, w_fill=1.0, name="memory-greedy"):
-    """:func:`memory_greedy` in plain Python, step by step (the kernel in
-    ``kernels.greedy`` must equal it: tests/test_generate.py)."""
-    g = _greedy_setup(placement, microbatches, costs, memory_limit, warmup)
-    placement, S, m, p = g["placement"], g["S"], g["m"], g["p"]
-    tf, tb, tw, comm, act, act_w = g["tf"], g["tb"], g["tw"], g["comm"], g["act"], g["act_w"]
-    stages_of, static, limit, reserve, cap = (g["stages_of"], g["static"], g["limit"],
-                                              g["reserve"], g["cap"])
-    f_done = np.full((S, m), np.nan)  # finish times
-    b_done = np.full((S, m), np.nan)
-    next_f = [0] * S
-    next_b = [0] * S
-    pending_w = [deque() for _ in range(p)]
-    free = [0.0] * p
-    mem = list(static)
-    ahead = [0] * p  # forwards on the device still waiting for their backward
-    programs = [[] for _ in range(p)]
-    total = 3 * S * m
-
-    def arrival(done, s_from, j, s_to):
-        t = done[s_from, j]
-        if np.isnan(t):
-            return None
-        return t if placement[s_from] == placement[s_to] else t + comm[s_from]
-
-    def propose(d):
-        """(start, kind, stage) of device d's next op, or None if it must wait for others."""
-        t0 = free[d]
-        best_b = None
-        for s in stages_of[d]:
-            j = next_b[s]
-            if j >= m or next_f[s] <= j:
-                continue
-            r = arrival(f_done, s, j, s) if s == S - 1 else arrival(b_done, s + 1, j, s)
-            if r is not None and (best_b is None or (max(r, t0), -s) < best_b[:2]):
-                best_b = (max(r, t0), -s, s)
-        best_f = None
-        if ahead[d] < cap[d]:
-            for s in stages_of[d]:
-                j = next_f[s]
-                # Keep room for one microbatch of each later stage here, so an
-                # early stage cannot fill the device and starve the way back.
-                if j >= m or mem[d] + act[s] + reserve[s] > limit * (1 + 1e-9):
-                    continue
-                r = 0.0 if s == 0 else arrival(f_done, s - 1, j, s)
-                if r is not None and (best_f is None or (max(r, t0), -s) < best_f[:2]):
-                    best_f = (max(r, t0), -s, s)
-        if best_b is not None and best_b[0] <= t0:
-            return (t0, _B, best_b[2])
-        if best_f is not None and best_f[0] <= t0:
-            return (t0, _F, best_f[2])
-        options = [x for x in (best_b and (best_b[0], _B, best_b[2]),
-                               best_f and (best_f[0], _F, best_f[2])) if x]
-        nxt = min(options) if options else None
-        if pending_w[d]:
-            s_w = pending_w[d][0][0]
-            # A W goes into a gap only if the gap is long enough (scaled by
-            # w_fill); otherwise it would push back the B or F about to arrive.
-            if nxt is None or nxt[0] - t0 >= w_fill * tw[s_w]:
-                return (t0, _W, s_w)
-        return nxt
-
-    proposals = [propose(d) for d in range(p)]
-    for _ in range(total):
-        live = [(pr[0], d) for d, pr in enumerate(proposals) if pr is not None]
-        if not live:
-            # Devices with work left (a device may hold no stage at all).
-            stuck = [d for d in range(p) if any(next_b[s] < m for s in stages_of[d])
-                     or pending_w[d]]
-            raise InputError(f"memory_greedy cannot continue: devices {stuck or 'all'} wait on "
-                             f"each other under memory_limit {limit:g} and warmup {cap}")
-        t, d = min(live)
-        _, kind, s = proposals[d]
-        if kind == _F:
-            j = next_f[s]
-            next_f[s] += 1
-            fin = t + tf[s]
-            f_done[s, j] = fin
-            mem[d] += act[s]
-            ahead[d] += 1
-        elif kind == _B:
-            j = next_b[s]
-            next_b[s] += 1
-            fin = t + tb[s]
-            b_done[s, j] = fin
-            mem[d] -= act[s] - act_w[s]
-            ahead[d] -= 1
-            pending_w[d].append((s, j))
-        else:
-            s, j = pending_w[d].popleft()
-            fin = t + tw[s]
-            mem[d] -= act_w[s]
-        free[d] = fin
-        programs[d].append((("F", "B", "W")[kind], s, j))
-        touched = {d}
-        if kind == _F and s + 1 < S:
-            touched.add(placement[s + 1])
-        if kind == _B and s > 0:
-            touched.add(placement[s - 1])
-        if kind == _F and s == S - 1:
-            touched.add(d)
-        for e in touched:
-            proposals[e] = propose(e)
-        if kind != _W:
-            continue
-    return Schedule.from_programs(programs, name=name, devices=p)
+    return _GreedyInputs(placement=placement, m=m, tf=arr["f"], tb=arr["b"], tw=arr["w"],
+                         comm=arr["comm"], act=act, act_w=arr["activation_w"],
+                         stages_of=stages_of, static=static, limit=limit, reserve=reserve, cap=cap)
 
 
 def warmup_search(placement, microbatches: int, costs: Costs | None = None,

@@ -21,14 +21,10 @@ from ..core.costs import Costs, Network, fits
 from ..core.ops import AR, InputError
 from ..core.schedule import KINDS, Schedule
 from ..core.simulate import compile_schedule, simulate, validate
-from ..kernels.localsearch import climb as _climb
+from ..kernels import localsearch as _ls
+from ..kernels.codes import O
 
 __all__ = ["local_search"]
-
-
-
-
-
 
 
 @tier.compiled()  # many simulations: compile at once, no interpreted budget
@@ -91,7 +87,7 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     costs = Costs() if costs is None else costs
     validate(schedule)
     st = schedule._info()
-    if (schedule.kind_codes >= 6).any():
+    if (schedule.kind_codes >= O).any():
         raise InputError("local_search keeps memory in program order: schedules that offload "
                          "activations (O and L ops) are not supported")
     if st.paired.any() or (schedule.kind_codes == AR).any():
@@ -110,11 +106,15 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     for name_, value in (("restarts", restarts), ("kick", kick), ("seed", seed)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InputError(f"'{name_}' must be an int >= 0 (got {value!r})")
-    args = (c.dev_ptr, c.op_class, c.op_stage, c.dep, c.xfer, c.out_ptr, c.x_dst, c.x_link,
-            c.x_ser, c.x_lat, c.stage_cost, c.n_links, c.act, c.act_w, c.ckpt, static,
-            objective == "span", limit * (1 + 1e-9), window)
+    fixed = (_ls.Ops(dev_ptr=c.dev_ptr, row_dev=row_dev, op_class=c.op_class, op_stage=c.op_stage,
+                     dep=c.dep, xfer=c.xfer, out_ptr=c.out_ptr),
+             _ls.Transfers(x_dst=c.x_dst, x_link=c.x_link, x_ser=c.x_ser, x_lat=c.x_lat,
+                           n_links=c.n_links),
+             _ls.Objective(stage_cost=c.stage_cost, act=c.act, act_w=c.act_w, ckpt=c.ckpt,
+                           static=static, span_objective=objective == "span",
+                           limit=limit * (1 + 1e-9)))
     order = np.arange(c.op_kind.shape[0], dtype=np.int64)
-    best, used = _climb(order, *args, max_evals, row_dev)
+    best, used = _ls.climb(order, *fixed, window, max_evals)
     rng = np.random.default_rng(seed)
     ptr = c.dev_ptr
     busy_devices = np.flatnonzero(np.diff(ptr) >= 2)
@@ -127,7 +127,7 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
             i = int(rng.integers(ptr[d], ptr[d + 1] - 1))
             j = min(int(ptr[d + 1]) - 1, i + int(rng.integers(1, 4)))
             trial[i], trial[j] = trial[j], trial[i]
-        value, spent = _climb(trial, *args, max_evals - used, row_dev)
+        value, spent = _ls.climb(trial, *fixed, window, max_evals - used)
         used += spent
         if value < best * (1 - 1e-12):
             best = value
