@@ -176,20 +176,20 @@ def critical_path(result) -> pa.Table:
         raise RuntimeError("the critical path does not reach time 0: the result's times are "
                            "inconsistent")
     segs.reverse()
-    cols = list(zip(*segs))
-    op_row = np.asarray(cols[3], dtype=np.int64)
-    seg_start = np.asarray(cols[6], dtype=np.float64)
-    seg_finish = np.asarray(cols[7], dtype=np.float64)
-    dst = np.asarray(cols[2], dtype=np.int32)
+    element, device, dst, op_row, row, partner, seg_start, seg_finish = zip(*segs)
+    op_row = np.asarray(op_row, dtype=np.int64)
+    seg_start = np.asarray(seg_start, dtype=np.float64)
+    seg_finish = np.asarray(seg_finish, dtype=np.float64)
+    dst = np.asarray(dst, dtype=np.int32)
     return pa.table({
-        "element": pa.array(cols[0], type=pa.string()),
-        "device": pa.array(np.asarray(cols[1], dtype=np.int32)),
+        "element": pa.array(element, type=pa.string()),
+        "device": pa.array(np.asarray(device, dtype=np.int32)),
         "dst_device": pa.array(dst, mask=dst < 0),
         "kind": pa.array([KINDS[k] for k in kind[op_row]], type=pa.string()),
         "stage": pa.array(stage[op_row].astype(np.int32)),
         "microbatch": pa.array(mb[op_row].astype(np.int32)),
-        "row": pa.array(np.asarray(cols[4], dtype=np.int64)),
-        "partner": pa.array(np.asarray(cols[5], dtype=np.int64)),
+        "row": pa.array(np.asarray(row, dtype=np.int64)),
+        "partner": pa.array(np.asarray(partner, dtype=np.int64)),
         "start": pa.array(seg_start),
         "finish": pa.array(seg_finish),
         "duration": pa.array(seg_finish - seg_start),

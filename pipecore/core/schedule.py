@@ -518,15 +518,16 @@ def _programs_fast(programs):
         n = len(prog)
         if len(cols) != 3 or any(len(c) != n for c in cols):
             return None
-        distinct = set(cols[0])
+        kind_names, stage_col, mb_col = cols
+        distinct = set(kind_names)
         if not all(isinstance(k, str) and k in KIND_CODE for k in distinct) or "AR" in distinct:
             return None
-        st = np.array(cols[1])
-        mb = np.array(cols[2])
+        st = np.array(stage_col)
+        mb = np.array(mb_col)
         # Only genuine integers (numpy would quietly parse "3" or take True).
         if st.ndim != 1 or mb.ndim != 1 or st.dtype.kind not in "iu" or mb.dtype.kind not in "iu":
             return None
-        names = np.array(cols[0])
+        names = np.array(kind_names)
         codes = np.empty(n, dtype=np.int64)
         for k in distinct:
             codes[names == k] = KIND_CODE[k]
