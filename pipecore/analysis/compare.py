@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.costs import Costs, Network
 from ..core.ops import InputError
-from ..core.schedule import _check_int
+from ..core.schedule import check_int
 from ..core.simulate import simulate
 from ..schedules.registry import build, family, schedules
 from .formulas import formula
@@ -68,9 +68,9 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
     costs = Costs() if costs is None else costs
     # Shape errors are the caller's; a family that cannot take a valid shape
     # is reported in its row instead.
-    devices = _check_int("devices", devices, minimum=1)
-    microbatches = _check_int("microbatches", microbatches, minimum=1)
-    chunks = _check_int("chunks", chunks, minimum=1)
+    devices = check_int("devices", devices, minimum=1)
+    microbatches = check_int("microbatches", microbatches, minimum=1)
+    chunks = check_int("chunks", chunks, minimum=1)
     if names is None:
         names = schedules()
     rows = []

@@ -23,7 +23,7 @@ import numpy as np
 from ..core import hostmem, tier
 from ..core.costs import Costs, Network
 from ..core.ops import AR, CapacityError, InputError
-from ..core.schedule import Schedule, _check_int
+from ..core.schedule import Schedule, check_int
 from ..core.simulate import straggler_scale
 from ..kernels.replay import replay_scaled as _replay_scaled
 
@@ -76,7 +76,7 @@ class Jitter:
         if not math.isfinite(sigma) or sigma < 0:
             raise InputError(f"Jitter 'sigma' must be a finite number >= 0 (got {self.sigma!r})")
         object.__setattr__(self, "sigma", sigma)
-        _check_int("seed", self.seed, minimum=0)
+        check_int("seed", self.seed, minimum=0)
         facs = tuple(float(x) for x in self.factors)
         if self.dist == "empirical":
             if not facs or any(not math.isfinite(x) or x <= 0 for x in facs):
@@ -188,8 +188,8 @@ class Jitter:
             ratio = arr / arr.mean()
             return cls("empirical", 0.0, seed, "microbatch",
                        tuple((1 - a) * ratio + a * ratio * ratio))
-        tokens = _check_int("packed", packed, minimum=1)
-        pool = _check_int("pool", pool, minimum=1)
+        tokens = check_int("packed", packed, minimum=1)
+        pool = check_int("pool", pool, minimum=1)
         rng = np.random.default_rng([seed, 1 << 20])  # a stream apart from the draws'
         squares = np.empty(pool)
         for i in range(pool):
@@ -222,8 +222,8 @@ class Jitter:
         ValueError
             For bad counts.
         """
-        draws = _check_int("draws", draws, minimum=1)
-        first = _check_int("first", first, minimum=0)
+        draws = check_int("draws", draws, minimum=1)
+        first = check_int("first", first, minimum=0)
         n = schedule.num_ops
         m = schedule.microbatches
         mb = schedule._column("microbatch").astype(np.int64)
@@ -385,7 +385,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
     jitter = Jitter.lognormal(0.05) if jitter is None else jitter
     if not isinstance(jitter, Jitter):
         raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")
-    draws = _check_int("draws", draws, minimum=1)
+    draws = check_int("draws", draws, minimum=1)
     free = hostmem.available_bytes()
     if free is not None and 8 * draws > free:  # one float64 makespan per draw
         raise CapacityError(f"monte_carlo: draws={draws:,} needs {8 * draws / 1e9:.3g} GB for "

@@ -184,7 +184,32 @@ class Action:
             )
         return cls(int(match.group(1)), match.group(2), int(match.group(3)))
 
-def _check_int(name, value, minimum=None):
+
+def check_int(name, value, minimum=None):
+    """An argument checked to be an int (not a bool), at least ``minimum``.
+
+    The one check every builder and search runs on shapes, so their errors
+    read alike: ``'microbatches' must be >= 1 (got 0)``.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        What the caller passed.
+    minimum : int, optional
+        The least value allowed.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python int.
+
+    Raises
+    ------
+    ValueError
+        (:class:`InputError`) if ``value`` is not an int or is below ``minimum``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InputError(f"'{name}' must be an int (got {value!r})")
     value = int(value)

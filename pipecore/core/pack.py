@@ -23,11 +23,13 @@ from ..kernels.carriers import (
 from .ops import InputError
 from .schedule import Schedule
 
-__all__ = ["Structure", "Pack", "structure_of"]
+__all__ = ["ReplayStructure", "Pack", "structure_of"]
 
 
-class Structure:
-    """Cost-independent arrays of one validated schedule (see _replay)."""
+class ReplayStructure:
+    """Cost-independent arrays of one validated schedule, in the form the
+    batched replay kernels read (``kernels/replay.py``); derived from the
+    schedule's :class:`pipecore.core.structure.Structure`."""
 
     def __init__(self, schedule: Schedule):
         from .simulate import validate
@@ -122,11 +124,11 @@ class Structure:
         return (2 * self.x_ar + inter).astype(np.int8)
 
 
-def structure_of(schedule: Schedule) -> Structure:
-    """The cached :class:`Structure` of a schedule (built on first use)."""
+def structure_of(schedule: Schedule) -> ReplayStructure:
+    """The cached :class:`ReplayStructure` of a schedule (built on first use)."""
     cached = getattr(schedule, "_replay_structure", None)
     if cached is None:
-        cached = Structure(schedule)
+        cached = ReplayStructure(schedule)
         schedule._replay_structure = cached
     return cached
 
@@ -138,7 +140,7 @@ def _cat(parts, dtype):
 
 
 class Pack:
-    """Concatenated arrays of several (Structure, devices_per_node) entries.
+    """Concatenated arrays of several (ReplayStructure, devices_per_node) entries.
 
     Attributes
     ----------

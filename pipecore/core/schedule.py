@@ -26,7 +26,7 @@ from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules 
     R,
     ScheduleError,
     W,
-    _check_int,
+    check_int,
     op_label,
 )
 from .rules import FAST_MIN_OPS, structure
@@ -95,7 +95,7 @@ class Schedule:
         inferred = int(device.max()) + 1 if n else 0
         if devices is None:
             devices = inferred
-        devices = _check_int("devices", devices, minimum=1)
+        devices = check_int("devices", devices, minimum=1)
         # Per-device arrays are sized by the device count: bound it by the
         # input before anything (validation, an error's rendering) allocates.
         if devices > max(n, _FREE_DEVICES):
@@ -429,7 +429,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         If the schedule breaks a rule.
     """
     if devices is not None:
-        devices = _check_int("devices", devices, minimum=1)
+        devices = check_int("devices", devices, minimum=1)
 
     def _program(d, prog):
         if isinstance(prog, (str, bytes, Mapping)) or not isinstance(prog, Iterable):

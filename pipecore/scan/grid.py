@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
 from ..core.ops import InputError
-from ..core.pack import Pack, Structure
+from ..core.pack import Pack, ReplayStructure
 from ..core.schedule import ScheduleError
 from ..kernels import codes as _codes
 from ..schedules.registry import build, family, schedules
@@ -450,7 +450,7 @@ class _StructureCache:
         name, p, m, c = self.grid._structures[sid]
         try:
             sched = build(name, p, m, chunks=c, **self.grid.options.get(name, {}))
-            struct = Structure(sched)
+            struct = ReplayStructure(sched)
         except (ValueError, ScheduleError) as exc:
             self.skipped[sid] = str(exc).splitlines()[0]
             return None

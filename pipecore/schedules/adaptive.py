@@ -50,7 +50,7 @@ import numpy as np
 
 from ..core.costs import Costs
 from ..core.ops import InputError
-from ..core.schedule import Schedule, _check_int
+from ..core.schedule import Schedule, check_int
 from ..kernels.adaptive import LETTERS as _LETTERS
 from .adaptive_grid import _build, _span
 from .adaptive_space import _blocks, _chain, _steady_peak
@@ -81,7 +81,7 @@ def adaptive_blocks(devices: int) -> list:
     ValueError
         If ``devices`` is not an int >= 2.
     """
-    p = _check_int("devices", devices, minimum=2)
+    p = check_int("devices", devices, minimum=2)
     return list(_blocks(p))
 
 
@@ -171,14 +171,14 @@ def adaptive_v(devices: int, microbatches: int, costs: Costs | None = None,
         within the limit (the leanest blocks need about p/2 activations at
         p <= 16 and somewhat less at larger p, never below a third of 1F1B's).
     """
-    p = _check_int("devices", devices, minimum=2)
-    m = _check_int("microbatches", microbatches, minimum=1)
+    p = check_int("devices", devices, minimum=2)
+    m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
     if max_blocks is not None:
-        max_blocks = _check_int("max_blocks", max_blocks, minimum=1)
-    levels = _check_int("levels", levels, minimum=1)
+        max_blocks = check_int("max_blocks", max_blocks, minimum=1)
+    levels = check_int("levels", levels, minimum=1)
     c = _scalar_costs(costs)
     if memory_limit is None:
         units = 2 * p

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.ops import InputError
-from ..core.schedule import Schedule, _check_int
+from ..core.schedule import Schedule, check_int
 from .block_kernels import _squeeze
 from .block_squeeze import _KIND_ORDER, _layout_times
 
@@ -348,7 +348,7 @@ def repeat(block: BuildingBlock, microbatches: int) -> Repeated:
     """
     if not isinstance(block, BuildingBlock):
         raise InputError(f"'block' must be a BuildingBlock (got {type(block).__name__})")
-    return Repeated(block, _check_int("microbatches", microbatches, minimum=1))
+    return Repeated(block, check_int("microbatches", microbatches, minimum=1))
 
 
 def _place_w(offsets, placement, stage_order, interval):
@@ -406,7 +406,7 @@ def v_block(devices: int, down: int, up: int, turn_bottom: int, turn_top: int, s
         If ``devices`` is not an int >= 1, or the offsets make copies
         collide or break a dependency.
     """
-    p = _check_int("devices", devices, minimum=1)
+    p = check_int("devices", devices, minimum=1)
     S = 2 * p
     placement = [s if s < p else 2 * p - 1 - s for s in range(S)]
     o = {}

@@ -20,7 +20,7 @@ from ..core.costs import Costs
 from ..core.cpus import local_cpus
 from ..core.ops import InputError
 from ..core.rules import _in_halves
-from ..core.schedule import Schedule, ScheduleError, _check_int
+from ..core.schedule import Schedule, ScheduleError, check_int
 from ..core.simulate import validate
 from ..kernels import greedy as _greedy
 from ..kernels import zbv as _zbv
@@ -269,8 +269,8 @@ def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
         p * activation, or costs for which no variant of the rules yields a
         valid order (the message says so; ``zb-v`` always works).
     """
-    p = _check_int("devices", devices, minimum=1)
-    m = _check_int("microbatches", microbatches, minimum=1)
+    p = check_int("devices", devices, minimum=1)
+    m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
@@ -391,7 +391,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
         If the placement is empty or has a negative device, or m < 1.
     """
     placement = _check_placement(placement)
-    m = _check_int("microbatches", microbatches, minimum=1)
+    m = check_int("microbatches", microbatches, minimum=1)
     S = len(placement)
     p = max(placement) + 1
     if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
@@ -595,7 +595,7 @@ def _check_placement(placement):
 def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     """Checked inputs of :func:`memory_greedy` (:class:`_GreedyInputs`)."""
     placement = _check_placement(placement)
-    m = _check_int("microbatches", microbatches, minimum=1)
+    m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
@@ -617,9 +617,9 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     if warmup is None:
         cap = [m * S] * p
     elif np.ndim(warmup) == 0:
-        cap = [_check_int("warmup", warmup, minimum=1)] * p
+        cap = [check_int("warmup", warmup, minimum=1)] * p
     else:
-        cap = [_check_int("warmup", x, minimum=1) for x in warmup]
+        cap = [check_int("warmup", x, minimum=1) for x in warmup]
         if len(cap) != p:
             raise InputError(f"'warmup' has {len(cap)} entries for {p} devices")
     return _GreedyInputs(placement=placement, m=m, tf=arr["f"], tb=arr["b"], tw=arr["w"],
@@ -672,7 +672,7 @@ def warmup_search(placement, microbatches: int, costs: Costs | None = None,
     from ..core.costs import fits
     from ..core.simulate import simulate
 
-    max_evals = _check_int("max_evals", max_evals, minimum=1)
+    max_evals = check_int("max_evals", max_evals, minimum=1)
     placement = [int(d) for d in placement]
     p = max(placement) + 1 if placement else 0
     limit = math.inf if memory_limit is None else float(memory_limit)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.ops import InputError
-from ..core.schedule import _check_int
+from ..core.schedule import check_int
 from .registry import Family, register
 
 
@@ -76,7 +76,7 @@ def _resolve(chunks, options):
     waves = options.get("waves")
     if waves is None:
         return chunks
-    waves = _check_int("waves", waves, minimum=1)
+    waves = check_int("waves", waves, minimum=1)
     if chunks is not None and chunks != 2 * waves:
         raise InputError(f"'hanayo' with waves={waves} has chunks=2*waves={2 * waves} "
                          f"(got chunks={chunks})")

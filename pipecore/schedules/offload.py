@@ -12,7 +12,7 @@ backward waits for it to end.
 from __future__ import annotations
 
 from ..core.ops import InputError
-from ..core.schedule import Schedule, _as_ops, _check_int
+from ..core.schedule import Schedule, _as_ops, check_int
 from .recompute import _index_set
 
 __all__ = ["offload"]
@@ -56,7 +56,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
     """
     if not isinstance(schedule, Schedule):
         raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
-    prefetch = _check_int("prefetch", prefetch, minimum=0)
+    prefetch = check_int("prefetch", prefetch, minimum=0)
     st = schedule._info()  # validates
     S, m = st.stages, st.microbatches
     chosen_s = _index_set("stages", stages, S)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..core import hostmem
 from ..core.ops import CapacityError, InputError
-from ..core.schedule import Schedule, _check_int
+from ..core.schedule import Schedule, check_int
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
@@ -262,8 +262,8 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         has available (checked before anything is allocated, on Linux).
     """
     fam = family(name)
-    devices = _check_int("devices", devices, minimum=1)
-    microbatches = _check_int("microbatches", microbatches, minimum=1)
+    devices = check_int("devices", devices, minimum=1)
+    microbatches = check_int("microbatches", microbatches, minimum=1)
     unknown = sorted(set(options) - set(fam.options))
     if unknown:
         valid = ", ".join(fam.options) if fam.options else "none"
@@ -273,7 +273,7 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         chunks = fam.resolve(chunks, options)
     if chunks is None:
         chunks = fam.chunks_for(None)
-    chunks = _check_int("chunks", chunks, minimum=1)
+    chunks = check_int("chunks", chunks, minimum=1)
     if fam.fixed_chunks is not None and chunks != fam.fixed_chunks:
         raise InputError(f"'{fam.name}' places {fam.fixed_chunks} stages per device: 'chunks' "
                          f"must be {fam.fixed_chunks} (got {chunks})")

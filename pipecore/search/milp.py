@@ -84,7 +84,7 @@ import numpy as np
 
 from ..core.costs import Costs, fits
 from ..core.ops import InputError
-from ..core.schedule import Schedule, _check_int
+from ..core.schedule import Schedule, check_int
 from ..core.simulate import Result, simulate
 from .milp_model import _check_known, _model, _Order, _order_pairs, _solve, _warm_guess
 from .milp_problem import _known_orders, _Problem, _time_windows
@@ -276,7 +276,7 @@ def _check_arguments(placement, microbatches, costs, memory_limit, time_limit, t
     list and its device count, costs defaulting to unit F, B and W, an
     infinite memory limit as None."""
     placement, p = _check_placement(placement)
-    m = _check_int("microbatches", microbatches, minimum=1)
+    m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
@@ -285,7 +285,7 @@ def _check_arguments(placement, microbatches, costs, memory_limit, time_limit, t
         limit = None
     time_limit = _check_number("time_limit", time_limit, allow_inf=True)
     if threads is not None:
-        threads = _check_int("threads", threads, minimum=1)
+        threads = check_int("threads", threads, minimum=1)
     return placement, p, m, costs, limit, time_limit, threads
 
 

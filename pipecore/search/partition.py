@@ -24,7 +24,7 @@ from ..analysis.model import Hardware, Model
 from ..core import tier
 from ..core.costs import FIT_RTOL, Costs, Network
 from ..core.ops import InputError
-from ..core.schedule import Schedule, _check_int
+from ..core.schedule import Schedule, check_int
 from ..core.simulate import Result, simulate
 from ..schedules.registry import build, family
 
@@ -264,7 +264,7 @@ def uniform_split(model: Model, stages: int) -> tuple:
     ValueError
         If the model has fewer layers than stages.
     """
-    stages = _check_int("stages", stages, minimum=1)
+    stages = check_int("stages", stages, minimum=1)
     kinds = [x.kind for x in model.layers]
     blocks = [i for i, k in enumerate(kinds) if k == "block"]
     if len(blocks) >= stages:
@@ -449,11 +449,11 @@ def partition(model: Model, devices: int, chunks: int | None = None, schedule: s
         hardware = Hardware.preset("h100-nvlink")
     if not isinstance(hardware, Hardware):
         raise InputError(f"'hardware' must be a pipecore.model.Hardware (got {type(hardware).__name__})")
-    devices = _check_int("devices", devices, minimum=1)
+    devices = check_int("devices", devices, minimum=1)
     if microbatches is None:
         microbatches = 4 * devices
-    microbatches = _check_int("microbatches", microbatches, minimum=1)
-    max_evals = _check_int("max_evals", max_evals, minimum=1)
+    microbatches = check_int("microbatches", microbatches, minimum=1)
+    max_evals = check_int("max_evals", max_evals, minimum=1)
     limit = hardware.hbm_bytes if memory_limit is None else memory_limit
     if isinstance(limit, bool) or not isinstance(limit, (int, float, np.integer, np.floating)) \
             or math.isnan(limit) or limit <= 0:

@@ -22,7 +22,7 @@ from ..core.costs import Costs, Network, fits
 from ..core.ops import AR, BW, B, F, InputError, W
 from ..core.progress import Progress, enabled
 from ..core.rules import kernel_from
-from ..core.schedule import Schedule, ScheduleError, _check_int
+from ..core.schedule import Schedule, ScheduleError, check_int
 from ..core.simulate import Result, simulate, validate
 from ..schedules.registry import build, family, schedules
 
@@ -210,8 +210,8 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     t0 = time.perf_counter()
     if objective not in ("makespan", "span"):
         raise InputError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
-    p = _check_int("devices", devices, minimum=1)
-    m = _check_int("microbatches", microbatches, minimum=1)
+    p = check_int("devices", devices, minimum=1)
+    m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
@@ -224,7 +224,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
     limit = float(limit)
     names = schedules() if families is None else [family(n).name for n in families]
     chunk_values = CHUNK_VALUES if chunks is None else tuple(
-        _check_int("chunks", c, minimum=1) for c in chunks)
+        check_int("chunks", c, minimum=1) for c in chunks)
 
     # Candidates from about p=16 up are tens of thousands of ops, validated
     # by the dozen: the structure kernel is worth its load there.
