@@ -39,8 +39,9 @@ class Units(NamedTuple):
     waits: np.ndarray  # uint32 (<= nx) or empty: remote inputs (transfer ids), row then slot order
     x_link: np.ndarray  # uint32 (nx): the link each transfer occupies
     x_dst_dev: np.ndarray  # uint32 (nx): the device that receives each transfer
-    x_after: np.ndarray  # int32 (nx) or empty: a transfer x cannot start before the arrival of
-    #                      (an offload's copy back waits for its copy to host); -1 or empty: none
+    x_after: np.ndarray  # int32 (nx) or empty: transfer x starts no earlier than transfer
+    #                      x_after[x] arrives (an offload's copy back waits for its copy to
+    #                      host); -1 or empty: no such wait
     link_shared: np.ndarray  # uint8 (>= n_links): a link with several senders (a shared host
     #                          link), served in issue order
     n_links: int  # number of links
