@@ -29,11 +29,13 @@ from .core.simulate import Result, compile_schedule, simulate, validate
 from .output.report import report
 from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan
-from .schedules import adaptive, blocks, generate
+from .schedules import adaptive, blocks, generate, orders, placements
+from .schedules.compose import compose
 from .schedules.offload import offload
 from .schedules.recompute import recompute
 from .schedules.registry import Family, build, family, register, schedules
 from .search import milp
+from .search.explore import explore
 from .search.partition import PartitionError, Plan, partition
 from .search.tune import Tuned, TuneError, tune
 
@@ -51,6 +53,7 @@ __all__ = [
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share", "report", "product",
+    "compose", "orders", "placements", "explore",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,
@@ -64,6 +67,8 @@ _FORMER = {
     "variation": "analysis.variation", "model": "analysis.model", "tune": "search.tune",
     "milp": "search.milp", "partition": "search.partition",
 }
+# pc.orders and pc.placements are importable by those paths too.
+_FORMER.update({"orders": "schedules.orders", "placements": "schedules.placements"})
 for _old, _new in _FORMER.items():
     _sys.modules.setdefault(f"{__name__}.{_old}", _importlib.import_module(f"{__name__}.{_new}"))
 del _old, _new

@@ -223,7 +223,8 @@ def _public_names():
 
     lines = [f"pipecore {n}" for n in sorted(pipecore.__all__)]
     for mod in ("pipecore.blocks", "pipecore.generate", "pipecore.milp", "pipecore.search",
-                "pipecore.adaptive", "pipecore.testing", "pipecore.bindings.torch"):
+                "pipecore.adaptive", "pipecore.testing", "pipecore.bindings.torch",
+                "pipecore.orders", "pipecore.placements"):
         m = importlib.import_module(mod)
         lines += [f"{mod} {n}" for n in sorted(m.__all__)]
     return lines
@@ -244,7 +245,7 @@ def test_public_names_resolve():
         mod, name = line.split()
         assert getattr(importlib.import_module(mod), name) is not None, line
     # pc.blocks and friends are attributes of the package as well as importable paths.
-    for attr in ("blocks", "generate", "milp", "search", "adaptive"):
+    for attr in ("blocks", "generate", "milp", "search", "adaptive", "orders", "placements"):
         assert getattr(pc, attr) is importlib.import_module(f"pipecore.{attr}")
 
 

@@ -1,0 +1,229 @@
+"""Placements: which device runs each stage, the first of a composition's three choices.
+
+A placement is a stage -> device map, stages in model order. The named ones
+are the layouts the families use; any list of device numbers is a placement
+too, as long as every device from 0 up holds a stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.ops import InputError, check_int
+
+__all__ = ["Placement", "linear", "looped", "v", "wave", "NAMES", "resolve"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Device of each stage, stages in model order.
+
+    Attributes
+    ----------
+    device_of : tuple of int
+        ``device_of[s]`` runs stage s; devices are numbered from 0 without gaps.
+    name : str
+        ``"linear"``, ``"looped"``, ``"v"``, ``"wave"`` or ``"custom"``.
+    """
+
+    device_of: tuple
+    name: str = "custom"
+
+    def __post_init__(self):
+        _check(self.device_of)
+
+    @property
+    def devices(self) -> int:
+        """int: devices p (the largest device number + 1)."""
+        return max(self.device_of) + 1
+
+    @property
+    def stages(self) -> int:
+        """int: stages S."""
+        return len(self.device_of)
+
+    def as_array(self) -> np.ndarray:
+        """The map as an int64 array of S entries.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
+        return np.asarray(self.device_of, dtype=np.int64)
+
+    def __len__(self):
+        return len(self.device_of)
+
+    def __iter__(self):
+        return iter(self.device_of)
+
+
+def _check(device_of):
+    if len(device_of) == 0:
+        raise InputError("a placement needs at least one stage (got an empty list)")
+    for s, d in enumerate(device_of):
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise InputError(f"placement: stage {s} has device {d!r}; devices are ints >= 0")
+    used = set(device_of)
+    missing = sorted(set(range(max(device_of) + 1)) - used)
+    if missing:
+        raise InputError(f"placement: device{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(map(str, missing[:8]))} hold{'' if len(missing) > 1 else 's'} "
+                         f"no stage; number the devices from 0 without gaps "
+                         f"(devices used: {len(used)} of 0..{max(device_of)})")
+
+
+def linear(devices: int) -> Placement:
+    """Stage d on device d: one stage per device (GPipe, 1F1B, ZB-H1/H2).
+
+    Parameters
+    ----------
+    devices : int
+        p >= 1.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    ValueError
+        If devices < 1.
+    """
+    p = check_int("devices", devices, minimum=1)
+    return Placement(tuple(range(p)), "linear")
+
+
+def looped(devices: int, chunks: int = 2) -> Placement:
+    """Stage s on device s mod p: v chunks per device in a loop (interleaved 1F1B, looped BFS).
+
+    Parameters
+    ----------
+    devices : int
+        p >= 1.
+    chunks : int, default 2
+        v >= 1 stages per device.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    ValueError
+        If devices or chunks < 1.
+    """
+    p = check_int("devices", devices, minimum=1)
+    c = check_int("chunks", chunks, minimum=1)
+    return Placement(tuple(s % p for s in range(p * c)), "looped")
+
+
+def v(devices: int) -> Placement:
+    """Stages d and 2p-1-d on device d: the V of ZB-V and DualPipeV.
+
+    Parameters
+    ----------
+    devices : int
+        p >= 1.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    ValueError
+        If devices < 1.
+    """
+    p = check_int("devices", devices, minimum=1)
+    return Placement(tuple(range(p)) + tuple(range(p - 1, -1, -1)), "v")
+
+
+def wave(devices: int, waves: int = 1) -> Placement:
+    """Hanayo's zig-zag: 2W stages per device, every turn on one device.
+
+    Stage s with r = s mod 2p runs on device r for r < p, else on 2p-1-r;
+    one wave is the V.
+
+    Parameters
+    ----------
+    devices : int
+        p >= 1.
+    waves : int, default 1
+        W >= 1.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    ValueError
+        If devices or waves < 1.
+    """
+    p = check_int("devices", devices, minimum=1)
+    w = check_int("waves", waves, minimum=1)
+    r = [s % (2 * p) for s in range(2 * w * p)]
+    return Placement(tuple(x if x < p else 2 * p - 1 - x for x in r), "wave")
+
+
+NAMES = ("linear", "looped", "v", "wave")
+
+
+def resolve(placement, devices=None, chunks=None, waves=None) -> Placement:
+    """A :class:`Placement` from a name, a list of devices or a Placement.
+
+    Parameters
+    ----------
+    placement : str, sequence of int or Placement
+        A name of :data:`NAMES` (needs ``devices``; ``looped`` takes
+        ``chunks``, ``wave`` takes ``waves``) or a stage -> device list.
+    devices : int, optional
+        p; with a list it must equal the list's device count.
+    chunks, waves : int, optional
+        For ``looped`` and ``wave``.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a name without ``devices``, an option the
+        placement does not take, or a list whose devices have gaps or do not
+        match ``devices``.
+    """
+    if isinstance(placement, str):
+        key = placement.lower()
+        if key not in NAMES:
+            raise InputError(f"unknown placement {placement!r}; named placements: "
+                             f"{', '.join(NAMES)}, or a list of devices, one per stage")
+        if devices is None:
+            raise InputError(f"placement {placement!r} needs 'devices'")
+        if chunks is not None and key != "looped":
+            raise InputError(f"placement {key!r} takes no 'chunks' (only 'looped' does)")
+        if waves is not None and key != "wave":
+            raise InputError(f"placement {key!r} takes no 'waves' (only 'wave' does)")
+        if key == "looped":
+            return looped(devices, 2 if chunks is None else chunks)
+        if key == "wave":
+            return wave(devices, 1 if waves is None else waves)
+        return linear(devices) if key == "linear" else v(devices)
+    if chunks is not None or waves is not None:
+        raise InputError("'chunks' and 'waves' go with a named placement ('looped', 'wave'); "
+                         "a list of devices already fixes them")
+    if not isinstance(placement, Placement):
+        if np.ndim(placement) != 1:
+            raise InputError(f"'placement' must be a name, a Placement or a list of devices, "
+                             f"one per stage (got {placement!r})")
+        placement = Placement(tuple(int(d) if isinstance(d, (int, np.integer))
+                                    and not isinstance(d, bool) else d for d in placement))
+    if devices is not None:
+        p = check_int("devices", devices, minimum=1)
+        if p != placement.devices:
+            raise InputError(f"'devices' is {p} but the placement uses {placement.devices} "
+                             f"devices (0..{placement.devices - 1})")
+    return placement

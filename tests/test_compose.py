@@ -1,0 +1,205 @@
+"""pc.compose: placements, order policies and W rules built by the unit-time list scheduler.
+
+Golden values: the family builders (pipecore.build), independent code written
+from the papers and from PyTorch's schedules; a preset must equal its family
+op for op. The rules' own oracle is tests/reference_compose.py
+(tests/test_compose_reference.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pipecore as pc
+from pipecore.schedules.compose import presets
+from pipecore.schedules.orders import Order
+
+pytestmark = pytest.mark.kernels
+
+CHUNKED = {"interleaved-1f1b": (2, 3), "looped-bfs": (2, 3), "interleaved-zb": (2, 3),
+           "hanayo": (2, 4)}
+
+
+def _shapes(name):
+    for p in (1, 2, 3, 4, 6):
+        for m in sorted({1, 2, p, 2 * p, 3 * p + 1, 4 * p}):
+            for v in CHUNKED.get(name, (None,)):
+                yield p, m, v
+
+
+def _same(a, b):
+    cols = ("device", "slot", "stage", "microbatch")
+    return (all(np.array_equal(a.table.column(c).to_numpy(), b.table.column(c).to_numpy())
+                for c in cols) and np.array_equal(a.kind_codes, b.kind_codes))
+
+
+def test_at_least_ten_families_are_presets():
+    assert len(presets()) >= 10
+    assert set(presets()) <= set(pc.schedules())
+
+
+@pytest.mark.parametrize("name", presets())
+def test_preset_equals_its_family_op_for_op(name):
+    checked = 0
+    for p, m, v in _shapes(name):
+        try:
+            ref = pc.build(name, p, m, chunks=v) if v else pc.build(name, p, m)
+        except ValueError:  # a shape the family refuses (e.g. m not a multiple of p)
+            continue
+        got = pc.compose(name, p, m, chunks=v) if v else pc.compose(name, p, m)
+        assert got.programs() == ref.programs(), (name, p, m, v)
+        checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved-1f1b", "zb-h2", "hanayo", "zb-v"])
+def test_preset_equals_its_family_at_a_larger_shape(name):
+    v = CHUNKED.get(name, (None,))[0]
+    ref = pc.build(name, 32, 128, chunks=v) if v else pc.build(name, 32, 128)
+    got = pc.compose(name, 32, 128, chunks=v) if v else pc.compose(name, 32, 128)
+    assert _same(got, ref)
+
+
+def test_default_order_on_a_line_is_1f1b_and_zb_h1():
+    for p, m in [(1, 1), (2, 3), (4, 4), (5, 11)]:
+        assert pc.compose(placement="linear", devices=p,
+                          microbatches=m).programs() == pc.build("1f1b", p, m).programs()
+        assert pc.compose(placement="linear", devices=p, microbatches=m,
+                          split_backward=True).programs() == pc.build("zb-h1", p, m).programs()
+        assert pc.compose(placement="linear", devices=p, microbatches=m,
+                          order=pc.orders.breadth_first("fifo")).programs() == \
+            pc.build("gpipe", p, m).programs()
+
+
+def test_the_issues_calls():
+    assert pc.compose("zb-v", devices=4, microbatches=16).programs() == \
+        pc.build("zb-v", 4, 16).programs()
+    s = pc.compose(placement="v", devices=4, microbatches=16,
+                   order=pc.orders.one_f_one_b(inflight=6), split_backward=True)
+    assert s.devices == 4 and s.num_ops == 8 * 16 * 3
+    comp = s.params["composition"]
+    assert comp["placement"] == "v" and comp["device_of"] == [0, 1, 2, 3, 3, 2, 1, 0]
+    assert comp["order"]["inflight"] == 6 and comp["split_backward"] is True
+    s2 = pc.compose(placement=[0, 1, 2, 3, 3, 2, 1, 0], microbatches=16,
+                    order=pc.orders.breadth_first(), w="late")
+    assert s2.params["composition"]["w"] == "late"
+    # breadth first: every forward before any backward on every device
+    for prog in s2.programs():
+        kinds = [k for k, _, _ in prog]
+        assert kinds.index("B") == 32 and kinds[-16:] == ["W"] * 16
+    res = pc.simulate(s, pc.Costs(f=1.0, b=1.0, w=1.0))
+    assert res.makespan > 0
+
+
+def test_inflight_caps_held_activation():
+    # One activation per stage and microbatch held from F to B: a cap of c
+    # microbatches in flight holds at most c activations per stage of the device.
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, activation=1.0, activation_w=0.0)
+    peaks = []
+    for cap in (2, 3, 4):
+        s = pc.compose(placement="v", devices=4, microbatches=16,
+                       order=pc.orders.one_f_one_b(inflight=cap), w="bubbles")
+        peak = pc.simulate(s, costs).peak_activation
+        # Costs' activation is per device: each of a V device's 2 stages holds half.
+        assert peak.max() <= cap * 2 * 0.5 + 1e-9
+        peaks.append(peak.max())
+    assert peaks == sorted(peaks) and peaks[0] < peaks[-1]
+
+
+def test_w_rules_place_w_where_they_say():
+    base = dict(placement="linear", devices=3, microbatches=6)
+    with_b = pc.compose(**base, w="with").programs()
+    for prog in with_b:  # every B is followed at once by its own W
+        for i, (k, s, j) in enumerate(prog):
+            if k == "B":
+                assert prog[i + 1] == ("W", s, j)
+    late = pc.compose(**base, w="late").programs()
+    for prog in late:  # no W before the device's last B
+        kinds = [k for k, _, _ in prog]
+        assert max(i for i, k in enumerate(kinds) if k == "B") < kinds.index("W")
+    lag = pc.compose(**base, w=[0, 1, 2]).programs()
+    assert lag == pc.build("zb-h1", 3, 6).programs()
+
+
+def test_composed_schedule_is_a_schedule():
+    s = pc.compose(placement="wave", devices=3, waves=2, microbatches=6,
+                   order=pc.orders.greedy(inflight=4), split_backward=True, w="bubbles")
+    pc.validate(s)
+    actions = s.to_actions()
+    assert sum(len(a) for a in actions.values()) == s.num_ops
+    res = pc.simulate(s, pc.Costs(f=1.0, b=1.0, w=1.0))
+    assert np.all(res.peak_activation > 0)
+
+
+def test_preset_choices_can_be_replaced():
+    s = pc.compose("zb-h1", 4, 8, w="bubbles")
+    assert s.params["composition"]["preset"] == "zb-h1"
+    assert s.params["composition"]["overridden"] == ["w"]
+    assert s.programs() != pc.build("zb-h1", 4, 8).programs()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(preset="nope", devices=2, microbatches=2), "unknown preset 'nope'"),
+    (dict(preset="dualpipev", devices=2, microbatches=4), "not a preset of compose"),
+    (dict(preset="zb-v", devices=2, microbatches=4, w="late"), "does not apply to the rotate"),
+    (dict(preset="1f1b", microbatches=4), "needs 'devices'"),
+    (dict(preset="1f1b", devices=2, microbatches=4, chunks=2), "'chunks' must be 1"),
+    (dict(placement="zigzag", devices=2, microbatches=2), "unknown placement 'zigzag'"),
+    (dict(placement=[0, 2, 1, 3, 5], microbatches=2), "device 4 holds no stage"),
+    (dict(placement=[0, -1], microbatches=2), "stage 1 has device -1"),
+    (dict(placement=[0, 1], devices=3, microbatches=2), "'devices' is 3 but the placement"),
+    (dict(placement="v", microbatches=2), "needs 'devices'"),
+    (dict(placement="linear", devices=2, microbatches=2, w="late", split_backward=False),
+     "only with split_backward=True"),
+    (dict(placement="linear", devices=2, microbatches=2, w="soon"), "unknown W rule 'soon'"),
+    (dict(placement="linear", devices=2, microbatches=2, w=[0]), "'w' has 1 entries for 2"),
+    (dict(placement="linear", devices=2, microbatches=0), "'microbatches' must be >= 1"),
+    (dict(placement="linear", devices=2, microbatches=2, order="1f1b"), "must be a pipecore.orders"),
+    (dict(placement="linear", devices=2, microbatches=2,
+          order=pc.orders.one_f_one_b(warmup=[1, 2, 3])), "has 3 entries for 2 devices"),
+])
+def test_bad_input_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        pc.compose(**kwargs)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: pc.orders.one_f_one_b(warmup="long"), "order 'warmup' must be 'short', 'fill', 'all'"),
+    (lambda: pc.orders.one_f_one_b(inflight=0), "'inflight' must be >= 1"),
+    (lambda: pc.orders.one_f_one_b(group=0), "'group' must be >= 1"),
+    (lambda: pc.orders.greedy(first="sideways"), "'first' must be 'backward' or 'forward'"),
+    (lambda: pc.orders.breadth_first(backward="random"), "'backward' must be 'fifo' or 'lifo'"),
+    (lambda: Order("round-robin"), "order policy 'round-robin'"),
+    (lambda: Order("alternate", group="ready", backward="lifo"), "needs group= an int"),
+])
+def test_bad_orders_are_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_deadlock_names_the_waiting_devices():
+    # Fixed streams with strict 1F1B on a V: device 0's next backward needs
+    # device 1's, which waits for a forward device 0 runs only after it.
+    order = Order("alternate", group=4, warmup="short", strict=True)
+    with pytest.raises(pc.ScheduleError, match="deadlock") as err:
+        pc.compose(placement="v", devices=4, microbatches=16, order=order, w="with")
+    text = str(err.value)
+    assert "device 0 waits for B(stage 0, microbatch 0), which needs B(stage 1, microbatch 0)" \
+        in text
+    assert "A longer warm-up or a higher inflight cap" in text
+
+
+def test_cap_deadlock_says_the_cap():
+    # Strict 1F1B over fixed streams with one microbatch in flight on a V:
+    # after F0 of both its stages and the last stage's B, device 0 wants its
+    # next forward (a new microbatch, held back by the cap) before the
+    # backward that would free the cap.
+    order = Order("alternate", group=1, warmup="short", inflight=1, strict=True)
+    with pytest.raises(pc.ScheduleError, match="device 0 has 1 microbatch in flight, its "
+                       "inflight cap, and waits for one to finish before F\\(stage 0, "
+                       "microbatch 1\\)"):
+        pc.compose(placement="v", devices=3, microbatches=4, order=order)
+    # The greedy policy, not bound to an alternation, finishes under the same cap.
+    s = pc.compose(placement="v", devices=3, microbatches=4, order=pc.orders.greedy(inflight=1))
+    assert s.num_ops == 6 * 4 * 2
