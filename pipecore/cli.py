@@ -1,5 +1,5 @@
 """Command line: ``pipecore compare``, ``simulate``, ``report``, ``table``, ``study``,
-``scan``, ``verify``, ``tune``, ``run-torch``, ``what-if``, ``list`` and ``warm``.
+``scan``, ``verify``, ``tune``, ``explore``, ``run-torch``, ``what-if``, ``list`` and ``warm``.
 
 :data:`COMMANDS` is the table of subcommands: each row names the function
 that adds the subcommand's arguments to its parser and the one that runs
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import NamedTuple, TextIO
 
 from . import __version__
-from .commands import families, grid, pytorch, schedule
+from .commands import explore, families, grid, pytorch, schedule
 from .core.ops import PipecoreError
 
 __all__ = ["main"]
@@ -63,6 +63,9 @@ COMMANDS = {
                       "scan (exit 1 naming each bad part)", grid.verify_arguments, grid.verify_command),
     "tune": Command("the fastest schedule that fits a per-device memory limit",
                     grid.tune_arguments, grid.tune_command),
+    "explore": Command("search composed schedules (placements x orders x caps x W rules) for "
+                       "the fastest that fits a memory limit; never slower than tune",
+                       explore.explore_arguments, explore.explore_command),
     "list": Command("list schedule names", _no_arguments, schedule.list_command),
     "warm": Command("compile every Numba kernel into the cache now (for container images and "
                     "CI; prints seconds per step)", _no_arguments, _warm),

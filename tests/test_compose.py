@@ -132,6 +132,21 @@ def test_composed_schedule_is_a_schedule():
     assert np.all(res.peak_activation > 0)
 
 
+def test_preset_params_name_the_family_so_its_formula_applies():
+    s = pc.compose("interleaved-1f1b", 4, 8, chunks=2)
+    b = pc.build("interleaved-1f1b", 4, 8, chunks=2)
+    assert {k: s.params[k] for k in b.params} == b.params
+    assert pc.formula(s, pc.Costs())["makespan"] == pc.formula(b, pc.Costs())["makespan"]
+    # A composition that is not a preset has no family, and the report says why.
+    from pipecore.output.report import result_views
+
+    plain = pc.compose(placement="v", devices=2, microbatches=4, w="bubbles")
+    assert "family" not in plain.params
+    views = result_views(pc.simulate(plain, pc.Costs()))
+    assert views["flags"] == ["simulation only: a composed schedule (placement v, order "
+                              "alternate, W bubbles) has no closed formula"]
+
+
 def test_preset_choices_can_be_replaced():
     s = pc.compose("zb-h1", 4, 8, w="bubbles")
     assert s.params["composition"]["preset"] == "zb-h1"

@@ -124,3 +124,22 @@ def test_explore_nothing_fits():
         pc.explore(2, 4, pc.Costs(weights=5.0), memory_limit=1.0, include_tune=False,
                    progress=False)
     assert math.isfinite(err.value.smallest_limit)
+
+
+def test_cli_explore(capsys, tmp_path):
+    import json
+
+    from pipecore.cli import main
+
+    page = tmp_path / "explore.html"
+    assert main(["explore", "-p", "2", "-m", "4", "--b", "2", "--memory-limit", "3",
+                 "--top", "3", "--out", str(page), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("winner (makespan): ") and f"wrote {page}" in out
+    assert page.stat().st_size > 10_000
+    assert main(["explore", "-p", "2", "-m", "4", "--json", "--no-tune", "--no-progress"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["composition"]["device_of"] and len(got["candidates"]) == len(default_space(2, 4))
+    assert main(["explore", "-p", "2", "-m", "4", "--weights", "5", "--memory-limit", "1",
+                 "--no-tune", "--no-progress"]) == 1
+    assert "nothing fits memory_limit=1" in capsys.readouterr().err

@@ -91,7 +91,16 @@ def result_views(result: Any) -> dict:
                 "peak_max": float(peak.max()), "peak_min": float(peak.min()),
                 "formula_peak_max": nan, "formula_peak_min": nan,
                 "peak_memory_max": peak_memory(result),
-                "flags": [f"simulation only: {exc}"]}
+                "flags": [f"simulation only: {_no_views(result.schedule, exc)}"]}
+
+
+def _no_views(schedule, exc):
+    """Why a schedule has no formula or ideal-table column."""
+    comp = schedule.params.get("composition")
+    if comp is not None and schedule.params.get("family") is None:
+        return (f"a composed schedule (placement {comp['placement']}, order "
+                f"{comp['order']['policy']}, W {comp['w'] or 'fused'}) has no closed formula")
+    return str(exc)
 
 
 def _check_result(result: Any) -> None:

@@ -119,7 +119,9 @@ def compose(preset: str | None = None, devices: int | None = None,
     -------
     Schedule
         Validated; ``params["composition"]`` records the placement, the
-        order and the W rule.
+        order and the W rule. A preset taken as it is also records its
+        ``family`` and ``chunks``, as ``pipecore.build`` does (the family's
+        closed formula applies: the op table is the same).
 
     Raises
     ------
@@ -194,6 +196,9 @@ def compose(preset: str | None = None, devices: int | None = None,
     sched = _build(pl, full, od, split, w_rule, label)
     if full != m:
         sched = _drop_microbatches(sched, m, label)
+    if preset is not None and not overridden:
+        # Op for op the family's schedule: its formula and views apply.
+        sched.params.update({"family": key, "chunks": pl.stages // pl.devices})
     sched.params.update({
         "devices": pl.devices, "microbatches": m,
         "composition": {"preset": None if preset is None else str(preset).lower(),
