@@ -6,22 +6,13 @@ import json
 import sys
 
 from ..core.costs import Costs
-from .options import cost_args, memory_args, network_from, positive_int, progress_args
+from .options import network_from, positive_int, progress_args, search_arguments
 
 __all__ = ["explore_arguments", "explore_command"]
 
 
 def explore_arguments(p):
-    p.add_argument("--devices", "-p", type=positive_int, required=True, help="pipeline devices")
-    p.add_argument("--microbatches", "-m", type=positive_int, required=True, help="microbatches")
-    cost_args(p)
-    mem = memory_args(p)
-    mem.add_argument("--checkpoint", type=float, default=0.0,
-                     help="memory a recomputed F keeps (default 0)")
-    mem.add_argument("--r", type=float, default=None,
-                     help="time of a recompute (R) op (default: --f)")
-    mem.add_argument("--no-recompute", action="store_true",
-                     help="do not try activation recompute for compositions that do not fit")
+    search_arguments(p, "do not try activation recompute for compositions that do not fit")
     p.add_argument("--no-tune", action="store_true",
                    help="compositions only: do not run tune and compare with its winner")
     p.add_argument("--top", type=positive_int, default=10, help="rows in the report (default 10)")

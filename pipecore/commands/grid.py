@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..core.costs import Costs
-from .options import cost_args, memory_args, network_from, positive_int, progress_args
+from .options import network_from, positive_int, progress_args, search_arguments
 
 __all__ = ["scan_arguments", "scan_command", "verify_arguments", "verify_command", "tune_arguments",
            "tune_command"]
@@ -77,16 +77,7 @@ def verify_command(args, out):
 
 
 def tune_arguments(p):
-    p.add_argument("--devices", "-p", type=positive_int, required=True, help="pipeline devices")
-    p.add_argument("--microbatches", "-m", type=positive_int, required=True, help="microbatches")
-    cost_args(p)
-    mem = memory_args(p)
-    mem.add_argument("--checkpoint", type=float, default=0.0,
-                     help="memory a recomputed F keeps (default 0)")
-    mem.add_argument("--r", type=float, default=None,
-                     help="time of a recompute (R) op (default: --f)")
-    mem.add_argument("--no-recompute", action="store_true",
-                     help="do not try activation recompute for schedules that do not fit")
+    mem = search_arguments(p, "do not try activation recompute for schedules that do not fit")
     mem.add_argument("--offload", type=float, default=None,
                      help="time of one activation copy to host or back over a host link; "
                           "enables offload candidates (default: none)")

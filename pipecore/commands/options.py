@@ -118,3 +118,29 @@ def write_file(name, option, write):
     except OSError as exc:
         raise InputError(f"{option} {name}: cannot write ({exc.strerror or exc})") from None
     return path
+
+
+def search_arguments(p, recompute_help):
+    """The shape, costs and memory options tune and explore share.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+    recompute_help : str
+        Help of ``--no-recompute``.
+
+    Returns
+    -------
+    argparse._ArgumentGroup
+        The memory group, for options of one command only.
+    """
+    p.add_argument("--devices", "-p", type=positive_int, required=True, help="pipeline devices")
+    p.add_argument("--microbatches", "-m", type=positive_int, required=True, help="microbatches")
+    cost_args(p)
+    mem = memory_args(p)
+    mem.add_argument("--checkpoint", type=float, default=0.0,
+                     help="memory a recomputed F keeps (default 0)")
+    mem.add_argument("--r", type=float, default=None,
+                     help="time of a recompute (R) op (default: --f)")
+    mem.add_argument("--no-recompute", action="store_true", help=recompute_help)
+    return mem
