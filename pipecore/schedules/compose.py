@@ -111,7 +111,8 @@ def compose(preset: str | None = None, devices: int | None = None,
         ZB-H1; the default), ``"late"`` (after the device's last B),
         ``"bubbles"`` (in steps the device would idle, the rest at the end),
         or a lag: a device runs its oldest pending W once more than ``lag``
-        are pending (an int, or one per device).
+        are pending (an int, or one per device). Not with the ``rotate``
+        order, whose visits place each W after its B.
     name : str, optional
         The schedule's name (default: the preset, else ``"composed"``).
 

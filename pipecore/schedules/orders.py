@@ -261,6 +261,9 @@ def rotate(warmup=None, inflight=None) -> Order:
     ready and fills the gaps with the last visited chunk's W's. On the V
     placement with a warm-up of 2p-1 forwards this is ZB-V's order (the
     ``zb-v`` preset). The W rule of :func:`pipecore.compose` does not apply.
+    It suits placements whose chunks of a microbatch come back to a device
+    soon (the V, waves); on a looped placement a visit's forward can wait on
+    a device that waits in turn, which ``compose`` reports as a deadlock.
 
     Parameters
     ----------
