@@ -317,7 +317,10 @@ def compose_kernel(layout, rules, st, out, tm):
         Scratch (``schedules.compose._state``).
     out : Columns
         Output: one row per op, device d's program in rows
-        ``layout.out_ptr[d]:layout.out_ptr[d + 1]``.
+        ``layout.out_ptr[d]:layout.out_ptr[d + 1]``: the kernel writes
+        ``kind``, ``stage`` and ``microbatch``; the caller fills ``device``
+        and ``slot``, which follow from ``out_ptr`` (contiguous writes, not
+        one scattered write per op and column).
     tm : Timing
         With ``tm.on``, the ops are also timed (see :class:`Timing`).
 
@@ -364,8 +367,6 @@ def compose_kernel(layout, rules, st, out, tm):
     pick_stage = st.pick_stage
     pick_mb = st.pick_mb
     wait_kind = st.wait_kind
-    o_device = out.device
-    o_slot = out.slot
     o_kind = out.kind
     o_stage = out.stage
     o_mb = out.microbatch
@@ -623,8 +624,6 @@ def compose_kernel(layout, rules, st, out, tm):
                         t_arr_f[s * m + j] = arrival
                     else:
                         t_arr_b[s * m + j] = arrival
-            o_device[row] = d
-            o_slot[row] = row - out_ptr[d]
             o_kind[row] = kind
             o_stage[row] = s
             o_mb[row] = j

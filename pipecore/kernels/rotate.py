@@ -131,8 +131,6 @@ def rotate_kernel(layout, rules, st, vis, out, tm):
     after_b = vis.after_b
     joined = vis.joined
     nw = vis.nw
-    o_device = out.device
-    o_slot = out.slot
     o_kind = out.kind
     o_stage = out.stage
     o_mb = out.microbatch
@@ -267,8 +265,6 @@ def rotate_kernel(layout, rules, st, vis, out, tm):
                     after_b[d] = 1
             if timed:
                 time_op(d, kind, s, j, m, tm)
-            o_device[row] = d
-            o_slot[row] = row - out_ptr[d]
             o_kind[row] = kind
             o_stage[row] = s
             o_mb[row] = j

@@ -395,6 +395,10 @@ def _run(pl, m, od, split, w_rule, tm):
         status, steps = _k.compose_kernel(layout, rules, st, cols, tm)
     if status != _k.OK:
         raise ScheduleError(_deadlock_message(pl, m, od, layout, st, steps), rule="deadlock")
+    per = np.diff(layout.out_ptr)
+    cols.device[:] = np.repeat(np.arange(p, dtype=np.int32), per)
+    cols.slot[:] = np.arange(len(cols.slot), dtype=np.int32) - np.repeat(
+        layout.out_ptr[:-1].astype(np.int32), per)
     return cols, tm
 
 
