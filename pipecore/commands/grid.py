@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments
+from .options import network_from, positive_int, progress_args, search_arguments, write_winner
 
 __all__ = ["scan_arguments", "scan_command", "verify_arguments", "verify_command", "tune_arguments",
            "tune_command"]
@@ -109,13 +108,7 @@ def tune_command(args, out):
         print(f"pipecore: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        json.dump({"winner": best.label, "makespan": best.result.makespan,
-                   "bubble_rate": best.result.bubble_rate,
-                   "memory": float((best.result.peak_activation
-                                    + best.result.static_memory).max()),
-                   "actions": best.schedule.to_actions(),
-                   "candidates": best.candidates.to_pylist()}, out, indent=1, default=str)
-        out.write("\n")
+        write_winner(best, out)
         return 0
     out.write(best.report(args.top) + "\n")
     if args.actions:

@@ -144,3 +144,23 @@ def search_arguments(p, recompute_help):
                      help="time of a recompute (R) op (default: --f)")
     mem.add_argument("--no-recompute", action="store_true", help=recompute_help)
     return mem
+
+
+def write_winner(best, out, **extra):
+    """Write tune's or explore's winner and candidates as JSON.
+
+    Parameters
+    ----------
+    best : Tuned
+    out : file-like
+    **extra
+        More keys for the object (e.g. the composition).
+    """
+    import json
+
+    res = best.result
+    json.dump({"winner": best.label, "makespan": res.makespan, "bubble_rate": res.bubble_rate,
+               "memory": float((res.peak_activation + res.static_memory).max()), **extra,
+               "actions": best.schedule.to_actions(),
+               "candidates": best.candidates.to_pylist()}, out, indent=1, default=str)
+    out.write("\n")

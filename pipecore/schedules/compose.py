@@ -25,8 +25,9 @@ from .registry import MAX_OPS, MIN_BYTES_PER_OP
 __all__ = ["compose", "presets", "W_RULES"]
 
 W_RULES = ("with", "late", "bubbles", "staggered")
-# A lag no device reaches: its W's wait for the end (or for idle steps).
-_NO_LAG = np.iinfo(np.int64).max // 4
+# A count no device reaches: no cap on microbatches in flight, or a lag
+# whose W's wait for the end (or for idle steps).
+_NEVER = np.iinfo(np.int64).max // 4
 
 
 def _interleaved(p, m, v, waves):
@@ -294,7 +295,7 @@ def _rules(pl, m, od, split, w_rule, layout):
     totals = np.diff(layout.dev_ptr) * m
     dynamic = od.group == "ready"
     group = None if dynamic else p if od.group is None else m if od.group == "all" else od.group
-    cap = _per_device("order 'inflight'", od.inflight, p, _NO_LAG)
+    cap = _per_device("order 'inflight'", od.inflight, p, _NEVER)
     warm = od.warmup
     if od.policy == "rotate" and warm is None:
         warmup = np.minimum(np.full(p, pl.stages - 1, dtype=np.int64), totals)
@@ -307,7 +308,7 @@ def _rules(pl, m, od, split, w_rule, layout):
     if w_rule == "with":
         lag = np.zeros(p, dtype=np.int64)
     elif w_rule in ("late", "bubbles", None):
-        lag = np.full(p, _NO_LAG, dtype=np.int64)
+        lag = np.full(p, _NEVER, dtype=np.int64)
     elif w_rule == "staggered":
         lag = np.arange(p, dtype=np.int64)
     else:
@@ -400,6 +401,25 @@ def _run(pl, m, od, split, w_rule, tm):
     cols.slot[:] = np.arange(len(cols.slot), dtype=np.int32) - np.repeat(
         layout.out_ptr[:-1].astype(np.int32), per)
     return cols, tm
+
+
+def fresh(tm):
+    """``tm`` with its scratch and outputs reset, its inputs shared: one
+    :func:`timing` serves every composition on a placement.
+
+    Parameters
+    ----------
+    tm : kernels.compose.Timing
+
+    Returns
+    -------
+    kernels.compose.Timing
+    """
+    return tm._replace(arr_f=np.zeros_like(tm.arr_f), arr_b=np.zeros_like(tm.arr_b),
+                       free=np.zeros_like(tm.free), link_free=np.zeros_like(tm.link_free),
+                       mem=np.zeros_like(tm.mem), peak=np.zeros_like(tm.peak),
+                       begin=np.full_like(tm.begin, np.inf), busy=np.zeros_like(tm.busy),
+                       end=np.zeros(1))
 
 
 def _untimed():

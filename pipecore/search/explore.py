@@ -275,32 +275,33 @@ def _screen(space, m, costs, network, limit, progress):
     """Time every composition; one row each (makespan None when it could not be timed)."""
     bar = Progress(len(space), enabled(progress), unit="compositions")
     rows = []
-    layouts = {}
+    timings = {}  # placement -> (Timing, weights per device); or the reason it was left out
     for i, comp in enumerate(space):
         pl = comp.placement
         row = {"candidate": comp.label, "composition": comp, "makespan": None, "memory": None,
                "span": None, "bubble_ratio": None, "bubble_rate": None,
                "peak_activation": None, "fits": None, "note": ""}
         try:
-            if pl not in layouts:
-                base = _compose.timing(pl, m, costs, network)
-                static = np.zeros(pl.devices)
-                np.add.at(static, pl.as_array(), costs.stage_arrays(pl.stages, pl.devices)
-                          ["weights"])
-                layouts[pl] = (base, static)
-            base, static = layouts[pl]
-            if base is None:
-                raise InputError(static)
-            tm = base._replace(arr_f=np.zeros_like(base.arr_f), arr_b=np.zeros_like(base.arr_b),
-                               free=np.zeros_like(base.free),
-                               link_free=np.zeros_like(base.link_free),
-                               mem=np.zeros_like(base.mem), peak=np.zeros_like(base.peak),
-                               begin=np.full_like(base.begin, np.inf),
-                               busy=np.zeros_like(base.busy), end=np.zeros(1))
-            w_rule = comp.w
-            if comp.order.policy != "rotate" and comp.split_backward and w_rule is None:
-                w_rule = "staggered"
-            _compose._run(pl, m, comp.order, comp.split_backward, w_rule, tm)
+            if pl not in timings:
+                try:
+                    static = np.zeros(pl.devices)
+                    np.add.at(static, pl.as_array(),
+                              costs.stage_arrays(pl.stages, pl.devices)["weights"])
+                    timings[pl] = (_compose.timing(pl, m, costs, network), static)
+                except ValueError as exc:
+                    timings[pl] = str(exc).splitlines()[0]
+            if isinstance(timings[pl], str):
+                row["note"] = f"left out: {timings[pl]}"
+                rows.append(row)
+                bar.update(1, final=i == len(space) - 1)
+                continue
+            base, static = timings[pl]
+            tm = _compose.fresh(base)
+            if comp.order.policy == "rotate":
+                split, w_rule = comp.split_backward, None
+            else:
+                split, w_rule = _compose._split_and_w(comp.split_backward, comp.w)
+            _compose._run(pl, m, comp.order, split, w_rule, tm)
             memory = float((tm.peak + static).max())
             makespan = float(tm.end[0])
             span = float((tm.free - tm.begin).max())
@@ -312,9 +313,6 @@ def _screen(space, m, costs, network, limit, progress):
                        peak_activation=float(tm.peak.max()), fits=bool(fits(memory, limit)))
         except ScheduleError as exc:
             row["note"] = "deadlock: " + str(exc).splitlines()[0].split(": ", 1)[-1][:120]
-        except ValueError as exc:
-            layouts[pl] = (None, str(exc).splitlines()[0])
-            row["note"] = f"left out: {str(exc).splitlines()[0]}"
         rows.append(row)
         bar.update(1, final=i == len(space) - 1)
     return rows
