@@ -126,6 +126,97 @@ def test_explore_nothing_fits():
     assert math.isfinite(err.value.smallest_limit)
 
 
+# A hardware at 1 FLOP/s with free memory traffic and links: a layer's time is its FLOPs.
+UNIT = pc.Hardware(flops=1.0, memory_bandwidth=math.inf, link_bandwidth=math.inf,
+                   link_latency=0.0, name="unit")
+
+
+def _lopsided():
+    # Embedding (free), four blocks (f=1, b=2) and a head (f=4, b=8); each layer
+    # keeps 1 byte of activation per microbatch and holds 1 byte of weights.
+    def layer(name, kind, f, b):
+        return pc.Layer(name, kind, f, b, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0)
+
+    return pc.Model((layer("embedding", "embedding", 0.0, 0.0),)
+                    + tuple(layer(f"block {i}", "block", 1.0, 2.0) for i in range(4))
+                    + (layer("head", "head", 4.0, 8.0),), name="lopsided")
+
+
+_ONE_F_ONE_B = [Composition(pc.placements.linear(2), pc.orders.one_f_one_b(group=None,
+                                                                          strict=True),
+                            False, None)]
+
+
+def test_explore_a_model_times_both_splits():
+    """Worked by hand (as tests/test_partition.py): 1F1B, p=2, m=4. The uniform
+    split (3, 3) gives stages f=2, b=4 and f=6, b=12: stage 1 is busy 4 x 18
+    between stage 0's first F (2) and last B (4), 78 s. The balanced split
+    (5, 1) gives f=4, b=8 on both: (m + p - 1)(f + b) = 60 s."""
+    got = pc.explore(2, 4, _lopsided(), memory_limit=math.inf, hardware=UNIT,
+                     space=_ONE_F_ONE_B, include_tune=False, polish=False, progress=False)
+    rows = {r["candidate"].rsplit("[", 1)[1]: r for r in got.candidates.to_pylist()}
+    assert rows["uniform split]"]["makespan"] == pytest.approx(78.0)
+    assert rows["uniform split]"]["layers"] == [3, 3]
+    assert rows["balanced split]"]["makespan"] == pytest.approx(60.0)
+    assert got.result.makespan == pytest.approx(60.0)
+    assert got.schedule.params["layers"] == [5, 1]
+    assert got.costs.f.tolist() == [4.0, 4.0]  # the winner's split's costs
+
+
+def test_explore_a_model_moves_layers_to_fit():
+    """The balanced split (5, 1) holds 2 microbatches of 5 bytes plus 5 bytes of
+    weights on device 0: 15 > 12.5. Moving one layer, (4, 2): 2 x 4 + 4 = 12 on
+    device 0 and 1 x 2 + 2 = 4 on device 1, and by hand (stages f=3, b=6 and
+    f=5, b=10) stage 0's B of microbatch 3 ends at 69 s, faster than the uniform
+    split's 78 s, the only screened split that fits."""
+    got = pc.explore(2, 4, _lopsided(), memory_limit=12.5, hardware=UNIT, space=_ONE_F_ONE_B,
+                     include_tune=False, polish=False, recompute=False, progress=False)
+    assert got.result.makespan == pytest.approx(69.0)
+    assert got.schedule.params["layers"] == [4, 2]
+    assert got.label.endswith("[refined split]")
+    assert float((got.result.peak_activation + got.result.static_memory).max()) == 12.0
+    # The same schedule and split, built and simulated the ordinary way.
+    model = _lopsided()
+    res = pc.simulate(pc.build("1f1b", 2, 4), model.costs((4, 2), UNIT),
+                      model.network((4, 2), UNIT))
+    assert res.makespan == pytest.approx(69.0)
+
+
+def test_explore_a_model_with_tune():
+    model = pc.Model.transformer(layers=8, hidden=1024, heads=16, seq=2048, vocab=32000)
+    got = pc.explore(2, 8, model, memory_limit=20e9, progress=False)
+    table = got.candidates.to_pylist()
+    tune_rows = [r for r in table if r["source"].startswith("tune/")]
+    assert tune_rows and all(len(r["layers"]) == 2 for r in tune_rows)
+    assert all(sum(r["layers"]) == len(model) for r in table if r["layers"])
+    assert got.result.makespan <= min(r["makespan"] for r in tune_rows if r["fits"])
+    # Its result is the winner simulated with the costs and network it reports.
+    again = pc.simulate(got.schedule, got.costs, got.network)
+    assert again.makespan == pytest.approx(got.result.makespan, rel=1e-12)
+    assert sum(got.schedule.params["layers"]) == len(model)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(network=pc.Network(bytes=1.0)), "with a Model, leave 'network' unset"),
+    (dict(hardware="h100"), "'hardware' must be a pipecore.Hardware"),
+])
+def test_explore_a_model_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pc.explore(2, 4, _lopsided(), **kwargs)
+
+
+def test_explore_hardware_needs_a_model():
+    with pytest.raises(ValueError, match="'hardware' is for a Model"):
+        pc.explore(2, 4, pc.Costs(), hardware=UNIT)
+
+
+def test_explore_a_model_with_few_layers_leaves_placements_out():
+    got = pc.explore(2, 4, _lopsided(), memory_limit=math.inf, hardware=UNIT,
+                     include_tune=False, polish=False, progress=False)
+    notes = {r["note"] for r in got.candidates.to_pylist() if r["makespan"] is None}
+    assert "left out: the model has 6 layers, fewer than the 8 stages of this placement" in notes
+
+
 def test_cli_explore(capsys, tmp_path):
     import json
 
@@ -143,3 +234,18 @@ def test_cli_explore(capsys, tmp_path):
     assert main(["explore", "-p", "2", "-m", "4", "--weights", "5", "--memory-limit", "1",
                  "--no-tune", "--no-progress"]) == 1
     assert "nothing fits memory_limit=1" in capsys.readouterr().err
+
+
+def test_cli_explore_a_transformer(capsys):
+    from pipecore.cli import main
+
+    args = ["explore", "-p", "2", "-m", "4", "--transformer", "4,512,8,512,8000",
+            "--no-progress", "--no-tune", "--top", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[balanced split]" in out or "[uniform split]" in out or "[refined split]" in out
+    assert "memory in bytes per device: 'transformer L=4" in out and "on h100-nvlink" in out
+    assert main(args + ["--f", "2"]) == 1
+    assert "drop --f" in capsys.readouterr().err
+    assert main(["explore", "-p", "2", "-m", "4", "--hardware", "a100-nvlink"]) == 1
+    assert "describe a --transformer model" in capsys.readouterr().err

@@ -10,8 +10,25 @@ from .options import network_from, positive_int, progress_args, search_arguments
 __all__ = ["explore_arguments", "explore_command"]
 
 
+# Options a model replaces: its layers give the times, memory and transfer bytes.
+_COST_OPTIONS = ("f", "b", "w", "comm", "bytes", "bandwidth", "latency", "activation",
+                 "activation_w", "weights", "r", "checkpoint")
+
+
 def explore_arguments(p):
     search_arguments(p, "do not try activation recompute for compositions that do not fit")
+    g = p.add_argument_group(
+        "model (optional: a GPT-style decoder split over the stages, in seconds and bytes)")
+    g.add_argument("--transformer", type=_transformer, default=None,
+                   metavar="LAYERS,HIDDEN,HEADS,SEQ,VOCAB",
+                   help="search the layers' split too (pipecore.Model.transformer); the cost "
+                        "and network options then come from the model and --hardware, and "
+                        "--memory-limit is in bytes (default: the hardware's HBM)")
+    g.add_argument("--microbatch-size", type=positive_int, default=1,
+                   help="sequences per microbatch with --transformer (default 1)")
+    g.add_argument("--hardware", default=None,
+                   help="hardware preset with --transformer (default h100-nvlink)")
+    p.set_defaults(cost_defaults={k: p.get_default(k) for k in _COST_OPTIONS})
     p.add_argument("--no-tune", action="store_true",
                    help="compositions only: do not run tune and compare with its winner")
     p.add_argument("--top", type=positive_int, default=10, help="rows in the report (default 10)")
@@ -26,20 +43,23 @@ def explore_command(args, out):
     from ..search.explore import explore
     from ..search.tune import TuneError
 
-    costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
-                  activation_w=args.activation_w, weights=args.weights, r=args.r,
-                  checkpoint=args.checkpoint)
     try:
+        costs, network, hardware = _costs_or_model(args)
         best = explore(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
-                       network=network_from(args), include_tune=not args.no_tune,
+                       network=network, hardware=hardware, include_tune=not args.no_tune,
                        recompute=not args.no_recompute, progress=args.progress)
-    except TuneError as exc:
+    except (TuneError, ValueError) as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        write_winner(best, out, composition=best.schedule.params.get("composition"))
+        write_winner(best, out, composition=best.schedule.params.get("composition"),
+                     layers=best.schedule.params.get("layers"))
     else:
         out.write(best.report(args.top) + "\n")
+        if hardware is not None:
+            out.write(f"\nTimes in seconds per iteration, memory in bytes per device: "
+                      f"{costs.name!r} on {hardware.name}; the winner's layers per stage: "
+                      f"{best.schedule.params['layers']}\n")
         if args.actions:
             for d, prog in best.schedule.to_actions().items():
                 out.write(f"device {d}: {' '.join(prog)}\n")
@@ -51,3 +71,40 @@ def explore_command(args, out):
         if not args.json:
             out.write(f"wrote {path}\n")
     return 0
+
+
+
+def _transformer(text):
+    import argparse
+
+    parts = text.split(",")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected five positive integers LAYERS,HIDDEN,HEADS,SEQ,VOCAB (got {text!r})")
+    return values
+
+
+def _costs_or_model(args):
+    """Costs and network from the options, or a Model and its hardware."""
+    if args.transformer is None:
+        if args.hardware is not None or args.microbatch_size != 1:
+            raise ValueError("--hardware and --microbatch-size describe a --transformer model; "
+                             "give --transformer or leave them out")
+        costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
+                      activation_w=args.activation_w, weights=args.weights, r=args.r,
+                      checkpoint=args.checkpoint)
+        return costs, network_from(args), None
+    from ..analysis.model import Hardware, Model
+
+    given = [k for k in _COST_OPTIONS if getattr(args, k) != args.cost_defaults[k]]
+    if given:
+        raise ValueError("--transformer takes times, memory and transfer bytes from the model: "
+                         f"drop {', '.join('--' + k.replace('_', '-') for k in given)}")
+    layers, hidden, heads, seq, vocab = args.transformer
+    model = Model.transformer(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab,
+                              microbatch=args.microbatch_size)
+    return model, None, Hardware.preset(args.hardware or "h100-nvlink")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..analysis.model import Hardware, Model
 from ..core.costs import Costs, Network, fits
 from ..core.ops import InputError, check_int
 from ..core.progress import Progress, enabled
@@ -25,6 +26,7 @@ from ..core.simulate import simulate, validate
 from ..schedules import compose as _compose
 from ..schedules import orders as _orders
 from ..schedules import placements as _placements
+from .partition import _bottleneck_dp, _Search, uniform_split
 from .tune import Tuned, TuneError, _Candidate, _polish, _recompute_candidates, _score, tune
 
 __all__ = ["explore", "default_space", "Composition"]
@@ -131,10 +133,11 @@ def default_space(devices: int, microbatches: int) -> list[Composition]:
     return out
 
 
-def explore(devices: int, microbatches: int, costs: Costs | None = None,
+def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             memory_limit: float | None = None, network: Network | None = None, *,
-            space=None, top: int = 3, include_tune: bool = True, polish: bool = True,
-            recompute: bool = True, progress=None) -> Tuned:
+            hardware: Hardware | None = None, space=None, top: int = 3,
+            include_tune: bool = True, polish: bool = True, recompute: bool = True,
+            split_evals: int = 300, progress=None) -> Tuned:
     """The fastest composed schedule under a memory limit, searched jointly.
 
     Every composition of ``space`` (:func:`default_space` by default: about
@@ -145,18 +148,35 @@ def explore(devices: int, microbatches: int, costs: Costs | None = None,
     best; tune's own winner competes too (``include_tune``), so the result
     is never slower than tune's.
 
+    Given a :class:`pipecore.Model`, the partition is searched too: every
+    composition is timed with two splits of the layers over its stages (the
+    uniform split and the split that balances the stages' F+B+W times, as
+    :func:`pipecore.partition` starts from), each with its own costs and
+    network from ``hardware``; then the split of each of the ``top``
+    fastest compositions that fit, and of the ``top`` fastest that do not,
+    is improved by :func:`pipecore.partition`'s local search (layers moved
+    between stages, fitting the limit first, then time). Tune runs with the
+    balanced split over ``devices`` stages.
+
     Parameters
     ----------
     devices, microbatches : int
         p and m.
-    costs : Costs, optional
+    costs : Costs or Model, optional
         Times and memory, scalars per device share or per-stage vectors
         (compositions whose stage count the vectors do not fit are left out,
-        each with a note). Default ``Costs()``.
+        each with a note); or a model whose layers are split over the
+        stages. Default ``Costs()``.
     memory_limit : float, optional
-        Per-device limit on peak activation plus weights (as tune).
+        Per-device limit on peak activation plus weights (as tune), in the
+        units of the costs: bytes for a Model, whose default is
+        ``hardware.hbm_bytes``.
     network : Network, optional
-        Links (default: transfers take ``costs.comm``).
+        Links (default: transfers take ``costs.comm``). Not with a Model:
+        its network comes from ``hardware`` and each split's transfer bytes.
+    hardware : Hardware, optional
+        With a Model: the hardware its times and network come from
+        (default ``Hardware.preset("h100-nvlink")``).
     space : sequence of Composition, optional
         The compositions to try.
     top : int, default 3
@@ -169,6 +189,9 @@ def explore(devices: int, microbatches: int, costs: Costs | None = None,
         Under a limit, also recompute activations (:func:`pipecore.recompute`)
         in the ``top`` fastest compositions that do not fit, stage by stage on
         each device over the limit, as tune does with its families.
+    split_evals : int, default 300
+        With a Model: the most splits the local search simulates for each
+        composition it improves.
     progress : bool, optional
         Progress bar over the compositions (default: when stderr is a terminal).
 
@@ -178,7 +201,10 @@ def explore(devices: int, microbatches: int, costs: Costs | None = None,
         As :func:`pipecore.tune`: ``.schedule``, ``.result``, ``.label``,
         ``.candidates`` (every composition tried, with its makespan, memory,
         whether it fits and a note for those that deadlocked or were left
-        out, then tune's candidates) and ``.report()``.
+        out, then tune's candidates) and ``.report()``. With a Model,
+        ``.costs`` and ``.network`` are the winner's split's, the
+        candidates' ``layers`` column holds each one's layers per stage,
+        and the winner's ``schedule.params["layers"]`` too.
 
     Raises
     ------
@@ -191,15 +217,34 @@ def explore(devices: int, microbatches: int, costs: Costs | None = None,
     p = check_int("devices", devices, minimum=1)
     m = check_int("microbatches", microbatches, minimum=1)
     top = check_int("top", top, minimum=1)
-    costs = Costs() if costs is None else costs
-    if not isinstance(costs, Costs):
-        raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
-    if costs.offload is not None:
-        raise InputError("explore does not offload activations: leave Costs.offload unset "
-                         "(pipecore.tune tries offload)")
+    split_evals = check_int("split_evals", split_evals, minimum=1)
+    model = None
+    if isinstance(costs, Model):
+        model = costs
+        hardware = Hardware.preset("h100-nvlink") if hardware is None else hardware
+        if not isinstance(hardware, Hardware):
+            raise InputError(f"'hardware' must be a pipecore.Hardware (got "
+                             f"{type(hardware).__name__})")
+        if network is not None:
+            raise InputError("with a Model, leave 'network' unset: each split's network comes "
+                             "from 'hardware' and the bytes its stages send")
+        if memory_limit is None:
+            memory_limit = hardware.hbm_bytes
+        costs = None
+    else:
+        if hardware is not None:
+            raise InputError("'hardware' is for a Model; with Costs, pass times in the costs "
+                             "and links as 'network'")
+        costs = Costs() if costs is None else costs
+        if not isinstance(costs, Costs):
+            raise InputError(f"'costs' must be a pipecore.Costs or pipecore.Model (got "
+                             f"{type(costs).__name__})")
+        if costs.offload is not None:
+            raise InputError("explore does not offload activations: leave Costs.offload unset "
+                             "(pipecore.tune tries offload)")
     limit = math.inf if memory_limit is None else memory_limit
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or math.isnan(limit) \
-            or limit <= 0:
+    if isinstance(limit, bool) or not isinstance(limit, (int, float, np.integer, np.floating)) \
+            or math.isnan(limit) or limit <= 0:
         raise InputError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
     limit = float(limit)
     space = default_space(p, m) if space is None else list(space)
@@ -210,51 +255,153 @@ def explore(devices: int, microbatches: int, costs: Costs | None = None,
         if c.placement.devices != p:
             raise InputError(f"a composition of 'space' places on {c.placement.devices} "
                              f"devices, not devices={p}: {c.label}")
-    rows = _screen(space, m, costs, network, limit, progress)
+    splits = _Splits(model, hardware, costs, network)
+    rows = _screen(space, m, splits, limit, progress)
     timed = [r for r in rows if r["makespan"] is not None]
     ranked = sorted((r for r in timed if r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
     # The fastest that do not fit, for recompute (as tune does with its families).
     over = sorted((r for r in timed if not r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
-    cands = [_simulated(r, m, costs, network) for r in _distinct(ranked, top)]
-    if recompute and not math.isinf(limit):
-        tried = [_simulated(r, m, costs, network) for r in _distinct(over, top)]
-        cands += tried + _recompute_candidates(tried, costs, limit, network, "makespan", top)
+    cands = [_simulated(r, m) for r in _distinct(ranked, top)]
+    tried = [_simulated(r, m) for r in _distinct(over, top)] if not math.isinf(limit) else []
+    if model is not None:
+        cands += _resplit(cands + tried, splits, limit, split_evals)
+    if recompute and tried:
+        seen = {id(c) for c in tried}
+        tried += [c for c in cands if not fits(c.memory, limit) and id(c) not in seen]
+        seen = {id(c) for c in cands}
+        cands += [c for c in tried if id(c) not in seen]
+        for setting, group in _by_setting(tried):
+            cands += [_Placed(**vars(c), setting=setting) for c in _recompute_candidates(
+                group, setting.costs, limit, setting.network, "makespan", top)]
     fitting = [c for c in cands if fits(c.memory, limit)]
     if polish and fitting:
-        fitting += _polish(fitting, cands, costs, limit, network, "makespan")
-    tuned = None
-    if include_tune:
+        best = sorted(fitting, key=lambda c: _score(c.result, "makespan"))[:top]
+        for setting, group in _by_setting(best):
+            found = _polish(group, [], setting.costs, limit, setting.network, "makespan")
+            new = [_Placed(**vars(c), setting=setting) for c in found]
+            cands += new
+            fitting += new
+    tuned, tune_setting = None, splits.linear(p)
+    if isinstance(tune_setting, str):  # a model with fewer layers than devices
+        tune_setting = None
+    if include_tune and tune_setting is not None:
         try:
-            tuned = tune(p, m, costs, None if math.isinf(limit) else limit, network,
-                         polish=polish, progress=False)
+            tuned = tune(p, m, tune_setting.costs, None if math.isinf(limit) else limit,
+                         tune_setting.network, polish=polish, progress=False)
         except TuneError:
             tuned = None
-    table = _candidates_table(rows, cands, tuned, limit)
-    options = [(c.result.makespan, c.memory, 1, c.label, c.schedule, c.result) for c in fitting]
+    table = _candidates_table(rows, cands, tuned, limit, tune_setting)
+    options = [(c.result.makespan, c.memory, 1, c.label, c.schedule, c.result, c.setting)
+               for c in fitting]
     if tuned is not None:
         mem = float((tuned.result.peak_activation + tuned.result.static_memory).max())
         options.append((tuned.result.makespan, mem, 0, f"tune: {tuned.label}", tuned.schedule,
-                        tuned.result))
+                        tuned.result, tune_setting))
     if not options:
-        least = min((r["memory"] for r in rows if r["memory"] is not None), default=math.nan)
+        least = min((r["memory"] for r in table.to_pylist() if r["memory"] is not None),
+                    default=math.nan)
         raise TuneError(f"nothing fits memory_limit={limit:g}: the least memory a composition "
                         f"needs is {least:g}", least, table)
     # Ties go to tune's winner (a named family), then to less memory.
-    makespan, _mem, _src, label, sched, res = min(
+    makespan, _mem, _src, label, sched, res, setting = min(
         options, key=lambda o: (_score(o[5], "makespan"), o[2], o[1], o[3]))
+    if setting.layers is not None:
+        sched.params["layers"] = list(setting.layers)
     validate(sched)
-    return Tuned(sched, res, label, table, limit, costs, network, time.perf_counter() - t0,
-                 "makespan")
+    return Tuned(sched, res, label, table, limit, setting.costs, setting.network,
+                 time.perf_counter() - t0, "makespan")
 
 
-def _simulated(row, m, costs, network):
+@dataclass(frozen=True, eq=False)
+class _Setting:
+    """Costs and network a composition is timed with; with a Model, from a split."""
+
+    tag: str
+    layers: tuple | None
+    costs: Costs
+    network: Network | None
+
+
+@dataclass
+class _Placed(_Candidate):
+    """A candidate with the setting (split, costs, network) it was simulated with."""
+
+    setting: _Setting | None = None
+
+
+class _Splits:
+    """The settings a placement is timed with: the given costs, or two splits of
+    a Model's layers over its stages (cached per stage count)."""
+
+    def __init__(self, model, hardware, costs, network):
+        self.model, self.hw = model, hardware
+        self.given = _Setting("", None, costs, network)
+        self.times = None if model is None else model.layer_times(hardware)
+        self.cache = {}
+
+    def for_stages(self, S):
+        """Settings for S stages, or the reason there is none."""
+        if self.model is None:
+            return [self.given]
+        if S not in self.cache:
+            if len(self.model) < S:
+                self.cache[S] = (f"the model has {len(self.model)} layers, fewer than the "
+                                 f"{S} stages of this placement")
+            else:
+                balanced = _bottleneck_dp(self.times.sum(axis=1), S)
+                uniform = uniform_split(self.model, S)
+                found = {balanced: "balanced split", uniform: "uniform split"}
+                self.cache[S] = [self.setting(layers, tag) for layers, tag in found.items()]
+        return self.cache[S]
+
+    def setting(self, layers, tag):
+        layers = tuple(int(c) for c in layers)
+        return _Setting(tag, layers, self.model.costs(layers, self.hw, times=self.times),
+                        self.model.network(layers, self.hw))
+
+    def linear(self, p):
+        """The setting tune runs with: the given costs, or the balanced split over p."""
+        found = self.for_stages(p)
+        return found if isinstance(found, str) else found[0]
+
+
+def _by_setting(cands):
+    """Candidates grouped by the setting they were simulated with."""
+    groups = {}
+    for c in cands:
+        groups.setdefault(id(c.setting), (c.setting, []))[1].append(c)
+    return list(groups.values())
+
+
+def _resplit(cands, splits, limit, evals):
+    """The partition's local search on each candidate's split (memory excess
+    first, then makespan); a candidate for each split that improves."""
+    out = []
+    for c in cands:
+        setting = c.setting
+        search = _Search(splits.model, splits.hw, c.schedule, limit)
+        search.times = splits.times
+        start = setting.layers
+        best = search.local(start, max_evals=evals)
+        if best == start or search.key(best) >= search.key(start):
+            continue
+        new = splits.setting(best, "refined split")
+        res = simulate(c.schedule, new.costs, new.network)
+        label = c.label.rsplit(" [", 1)[0] + " [refined split]"
+        out.append(_Placed(label=label, source="resplit", family=c.family, chunks=c.chunks,
+                           options={}, schedule=c.schedule, result=res, setting=new))
+    return out
+
+
+def _simulated(row, m):
     """A screened composition built and simulated in full, as a tune candidate."""
-    comp = row["composition"]
+    comp, setting = row["composition"], row["setting"]
     sched = _compose.compose(placement=comp.placement, microbatches=m, order=comp.order,
-                             split_backward=comp.split_backward, w=comp.w, name=row["candidate"])
-    return _Candidate(label=row["candidate"], source="composed", family="composed",
-                      chunks=comp.placement.stages // comp.placement.devices, options={},
-                      schedule=sched, result=simulate(sched, costs, network))
+                             split_backward=comp.split_backward, w=comp.w, name=comp.label)
+    return _Placed(label=row["candidate"], source="composed", family="composed",
+                   chunks=comp.placement.stages // comp.placement.devices, options={},
+                   schedule=sched, result=simulate(sched, setting.costs, setting.network),
+                   setting=setting)
 
 
 def _distinct(rows, n):
@@ -271,58 +418,95 @@ def _distinct(rows, n):
     return out
 
 
-def _screen(space, m, costs, network, limit, progress):
-    """Time every composition; one row each (makespan None when it could not be timed)."""
+def _screen(space, m, splits, limit, progress):
+    """Time every composition in each of its settings; one row each (makespan
+    None when it could not be timed)."""
     bar = Progress(len(space), enabled(progress), unit="compositions")
     rows = []
-    timings = {}  # placement -> (Timing, weights per device); or the reason it was left out
+    # placement -> [(setting, Timing, weights per device)], or the reason it was left out
+    timings = {}
     for i, comp in enumerate(space):
         pl = comp.placement
-        row = {"candidate": comp.label, "composition": comp, "makespan": None, "memory": None,
-               "span": None, "bubble_ratio": None, "bubble_rate": None,
-               "peak_activation": None, "fits": None, "note": ""}
-        try:
-            if pl not in timings:
-                try:
-                    static = np.zeros(pl.devices)
-                    np.add.at(static, pl.as_array(),
-                              costs.stage_arrays(pl.stages, pl.devices)["weights"])
-                    timings[pl] = (_compose.timing(pl, m, costs, network), static)
-                except ValueError as exc:
-                    timings[pl] = str(exc).splitlines()[0]
-            if isinstance(timings[pl], str):
-                row["note"] = f"left out: {timings[pl]}"
-                rows.append(row)
-                bar.update(1, final=i == len(space) - 1)
-                continue
-            base, static = timings[pl]
-            tm = _compose.fresh(base)
-            if comp.order.policy == "rotate":
-                split, w_rule = comp.split_backward, None
-            else:
-                split, w_rule = _compose._split_and_w(comp.split_backward, comp.w)
-            _compose._run(pl, m, comp.order, split, w_rule, tm)
-            memory = float((tm.peak + static).max())
-            makespan = float(tm.end[0])
-            span = float((tm.free - tm.begin).max())
-            # As Result.bubble_ratio and Result.bubble_rate (every device runs ops here).
-            row.update(makespan=makespan, memory=memory, span=span,
-                       bubble_ratio=1.0 - float(tm.busy.sum()) / (pl.devices * makespan)
-                       if makespan > 0 else 0.0,
-                       bubble_rate=(span - float(tm.busy.max())) / span if span > 0 else 0.0,
-                       peak_activation=float(tm.peak.max()), fits=bool(fits(memory, limit)))
-        except ScheduleError as exc:
-            row["note"] = "deadlock: " + str(exc).splitlines()[0].split(": ", 1)[-1][:120]
-        rows.append(row)
+        if pl not in timings:
+            timings[pl] = _timings(pl, m, splits)
+        found = timings[pl]
+        if isinstance(found, str):
+            rows.append(_row(comp, None, note=f"left out: {found}"))
+        else:
+            for setting, base, static in found:
+                rows.append(_timed(comp, setting, base, static, m, limit))
         bar.update(1, final=i == len(space) - 1)
     return rows
 
 
-def _candidates_table(rows, cands, tuned, limit):
+def _timings(pl, m, splits):
+    settings = splits.for_stages(pl.stages)
+    if isinstance(settings, str):
+        return settings
+    out = []
+    try:
+        for setting in settings:
+            static = np.zeros(pl.devices)
+            np.add.at(static, pl.as_array(),
+                      setting.costs.stage_arrays(pl.stages, pl.devices)["weights"])
+            out.append((setting, _compose.timing(pl, m, setting.costs, setting.network), static))
+    except ValueError as exc:
+        return str(exc).splitlines()[0]
+    return out
+
+
+def _row(comp, setting, **kw):
+    label = comp.label if setting is None or not setting.tag else f"{comp.label} [{setting.tag}]"
+    row = {"candidate": label, "composition": comp, "setting": setting, "makespan": None,
+           "memory": None, "span": None, "bubble_ratio": None, "bubble_rate": None,
+           "peak_activation": None, "fits": None, "note": ""}
+    row.update(kw)
+    return row
+
+
+def _timed(comp, setting, base, static, m, limit):
+    """One composition timed in one setting by the construction kernel."""
+    row = _row(comp, setting)
+    pl = comp.placement
+    tm = _compose.fresh(base)
+    if comp.order.policy == "rotate":
+        split, w_rule = comp.split_backward, None
+    else:
+        split, w_rule = _compose._split_and_w(comp.split_backward, comp.w)
+    try:
+        _compose._run(pl, m, comp.order, split, w_rule, tm)
+    except ScheduleError as exc:
+        row["note"] = "deadlock: " + str(exc).splitlines()[0].split(": ", 1)[-1][:120]
+        return row
+    memory = float((tm.peak + static).max())
+    makespan = float(tm.end[0])
+    span = float((tm.free - tm.begin).max())
+    # As Result.bubble_ratio and Result.bubble_rate (every device runs ops here).
+    row.update(makespan=makespan, memory=memory, span=span,
+               bubble_ratio=1.0 - float(tm.busy.sum()) / (pl.devices * makespan)
+               if makespan > 0 else 0.0,
+               bubble_rate=(span - float(tm.busy.max())) / span if span > 0 else 0.0,
+               peak_activation=float(tm.peak.max()), fits=bool(fits(memory, limit)))
+    return row
+
+
+_SCHEMA = pa.schema([("candidate", pa.string()), ("source", pa.string()),
+                     ("family", pa.string()), ("chunks", pa.int64()),
+                     ("makespan", pa.float64()), ("span", pa.float64()),
+                     ("bubble_rate", pa.float64()), ("bubble_ratio", pa.float64()),
+                     ("peak_activation", pa.float64()), ("memory", pa.float64()),
+                     ("fits", pa.bool_()), ("note", pa.string()),
+                     ("layers", pa.list_(pa.int64()))])
+
+
+def _candidates_table(rows, cands, tuned, limit, tune_setting):
     """Every composition screened, the ones simulated in full, then tune's candidates."""
     cols = {k: [] for k in ("candidate", "source", "family", "chunks", "makespan", "span",
                             "bubble_rate", "bubble_ratio", "peak_activation", "memory", "fits",
-                            "note")}
+                            "note", "layers")}
+
+    def layers(setting):
+        return None if setting is None or setting.layers is None else list(setting.layers)
 
     def add(**kw):
         for k in cols:
@@ -334,7 +518,7 @@ def _candidates_table(rows, cands, tuned, limit):
             chunks=comp.placement.stages // comp.placement.devices, makespan=r["makespan"],
             span=r["span"], bubble_rate=r["bubble_rate"], bubble_ratio=r["bubble_ratio"],
             peak_activation=r["peak_activation"], memory=r["memory"], fits=r["fits"],
-            note=r["note"])
+            note=r["note"], layers=layers(r["setting"]))
     for c in cands:
         if c.source == "composed":  # already a screened row, with the same numbers
             continue
@@ -343,11 +527,12 @@ def _candidates_table(rows, cands, tuned, limit):
             makespan=float(res.makespan), span=_score(res, "span"),
             bubble_rate=float(res.bubble_rate), bubble_ratio=float(res.bubble_ratio),
             peak_activation=float(res.peak_activation.max()), memory=c.memory,
-            fits=bool(fits(c.memory, limit)), note="")
-    table = pa.table(cols)
+            fits=bool(fits(c.memory, limit)), note="", layers=layers(getattr(c, "setting", None)))
+    table = pa.table(cols, schema=_SCHEMA)
     if tuned is not None:
         tune_rows = tuned.candidates.to_pylist()
         for r in tune_rows:
             r["source"] = f"tune/{r['source']}"
+            r["layers"] = layers(tune_setting)
         table = pa.concat_tables([table, pa.Table.from_pylist(tune_rows, schema=table.schema)])
     return table
