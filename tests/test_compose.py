@@ -218,3 +218,54 @@ def test_cap_deadlock_says_the_cap():
     # The greedy policy, not bound to an alternation, finishes under the same cap.
     s = pc.compose(placement="v", devices=3, microbatches=4, order=pc.orders.greedy(inflight=1))
     assert s.num_ops == 6 * 4 * 2
+
+
+def _strict_case(rng):
+    """A random composition over strict fixed streams (what the stepless path takes)."""
+    p = int(rng.integers(1, 5))
+    S = int(rng.integers(p, 3 * p + 1))
+    placement = list(range(p)) + [int(x) for x in rng.integers(0, p, S - p)]
+    rng.shuffle(placement)
+    if rng.random() < 0.5:  # the named placements, where the families live
+        placement = rng.choice(["linear", "looped", "v"])
+    m = int(rng.integers(1, 9))
+    warmup = rng.choice(["short", "fill", "all", "int", "list"])
+    warmup = {"int": int(rng.integers(1, 2 * p + 2)),
+              "list": [int(x) for x in rng.integers(1, 2 * p + 2, p)]}.get(warmup, warmup)
+    group = rng.choice([None, "all", 1, 2, 3])
+    inflight = None if rng.random() < 0.6 else int(rng.integers(1, 2 * p + 2))
+    order = Order("alternate", group=group, warmup=warmup, inflight=inflight, strict=True,
+                  backward=rng.choice(["fifo", "lifo"]))
+    split = bool(rng.random() < 0.6)
+    w = rng.choice(["with", "late", "staggered", "lag", "lags"]) if split else None
+    w = {"lag": int(rng.integers(0, 4)),
+         "lags": [int(x) for x in rng.integers(0, 2 * p, p)]}.get(w, w)
+    return p, placement, m, order, split, w
+
+
+def test_stepless_writing_equals_stepping():
+    """Strict fixed streams are written device by device without time steps
+    (kernels.compose.strict_kernel); stepping through unit time
+    (compose_kernel, which tests/test_compose_reference.py checks against
+    the plain-Python oracle) must give the same op table, or the same
+    deadlock."""
+    from pipecore.core.schedule import ScheduleError
+    from pipecore.schedules import compose as C
+    from pipecore.schedules import placements as P
+
+    rng = np.random.default_rng(41)
+    kinds = {"same": 0, "deadlock": 0}
+    for _ in range(600):
+        p, placement, m, order, split, w = _strict_case(rng)
+        pl = P.resolve(placement, p, chunks=2 if placement == "looped" else None)
+        sb, rule = C._split_and_w(split, w)
+        got = []
+        for stepless in (True, False):
+            try:
+                cols, _ = C._run(pl, m, order, sb, rule, C._untimed(), stepless=stepless)
+                got.append([np.asarray(c).tolist() for c in cols])
+            except ScheduleError as exc:
+                got.append(str(exc))
+        assert got[0] == got[1], (placement, p, m, order, split, w)
+        kinds["deadlock" if isinstance(got[0], str) else "same"] += 1
+    assert kinds["same"] > 300 and kinds["deadlock"] > 150  # both outcomes exercised

@@ -29,6 +29,7 @@ FILL_IDLE = 1  # also in any step it would otherwise idle
 # Statuses.
 OK = 0
 DEADLOCK = 1
+WARM_DONE = 2  # compose_kernel(until_warm=True): every device has left its warm-up
 # State.wait_kind of a device whose next forward would pass its inflight cap.
 WAIT_CAP = -2
 # State.want_f: in the warm-up, wanting a forward next, wanting a backward next.
@@ -274,6 +275,8 @@ def time_op(d, kind, s, j, m, tm):
 def _stream(k, n, m, g):
     """(chunk, microbatch) of the k-th op of a forward stream: rounds of g
     microbatches, each round visiting the n chunks in order."""
+    if n == 1:  # one chunk: no divisions (most placements)
+        return 0, k
     G = min(g, m)
     full = m // G
     if k < full * G * n:
@@ -302,7 +305,7 @@ def _b_stream(k, n, m, g, lifo):
 
 
 @njit(cache=True)
-def compose_kernel(layout, rules, st, out, tm):
+def compose_kernel(layout, rules, st, out, tm, until_warm=False):
     """Run the construction; write every device's program into ``out``.
 
     One function body on purpose: passing the carriers' arrays into helper
@@ -323,12 +326,16 @@ def compose_kernel(layout, rules, st, out, tm):
         one scattered write per op and column).
     tm : Timing
         With ``tm.on``, the ops are also timed (see :class:`Timing`).
+    until_warm : bool, default False
+        Stop (status WARM_DONE) after the first step at whose end no device
+        with ops left is in its warm-up: :func:`strict_kernel` continues.
 
     Returns
     -------
     status : int
-        OK, or DEADLOCK when a step passed in which no device could run an
-        op while ops remained (the state shows where each device stopped).
+        OK, WARM_DONE, or DEADLOCK when a step passed in which no device
+        could run an op while ops remained (the state shows where each
+        device stopped).
     steps : int
         Steps taken.
     """
@@ -631,4 +638,13 @@ def compose_kernel(layout, rules, st, out, tm):
         if moved == 0:
             return DEADLOCK, t
         t += 1
+        if until_warm and remaining > 0:
+            warm = False
+            for d in range(p):
+                if want[d] == WARM and kf_of[d] + kb_of[d] + kw_of[d] < (
+                        out_ptr[d + 1] - out_ptr[d]):
+                    warm = True
+                    break
+            if not warm:
+                return WARM_DONE, t
     return OK, t

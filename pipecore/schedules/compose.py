@@ -16,6 +16,7 @@ from ..core.ops import InputError, check_int
 from ..core.schedule import Schedule, ScheduleError
 from ..kernels import compose as _k
 from ..kernels import rotate as _rot
+from ..kernels import strict as _strict
 from ..kernels.codes import BW, B, F
 from . import orders as _orders
 from . import placements as _placements
@@ -383,8 +384,23 @@ def _build(pl, m, od, split, w_rule, label):
     return Schedule.from_arrays(*cols, name=label, devices=p, copy=False)
 
 
-def _run(pl, m, od, split, w_rule, tm):
-    """Columns of the composed schedule (and ``tm`` filled when it is on)."""
+def _stepless(rules, timed):
+    """Whether ``kernels.strict`` writes the same programs as stepping
+    through unit time (``kernels.compose.compose_kernel``) for these rules:
+    when every device's next op follows from its own ops so far. That is
+    the alternate policy over fixed streams, strict (a device waits for the
+    op it wants, so readiness only delays it), W's not put into idle steps,
+    and nothing timed. A "fill" warm-up ends when a backward is first
+    ready, which depends on the other devices: the stepping runs until
+    every device has left it."""
+    return (rules.policy == _k.ALTERNATE and not rules.dynamic and rules.strict
+            and rules.w_fill != _k.FILL_IDLE and not timed)
+
+
+def _run(pl, m, od, split, w_rule, tm, stepless=True):
+    """Columns of the composed schedule (and ``tm`` filled when it is on).
+
+    ``stepless=False`` always steps through unit time (the tests compare)."""
     S, p = pl.stages, pl.devices
     layout = _layout(pl, m, split)
     rules = _rules(pl, m, od, split, w_rule, layout)
@@ -392,6 +408,21 @@ def _run(pl, m, od, split, w_rule, tm):
     cols = column_buffers(S * m * (3 if split else 2))
     if od.policy == "rotate":
         status, steps = _rot.rotate_kernel(layout, rules, st, _visits(p, S), cols, tm)
+    elif stepless and _stepless(rules, tm.on):
+        # Strict fixed streams: step only through a "fill" warm-up, then
+        # write each device's program in turn (same programs, tested).
+        status, steps = _k.OK, 0
+        if rules.fill:
+            status, steps = _k.compose_kernel(layout, rules, st, cols, tm, True)
+        if status == _k.WARM_DONE or (status == _k.OK and not rules.fill):
+            first = layout.dev_stages[layout.dev_ptr[:-1]]
+            start = (st.kf.copy(), st.kb.copy(), st.kw.copy(), st.want_f.copy(),
+                     st.nf[first] - st.nb[first], st.limit.copy(), st.w_src.copy())
+            status = _strict.strict_kernel(layout, rules, st)
+            if status == _k.OK:
+                _strict.strict_write(layout, rules, *start, cols)
+        if status != _k.OK:  # step through it all to say where it stops
+            return _run(pl, m, od, split, w_rule, tm, stepless=False)
     else:
         status, steps = _k.compose_kernel(layout, rules, st, cols, tm)
     if status != _k.OK:

@@ -1,0 +1,246 @@
+"""Strict fixed-stream orders written without time steps.
+
+Under a strict order over fixed streams (a device waits for the op it
+wants next), each device's next op follows from its own ops so far;
+readiness only says when it can run. :func:`strict_kernel` checks that the
+programs run to the end (no deadlock) by letting each device go until it
+waits on another's stage and waking it when that stage moves, with counts
+only; :func:`strict_write` then writes every device's program on its own,
+devices in parallel, in contiguous rows. The programs equal
+``compose.compose_kernel``'s (tests/test_compose.py compares them); where
+the check fails, the caller steps through ``compose_kernel`` to say where.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .codes import BW, B, F, W
+from .compose import DEADLOCK, OK, WANT_B, WANT_F, WARM, _b_stream, _stream
+
+# What _strict_next says a device does.
+RUN = 0
+AGAIN = 1  # its warm-up ended: decide again
+STUCK = 2  # its next forward is held by its cap for good (or nothing is left)
+
+
+@njit(cache=True, inline="always")
+def _strict_next(stages, shape, counts, split, lifo):
+    """A device's next op under strict fixed streams, from its own counts.
+
+    ``shape``: (first row of its stages in ``stages``, its stage count,
+    microbatches, stream group, warm-up forwards, W lag); ``counts``: (its
+    forwards, backwards and W's so far, ``want_f``, 1 when microbatches in
+    flight on its first stage reach its cap). Plain tuples, not the
+    carriers: this runs once per op. Returns (what, kind, stage,
+    microbatch, want): the stage and microbatch of a W are its B's, found by
+    the caller."""
+    lo, n, m, group, warm, lag = shape
+    kf, kb, kw, want, held = counts
+    total = n * m
+    c0 = stages[lo]
+    if want == WARM and kf >= warm:
+        want = WANT_B
+    pending = kb - kw
+    if split and pending > lag:
+        return RUN, W, -1, -1, want
+    if want == WARM:
+        if kf < total:
+            c, j = _stream(kf, n, m, group)
+            s = stages[lo + c]
+            if s == c0 and held:
+                return AGAIN, -1, -1, -1, WANT_B  # the cap ends the warm-up
+            return RUN, F, s, j, want
+        return AGAIN, -1, -1, -1, WANT_B
+    if want == WANT_F and kf < total:
+        c, j = _stream(kf, n, m, group)
+        s = stages[lo + c]
+        if s == c0 and held:
+            return STUCK, -1, -1, -1, want  # only its own backward could free it
+        return RUN, F, s, j, WANT_B
+    if kb < total:
+        c, j = _b_stream(kb, n, m, group, lifo)
+        return RUN, B if split else BW, stages[lo + c], j, WANT_F
+    if split and pending > 0:
+        return RUN, W, -1, -1, want
+    return STUCK, -1, -1, -1, want
+
+
+@njit(cache=True)
+def strict_kernel(layout, rules, st):
+    """Check that a strict fixed-stream order runs to the end, without time steps.
+
+    Under the rules :func:`stepless` accepts, a device's next op is a
+    function of its own ops so far (:func:`_strict_next`); readiness only
+    says when it can run. So each device goes through its program on its
+    own until its next op waits for another device's stage (F on the stage
+    before, B on the stage after), and is woken when that stage runs its
+    next op of that kind. A device left waiting when none can move is a
+    deadlock (or its forward is held by its inflight cap, which under
+    strict rules only its own backward could release): the caller reruns
+    :func:`compose_kernel` to say where. Nothing is written (the programs
+    are written by :func:`strict_write`, device by device in parallel).
+    Continues from the state ``compose_kernel`` left (or a fresh one), and
+    changes it.
+
+    Parameters
+    ----------
+    layout : Layout
+    rules : Rules
+    st : State
+
+    Returns
+    -------
+    int
+        OK or DEADLOCK.
+    """
+    dev_ptr = layout.dev_ptr
+    stages = layout.dev_stages
+    out_ptr = layout.out_ptr
+    m = layout.m
+    split = layout.split
+    p = dev_ptr.shape[0] - 1
+    S = stages.shape[0]
+    group = rules.group
+    lifo = rules.lifo
+    warmup = rules.warmup
+    lag = rules.lag
+    nf = st.nf
+    nb = st.nb
+    kf_of = st.kf
+    kb_of = st.kb
+    kw_of = st.kw
+    want = st.want_f
+    limit = st.limit
+    # The device waiting for stage s's next forward (its F on stage s + 1)
+    # and for its next backward (its B on stage s - 1); -1: none.
+    wait_f = np.full(S, -1, np.int64)
+    wait_b = np.full(S, -1, np.int64)
+    stack = np.empty(p, np.int64)
+    top = 0
+    for d in range(p - 1, -1, -1):
+        stack[top] = d
+        top += 1
+    while top > 0:
+        top -= 1
+        d = stack[top]
+        lo = dev_ptr[d]
+        n = dev_ptr[d + 1] - lo
+        c0 = stages[lo]
+        ops = out_ptr[d + 1] - out_ptr[d]
+        while kf_of[d] + kb_of[d] + kw_of[d] < ops:
+            what, kind, s, j, w = _strict_next(
+                stages, (lo, n, m, group, warmup[d], lag[d]),
+                (kf_of[d], kb_of[d], kw_of[d], want[d], int(nf[c0] - nb[c0] >= limit[d])),
+                split, lifo)
+            if what == STUCK:
+                break
+            if what == AGAIN:
+                want[d] = w
+                continue
+            # Ready? Else wait to be woken by the stage it waits for.
+            if kind == F:
+                if s > 0 and nf[s - 1] <= j:
+                    wait_f[s - 1] = d
+                    break
+            elif kind != W:
+                if nf[s] <= j:
+                    break  # its own forward comes later in its program: a deadlock
+                if s < S - 1 and nb[s + 1] <= (m - 1 - j if lifo else j):
+                    wait_b[s + 1] = d
+                    break
+            want[d] = w
+            if kind == W:
+                kw_of[d] += 1
+            elif kind == F:
+                nf[s] += 1
+                kf_of[d] += 1
+                if wait_f[s] >= 0:
+                    stack[top] = wait_f[s]
+                    top += 1
+                    wait_f[s] = -1
+            else:
+                nb[s] += 1
+                kb_of[d] += 1
+                if wait_b[s] >= 0:
+                    stack[top] = wait_b[s]
+                    top += 1
+                    wait_b[s] = -1
+    for d in range(p):
+        if kf_of[d] + kb_of[d] + kw_of[d] < out_ptr[d + 1] - out_ptr[d]:
+            return DEADLOCK
+    return OK
+
+
+@njit(cache=True, parallel=True)
+def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out):
+    """Write every device's program under strict fixed streams, devices in
+    parallel, each from its counts when :func:`strict_kernel` started (a
+    copy: that check changes them) and once that check said OK.
+
+    Parameters
+    ----------
+    layout : Layout
+    rules : Rules
+    kf0, kb0, kw0, want0, w_src0 : int64 (p,)
+        As the State's ``kf``, ``kb``, ``kw``, ``want_f`` and ``w_src``.
+    held0 : int64 (p,)
+        Microbatches in flight on each device's first stage.
+    limit0 : int64 (p,)
+        As the State's ``limit``.
+    out : Columns
+        As :func:`compose_kernel`.
+    """
+    dev_ptr = layout.dev_ptr
+    stages = layout.dev_stages
+    out_ptr = layout.out_ptr
+    m = layout.m
+    split = layout.split
+    p = dev_ptr.shape[0] - 1
+    group = rules.group
+    lifo = rules.lifo
+    warmup = rules.warmup
+    lag = rules.lag
+    o_kind = out.kind
+    o_stage = out.stage
+    o_mb = out.microbatch
+    for d in prange(p):
+        lo = dev_ptr[d]
+        n = dev_ptr[d + 1] - lo
+        c0 = stages[lo]
+        kf = kf0[d]
+        kb = kb0[d]
+        kw = kw0[d]
+        want = want0[d]
+        inflight = held0[d]
+        src = w_src0[d]
+        row = out_ptr[d] + kf + kb + kw
+        end = out_ptr[d + 1]
+        while row < end:
+            what, kind, s, j, want = _strict_next(
+                stages, (lo, n, m, group, warmup[d], lag[d]),
+                (kf, kb, kw, want, int(inflight >= limit0[d])), split, lifo)
+            if what == AGAIN:
+                continue
+            if what == STUCK:
+                break  # not after strict_kernel said OK
+            if kind == W:
+                while o_kind[src] != B:
+                    src += 1
+                s = o_stage[src]
+                j = o_mb[src]
+                src += 1
+                kw += 1
+            elif kind == F:
+                kf += 1
+                if s == c0:
+                    inflight += 1
+            else:
+                kb += 1
+                if s == c0:
+                    inflight -= 1
+            o_kind[row] = kind
+            o_stage[row] = s
+            o_mb[row] = j
+            row += 1
