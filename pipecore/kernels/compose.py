@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .codes import BW, B, F, W
 
@@ -648,3 +648,22 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
             if not warm:
                 return WARM_DONE, t
     return OK, t
+
+
+@njit(cache=True, parallel=True)
+def fill_rows(out_ptr, device, slot):
+    """Write the device and slot columns: device d's ops are rows
+    ``out_ptr[d]:out_ptr[d + 1]``, in program order (devices in parallel,
+    no temporary arrays).
+
+    Parameters
+    ----------
+    out_ptr : int64 (p + 1,)
+    device, slot : int32 (ops,)
+        Output.
+    """
+    for d in prange(out_ptr.shape[0] - 1):
+        lo = out_ptr[d]
+        for r in range(lo, out_ptr[d + 1]):
+            device[r] = d
+            slot[r] = r - lo

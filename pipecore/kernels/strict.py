@@ -13,11 +13,32 @@ the check fails, the caller steps through ``compose_kernel`` to say where.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, prange
 
 from .codes import BW, B, F, W
-from .compose import DEADLOCK, OK, WANT_B, WANT_F, WARM, _b_stream, _stream
+from .compose import DEADLOCK, OK, WANT_B, WANT_F, WARM
+
+
+class Streams(NamedTuple):
+    """Each device's forward stream as a table, so the kernels look up an op
+    instead of dividing (``schedules.compose._streams`` makes it).
+
+    Attributes
+    ----------
+    chunk, mb : int32 (tables, most ops per stream)
+        Row ``of[d]``, column k: the chunk (index among the device's stages)
+        and microbatch of the k-th forward of device d's stream (the
+        ``kernels.compose._stream`` of its stage count).
+    of : int64 (p,)
+        Each device's row (devices with as many stages share one).
+    """
+
+    chunk: np.ndarray
+    mb: np.ndarray
+    of: np.ndarray
 
 # What _strict_next says a device does.
 RUN = 0
@@ -26,17 +47,18 @@ STUCK = 2  # its next forward is held by its cap for good (or nothing is left)
 
 
 @njit(cache=True, inline="always")
-def _strict_next(stages, shape, counts, split, lifo):
+def _strict_next(stages, tab_c, tab_j, shape, counts, split, lifo):
     """A device's next op under strict fixed streams, from its own counts.
 
-    ``shape``: (first row of its stages in ``stages``, its stage count,
-    microbatches, stream group, warm-up forwards, W lag); ``counts``: (its
-    forwards, backwards and W's so far, ``want_f``, 1 when microbatches in
-    flight on its first stage reach its cap). Plain tuples, not the
+    ``tab_c``, ``tab_j``: the :class:`Streams` tables; ``shape``: (first row
+    of its stages in ``stages``, its stage count, microbatches, its row of
+    the tables, warm-up forwards, W lag); ``counts``: (its forwards,
+    backwards and W's so far, ``want_f``, 1 when microbatches in flight on
+    its first stage reach its cap). Plain tuples and arrays, not the
     carriers: this runs once per op. Returns (what, kind, stage,
     microbatch, want): the stage and microbatch of a W are its B's, found by
     the caller."""
-    lo, n, m, group, warm, lag = shape
+    lo, n, m, row, warm, lag = shape
     kf, kb, kw, want, held = counts
     total = n * m
     c0 = stages[lo]
@@ -47,20 +69,27 @@ def _strict_next(stages, shape, counts, split, lifo):
         return RUN, W, -1, -1, want
     if want == WARM:
         if kf < total:
-            c, j = _stream(kf, n, m, group)
-            s = stages[lo + c]
+            s = stages[lo + tab_c[row, kf]]
+            j = tab_j[row, kf]
             if s == c0 and held:
                 return AGAIN, -1, -1, -1, WANT_B  # the cap ends the warm-up
             return RUN, F, s, j, want
         return AGAIN, -1, -1, -1, WANT_B
     if want == WANT_F and kf < total:
-        c, j = _stream(kf, n, m, group)
-        s = stages[lo + c]
+        s = stages[lo + tab_c[row, kf]]
+        j = tab_j[row, kf]
         if s == c0 and held:
             return STUCK, -1, -1, -1, want  # only its own backward could free it
         return RUN, F, s, j, WANT_B
     if kb < total:
-        c, j = _b_stream(kb, n, m, group, lifo)
+        # The backward stream: the forward stream reversed ("lifo"), or its
+        # rounds with the chunks in decreasing order.
+        if lifo:
+            c = tab_c[row, total - 1 - kb]
+            j = tab_j[row, total - 1 - kb]
+        else:
+            c = n - 1 - tab_c[row, kb]
+            j = tab_j[row, kb]
         return RUN, B if split else BW, stages[lo + c], j, WANT_F
     if split and pending > 0:
         return RUN, W, -1, -1, want
@@ -68,7 +97,7 @@ def _strict_next(stages, shape, counts, split, lifo):
 
 
 @njit(cache=True)
-def strict_kernel(layout, rules, st):
+def strict_kernel(layout, rules, streams, st):
     """Check that a strict fixed-stream order runs to the end, without time steps.
 
     Under the rules :func:`stepless` accepts, a device's next op is a
@@ -88,6 +117,7 @@ def strict_kernel(layout, rules, st):
     ----------
     layout : Layout
     rules : Rules
+    streams : Streams
     st : State
 
     Returns
@@ -102,7 +132,9 @@ def strict_kernel(layout, rules, st):
     split = layout.split
     p = dev_ptr.shape[0] - 1
     S = stages.shape[0]
-    group = rules.group
+    tab_c = streams.chunk
+    tab_j = streams.mb
+    tab_of = streams.of
     lifo = rules.lifo
     warmup = rules.warmup
     lag = rules.lag
@@ -131,7 +163,7 @@ def strict_kernel(layout, rules, st):
         ops = out_ptr[d + 1] - out_ptr[d]
         while kf_of[d] + kb_of[d] + kw_of[d] < ops:
             what, kind, s, j, w = _strict_next(
-                stages, (lo, n, m, group, warmup[d], lag[d]),
+                stages, tab_c, tab_j, (lo, n, m, tab_of[d], warmup[d], lag[d]),
                 (kf_of[d], kb_of[d], kw_of[d], want[d], int(nf[c0] - nb[c0] >= limit[d])),
                 split, lifo)
             if what == STUCK:
@@ -174,7 +206,8 @@ def strict_kernel(layout, rules, st):
 
 
 @njit(cache=True, parallel=True)
-def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out):
+def strict_write(layout, rules, streams, kf0, kb0, kw0, want0, held0, limit0, w_src0,
+                 out):
     """Write every device's program under strict fixed streams, devices in
     parallel, each from its counts when :func:`strict_kernel` started (a
     copy: that check changes them) and once that check said OK.
@@ -183,6 +216,7 @@ def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out
     ----------
     layout : Layout
     rules : Rules
+    streams : Streams
     kf0, kb0, kw0, want0, w_src0 : int64 (p,)
         As the State's ``kf``, ``kb``, ``kw``, ``want_f`` and ``w_src``.
     held0 : int64 (p,)
@@ -190,7 +224,8 @@ def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out
     limit0 : int64 (p,)
         As the State's ``limit``.
     out : Columns
-        As :func:`compose_kernel`.
+        Output: every column of every row (``compose_kernel`` leaves device
+        and slot to the caller).
     """
     dev_ptr = layout.dev_ptr
     stages = layout.dev_stages
@@ -198,10 +233,14 @@ def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out
     m = layout.m
     split = layout.split
     p = dev_ptr.shape[0] - 1
-    group = rules.group
+    tab_c = streams.chunk
+    tab_j = streams.mb
+    tab_of = streams.of
     lifo = rules.lifo
     warmup = rules.warmup
     lag = rules.lag
+    o_dev = out.device
+    o_slot = out.slot
     o_kind = out.kind
     o_stage = out.stage
     o_mb = out.microbatch
@@ -217,9 +256,12 @@ def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out
         src = w_src0[d]
         row = out_ptr[d] + kf + kb + kw
         end = out_ptr[d + 1]
+        for r in range(out_ptr[d], row):  # the rows the warm-up's stepping wrote
+            o_dev[r] = d
+            o_slot[r] = r - out_ptr[d]
         while row < end:
             what, kind, s, j, want = _strict_next(
-                stages, (lo, n, m, group, warmup[d], lag[d]),
+                stages, tab_c, tab_j, (lo, n, m, tab_of[d], warmup[d], lag[d]),
                 (kf, kb, kw, want, int(inflight >= limit0[d])), split, lifo)
             if what == AGAIN:
                 continue
@@ -240,6 +282,8 @@ def strict_write(layout, rules, kf0, kb0, kw0, want0, held0, limit0, w_src0, out
                 kb += 1
                 if s == c0:
                     inflight -= 1
+            o_dev[row] = d
+            o_slot[row] = row - out_ptr[d]
             o_kind[row] = kind
             o_stage[row] = s
             o_mb[row] = j

@@ -397,6 +397,30 @@ def _stepless(rules, timed):
             and rules.w_fill != _k.FILL_IDLE and not timed)
 
 
+def _streams(layout, rules):
+    """The forward streams as tables (``kernels.strict.Streams``): the k-th
+    forward of a device with n stages, in rounds of G microbatches visiting
+    the n chunks in order (``kernels.compose._stream``, vectorised)."""
+    m = layout.m
+    per = np.diff(layout.dev_ptr)
+    sizes = np.unique(per)
+    chunk = np.zeros((len(sizes), int(sizes.max()) * m), np.int32)
+    mb = np.zeros_like(chunk)
+    G = min(int(rules.group), m)
+    full = m // G
+    rem = m - full * G
+    for row, n in enumerate(sizes):
+        k = np.arange(int(n) * m)
+        r, q = np.divmod(k, G * n)
+        c, j = q // G, r * G + q % G
+        tail = k >= full * G * n
+        if tail.any():
+            q = k[tail] - full * G * n
+            c[tail], j[tail] = q // rem, full * G + q % rem
+        chunk[row, :len(k)], mb[row, :len(k)] = c, j
+    return _strict.Streams(chunk=chunk, mb=mb, of=np.searchsorted(sizes, per).astype(np.int64))
+
+
 def _run(pl, m, od, split, w_rule, tm, stepless=True):
     """Columns of the composed schedule (and ``tm`` filled when it is on).
 
@@ -409,8 +433,9 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
     if od.policy == "rotate":
         status, steps = _rot.rotate_kernel(layout, rules, st, _visits(p, S), cols, tm)
     elif stepless and _stepless(rules, tm.on):
-        # Strict fixed streams: step only through a "fill" warm-up, then
-        # write each device's program in turn (same programs, tested).
+        # Strict fixed streams: step only through a "fill" warm-up, check the
+        # rest runs to the end with counts, then write the devices' programs
+        # in parallel (the same programs as stepping, tested).
         status, steps = _k.OK, 0
         if rules.fill:
             status, steps = _k.compose_kernel(layout, rules, st, cols, tm, True)
@@ -418,19 +443,18 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
             first = layout.dev_stages[layout.dev_ptr[:-1]]
             start = (st.kf.copy(), st.kb.copy(), st.kw.copy(), st.want_f.copy(),
                      st.nf[first] - st.nb[first], st.limit.copy(), st.w_src.copy())
-            status = _strict.strict_kernel(layout, rules, st)
+            streams = _streams(layout, rules)
+            status = _strict.strict_kernel(layout, rules, streams, st)
             if status == _k.OK:
-                _strict.strict_write(layout, rules, *start, cols)
+                _strict.strict_write(layout, rules, streams, *start, cols)
+                return cols, tm
         if status != _k.OK:  # step through it all to say where it stops
             return _run(pl, m, od, split, w_rule, tm, stepless=False)
     else:
         status, steps = _k.compose_kernel(layout, rules, st, cols, tm)
     if status != _k.OK:
         raise ScheduleError(_deadlock_message(pl, m, od, layout, st, steps), rule="deadlock")
-    per = np.diff(layout.out_ptr)
-    cols.device[:] = np.repeat(np.arange(p, dtype=np.int32), per)
-    cols.slot[:] = np.arange(len(cols.slot), dtype=np.int32) - np.repeat(
-        layout.out_ptr[:-1].astype(np.int32), per)
+    _k.fill_rows(layout.out_ptr, cols.device, cols.slot)
     return cols, tm
 
 
