@@ -57,3 +57,13 @@ def test_explore_end_to_end(benchmark):
                              {"memory_limit": 6.0, "progress": False},
                              rounds=pick(3, 1), iterations=1, warmup_rounds=pick(1, 0))
     assert got.result.makespan > 0
+
+
+def test_compose_fresh_script_runs(capsys):
+    """bench/compose_fresh.py (the bar's figures, one call per fresh process)
+    at a small shape, so the script cannot rot."""
+    import compose_fresh
+
+    compose_fresh.main(["--rounds", "1", "-p", "4", "-m", "8", "1f1b"])
+    out = capsys.readouterr().out
+    assert "1f1b" in out and "compose/build" in out
