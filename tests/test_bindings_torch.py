@@ -599,3 +599,49 @@ def test_pin_needs_a_cpu_per_rank(monkeypatch):
         pt.run(pc.build("1f1b", 2, 2), pin=True)
     with pytest.raises(pc.InputError, match="'pin' must be None, True or False"):
         pt.run(pc.build("1f1b", 2, 2), pin="yes")
+
+
+def test_composed_schedules_pass_torch():
+    """Issue 41: a composed schedule exports like any other. Compositions of
+    explore's default space at p=2 and p=4 (m=2p; every 5th and every 25th,
+    placements, orders and W rules all come round) that build, through
+    torch's validator and its send/receive lowering, and back."""
+    from pipecore.core.schedule import ScheduleError
+    from pipecore.search.explore import default_space
+
+    tried = 0
+    for p, every in ((2, 5), (4, 25)):
+        m = 2 * p
+        seen = set()
+        for comp in default_space(p, m)[::every]:
+            try:
+                sched = pc.compose(placement=comp.placement, microbatches=m, order=comp.order,
+                                   split_backward=comp.split_backward, w=comp.w)
+            except ScheduleError:
+                continue  # a deadlock: no schedule to export
+            order = pt.to_actions(sched)
+            text = repr(sorted(order.items()))
+            if text in seen:
+                continue
+            seen.add(text)
+            mapping = ts._validate_schedule(order, p, sched.stages, m)
+            assert mapping == {s: int(d) for s, d in enumerate(sched.placement)}, comp.label
+            lowered = ts._add_send_recv({r: list(a) for r, a in order.items()},
+                                        mapping.__getitem__, sched.stages)
+            assert sum(a.is_compute_op for acts in lowered.values() for a in acts) == sum(
+                len(acts) for acts in order.values()), comp.label
+            assert pt.from_actions(order) == sched, comp.label
+            tried += 1
+    assert tried > 100, tried
+
+
+@pytest.mark.slow
+def test_a_composed_schedule_runs_in_torch_with_the_unpipelined_gradients():
+    # The issue's first call at two ranks: a V placement, 1F1B with a cap of 3
+    # microbatches in flight, backward split (W staggered).
+    m = 4
+    sched = pc.compose(placement="v", devices=2, microbatches=m,
+                       order=pc.orders.one_f_one_b(inflight=3), split_backward=True)
+    res = pt.run(sched, model="mlp", batch=2 * m)
+    assert res.grads_match is True and res.max_abs_error < 1e-6
+    _assert_grads_equal_plain(res, 2 * m)
