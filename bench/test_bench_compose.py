@@ -42,7 +42,8 @@ def test_explore_screening(benchmark):
     space = ex.default_space(EXPLORE_P, EXPLORE_M)
     benchmark.group = f"explore p={EXPLORE_P} m={EXPLORE_M}"
     benchmark.name = f"screen {len(space)} compositions"
-    rows = benchmark.pedantic(ex._screen, (space, EXPLORE_M, costs, None, 6.0, False),
+    splits = ex._Splits(None, None, costs, None)
+    rows = benchmark.pedantic(ex._screen, (space, EXPLORE_M, splits, 6.0, False),
                               rounds=pick(3, 1), iterations=1, warmup_rounds=pick(1, 0))
     assert len(rows) == len(space)
 
