@@ -82,6 +82,27 @@ def test_export_csv_is_what_torch_reads(tmp_path):
 
 
 @needs_torch
+def test_explore_writes_its_winner_as_torchs_csv(tmp_path, capsys):
+    from pipecore.bindings import torch as pt
+
+    path = tmp_path / "winner.csv"
+    status, text = run_cli(["explore", "-p", "2", "-m", "4", "--no-tune", "--no-progress",
+                            "--memory-limit", "3", "--csv", str(path)])
+    assert status == 0 and f"pipecore run-torch {path} --ranks 2" in text
+    back = pt.from_csv(path)  # through torch's own parser
+    assert back.devices == 2 and back.microbatches == 4
+    # The winner the report names is what the file holds: the same makespan.
+    makespan = float(text.splitlines()[0].split("  makespan ")[1].split()[0])
+    cli_costs = pc.Costs(f=1.0, b=1.0, w=1.0, comm=0.0)  # the command line's defaults
+    assert pc.simulate(back, cli_costs).makespan == pytest.approx(makespan, rel=1e-5)
+    # With --json the CSV's lines go to stderr: stdout stays one JSON document.
+    status, text = run_cli(["explore", "-p", "2", "-m", "4", "--no-tune", "--no-progress",
+                            "--json", "--csv", str(path)])
+    assert status == 0 and json.loads(text)["composition"]
+    assert "pipecore run-torch" in capsys.readouterr().err
+
+
+@needs_torch
 def test_export_csv_refuses_replicated_schedules(tmp_path, capsys):
     path = tmp_path / "c.csv"
     assert main(["export", "dualpipe", "-p", "2", "-m", "4", "--csv", str(path)]) == 2
@@ -155,11 +176,11 @@ def test_run_torch_missing_csv_is_one_line(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
-# -- the README's lines, in order, at run-torch's defaults ------------------------------------
+# -- the user guide's lines (the README's until issue 42), in order, at run-torch's defaults --
 
 def _readme_torch_lines():
-    """The README's PyTorch round trip: its command lines, in order, comments cut."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """The user guide's PyTorch round trip: its command lines, in order, comments cut."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
     block = text.split("# PyTorch round trip")[1].split("\n")[1:]
     lines = []
     for line in block:

@@ -36,6 +36,9 @@ def explore_arguments(p):
     p.add_argument("--actions", action="store_true", help="also print the winner's programs")
     p.add_argument("--out", default=None,
                    help="write the winner's HTML report page to this file (e.g. explore.html)")
+    p.add_argument("--csv", default=None, metavar="FILE",
+                   help="write the winner as torch's compute_only CSV (needs pipecore[torch]); "
+                        "run it with pipecore run-torch FILE --ranks P")
     progress_args(p)
 
 
@@ -63,6 +66,13 @@ def explore_command(args, out):
         if args.actions:
             for d, prog in best.schedule.to_actions().items():
                 out.write(f"device {d}: {' '.join(prog)}\n")
+    if args.csv:
+        from .pytorch import write_torch_csv
+
+        # With --json, stdout is the JSON document: say it on stderr.
+        status = write_torch_csv(best.schedule, args.csv, sys.stderr if args.json else out)
+        if status:
+            return status
     if args.out:
         from ..output.report import report
 

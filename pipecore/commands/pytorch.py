@@ -50,14 +50,8 @@ def export_command(args, out):
     sched = schedule_from(args, args.name)
     shape = (f"{sched.name}: {sched.devices} devices, {sched.stages} stages, "
              f"{sched.microbatches} microbatches")
-    if args.csv is not None:
-        pt = _binding("--csv: ")
-        if pt is None:
-            return 2
-        pt.validate(sched)  # torch's own checks, so that run-torch will take the file
-        path = write_file(args.csv, "--csv", lambda p: pt.to_csv(sched, p))
-        out.write(f"wrote {path} ({shape}; torch's compute_only CSV, line r is rank r)\n")
-        out.write(f"run it: pipecore run-torch {path} --ranks {sched.devices}\n")
+    if args.csv is not None and write_torch_csv(sched, args.csv, out) != 0:
+        return 2
     if args.actions is not None:
         # One device per line; JSON's keys are strings ("0", "1", ...), which from_actions takes.
         programs = "{\n" + ",\n".join(f" {json.dumps(str(d))}: {json.dumps(prog)}"
@@ -67,6 +61,34 @@ def export_command(args, out):
         out.write(f"wrote {path} ({shape}; per-device programs, pipecore's kinds F, B, W, BW)\n")
         out.write(f"read it in Python: pc.from_actions(json.load(open({str(path)!r}))"
                   f"{', replicated=True' if shared else ''})\n")
+    return 0
+
+
+def write_torch_csv(sched, csv, out):
+    """Write ``sched`` as torch's compute_only CSV (what run-torch reads).
+
+    Parameters
+    ----------
+    sched : Schedule
+    csv : str
+        The file (``--csv``).
+    out : file-like
+        Where to say what was written and how to run it.
+
+    Returns
+    -------
+    int
+        0, or 2 when the torch binding is not installed (said on stderr).
+    """
+    pt = _binding("--csv: ")
+    if pt is None:
+        return 2
+    pt.validate(sched)  # torch's own checks, so that run-torch will take the file
+    path = write_file(csv, "--csv", lambda p: pt.to_csv(sched, p))
+    shape = (f"{sched.name}: {sched.devices} devices, {sched.stages} stages, "
+             f"{sched.microbatches} microbatches")
+    out.write(f"wrote {path} ({shape}; torch's compute_only CSV, line r is rank r)\n")
+    out.write(f"run it: pipecore run-torch {path} --ranks {sched.devices}\n")
     return 0
 
 
