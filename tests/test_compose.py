@@ -61,6 +61,25 @@ def test_preset_equals_its_family_at_a_larger_shape(name):
     assert _same(got, ref)
 
 
+@pytest.mark.parametrize("name", ["1f1b", "zb-h2", "interleaved-zb", "looped-bfs"])
+def test_preset_written_on_all_threads_equals_its_family(name, monkeypatch):
+    # Large tables are written by the parallel kernels: make every table
+    # large enough here, so the small shapes take that path too.
+    from pipecore.schedules import compose as C
+
+    monkeypatch.setattr(C, "PARALLEL_MIN_OPS", 1)
+    checked = 0
+    for p, m, v in _shapes(name):
+        try:
+            ref = pc.build(name, p, m, chunks=v) if v else pc.build(name, p, m)
+        except ValueError:
+            continue
+        got = pc.compose(name, p, m, chunks=v) if v else pc.compose(name, p, m)
+        assert got.programs() == ref.programs(), (name, p, m, v)
+        checked += 1
+    assert checked >= 10
+
+
 def test_default_order_on_a_line_is_1f1b_and_zb_h1():
     for p, m in [(1, 1), (2, 3), (4, 4), (5, 11)]:
         assert pc.compose(placement="linear", devices=p,

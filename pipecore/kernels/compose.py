@@ -650,6 +650,14 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
     return OK, t
 
 
+@njit(cache=True)
+def _fill_device(out_ptr, device, slot, d):
+    lo = out_ptr[d]
+    for r in range(lo, out_ptr[d + 1]):
+        device[r] = d
+        slot[r] = r - lo
+
+
 @njit(cache=True, parallel=True)
 def fill_rows(out_ptr, device, slot):
     """Write the device and slot columns: device d's ops are rows
@@ -663,7 +671,18 @@ def fill_rows(out_ptr, device, slot):
         Output.
     """
     for d in prange(out_ptr.shape[0] - 1):
-        lo = out_ptr[d]
-        for r in range(lo, out_ptr[d + 1]):
-            device[r] = d
-            slot[r] = r - lo
+        _fill_device(out_ptr, device, slot, d)
+
+
+@njit(cache=True)
+def fill_rows_serial(out_ptr, device, slot):
+    """:func:`fill_rows` on one thread, for small tables (starting threads
+    costs more there).
+
+    Parameters
+    ----------
+    out_ptr, device, slot
+        As :func:`fill_rows`.
+    """
+    for d in range(out_ptr.shape[0] - 1):
+        _fill_device(out_ptr, device, slot, d)

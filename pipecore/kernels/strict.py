@@ -205,86 +205,120 @@ def strict_kernel(layout, rules, streams, st):
     return OK
 
 
+class Start(NamedTuple):
+    """Each device's counts when :func:`strict_kernel` started (a copy: that
+    check changes the State), from which :func:`strict_write` writes.
+
+    Attributes
+    ----------
+    kf, kb, kw, want, limit, w_src : int64 (p,)
+        As the State's ``kf``, ``kb``, ``kw``, ``want_f``, ``limit`` and
+        ``w_src``.
+    held : int64 (p,)
+        Microbatches in flight on each device's first stage.
+    """
+
+    kf: np.ndarray
+    kb: np.ndarray
+    kw: np.ndarray
+    want: np.ndarray
+    held: np.ndarray
+    limit: np.ndarray
+    w_src: np.ndarray
+
+
+@njit(cache=True)
+def _write_device(layout, rules, streams, start, out, d):
+    """Device d's program, into its rows (see :func:`strict_write`)."""
+    dev_ptr = layout.dev_ptr
+    stages = layout.dev_stages
+    out_ptr = layout.out_ptr
+    m = layout.m
+    split = layout.split
+    tab_c = streams.chunk
+    tab_j = streams.mb
+    lifo = rules.lifo
+    o_dev = out.device
+    o_slot = out.slot
+    o_kind = out.kind
+    o_stage = out.stage
+    o_mb = out.microbatch
+    lo = dev_ptr[d]
+    n = dev_ptr[d + 1] - lo
+    c0 = stages[lo]
+    shape = (lo, n, m, streams.of[d], rules.warmup[d], rules.lag[d])
+    limit = start.limit[d]
+    kf = start.kf[d]
+    kb = start.kb[d]
+    kw = start.kw[d]
+    want = start.want[d]
+    inflight = start.held[d]
+    src = start.w_src[d]
+    row = out_ptr[d] + kf + kb + kw
+    end = out_ptr[d + 1]
+    for r in range(out_ptr[d], row):  # the rows the warm-up's stepping wrote
+        o_dev[r] = d
+        o_slot[r] = r - out_ptr[d]
+    while row < end:
+        what, kind, s, j, want = _strict_next(stages, tab_c, tab_j, shape,
+                                              (kf, kb, kw, want, int(inflight >= limit)),
+                                              split, lifo)
+        if what == AGAIN:
+            continue
+        if what == STUCK:
+            break  # not after strict_kernel said OK
+        if kind == W:
+            while o_kind[src] != B:
+                src += 1
+            s = o_stage[src]
+            j = o_mb[src]
+            src += 1
+            kw += 1
+        elif kind == F:
+            kf += 1
+            if s == c0:
+                inflight += 1
+        else:
+            kb += 1
+            if s == c0:
+                inflight -= 1
+        o_dev[row] = d
+        o_slot[row] = row - out_ptr[d]
+        o_kind[row] = kind
+        o_stage[row] = s
+        o_mb[row] = j
+        row += 1
+
+
 @njit(cache=True, parallel=True)
-def strict_write(layout, rules, streams, kf0, kb0, kw0, want0, held0, limit0, w_src0,
-                 out):
+def strict_write(layout, rules, streams, start, out):
     """Write every device's program under strict fixed streams, devices in
-    parallel, each from its counts when :func:`strict_kernel` started (a
-    copy: that check changes them) and once that check said OK.
+    parallel, once :func:`strict_kernel` said OK.
 
     Parameters
     ----------
     layout : Layout
     rules : Rules
     streams : Streams
-    kf0, kb0, kw0, want0, w_src0 : int64 (p,)
-        As the State's ``kf``, ``kb``, ``kw``, ``want_f`` and ``w_src``.
-    held0 : int64 (p,)
-        Microbatches in flight on each device's first stage.
-    limit0 : int64 (p,)
-        As the State's ``limit``.
+    start : Start
     out : Columns
         Output: every column of every row (``compose_kernel`` leaves device
         and slot to the caller).
     """
-    dev_ptr = layout.dev_ptr
-    stages = layout.dev_stages
-    out_ptr = layout.out_ptr
-    m = layout.m
-    split = layout.split
-    p = dev_ptr.shape[0] - 1
-    tab_c = streams.chunk
-    tab_j = streams.mb
-    tab_of = streams.of
-    lifo = rules.lifo
-    warmup = rules.warmup
-    lag = rules.lag
-    o_dev = out.device
-    o_slot = out.slot
-    o_kind = out.kind
-    o_stage = out.stage
-    o_mb = out.microbatch
-    for d in prange(p):
-        lo = dev_ptr[d]
-        n = dev_ptr[d + 1] - lo
-        c0 = stages[lo]
-        kf = kf0[d]
-        kb = kb0[d]
-        kw = kw0[d]
-        want = want0[d]
-        inflight = held0[d]
-        src = w_src0[d]
-        row = out_ptr[d] + kf + kb + kw
-        end = out_ptr[d + 1]
-        for r in range(out_ptr[d], row):  # the rows the warm-up's stepping wrote
-            o_dev[r] = d
-            o_slot[r] = r - out_ptr[d]
-        while row < end:
-            what, kind, s, j, want = _strict_next(
-                stages, tab_c, tab_j, (lo, n, m, tab_of[d], warmup[d], lag[d]),
-                (kf, kb, kw, want, int(inflight >= limit0[d])), split, lifo)
-            if what == AGAIN:
-                continue
-            if what == STUCK:
-                break  # not after strict_kernel said OK
-            if kind == W:
-                while o_kind[src] != B:
-                    src += 1
-                s = o_stage[src]
-                j = o_mb[src]
-                src += 1
-                kw += 1
-            elif kind == F:
-                kf += 1
-                if s == c0:
-                    inflight += 1
-            else:
-                kb += 1
-                if s == c0:
-                    inflight -= 1
-            o_dev[row] = d
-            o_slot[row] = row - out_ptr[d]
-            o_kind[row] = kind
-            o_stage[row] = s
-            o_mb[row] = j
-            row += 1
+    for d in prange(layout.dev_ptr.shape[0] - 1):
+        _write_device(layout, rules, streams, start, out, d)
+
+
+@njit(cache=True)
+def strict_write_serial(layout, rules, streams, start, out):
+    """:func:`strict_write` on one thread: for small tables, where starting
+    the threads costs more than the writing (and much more on a loaded
+    machine).
+
+    Parameters
+    ----------
+    layout, rules, streams, start, out
+        As :func:`strict_write`.
+    """
+    for d in range(layout.dev_ptr.shape[0] - 1):
+        _write_device(layout, rules, streams, start, out, d)

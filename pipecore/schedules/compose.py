@@ -26,6 +26,10 @@ from .registry import MAX_OPS, MIN_BYTES_PER_OP
 __all__ = ["compose", "presets", "W_RULES"]
 
 W_RULES = ("with", "late", "bubbles", "staggered")
+# From this many ops on, the columns are written on all threads; below it,
+# starting them costs more than the writing (explore times thousands of small
+# compositions, and threads waking on a loaded machine take milliseconds).
+PARALLEL_MIN_OPS = 1 << 18
 # A count no device reaches: no cap on microbatches in flight, or a lag
 # whose W's wait for the end (or for idle steps).
 _NEVER = np.iinfo(np.int64).max // 4
@@ -441,12 +445,15 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
             status, steps = _k.compose_kernel(layout, rules, st, cols, tm, True)
         if status == _k.WARM_DONE or (status == _k.OK and not rules.fill):
             first = layout.dev_stages[layout.dev_ptr[:-1]]
-            start = (st.kf.copy(), st.kb.copy(), st.kw.copy(), st.want_f.copy(),
-                     st.nf[first] - st.nb[first], st.limit.copy(), st.w_src.copy())
+            start = _strict.Start(kf=st.kf.copy(), kb=st.kb.copy(), kw=st.kw.copy(),
+                                  want=st.want_f.copy(), held=st.nf[first] - st.nb[first],
+                                  limit=st.limit.copy(), w_src=st.w_src.copy())
             streams = _streams(layout, rules)
             status = _strict.strict_kernel(layout, rules, streams, st)
             if status == _k.OK:
-                _strict.strict_write(layout, rules, streams, *start, cols)
+                write = (_strict.strict_write if len(cols.kind) >= PARALLEL_MIN_OPS
+                         else _strict.strict_write_serial)
+                write(layout, rules, streams, start, cols)
                 return cols, tm
         if status != _k.OK:  # step through it all to say where it stops
             return _run(pl, m, od, split, w_rule, tm, stepless=False)
@@ -454,7 +461,8 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
         status, steps = _k.compose_kernel(layout, rules, st, cols, tm)
     if status != _k.OK:
         raise ScheduleError(_deadlock_message(pl, m, od, layout, st, steps), rule="deadlock")
-    _k.fill_rows(layout.out_ptr, cols.device, cols.slot)
+    fill = _k.fill_rows if len(cols.kind) >= PARALLEL_MIN_OPS else _k.fill_rows_serial
+    fill(layout.out_ptr, cols.device, cols.slot)
     return cols, tm
 
 

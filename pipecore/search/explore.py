@@ -187,8 +187,9 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         Local search on the best compositions (and tune's own polish).
     recompute : bool, default True
         Under a limit, also recompute activations (:func:`pipecore.recompute`)
-        in the ``top`` fastest compositions that do not fit, stage by stage on
-        each device over the limit, as tune does with its families.
+        in compositions that do not fit (the ``top`` fastest, and the fastest
+        needing at most 1.1, 1.25, 1.5, 2 and 3 times the limit), stage by
+        stage on each device over the limit, as tune does with its families.
     split_evals : int, default 300
         With a Model: the most splits the local search simulates for each
         composition it improves.
@@ -262,7 +263,8 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     # The fastest that do not fit, for recompute (as tune does with its families).
     over = sorted((r for r in timed if not r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
     cands = [_simulated(r, m) for r in _distinct(ranked, top)]
-    tried = [_simulated(r, m) for r in _distinct(over, top)] if not math.isinf(limit) else []
+    tried = [_simulated(r, m) for r in _over_picks(over, limit, top)] \
+        if not math.isinf(limit) else []
     if model is not None:
         cands += _resplit(cands + tried, splits, limit, split_evals)
     if recompute and tried:
@@ -272,7 +274,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         cands += [c for c in tried if id(c) not in seen]
         for setting, group in _by_setting(tried):
             cands += [_Placed(**vars(c), setting=setting) for c in _recompute_candidates(
-                group, setting.costs, limit, setting.network, "makespan", top)]
+                group, setting.costs, limit, setting.network, "makespan", len(group))]
     fitting = [c for c in cands if fits(c.memory, limit)]
     if polish and fitting:
         best = sorted(fitting, key=lambda c: _score(c.result, "makespan"))[:top]
@@ -402,6 +404,27 @@ def _simulated(row, m):
                    chunks=comp.placement.stages // comp.placement.devices, options={},
                    schedule=sched, result=simulate(sched, setting.costs, setting.network),
                    setting=setting)
+
+
+# Over-limit compositions given recompute (and a split search) are picked
+# below each of these multiples of the limit too, not only the fastest
+# overall: the fastest need the most memory, often more than recompute saves.
+_OVER_LADDER = (1.1, 1.25, 1.5, 2.0, 3.0)
+
+
+def _over_picks(over, limit, n):
+    """The n fastest over-limit rows (distinct), then the fastest below each
+    multiple of the limit in _OVER_LADDER not picked yet."""
+    picks = _distinct(over, n)
+    seen = {(r["makespan"], r["memory"]) for r in picks}
+    for factor in _OVER_LADDER:
+        for r in over:
+            if r["memory"] <= factor * limit:
+                if (r["makespan"], r["memory"]) not in seen:
+                    seen.add((r["makespan"], r["memory"]))
+                    picks.append(r)
+                break
+    return picks
 
 
 def _distinct(rows, n):
