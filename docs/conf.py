@@ -40,11 +40,16 @@ extensions = [
     "apiref",
     "cliref",
     "gallery",
+    "tutorials",
 ]
 
-source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+# A tutorial's page is its script, docs/tutorials/NAME.py: the tutorials
+# extension runs it and hands the parser the page's Markdown instead of the
+# code (docs/_ext/tutorials.py). No other .py under docs/ is a page (the
+# top level's are conf.py and readme_figure.py).
+source_suffix = {".rst": "restructuredtext", ".md": "markdown", ".py": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "_ext", "*.py", "**/__pycache__"]
 
 # Markdown: ```python fences, $...$ maths in the research notes, anchors for
 # the headings other pages link to.
@@ -80,5 +85,5 @@ html_theme_options = {
 }
 # Pages with no section navigation of their own use the full width.
 html_sidebars = {page: [] for page in ("index", "getting-started", "generated/gallery/index",
-                                        "generated/cli")}
+                                        "generated/cli", "guide", "tutorials/index")}
 html_show_sourcelink = False

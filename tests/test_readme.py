@@ -1,5 +1,6 @@
-"""The README's Python snippets run as a new user pastes them: in order, in one
-session, in an empty folder (issue 37: every README snippet runs)."""
+"""The user guide's Python snippets (the README's until issue 42 moved them to
+docs/guide.md) run as a new user pastes them: in order, in one session, in
+an empty folder (issue 37: every snippet runs)."""
 
 import re
 from pathlib import Path
@@ -7,20 +8,22 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+GUIDE = README.parent / "docs" / "guide.md"
 
 
-def test_readme_python_snippets_run_in_order(tmp_path, monkeypatch):
+def test_guide_python_snippets_run_in_order(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib", reason="the snippets draw a Gantt chart: pip install "
                                              "'pipecore[plot]'")
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
     assert len(blocks) >= 6
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__readme__"}
     for i, block in enumerate(blocks):
         try:
-            exec(compile(block, f"README.md python block {i}", "exec"), namespace)
+            exec(compile(block, f"docs/guide.md python block {i}", "exec"), namespace)
         except Exception as exc:  # noqa: BLE001 - say which block failed
-            raise AssertionError(f"README python block {i} failed: {exc!r}\n{block}") from exc
+            raise AssertionError(f"docs/guide.md python block {i} failed: {exc!r}\n{block}") \
+                from exc
         if i == 0:
             # What the first block's comments promise: 1F1B at p=4, m=8, f=1, b=2 takes
             # (m + p - 1)(f + b) = 33, and device d holds p - d activations (FIELD.md).
@@ -29,13 +32,14 @@ def test_readme_python_snippets_run_in_order(tmp_path, monkeypatch):
     assert (tmp_path / "gantt.png").exists()
 
 
-# Each ```python block of the README and of docs/composing.md also runs on its
-# own (issue 42): a fresh namespace holding only ``pc`` (the README's first
-# block imports pipecore as pc, and the later blocks read on from there), in
+# Each ```python block of the README, docs/guide.md and docs/composing.md also
+# runs on its own (issue 42): a fresh namespace holding only ``pc`` (the
+# guide's first block imports pipecore as pc, and the later blocks read on
+# from there), in
 # an empty folder. A block that cannot run here is marked in the Markdown by
 # an HTML comment on the line before its fence, ``<!-- not run: reason -->``.
 ROOT = README.parent
-SNIPPET_FILES = [README, ROOT / "docs" / "composing.md"]
+SNIPPET_FILES = [README, GUIDE, ROOT / "docs" / "composing.md"]
 _NOT_RUN = re.compile(r"<!--\s*not run:\s*(.+?)\s*-->")
 
 
@@ -86,3 +90,19 @@ def test_each_python_snippet_runs_alone(path, line, code, reason, tmp_path, monk
     except Exception as exc:  # noqa: BLE001 - say which block failed, and where
         raise AssertionError(f"{path.relative_to(ROOT)}:{line}: the ```python block starting "
                              f"on this line failed: {exc!r}") from exc
+
+
+def test_readme_is_one_screen_with_a_picture_and_links_that_resolve():
+    # Issue 42: what pipecore is, one picture, the two commands, links into the site.
+    text = README.read_text()
+    assert len(text.splitlines()) <= 45, "the README is meant to be read in one screen"
+    targets = re.findall(r"\]\(([^)#\s]+)\)", text)
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
+    assert images == ["docs/readme.png"]
+    assert {"docs/getting-started.md", "docs/tutorials/index.md", "docs/guide.md"} <= set(targets)
+    missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
+    # Its last paragraph is the site's build command.
+    assert text.rstrip().endswith("then open `docs/_build/html/index.html`.")
+    assert "python -m sphinx -W --keep-going -b html docs" in text.split("\n\n")[-1].replace(
+        "\n", " ")

@@ -133,6 +133,10 @@ def test_custom_schedule_reports_simulation_only(tmp_path):
     res = pc.simulate(sched, UNIT)
     page = pc.report(res, tmp_path / "c.html").read_text()
     assert "simulation only" in page
+    # Why, in words, not a failed name lookup ("unknown schedule 'mine'; valid names: ...").
+    assert "&#x27;mine&#x27; is not a family&#x27;s schedule as built" in page \
+        or "'mine' is not a family's schedule as built" in page
+    assert "valid names" not in page
 
 
 def _texts(svg):

@@ -100,6 +100,10 @@ def _no_views(schedule, exc):
     if comp is not None and schedule.params.get("family") is None:
         return (f"a composed schedule (placement {comp['placement']}, order "
                 f"{comp['order']['policy']}, W {comp['w'] or 'fused'}) has no closed formula")
+    if str(exc).startswith("unknown schedule"):
+        # A tuned, recomputed, searched or hand-made schedule: its name is no family's.
+        return (f"{schedule.name!r} is not a family's schedule as built (hand-made, generated, "
+                f"recomputed or searched): it has no closed formula")
     return str(exc)
 
 
