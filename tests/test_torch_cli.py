@@ -100,6 +100,13 @@ def test_explore_writes_its_winner_as_torchs_csv(tmp_path, capsys):
                             "--json", "--csv", str(path)])
     assert status == 0 and json.loads(text)["composition"]
     assert "pipecore run-torch" in capsys.readouterr().err
+    # A winner torch cannot run (tune's bitpipe replicates stages) is named, with the way out.
+    status, text = run_cli(["explore", "-p", "2", "-m", "8", "--no-progress", "--memory-limit",
+                            "3", "--csv", str(tmp_path / "best.csv")])
+    err = capsys.readouterr().err
+    assert status == 1 and "--csv: the winner, tune: bitpipe" in err
+    assert "replicated stage" in err and "--no-tune searches only them" in err
+    assert not (tmp_path / "best.csv").exists()
 
 
 @needs_torch

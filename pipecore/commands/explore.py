@@ -70,7 +70,14 @@ def explore_command(args, out):
         from .pytorch import write_torch_csv
 
         # With --json, stdout is the JSON document: say it on stderr.
-        status = write_torch_csv(best.schedule, args.csv, sys.stderr if args.json else out)
+        try:
+            status = write_torch_csv(best.schedule, args.csv, sys.stderr if args.json else out)
+        except ValueError as exc:
+            hint = ("; compositions place every stage on one device: --no-tune searches only "
+                    "them" if not args.no_tune else "")
+            print(f"pipecore: --csv: the winner, {best.label}, cannot run in torch: {exc}{hint}",
+                  file=sys.stderr)
+            return 1
         if status:
             return status
     if args.out:
