@@ -11,7 +11,15 @@ cli and testing.
 """
 
 import importlib as _importlib
+import os as _os
 import sys as _sys
+
+# Numba's OpenMP threads spin while they wait by default. On a busy machine
+# (pytest -n, torch ranks, a scan beside other work) the spinning threads take
+# the cores from the one doing the work, and every parallel kernel on a small
+# input stalls; waiting threads that sleep cost a wake-up instead. Before
+# anything loads OpenMP, and only when the user has not chosen.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from . import output as _output  # noqa: F401  (its writers register Result.write_trace, ...)
 from . import search  # pc.search: the package, whose local_search is the entry point

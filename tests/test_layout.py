@@ -256,3 +256,21 @@ def test_former_module_paths_still_import(former):
     # Code written against the flat tree (`from pipecore.study import study`) keeps working.
     mod = importlib.import_module(f"pipecore.{former}")
     assert mod.__name__.startswith("pipecore.")
+
+
+def test_openmp_threads_sleep_while_they_wait_unless_the_user_chose():
+    # Spinning OpenMP threads stall parallel kernels on a busy machine (pytest
+    # -n, torch ranks): pipecore makes them sleep, unless OMP_WAIT_POLICY is set.
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, pipecore; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert got == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert got == "ACTIVE"
