@@ -6,7 +6,10 @@ Run: pytest bench/test_bench_compose.py --benchmark-only --benchmark-group-by=gr
 Both sides in one run, each group a preset (compose vs build), second and
 later rounds after one warm-up round (the first call in a process also
 loads kernels from Numba's cache and touches fresh memory). The tables hold
-17M to 50M ops and need up to about 4 GB.
+17M to 50M ops and need up to about 4 GB. Rounds in one process also time
+how much memory the previous call freed the allocator hands back, which
+favours whichever side follows a larger free: the bar's figures come from
+bench/compose_fresh.py, one call per fresh process.
 """
 
 import pytest
