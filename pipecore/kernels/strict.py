@@ -5,8 +5,9 @@ wants next), each device's next op follows from its own ops so far;
 readiness only says when it can run. :func:`strict_kernel` checks that the
 programs run to the end (no deadlock) by letting each device go until it
 waits on another's stage and waking it when that stage moves, with counts
-only; :func:`strict_write` then writes every device's program on its own,
-devices in parallel, in contiguous rows. The programs equal
+only; :func:`strict_write_serial` writes every device's program in
+contiguous rows, after the check for small tables and beside it, on the
+other core, for large ones (:func:`check_beside_write`). The programs equal
 ``compose.compose_kernel``'s (tests/test_compose.py compares them); where
 the check fails, the caller steps through ``compose_kernel`` to say where.
 """
@@ -100,7 +101,7 @@ def _strict_next(stages, tab_c, tab_j, shape, counts, split, lifo):
 def strict_kernel(layout, rules, streams, st):
     """Check that a strict fixed-stream order runs to the end, without time steps.
 
-    Under the rules :func:`stepless` accepts, a device's next op is a
+    Under the rules ``schedules.compose._stepless`` accepts, a device's next op is a
     function of its own ops so far (:func:`_strict_next`); readiness only
     says when it can run. So each device goes through its program on its
     own until its next op waits for another device's stage (F on the stage
@@ -109,7 +110,7 @@ def strict_kernel(layout, rules, streams, st):
     deadlock (or its forward is held by its inflight cap, which under
     strict rules only its own backward could release): the caller reruns
     :func:`compose_kernel` to say where. Nothing is written (the programs
-    are written by :func:`strict_write`, device by device in parallel).
+    are written by :func:`strict_write_serial`).
     Continues from the state ``compose_kernel`` left (or a fresh one), and
     changes it.
 
@@ -207,7 +208,7 @@ def strict_kernel(layout, rules, streams, st):
 
 class Start(NamedTuple):
     """Each device's counts when :func:`strict_kernel` started (a copy: that
-    check changes the State), from which :func:`strict_write` writes.
+    check changes the State), from which :func:`strict_write_serial` writes.
 
     Attributes
     ----------
@@ -229,7 +230,7 @@ class Start(NamedTuple):
 
 @njit(cache=True)
 def _write_device(layout, rules, streams, start, out, d):
-    """Device d's program, into its rows (see :func:`strict_write`)."""
+    """Device d's program, into its rows (see :func:`strict_write_serial`)."""
     dev_ptr = layout.dev_ptr
     stages = layout.dev_stages
     out_ptr = layout.out_ptr
@@ -290,10 +291,12 @@ def _write_device(layout, rules, streams, start, out, d):
         row += 1
 
 
-@njit(cache=True, parallel=True)
-def strict_write(layout, rules, streams, start, out):
-    """Write every device's program under strict fixed streams, devices in
-    parallel, once :func:`strict_kernel` said OK.
+@njit(cache=True)
+def strict_write_serial(layout, rules, streams, start, out):
+    """Write every device's program under strict fixed streams, device by
+    device in contiguous rows. On its own for small tables, once
+    :func:`strict_kernel` said OK; beside it for large ones
+    (:func:`check_beside_write`).
 
     Parameters
     ----------
@@ -305,20 +308,33 @@ def strict_write(layout, rules, streams, start, out):
         Output: every column of every row (``compose_kernel`` leaves device
         and slot to the caller).
     """
-    for d in prange(layout.dev_ptr.shape[0] - 1):
+    for d in range(layout.dev_ptr.shape[0] - 1):
         _write_device(layout, rules, streams, start, out, d)
 
 
-@njit(cache=True)
-def strict_write_serial(layout, rules, streams, start, out):
-    """:func:`strict_write` on one thread: for small tables, where starting
-    the threads costs more than the writing (and much more on a loaded
-    machine).
+@njit(cache=True, parallel=True)
+def check_beside_write(layout, rules, streams, st, start, out):
+    """:func:`strict_kernel` on one thread while :func:`strict_write_serial`
+    writes on the other: the programs do not depend on the check, which
+    only says whether to keep them (a deadlock: the caller discards the
+    rows and steps through it all to say where).
 
     Parameters
     ----------
-    layout, rules, streams, start, out
-        As :func:`strict_write`.
+    layout, rules, streams, st
+        As :func:`strict_kernel`.
+    start, out
+        As :func:`strict_write_serial`.
+
+    Returns
+    -------
+    int
+        OK or DEADLOCK.
     """
-    for d in range(layout.dev_ptr.shape[0] - 1):
-        _write_device(layout, rules, streams, start, out, d)
+    status = np.zeros(2, np.int64)
+    for t in prange(2):
+        if t == 0:
+            status[0] = strict_kernel(layout, rules, streams, st)
+        else:
+            strict_write_serial(layout, rules, streams, start, out)
+    return status[0]

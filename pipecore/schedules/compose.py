@@ -449,11 +449,13 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
                                   want=st.want_f.copy(), held=st.nf[first] - st.nb[first],
                                   limit=st.limit.copy(), w_src=st.w_src.copy())
             streams = _streams(layout, rules)
-            status = _strict.strict_kernel(layout, rules, streams, st)
+            if len(cols.kind) >= PARALLEL_MIN_OPS:  # the check on one core, the writing on the other
+                status = _strict.check_beside_write(layout, rules, streams, st, start, cols)
+            else:
+                status = _strict.strict_kernel(layout, rules, streams, st)
+                if status == _k.OK:
+                    _strict.strict_write_serial(layout, rules, streams, start, cols)
             if status == _k.OK:
-                write = (_strict.strict_write if len(cols.kind) >= PARALLEL_MIN_OPS
-                         else _strict.strict_write_serial)
-                write(layout, rules, streams, start, cols)
                 return cols, tm
         if status != _k.OK:  # step through it all to say where it stops
             return _run(pl, m, od, split, w_rule, tm, stepless=False)
