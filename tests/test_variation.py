@@ -149,7 +149,8 @@ def test_what_if_report_says_more_when_removing_made_it_slower():
     w = pc.WhatIf(makespan=10.0, counterfactual=11.0, per_device={2: -0.5, 3: 1.0},
                   removed="stragglers")
     lines = w.report().splitlines()
-    assert lines[0] == "iteration 10; without stragglers: 11 (10.0% more)"
+    assert lines[0] == ("iteration 10; without stragglers: 11 (10.0% more); times in the "
+                        "costs' units")
     assert lines[1] == "  device 3: 1 of it (iteration 9 if only this device ran at normal speed)"
     assert lines[2] == ("  device 2: none of it; at normal speed alone it would make the iteration "
                         "0.5 longer (10.5)")

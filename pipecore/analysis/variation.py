@@ -476,7 +476,7 @@ class WhatIf:
         change = ("the same" if self.saved == 0 else
                   f"{pct:.1f}% {'less' if self.saved > 0 else 'more'}")
         lines = [f"iteration {self.makespan:.6g}; without {self.removed}: "
-                 f"{self.counterfactual:.6g} ({change})"]
+                 f"{self.counterfactual:.6g} ({change}); times in the costs' units"]
         for d, cost in sorted(self.per_device.items(), key=lambda kv: -kv[1]):
             if cost >= 0:
                 lines.append(f"  device {d}: {cost:.6g} of it (iteration {self.makespan - cost:.6g} "
