@@ -79,7 +79,7 @@ def test_gallery_has_every_family_with_pictures_views_and_links():
 
 
 def test_gallery_draws_a_gantt_and_a_memory_picture(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="the gallery draws: pip install 'pipecore[plot]'")
     rows = [r for r in gallery.rows() if r["name"] in ("1f1b", "zb-v")]
     gallery.draw(rows, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [

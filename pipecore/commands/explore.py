@@ -90,7 +90,6 @@ def explore_command(args, out):
     return 0
 
 
-
 def _transformer(text):
     import argparse
 

@@ -437,9 +437,10 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
     if od.policy == "rotate":
         status, steps = _rot.rotate_kernel(layout, rules, st, _visits(p, S), cols, tm)
     elif stepless and _stepless(rules, tm.on):
-        # Strict fixed streams: step only through a "fill" warm-up, check the
-        # rest runs to the end with counts, then write the devices' programs
-        # in parallel (the same programs as stepping, tested).
+        # Strict fixed streams: step only through a "fill" warm-up, then check
+        # with counts that the rest runs to the end and write the devices'
+        # programs (beside the check on large tables; the same programs as
+        # stepping, tested).
         status, steps = _k.OK, 0
         if rules.fill:
             status, steps = _k.compose_kernel(layout, rules, st, cols, tm, True)

@@ -153,8 +153,8 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     uniform split and the split that balances the stages' F+B+W times, as
     :func:`pipecore.partition` starts from), each with its own costs and
     network from ``hardware``; then the split of each of the ``top``
-    fastest compositions that fit, and of the ``top`` fastest that do not,
-    is improved by :func:`pipecore.partition`'s local search (layers moved
+    fastest compositions that fit, and of those over the limit that get
+    recompute (see ``recompute``), is improved by :func:`pipecore.partition`'s local search (layers moved
     between stages, fitting the limit first, then time). Tune runs with the
     balanced split over ``devices`` stages.
 
@@ -382,7 +382,6 @@ def _resplit(cands, splits, limit, evals):
     for c in cands:
         setting = c.setting
         search = _Search(splits.model, splits.hw, c.schedule, limit)
-        search.times = splits.times
         start = setting.layers
         best = search.local(start, max_evals=evals)
         if best == start or search.key(best) >= search.key(start):
