@@ -35,11 +35,16 @@ The protocol:
 ``report`` prints the table bindings/README.md shows (``self`` and ``cross``:
 predicted / measured - 1 against the timed runs; ``replay``: each profile's
 prediction against its own run's unprofiled steps; ``run ops``: the
-prediction with each compute kind rescaled to the timed run's own median
-op times, against that run, so what remains is the schedule model and the
-runtime's waits, not the drift of op times between runs; ``prof+``: how much
-longer the profiler made the ops, median over stages and kinds) and checks
-the bars:
+prediction with each compute kind rescaled to the timed run's own mean
+op times, against that run, so what remains is the schedule model, the
+runtime's waits and how op times vary within the run, not their drift
+between runs; ``exact``: every timed step simulated with each of its ops'
+own measured time, against that step, so what remains is the schedule
+model and the network model alone; ``op spr``: the range over repeats of
+the steps predicted at each timed run's own op times, over their median,
+which is how much of the measured spread the op speed explains;
+``prof+``: how much longer the profiler made the ops, median over stages
+and kinds) and checks the bars:
 median |self error| at most 5% with both signs and none beyond max(10%,
 its spread); median |cross error| at most 8%; every pair of schedules
 whose measured ranges do not overlap ordered as predicted. It adds, not as
@@ -146,33 +151,46 @@ def run(folder, repeats, schedules=SCHEDULES, models=MODELS):
                     prof_dir = Path(folder) / tag
                     done = Path(folder) / f"{tag}.timed.json"
                     if not (prof_dir / "pipecore-run.json").exists():
-                        pt.run(sched, steps=PROFILE_STEPS, profile=prof_dir, **kw)
+                        res = pt.run(sched, steps=PROFILE_STEPS, profile=prof_dir, **kw)
+                        # Every op's time in every step, profiled or not, in call order per rank.
+                        (Path(folder) / f"{tag}.ops.json").write_text(json.dumps(res.op_times))
                     if not done.exists():
                         t0 = time.perf_counter()
                         res = pt.run(sched, steps=WARMUP + TIMED, **kw)
                         done.write_text(json.dumps({
                             "step_times": res.step_times, "median": res.iteration_time(WARMUP),
                             "cpus": res.cpus, "threads": res.threads,
-                            "ops": _op_stats(res, WARMUP)}))
+                            "ops": _op_stats(res, WARMUP), "op_times": res.op_times}))
                         print(f"{tag}: median step {res.iteration_time(WARMUP) * 1e3:.1f} ms "
                               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 def _op_stats(res, warmup):
-    """Median seconds of each compute kind in the timed steps (what the ops reached)."""
+    """Mean seconds of each compute kind in the timed steps (what the ops reached)."""
+    return _kind_means(res.op_times[warmup:])
+
+
+def _kind_means(steps):
     kinds = {}
-    for step in res.op_times[warmup:]:
+    for step in steps:
         for _rank, stage, kind, seconds in step:
             if stage >= 0:
                 kinds.setdefault(kind, []).append(seconds)
-    return {k: statistics.median(v) for k, v in kinds.items()}
+    return {k: statistics.fmean(v) for k, v in kinds.items()}
+
+
+def _run_ops(timed):
+    """A timed run's mean op time per kind (older runs kept only their medians)."""
+    if "op_times" in timed:
+        return _kind_means(timed["op_times"][WARMUP:])
+    return timed["ops"]
 
 
 def at_run_op_times(profile, ops):
     """The profile with each compute kind rescaled to a run's own op times.
 
     Every stage's F (B, W, BW) is multiplied by the same factor: the run's
-    median op time of that kind over the profile's median over stages. A
+    mean op time of that kind over the profile's mean over stages. A
     prediction from it leaves out how the profiled run's ops differed from
     the timed run's, so its error is what the schedule model and the
     runtime's waits add (the "run ops" column).
@@ -181,7 +199,7 @@ def at_run_op_times(profile, ops):
     ----------
     profile : pipecore.bindings.torch.Profile
     ops : dict
-        Median seconds per kind in the timed run (``"F"``, ``"B"``, ...).
+        Mean seconds per kind in the timed run (``"F"``, ``"B"``, ...).
 
     Returns
     -------
@@ -195,8 +213,84 @@ def at_run_op_times(profile, ops):
         v = getattr(c, name)
         if kind in ops and v is not None:
             v = np.asarray(v, dtype=float)
-            scaled[name] = v * (ops[kind] / float(np.median(v)))
+            scaled[name] = v * (ops[kind] / float(np.mean(v)))
     return dataclasses.replace(profile, costs=dataclasses.replace(c, **scaled))
+
+
+COMPUTE = ("F", "B", "W", "BW")
+
+
+def at_step_op_times(profile, schedule, step):
+    """Per-op time factors with which a simulation replays one real step.
+
+    Each compute op of the schedule gets the time its own call took in the
+    step (plus the profile's per-op overhead) where the costs give it
+    ``cost``: factor ``(seconds + overhead) / cost``, for
+    ``pc.simulate(schedule, profile.costs, profile.network,
+    stragglers=factors)``. The error of that simulation against the step
+    (the "exact ops" column) is what the schedule model and the network
+    model miss when every op's time is known.
+
+    Parameters
+    ----------
+    profile : pipecore.bindings.torch.Profile
+    schedule : pipecore.Schedule
+        The schedule the step ran.
+    step : list of tuple
+        ``(rank, stage, kind, seconds)`` per call in call order, as
+        ``RunResult.op_times[i]`` holds; entries with stage < 0 (posting
+        and waiting on transfers) are left out.
+
+    Returns
+    -------
+    numpy.ndarray
+        One factor per op row (1 for ops with no compute).
+
+    Raises
+    ------
+    ValueError
+        If a rank's compute calls differ in number, stage or kind from its
+        device's program, naming the rank and position.
+    """
+    from pipecore.core.simulate import compile_schedule
+
+    comp = compile_schedule(schedule, profile.costs, profile.network)
+    cost = comp.stage_cost[comp.op_class, comp.op_stage]
+    over = profile.costs.stage_arrays(schedule.stages, schedule.devices)["overhead"]
+    t = schedule.table
+    dev, slot, stage = (t[c].to_numpy() for c in ("device", "slot", "stage"))
+    kind = [str(k) for k in t["kind"].to_pylist()]
+    order = np.lexsort((slot, dev))
+    fac = np.ones(schedule.num_ops)
+    for d in range(schedule.devices):
+        rows = [i for i in order if dev[i] == d and kind[i] in COMPUTE]
+        calls = [e for e in step if e[0] == d and e[1] >= 0]
+        if len(calls) != len(rows):
+            raise ValueError(f"rank {d} made {len(calls)} compute calls in the step; its "
+                             f"program has {len(rows)} compute ops")
+        for pos, (i, (_r, st, kd, sec)) in enumerate(zip(rows, calls)):
+            if (st, kd) != (int(stage[i]), kind[i]):
+                raise ValueError(f"rank {d}, compute call {pos}: stage {st} {kd} ran where the "
+                                 f"program has stage {int(stage[i])} {kind[i]}")
+            if cost[i] > 0:
+                fac[i] = (sec + over[st]) / cost[i]
+    return fac
+
+
+def _exact(profile, name, timed):
+    """Median over a timed run's steps after the warm-up: replay with each op's own time / step - 1."""
+    import pipecore as pc
+
+    if "op_times" not in timed:
+        return None
+    sched = pc.build(name, profile.ranks, profile.microbatches)
+    errs = []
+    for k, step in enumerate(timed["op_times"]):
+        if k >= WARMUP:
+            fac = at_step_op_times(profile, sched, step)
+            sim = pc.simulate(sched, profile.costs, profile.network, stragglers=fac).makespan
+            errs.append(sim / timed["step_times"][k] - 1)
+    return statistics.median(errs)
 
 
 def _collect(folder):
@@ -241,10 +335,18 @@ def report(folder, json_path=None):
                for v in profiles[(model, p, name, r)].dilation.values()]
         base = [profiles[(model, p, "1f1b", r)] for r in reps if (model, p, "1f1b", r) in profiles]
         cross = [b.predict(name).makespan for b in base] if name != "1f1b" else []
-        ops = [timed[(model, p, name, r)]["ops"] for r in reps]
-        at_ops = [at_run_op_times(profiles[(model, p, name, r)], timed[(model, p, name, r)]["ops"])
+        ops = [_run_ops(timed[(model, p, name, r)]) for r in reps]
+        at_ops = [at_run_op_times(profiles[(model, p, name, r)], _run_ops(timed[(model, p, name, r)]))
                   .predict(name).makespan / timed[(model, p, name, r)]["median"] - 1
                   for r in reps if (model, p, name, r) in profiles and timed[(model, p, name, r)]["ops"]]
+        # Each timed step replayed with its ops' own times (needs runs that kept them).
+        exact = [e for r in reps if (model, p, name, r) in profiles
+                 and (e := _exact(profiles[(model, p, name, r)], name,
+                                  timed[(model, p, name, r)])) is not None]
+        # The steps the runs' own op times give: how far op speed alone moved the runs.
+        at_run = [at_run_op_times(profiles[(model, p, name, r)], _run_ops(timed[(model, p, name, r)]))
+                  .predict(name).makespan for r in reps
+                  if (model, p, name, r) in profiles and timed[(model, p, name, r)]["ops"]]
         m = statistics.median(meas)
         row = {"model": model, "ranks": p, "schedule": name, "repeats": len(reps),
                "measured": m, "low": min(meas), "high": max(meas),
@@ -254,6 +356,9 @@ def report(folder, json_path=None):
                "cross": statistics.median(cross) if cross else None,
                "replay": statistics.median(replay) if replay else None,
                "run_ops": statistics.median(at_ops) if at_ops else None,
+               "exact_ops": statistics.median(exact) if exact else None,
+               "op_spread": ((max(at_run) - min(at_run)) / statistics.median(at_run)
+                             if len(at_run) > 1 else None),
                "dilation": statistics.median(dil) - 1 if dil else None,
                "op_ms": {k: 1e3 * statistics.median(o[k] for o in ops if k in o)
                          for k in sorted({k for o in ops for k in o})}}
@@ -261,7 +366,8 @@ def report(folder, json_path=None):
         row["cross_error"] = None if row["cross"] is None else row["cross"] / m - 1
         summary.append(row)
     lines = [f"{'model':<17}{'p':>2} {'schedule':<17}{'measured ms':>12}{'spread':>8}"
-             f"{'self':>8}{'cross':>8}{'replay':>8}{'run ops':>8}{'prof+':>7}  median op ms"]
+             f"{'self':>8}{'cross':>8}{'replay':>8}{'run ops':>8}{'exact':>8}{'op spr':>8}"
+             f"{'prof+':>7}  op ms (mean)"]
     for r in summary:
         ops = " ".join(f"{k} {r['op_ms'][k]:.1f}" for k in ("F", "B", "W", "BW") if k in r["op_ms"])
         lines.append(f"{r['model']:<17}{r['ranks']:>2} {r['schedule']:<17}"
@@ -270,6 +376,8 @@ def report(folder, json_path=None):
                      + (f"{r['cross_error']:>+8.1%}" if r["cross_error"] is not None else f"{'-':>8}")
                      + (f"{r['replay']:>+8.1%}" if r["replay"] is not None else f"{'-':>8}")
                      + (f"{r['run_ops']:>+8.1%}" if r["run_ops"] is not None else f"{'-':>8}")
+                     + (f"{r['exact_ops']:>+8.1%}" if r["exact_ops"] is not None else f"{'-':>8}")
+                     + (f"{r['op_spread']:>8.1%}" if r["op_spread"] is not None else f"{'-':>8}")
                      + (f"{r['dilation']:>+7.0%}" if r["dilation"] is not None else f"{'-':>7}")
                      + f"  {ops}")
     bars = _bars(summary)
@@ -300,11 +408,25 @@ def _bars(summary):
         out["cross_median"] = statistics.median(cross)
         out["lines"].append(f"cross-prediction from 1f1b: median |error| "
                             f"{out['cross_median']:.1%} over {len(cross)}")
+    agree, counted, wrong = _ranking(summary)
+    out.update(ranking_agree=agree, ranking_pairs=counted, ranking_wrong=wrong)
+    out["lines"].append(f"ranking: {agree} of {counted} separated pairs ordered as predicted"
+                        + (f"; not: {wrong}" if wrong else ""))
+    out.update(_paired(summary))
+    out["lines"].append(f"paired (not a bar): {out['paired_agree']} of {out['paired_pairs']} pairs "
+                        f"ordered the same way in all repeats but at most one agree with the "
+                        f"prediction" + (f"; not: {out['paired_wrong']}" if out["paired_wrong"] else ""))
+    return out
+
+
+def _ranking(rows):
+    """Pairs of a model's schedules whose ranges ("low" to "high") do not overlap:
+    how many the "predicted" values order the same way, and those they do not."""
     agree = counted = 0
     wrong = []
-    for model in {r["model"] for r in summary}:
-        for p in {r["ranks"] for r in summary}:
-            g = [r for r in summary if r["model"] == model and r["ranks"] == p
+    for model in sorted({r["model"] for r in rows}):
+        for p in sorted({r["ranks"] for r in rows}):
+            g = [r for r in rows if r["model"] == model and r["ranks"] == p
                  and r["predicted"] is not None]
             for i, a in enumerate(g):
                 for c in g[i + 1:]:
@@ -316,14 +438,7 @@ def _bars(summary):
                         agree += 1
                     else:
                         wrong.append(f"{model}: {fast['schedule']} < {slow['schedule']}")
-    out.update(ranking_agree=agree, ranking_pairs=counted, ranking_wrong=wrong)
-    out["lines"].append(f"ranking: {agree} of {counted} separated pairs ordered as predicted"
-                        + (f"; not: {wrong}" if wrong else ""))
-    out.update(_paired(summary))
-    out["lines"].append(f"paired (not a bar): {out['paired_agree']} of {out['paired_pairs']} pairs "
-                        f"ordered the same way in all repeats but at most one agree with the "
-                        f"prediction" + (f"; not: {out['paired_wrong']}" if out["paired_wrong"] else ""))
-    return out
+    return agree, counted, wrong
 
 
 def _paired(summary):

@@ -142,3 +142,37 @@ def test_at_run_op_times_rescales_each_kind_by_its_median():
     assert list(got.f) == [2.0, 6.0, 10.0]
     assert list(got.w) == [0.5, 0.5, 0.5]
     assert list(got.b) == [2.0, 2.0, 2.0] and got.overhead == 0.5
+
+
+def test_at_step_op_times_replays_a_step_with_each_ops_own_time():
+    """Hand-worked: profile_fidelity's "exact ops" column (one slow op, gpipe p=2, m=2)."""
+    import importlib.util
+    from pathlib import Path
+
+    import pipecore as pc
+
+    spec = importlib.util.spec_from_file_location(
+        "profile_fidelity", Path(__file__).with_name("profile_fidelity.py"))
+    pf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pf)
+    sched = pc.build("gpipe", 2, 2)
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0)
+    prof = pt.Profile(costs=costs, network=pc.Network(bytes=1.0), schedule=sched, ranks=2,
+                      stages=2, microbatches=2, step_times=[], measured=0.0)
+    # Every op as the costs say but rank 1's first forward, 3 s instead of 1; the transfers'
+    # postings (stage -1) are left out.
+    step = [(0, 0, "F", 1.0), (0, -1, "post", 0.1), (0, 0, "F", 1.0), (1, 1, "F", 3.0),
+            (1, 1, "F", 1.0), (1, 1, "BW", 2.0), (1, 1, "BW", 2.0), (0, 0, "BW", 2.0),
+            (0, 0, "BW", 2.0)]
+    fac = pf.at_step_op_times(prof, sched, step)
+    assert sorted(fac) == [1.0] * 7 + [3.0]
+    # By hand, no transfer time: rank 0 F0 [0,1] F1 [1,2]; rank 1 F0 [1,4] F1 [4,5] BW0 [5,7]
+    # BW1 [7,9]; rank 0 BW0 waits for rank 1's BW0: [7,9], BW1 [9,11]. Without the slow op: 9.
+    assert pc.simulate(sched, costs, prof.network).makespan == 9.0
+    assert pc.simulate(sched, costs, prof.network, stragglers=fac).makespan == 11.0
+    # A call the program does not have is named by rank and position.
+    bad = [e if e[:2] != (1, 1) or e[2] != "BW" else (1, 1, "F", 2.0) for e in step]
+    with pytest.raises(ValueError, match="rank 1, compute call 2: stage 1 F ran where"):
+        pf.at_step_op_times(prof, sched, bad)
+    with pytest.raises(ValueError, match="rank 0 made 3 compute calls"):
+        pf.at_step_op_times(prof, sched, step[:-1])

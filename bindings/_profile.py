@@ -379,7 +379,7 @@ def from_profile(path_or_paths, sends: str = "occupy", reference: bool = True) -
     -------
     Profile
         Per stage, ``f``, ``b`` (I), ``w`` (W) and ``bw`` (fused B) are the
-        medians over microbatches and steps of each action's compute time
+        means over microbatches and steps of each action's compute time
         (its first operator's start to its end; the receive's wait comes
         before). A run with only fused backwards gets ``b`` and ``w`` as
         half of ``bw`` each; a run with only split ones gets ``bw = b + w``.
@@ -474,7 +474,9 @@ def from_profile(path_or_paths, sends: str = "occupy", reference: bool = True) -
     info = _run_file(files)
     times = _op_seconds(info) if reference else {}
     dilation = {key: prof / ref for key, (prof, ref) in times.items() if key in samples}
-    med = {key: statistics.median(v) / dilation.get(key, 1.0) for key, v in samples.items()}
+    # Means, not medians: a device's busy time is the sum of its ops, and op times
+    # skew long (the medians ran low against the same run's unprofiled steps).
+    med = {key: statistics.fmean(v) / dilation.get(key, 1.0) for key, v in samples.items()}
     if times:
         # A pair's two calls ran back to back; its time shrinks by their combined factor.
         def undilated(subs, dur):

@@ -25,9 +25,9 @@ US = 1e6  # trace times are microseconds
 
 
 def write_traces(folder, sched, costs, steps=3, sends=((4096, 50.0), (16384, 110.0)),
-                 world_size=True):
+                 world_size=True, stragglers=None):
     """One rankN.json per device: ``steps`` identical steps of the simulated schedule."""
-    res = pc.simulate(sched, costs)
+    res = pc.simulate(sched, costs, stragglers=stragglers)
     ops = res.ops.to_pydict()
     o = float(costs.overhead)
     span = res.makespan
@@ -95,6 +95,27 @@ def test_fit_recovers_true_costs(tmp_path, name, p, m):
     assert prof.step_times == pytest.approx([res.makespan] * 3, rel=1e-9)
     # Simulating the profiled schedule with the fitted costs gives back the trace's step.
     assert prof.predict(prof.schedule).makespan == pytest.approx(res.makespan, rel=1e-9)
+
+
+def test_costs_are_mean_op_times(tmp_path):
+    """Hand-worked: one of stage 0's four forwards takes 3 s, the others 1 s. A device's
+    busy time is the sum of its ops, so the cost is their mean, 1.5 s (the median is 1)."""
+    sched = pc.build("gpipe", 2, 4)
+    t = sched.table.to_pydict()
+    slow = [i for i in range(sched.num_ops)
+            if (t["stage"][i], t["kind"][i], t["microbatch"][i]) == (0, "F", 3)]
+    fac = np.ones(sched.num_ops)
+    fac[slow] = 3.0
+    true = pc.Costs(f=1.0, b=1.0, w=1.0)
+    res = write_traces(tmp_path, sched, true, sends=(), stragglers=fac)
+    prof = pt.from_profile(tmp_path)
+    np.testing.assert_allclose(prof.costs.f, [1.5, 1.0], rtol=1e-9)
+    np.testing.assert_allclose(prof.costs.bw, [2.0, 2.0], rtol=1e-9)
+    # By hand: rank 0's forwards end at 1, 2, 3, 6; rank 1's F3 runs [6, 7], its four BW
+    # [7, 15]; rank 0's last BW ends at 17. The mean costs predict F0..F3 on rank 0 ending at
+    # 6 too (4 x 1.5), so the same 17; medians (1 s) would predict 15.
+    assert res.makespan == 17.0
+    assert prof.predict(sched).makespan == pytest.approx(17.0, rel=1e-9)
 
 
 def test_network_fit_from_send_sizes(tmp_path):
