@@ -99,3 +99,18 @@ def test_cli_tune(capsys):
     # Recompute reaches 0.25 (one chunk of 8 holds 1/8; checkpoints 0).
     assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--top", "2"]) == 0
     assert "+recompute" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_smallest_limit_counts_schedules_generated_for_the_floor():
+    """Below every candidate, the hint is what memory-greedy reaches when generated for
+    the least limit it accepts. By hand, default costs (per device: weights 1, activation 1
+    per microbatch, halved per stage when a device holds two): a linear device holds its
+    weights and one microbatch, 1 + 1 = 2; a V device two half stages, 2 x (0.5 + 0.5) = 2.
+    Every candidate tune tried at this limit needs 3 or more (v-min's 3 is the least)."""
+    with pytest.raises(pc.TuneError) as err:
+        pc.tune(4, 8, memory_limit=1.5, recompute=False, offload=False)
+    assert err.value.smallest_limit == 2.0
+    assert "least memory a candidate needs is 2 (memory-greedy" in str(err.value)
+    # The promise: tune at that limit returns a schedule within it.
+    got = pc.tune(4, 8, memory_limit=err.value.smallest_limit, recompute=False, offload=False)
+    assert float((got.result.peak_activation + got.result.static_memory).max()) <= 2.0

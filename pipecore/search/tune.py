@@ -42,10 +42,12 @@ class TuneError(InputError):
     Attributes
     ----------
     smallest_limit : float
-        The least memory any candidate tried needs. :func:`tune` with this
-        limit returns a schedule; at a higher limit the generated and
-        polished candidates change, and may then need less, so this is a
-        limit that works rather than a proven minimum.
+        The least memory a candidate needs: those tried, and memory-greedy
+        schedules (linear and V) generated for the least limit their
+        placement allows, which the generators refuse to go below.
+        :func:`tune` with this limit returns a schedule; at a higher limit
+        the generated and polished candidates change, and may then need
+        less, so this is a limit that works rather than a proven minimum.
     candidates : pyarrow.Table
         Every candidate with its metrics.
     """
@@ -276,10 +278,17 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
                                 + "; ".join(f"{c.label}: {c.error}" for c in cands[:5]),
                                 math.nan, table)
             least = min(ran, key=lambda c: (c.memory, c.result.makespan))
+            need, label, span = least.memory, least.label, least.result.makespan
+            floor = _floor(p, m, costs, network) if generated else None
+            if floor is not None and floor[0] < need:
+                # The generators refuse a limit below one microbatch per stage; made for
+                # that floor they may fit where every candidate tried here needs more.
+                need, label, span = floor
+                label += " (generated for that limit)"
             raise TuneError(
-                f"nothing fits memory_limit={limit:g}: the least memory any candidate needs is "
-                f"{least.memory:g} ({least.label}, makespan {least.result.makespan:g}); a limit of "
-                f"at least {least.memory:g} gives a schedule", least.memory, table)
+                f"nothing fits memory_limit={limit:g}: the least memory a candidate needs is "
+                f"{need:g} ({label}, makespan {span:g}); a limit of at least {need:g} gives a "
+                f"schedule", need, table)
         if polish:
             fitting += _polish(fitting, cands, costs, limit, network, objective)
             table = _table(cands, limit)
@@ -287,6 +296,30 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         validate(best.schedule)
         return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
                      time.perf_counter() - t0, objective)
+
+
+def _floor(p, m, costs, network):
+    """Memory-greedy schedules generated for the least limit their placement
+    allows (weights plus one microbatch on each of a device's stages):
+    ``(memory, label, makespan)`` of the one needing least, when it fits
+    that limit, else None."""
+    from ..schedules import generate
+
+    linear = list(range(p))
+    best = None
+    for label, pl in (("memory-greedy", linear), ("memory-greedy-v", linear + linear[::-1])):
+        arr = costs.stage_arrays(len(pl), p)
+        need = max(sum(arr["weights"][s] + arr["activation"][s] for s in range(len(pl))
+                       if pl[s] == d) for d in range(p))
+        try:
+            res = simulate(generate.memory_greedy(pl, m, costs, need, None, 1.0, name=label),
+                           costs, network)
+        except (ValueError, ScheduleError):
+            continue
+        mem = float((res.peak_activation + res.static_memory).max())
+        if fits(mem, need) and (best is None or (mem, res.makespan) < (best[0], best[2])):
+            best = (mem, label, res.makespan)
+    return best
 
 
 def _lifetimes(result):
