@@ -477,6 +477,11 @@ def from_profile(path_or_paths, sends: str = "occupy", reference: bool = True) -
     # Means, not medians: a device's busy time is the sum of its ops, and op times
     # skew long (the medians ran low against the same run's unprofiled steps).
     med = {key: statistics.fmean(v) / dilation.get(key, 1.0) for key, v in samples.items()}
+    # A kind that also ran inside overlapped pairs has few calls of its own in the
+    # traces; the run file's unprofiled mean covers every call, pairs included.
+    for key in {(st, kd) for subs, _dur in pairs for st, kd, _j in subs}:
+        if key in times:
+            med[key] = times[key][1]
     if times:
         # A pair's two calls ran back to back; its time shrinks by their combined factor.
         def undilated(subs, dur):

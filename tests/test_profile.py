@@ -187,6 +187,28 @@ def test_overlapped_pairs_fit_fb_factor(tmp_path):
     assert prof.predict(prof.schedule).makespan == pytest.approx(res.makespan, rel=1e-9)
 
 
+def test_pair_members_take_the_run_files_mean_over_every_call(tmp_path):
+    """A kind that also runs inside overlapped pairs has few calls of its own in the traces
+    (stage 1's fused backward: one, 1BW6, per step); the run file's unprofiled mean covers
+    every call, pairs included, and is taken instead. Hand-made: the traces say 0.625 (a
+    scalar bw of 1.25 is per device, halved per stage on two chunks), the run file 2.5 over
+    every call (profiled and unprofiled alike, so no dilation)."""
+    sched = pc.build("dualpipev", 2, 8)
+    true = pc.Costs(f=[1.0, 1.25, 0.75, 1.0], b=1.0, w=0.5, bw=1.25, fb_factor=0.75,
+                    overhead=0.125)
+    write_traces(tmp_path, sched, true, sends=())
+    assert pt.from_profile(tmp_path).costs.bw[1] == pytest.approx(0.625, rel=1e-9)
+    seconds = {"1,BW": {"profiled": 2.5, "reference": 2.5}}
+    (tmp_path / "pipecore-run.json").write_text(json.dumps({
+        "ranks": 2, "steps": 7, "profiled_steps": [2, 3, 4], "reference_steps": [1, 5, 6],
+        "step_times": [1.0] * 7, "op_seconds": seconds}))
+    prof = pt.from_profile(tmp_path)
+    assert prof.costs.bw[1] == 2.5
+    # Stages without a run-file entry keep the traces' times; the pairs' factor stays.
+    np.testing.assert_allclose(prof.costs.bw[[0, 2, 3]], [0.625] * 3, rtol=1e-9)
+    assert prof.costs.fb_factor == pytest.approx(0.75, rel=1e-9)
+
+
 def test_what_if_ranks_families(tmp_path):
     import io
 
