@@ -800,8 +800,8 @@ def costs_from_run(result, warmup: int = 1, comm: float | None = None,
                    overhead: bool = True) -> Costs:
     """:class:`pipecore.Costs` from the times a real run measured.
 
-    Per stage, the median over microbatches and steps (after ``warmup``) of
-    each compute kind. A stage that ran fused backwards (BW) gets ``b`` =
+    Per stage, the mean over microbatches and steps (after ``warmup``) of
+    each compute kind (a device's busy time is the sum of its ops). A stage that ran fused backwards (BW) gets ``b`` =
     that time and ``w`` = 0 (pipecore times a BW as b + w). With
     ``overhead``, each op also carries its rank's share of the time torch's
     runtime spent neither computing nor waiting on a receive (dispatch,
@@ -850,7 +850,7 @@ def costs_from_run(result, warmup: int = 1, comm: float | None = None,
             spent = result.rank_times[i][rank] if result.rank_times else computing[rank]
             rest = spent - computing[rank] - waiting.get(rank, 0.0)
             share.setdefault(rank, []).append(max(rest, 0.0) / n)
-    med = {key: statistics.median(v) for key, v in samples.items()}
+    med = {key: statistics.fmean(v) for key, v in samples.items()}
     f, b, w = [], [], []
     for s in range(result.stages):
         if (s, "F") not in med or not ((s, "BW") in med or (s, "B") in med):

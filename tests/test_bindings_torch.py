@@ -522,14 +522,14 @@ def _fake_run(op_times, rank_times, stages=2, transfer=1e-3):
                      op_times=op_times, transfer=transfer, rank_times=rank_times)
 
 
-def test_costs_from_run_medians_and_overhead():
+def test_costs_from_run_means_and_overhead():
     step = [(0, 0, "F", 1.0), (0, 0, "F", 3.0), (0, -1, "post", 0.5), (0, 0, "BW", 4.0),
             (0, 0, "BW", 6.0), (1, 1, "F", 2.0), (1, -1, "wait", 5.0), (1, 1, "F", 2.0),
             (1, 1, "B", 1.0), (1, 1, "W", 3.0), (1, 1, "B", 1.0), (1, 1, "W", 3.0)]
     warm = [(r, s, k, 100.0) for r, s, k, _ in step]  # left out as warmup
     run = _fake_run([warm, step], [[500.0, 500.0], [18.0, 25.0]])
     plain = pt.costs_from_run(run, warmup=1, overhead=False)
-    # By hand: stage 0 F median 2, BW median 5 -> b 5, w 0; stage 1 F 2, B 1, W 3.
+    # By hand: stage 0 F mean 2, BW mean 5 -> b 5, w 0; stage 1 F 2, B 1, W 3.
     assert list(plain.f) == [2.0, 2.0] and list(plain.b) == [5.0, 1.0] and list(plain.w) == [0.0, 3.0]
     assert plain.comm == 1e-3
     # Overhead: rank 0 spent 18 s, computed 14, waited 0 -> 4 over 4 calls = 1 per op;
@@ -539,6 +539,10 @@ def test_costs_from_run_medians_and_overhead():
     assert list(over.w) == [0.0, 3.0 + 8 / 6]
     with pytest.raises(ValueError, match="no F or no backward of stage 1"):
         pt.costs_from_run(_fake_run([[(0, 0, "F", 1.0), (0, 0, "BW", 1.0)]], [[3.0]]), warmup=0)
+    # Means, not medians: forwards of 1, 1 and 4 s cost 2 s each (the median would say 1).
+    skew = [(0, 0, "F", 1.0), (0, 0, "F", 1.0), (0, 0, "F", 4.0), (0, 0, "BW", 2.0)]
+    one = _fake_run([skew], [[9.0]], stages=1)
+    assert list(pt.costs_from_run(one, warmup=0, overhead=False).f) == [2.0]
 
 
 def test_ranking_agreement_counts_only_separated_pairs():
