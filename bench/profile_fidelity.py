@@ -336,17 +336,14 @@ def report(folder, json_path=None):
         base = [profiles[(model, p, "1f1b", r)] for r in reps if (model, p, "1f1b", r) in profiles]
         cross = [b.predict(name).makespan for b in base] if name != "1f1b" else []
         ops = [_run_ops(timed[(model, p, name, r)]) for r in reps]
-        at_ops = [at_run_op_times(profiles[(model, p, name, r)], _run_ops(timed[(model, p, name, r)]))
-                  .predict(name).makespan / timed[(model, p, name, r)]["median"] - 1
-                  for r in reps if (model, p, name, r) in profiles and timed[(model, p, name, r)]["ops"]]
+        # The step each timed run's own op times give (one prediction per run): its error
+        # against that run is "run ops"; their range is how far op speed alone moved the runs.
+        keyed = [(model, p, name, r) for r in reps if (model, p, name, r) in profiles]
+        at_run = [(at_run_op_times(profiles[k], _run_ops(timed[k])).predict(name).makespan,
+                   timed[k]["median"]) for k in keyed if _run_ops(timed[k])]
+        at_ops = [pred / meas_r - 1 for pred, meas_r in at_run]
         # Each timed step replayed with its ops' own times (needs runs that kept them).
-        exact = [e for r in reps if (model, p, name, r) in profiles
-                 and (e := _exact(profiles[(model, p, name, r)], name,
-                                  timed[(model, p, name, r)])) is not None]
-        # The steps the runs' own op times give: how far op speed alone moved the runs.
-        at_run = [at_run_op_times(profiles[(model, p, name, r)], _run_ops(timed[(model, p, name, r)]))
-                  .predict(name).makespan for r in reps
-                  if (model, p, name, r) in profiles and timed[(model, p, name, r)]["ops"]]
+        exact = [e for k in keyed if (e := _exact(profiles[k], name, timed[k])) is not None]
         m = statistics.median(meas)
         row = {"model": model, "ranks": p, "schedule": name, "repeats": len(reps),
                "measured": m, "low": min(meas), "high": max(meas),
@@ -357,8 +354,8 @@ def report(folder, json_path=None):
                "replay": statistics.median(replay) if replay else None,
                "run_ops": statistics.median(at_ops) if at_ops else None,
                "exact_ops": statistics.median(exact) if exact else None,
-               "op_spread": ((max(at_run) - min(at_run)) / statistics.median(at_run)
-                             if len(at_run) > 1 else None),
+               "op_spread": (_range([pred for pred, _ in at_run]) if len(at_run) > 1
+                             else None),
                "dilation": statistics.median(dil) - 1 if dil else None,
                "op_ms": {k: 1e3 * statistics.median(o[k] for o in ops if k in o)
                          for k in sorted({k for o in ops for k in o})}}
@@ -417,6 +414,11 @@ def _bars(summary):
                         f"ordered the same way in all repeats but at most one agree with the "
                         f"prediction" + (f"; not: {out['paired_wrong']}" if out["paired_wrong"] else ""))
     return out
+
+
+def _range(values):
+    """(max - min) / median."""
+    return (max(values) - min(values)) / statistics.median(values)
 
 
 def _ranking(rows):
