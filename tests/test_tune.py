@@ -114,3 +114,13 @@ def test_smallest_limit_counts_schedules_generated_for_the_floor():
     # The promise: tune at that limit returns a schedule within it.
     got = pc.tune(4, 8, memory_limit=err.value.smallest_limit, recompute=False, offload=False)
     assert float((got.result.peak_activation + got.result.static_memory).max()) <= 2.0
+
+
+def test_smallest_limit_with_per_stage_costs_of_p_entries():
+    """Per-stage vectors of p entries fit the linear placement only: the floor skips
+    the V (2p stages) instead of failing on it. Linear by hand: device d holds its
+    weights 0.5 and one microbatch's activation 1, so 1.5."""
+    costs = pc.Costs(f=[1.0, 1.2, 0.9, 1.1], b=2.0, w=1.0, weights=[0.5] * 4)
+    with pytest.raises(pc.TuneError) as err:
+        pc.tune(4, 8, costs, memory_limit=1.2, recompute=False, offload=False)
+    assert err.value.smallest_limit == 1.5

@@ -190,7 +190,16 @@ class Timing(NamedTuple):
     per_node : int
         Input: devices per node (0: one node).
     act, act_w : float64 (S,)
-        Input: activation an F allocates, and the part its W frees.
+        Input: a forward's whole activation, and the part its W frees.
+    rec_dur, rec_mem : float64 (S,)
+        Input: per stage, the duration of a recompute (R) op run right
+        before each backward (B or BW) and the activation it allocates
+        (activation - checkpoint); zeros for a stage not recomputed. An F
+        allocates ``act - rec_mem``. With R right before its backward in
+        the device's program, R starts when the device is free (its F ran
+        earlier on the same device) and the backward when R is done and its
+        input has arrived, as ``pipecore.simulate`` times the schedule of
+        ``pipecore.recompute``.
     device_of : int64 (S,)
         Input: the device of each stage.
     arr_f, arr_b : float64 (m * S,)
@@ -215,6 +224,8 @@ class Timing(NamedTuple):
     per_node: int
     act: np.ndarray
     act_w: np.ndarray
+    rec_dur: np.ndarray
+    rec_mem: np.ndarray
     device_of: np.ndarray
     arr_f: np.ndarray
     arr_b: np.ndarray
@@ -235,15 +246,21 @@ def time_op(d, kind, s, j, m, tm):
     start = tm.free[d]
     if kind == F and s > 0:
         start = max(start, tm.arr_f[(s - 1) * m + j])
-    elif (kind == B or kind == BW) and s < S - 1:
-        start = max(start, tm.arr_b[(s + 1) * m + j])
+    elif kind == B or kind == BW:
+        # A recompute runs first, from when the device is free.
+        start += tm.rec_dur[s]
+        tm.busy[d] += tm.rec_dur[s]
+        tm.mem[d] += tm.rec_mem[s]
+        tm.peak[d] = max(tm.peak[d], tm.mem[d])
+        if s < S - 1:
+            start = max(start, tm.arr_b[(s + 1) * m + j])
     finish = start + tm.dur[kind, s]
     tm.free[d] = finish
     tm.begin[d] = min(tm.begin[d], start)
     tm.busy[d] += tm.dur[kind, s]
     tm.end[0] = max(tm.end[0], finish)
     if kind == F:
-        tm.mem[d] += tm.act[s]
+        tm.mem[d] += tm.act[s] - tm.rec_mem[s]
         tm.peak[d] = max(tm.peak[d], tm.mem[d])
     elif kind == B:
         tm.mem[d] -= tm.act[s] - tm.act_w[s]
@@ -384,6 +401,8 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
     per_node = tm.per_node
     t_act = tm.act
     t_act_w = tm.act_w
+    t_rec_dur = tm.rec_dur
+    t_rec_mem = tm.rec_mem
     t_dev_of = tm.device_of
     t_arr_f = tm.arr_f
     t_arr_b = tm.arr_b
@@ -597,8 +616,13 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                 start = t_free[d]
                 if kind == F and s > 0:
                     start = max(start, t_arr_f[(s - 1) * m + j])
-                elif (kind == B or kind == BW) and s < S - 1:
-                    start = max(start, t_arr_b[(s + 1) * m + j])
+                elif kind == B or kind == BW:
+                    start += t_rec_dur[s]  # a recompute runs first (Timing)
+                    t_busy[d] += t_rec_dur[s]
+                    t_mem[d] += t_rec_mem[s]
+                    t_peak[d] = max(t_peak[d], t_mem[d])
+                    if s < S - 1:
+                        start = max(start, t_arr_b[(s + 1) * m + j])
                 took = t_dur[kind, s]
                 finish = start + took
                 t_free[d] = finish
@@ -607,7 +631,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                 if finish > t_end[0]:
                     t_end[0] = finish
                 if kind == F:
-                    t_mem[d] += t_act[s]
+                    t_mem[d] += t_act[s] - t_rec_mem[s]
                     t_peak[d] = max(t_peak[d], t_mem[d])
                 elif kind == B:
                     t_mem[d] -= t_act[s] - t_act_w[s]

@@ -492,11 +492,11 @@ def _untimed():
     z1 = np.zeros(1)
     z3 = np.zeros((2, 2, 1))
     return _k.Timing(on=False, dur=np.zeros((4, 1)), ser=z3, lat=z3, per_node=0, act=z1,
-                     act_w=z1, device_of=np.zeros(1, np.int64), arr_f=z1, arr_b=z1, free=z1,
-                     link_free=z1, mem=z1, peak=z1, begin=z1, busy=z1, end=z1)
+                     act_w=z1, rec_dur=z1, rec_mem=z1, device_of=np.zeros(1, np.int64), arr_f=z1,
+                     arr_b=z1, free=z1, link_free=z1, mem=z1, peak=z1, begin=z1, busy=z1, end=z1)
 
 
-def timing(placement, microbatches, costs, network=None):
+def timing(placement, microbatches, costs, network=None, recompute=None):
     """A :class:`kernels.compose.Timing` that makes the construction a simulation.
 
     Parameters
@@ -508,6 +508,12 @@ def timing(placement, microbatches, costs, network=None):
     network : Network, optional
         Bytes, bandwidth and latency of the links (default: transfers take
         ``costs.comm`` and never wait for a link).
+    recompute : sequence of bool, optional
+        Per stage, whether its activations are recomputed: the timing is
+        then that of ``pipecore.recompute(schedule, stages=...)`` of the
+        composed schedule (an R op of ``costs.r`` right before each of
+        the stage's backwards; its F keeps ``costs.checkpoint``). Default:
+        no stage.
 
     Returns
     -------
@@ -516,7 +522,8 @@ def timing(placement, microbatches, costs, network=None):
     Raises
     ------
     ValueError
-        For costs or a network the timing cannot take (offload, a bad type).
+        For costs or a network the timing cannot take (offload, a bad type),
+        or a ``recompute`` without one entry per stage.
     """
     from ..core.costs import Costs, Network
 
@@ -550,9 +557,18 @@ def timing(placement, microbatches, costs, network=None):
             ser[:, 0], lat[:, 0] = nbytes / bw, comm + ln
             ser[:, 1], lat[:, 1] = nbytes / ibw, comm + ilat
     zeros = np.zeros(p)
+    act = np.asarray(arr["activation"], float)
+    rec_dur, rec_mem = np.zeros(S), np.zeros(S)
+    if recompute is not None:
+        chosen = np.asarray(recompute, dtype=bool)
+        if chosen.shape != (S,):
+            raise InputError(f"'recompute' needs one entry per stage ({S}); got shape "
+                             f"{chosen.shape}")
+        rec_dur[chosen] = (np.asarray(arr["r"], float) + o)[chosen]
+        rec_mem[chosen] = (act - np.asarray(arr["checkpoint"], float))[chosen]
     return _k.Timing(on=True, dur=dur, ser=ser, lat=lat, per_node=per_node,
-                     act=np.asarray(arr["activation"], float),
-                     act_w=np.asarray(arr["activation_w"], float),
+                     act=act, act_w=np.asarray(arr["activation_w"], float),
+                     rec_dur=rec_dur, rec_mem=rec_mem,
                      device_of=placement.as_array(), arr_f=np.zeros(m * S),
                      arr_b=np.zeros(m * S), free=zeros.copy(), link_free=np.zeros(p * p),
                      mem=zeros.copy(), peak=zeros.copy(), begin=np.full(p, np.inf),

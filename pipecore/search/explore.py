@@ -26,6 +26,7 @@ from ..core.simulate import simulate, validate
 from ..schedules import compose as _compose
 from ..schedules import orders as _orders
 from ..schedules import placements as _placements
+from ..schedules.recompute import recompute as _recompute
 from .partition import _bottleneck_dp, _Search, uniform_split
 from .tune import Tuned, TuneError, _Candidate, _polish, _recompute_candidates, _score, tune
 
@@ -153,10 +154,11 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     uniform split and the split that balances the stages' F+B+W times, as
     :func:`pipecore.partition` starts from), each with its own costs and
     network from ``hardware``; then the split of each of the ``top``
-    fastest compositions that fit, and of those over the limit that get
-    recompute (see ``recompute``), is improved by :func:`pipecore.partition`'s local search (layers moved
-    between stages, fitting the limit first, then time). Tune runs with the
-    balanced split over ``devices`` stages.
+    fastest compositions that fit, and of those over the limit picked for
+    recompute (see ``recompute``), is improved by
+    :func:`pipecore.partition`'s local search (layers moved between stages,
+    fitting the limit first, then time). Tune runs with the balanced split
+    over ``devices`` stages.
 
     Parameters
     ----------
@@ -186,10 +188,16 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     polish : bool, default True
         Local search on the best compositions (and tune's own polish).
     recompute : bool, default True
-        Under a limit, also recompute activations (:func:`pipecore.recompute`)
-        in compositions that do not fit (the ``top`` fastest, and the fastest
-        needing at most 1.1, 1.25, 1.5, 2 and 3 times the limit), stage by
-        stage on each device over the limit, as tune does with its families.
+        Under a limit, every composition that does not fit is timed again
+        with every stage's activations recomputed (an R op of ``costs.r``
+        before each backward, the F keeping ``costs.checkpoint``, as
+        :func:`pipecore.recompute` does; rows of source
+        ``"screened+recompute"``). Then the fewest stages on each device
+        over the limit are recomputed, as tune does with its families, in
+        the ``top`` fastest compositions that fit with every stage
+        recomputed, the ``top`` fastest of those without recompute, the
+        ``top`` fastest that do not fit and the fastest needing at most 1.1,
+        1.25, 1.5, 2 and 3 times the limit.
     split_evals : int, default 300
         With a Model: the most splits the local search simulates for each
         composition it improves.
@@ -257,14 +265,29 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             raise InputError(f"a composition of 'space' places on {c.placement.devices} "
                              f"devices, not devices={p}: {c.label}")
     splits = _Splits(model, hardware, costs, network)
-    rows = _screen(space, m, splits, limit, progress)
+    screen_rec = recompute and not math.isinf(limit)
+    rows = _screen(space, m, splits, limit, progress, screen_rec)
     timed = [r for r in rows if r["makespan"] is not None]
     ranked = sorted((r for r in timed if r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
     # The fastest that do not fit, for recompute (as tune does with its families).
-    over = sorted((r for r in timed if not r["fits"]), key=lambda r: (r["makespan"], r["memory"]))
+    over = sorted((r for r in timed if not r["fits"] and not r["recompute"]),
+                  key=lambda r: (r["makespan"], r["memory"]))
     cands = [_simulated(r, m) for r in _distinct(ranked, top)]
-    tried = [_simulated(r, m) for r in _over_picks(over, limit, top)] \
-        if not math.isinf(limit) else []
+    picks = _over_picks(over, limit, top) if not math.isinf(limit) else []
+    if screen_rec:
+        # Recompute of the fewest stages (below) fits where every stage's does,
+        # and mostly takes between the two timings: so the fastest that fit with
+        # every stage recomputed, and of those the fastest without recompute.
+        saved = [r for r in ranked if r["recompute"]]
+        seen = {id(r) for r in picks}
+        for r in _distinct(saved, top) + _distinct(
+                sorted((r["base"] for r in saved), key=lambda r: (r["makespan"], r["memory"])),
+                top):
+            base = r["base"] if r["recompute"] else r
+            if id(base) not in seen:
+                seen.add(id(base))
+                picks.append(base)
+    tried = [_simulated(r, m) for r in picks]
     if model is not None:
         cands += _resplit(cands + tried, splits, limit, split_evals)
     if recompute and tried:
@@ -277,7 +300,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
                 group, setting.costs, limit, setting.network, "makespan", len(group))]
     fitting = [c for c in cands if fits(c.memory, limit)]
     if polish and fitting:
-        best = sorted(fitting, key=lambda c: _score(c.result, "makespan"))[:top]
+        best = _to_polish(fitting, top)
         for setting, group in _by_setting(best):
             found = _polish(group, [], setting.costs, limit, setting.network, "makespan")
             new = [_Placed(**vars(c), setting=setting) for c in found]
@@ -399,6 +422,8 @@ def _simulated(row, m):
     comp, setting = row["composition"], row["setting"]
     sched = _compose.compose(placement=comp.placement, microbatches=m, order=comp.order,
                              split_backward=comp.split_backward, w=comp.w, name=comp.label)
+    if row["recompute"]:
+        sched = _recompute(sched, name=f"{comp.label} +recompute")
     return _Placed(label=row["candidate"], source="composed", family="composed",
                    chunks=comp.placement.stages // comp.placement.devices, options={},
                    schedule=sched, result=simulate(sched, setting.costs, setting.network),
@@ -415,15 +440,38 @@ def _over_picks(over, limit, n):
     """The n fastest over-limit rows (distinct), then the fastest below each
     multiple of the limit in _OVER_LADDER not picked yet."""
     picks = _distinct(over, n)
-    seen = {(r["makespan"], r["memory"]) for r in picks}
+    seen = {_same(r["makespan"], r["memory"]) for r in picks}
     for factor in _OVER_LADDER:
         for r in over:
             if r["memory"] <= factor * limit:
-                if (r["makespan"], r["memory"]) not in seen:
-                    seen.add((r["makespan"], r["memory"]))
+                if _same(r["makespan"], r["memory"]) not in seen:
+                    seen.add(_same(r["makespan"], r["memory"]))
                     picks.append(r)
                 break
     return picks
+
+
+def _to_polish(fitting, n):
+    """The n fastest candidates that are neither the same schedule as a
+    faster one (equal makespan and memory) nor a slower variant (another
+    recompute, split) of a faster one's composition: many compositions give
+    the same schedule, and a slower variant rarely polishes further."""
+    out, keys, comps = [], set(), set()
+    for c in sorted(fitting, key=lambda c: (_score(c.result, "makespan"), c.memory)):
+        key, comp = _same(c.result.makespan, c.memory), c.label.split(" +")[0].split(" [")[0]
+        if key not in keys and comp not in comps:
+            out.append(c)
+        keys.add(key)
+        comps.add(comp)
+        if len(out) == n:
+            break
+    return out
+
+
+def _same(makespan, memory):
+    """A key equal for equal (makespan, memory) up to rounding: the same
+    schedule's times can differ in the last bit between orders of summing."""
+    return float(f"{makespan:.12g}"), float(f"{memory:.12g}")
 
 
 def _distinct(rows, n):
@@ -431,7 +479,7 @@ def _distinct(rows, n):
     give the same schedule (a W rule without W to place, a cap never reached)."""
     out, seen = [], set()
     for r in rows:
-        key = (r["makespan"], r["memory"])
+        key = _same(r["makespan"], r["memory"])
         if key not in seen:
             seen.add(key)
             out.append(r)
@@ -440,9 +488,10 @@ def _distinct(rows, n):
     return out
 
 
-def _screen(space, m, splits, limit, progress):
+def _screen(space, m, splits, limit, progress, recompute):
     """Time every composition in each of its settings; one row each (makespan
-    None when it could not be timed)."""
+    None when it could not be timed), and with ``recompute`` a second row for
+    each that does not fit, timed with every stage recomputed."""
     bar = Progress(len(space), enabled(progress), unit="compositions")
     rows = []
     # placement -> [(setting, Timing, weights per device)], or the reason it was left out
@@ -450,45 +499,61 @@ def _screen(space, m, splits, limit, progress):
     for i, comp in enumerate(space):
         pl = comp.placement
         if pl not in timings:
-            timings[pl] = _timings(pl, m, splits)
+            timings[pl] = _timings(pl, m, splits, recompute)
         found = timings[pl]
         if isinstance(found, str):
             rows.append(_row(comp, None, note=f"left out: {found}"))
         else:
-            for setting, base, static in found:
-                rows.append(_timed(comp, setting, base, static, m, limit))
+            for setting, base, static, base_rec in found:
+                row = _timed(comp, setting, base, static, m, limit)
+                rows.append(row)
+                if base_rec is not None and row["fits"] is False:
+                    rec = _timed(comp, setting, base_rec, static, m, limit, base_row=row)
+                    rows.append(rec)
         bar.update(1, final=i == len(space) - 1)
     return rows
 
 
-def _timings(pl, m, splits):
+def _timings(pl, m, splits, recompute):
+    """Per setting of the placement: the setting, its Timing, the weights on
+    each device, and the Timing with every stage recomputed (or None)."""
     settings = splits.for_stages(pl.stages)
     if isinstance(settings, str):
         return settings
     out = []
+    every = np.ones(pl.stages, dtype=bool)
     try:
         for setting in settings:
             static = np.zeros(pl.devices)
             np.add.at(static, pl.as_array(),
                       setting.costs.stage_arrays(pl.stages, pl.devices)["weights"])
-            out.append((setting, _compose.timing(pl, m, setting.costs, setting.network), static))
+            rec = _compose.timing(pl, m, setting.costs, setting.network, recompute=every) \
+                if recompute else None
+            out.append((setting, _compose.timing(pl, m, setting.costs, setting.network), static,
+                        rec))
     except ValueError as exc:
         return str(exc).splitlines()[0]
     return out
 
 
-def _row(comp, setting, **kw):
-    label = comp.label if setting is None or not setting.tag else f"{comp.label} [{setting.tag}]"
+def _row(comp, setting, base=None, **kw):
+    label = comp.label if base is None else f"{comp.label} +recompute"
+    if setting is not None and setting.tag:
+        label = f"{label} [{setting.tag}]"
     row = {"candidate": label, "composition": comp, "setting": setting, "makespan": None,
            "memory": None, "span": None, "bubble_ratio": None, "bubble_rate": None,
-           "peak_activation": None, "fits": None, "note": ""}
+           "peak_activation": None, "fits": None, "note": "", "recompute": base is not None,
+           "base": base}
     row.update(kw)
     return row
 
 
-def _timed(comp, setting, base, static, m, limit):
-    """One composition timed in one setting by the construction kernel."""
-    row = _row(comp, setting)
+def _timed(comp, setting, base, static, m, limit, base_row=None):
+    """One composition timed in one setting by the construction kernel (with
+    ``base_row``, the row of the same composition without recompute: this
+    timing recomputes every stage)."""
+    row = _row(comp, setting, base_row,
+               note="" if base_row is None else "every stage recomputed")
     pl = comp.placement
     tm = _compose.fresh(base)
     if comp.order.policy == "rotate":
@@ -536,7 +601,8 @@ def _candidates_table(rows, cands, tuned, limit, tune_setting):
 
     for r in rows:
         comp = r["composition"]
-        add(candidate=r["candidate"], source="screened", family="composed",
+        add(candidate=r["candidate"], source="screened+recompute" if r["recompute"] else "screened",
+            family="composed",
             chunks=comp.placement.stages // comp.placement.devices, makespan=r["makespan"],
             span=r["span"], bubble_rate=r["bubble_rate"], bubble_ratio=r["bubble_ratio"],
             peak_activation=r["peak_activation"], memory=r["memory"], fits=r["fits"],

@@ -308,10 +308,10 @@ def _floor(p, m, costs, network):
     linear = list(range(p))
     best = None
     for label, pl in (("memory-greedy", linear), ("memory-greedy-v", linear + linear[::-1])):
-        arr = costs.stage_arrays(len(pl), p)
-        need = max(sum(arr["weights"][s] + arr["activation"][s] for s in range(len(pl))
-                       if pl[s] == d) for d in range(p))
-        try:
+        try:  # per-stage costs of p entries do not fit the V's 2p stages
+            arr = costs.stage_arrays(len(pl), p)
+            need = max(sum(arr["weights"][s] + arr["activation"][s] for s in range(len(pl))
+                           if pl[s] == d) for d in range(p))
             res = simulate(generate.memory_greedy(pl, m, costs, need, None, 1.0, name=label),
                            costs, network)
         except (ValueError, ScheduleError):
