@@ -80,7 +80,11 @@ def compose_reference(placement, microbatches, split, policy, w=None):
         ``{"policy": "alternate", "group": int | "all" | "ready", "backward": "fifo" |
         "lifo", "warmup": "short" | "fill" | "all" | int | list, "inflight": None | int |
         list, "strict": bool}`` (strict defaults to True) or ``{"policy": "greedy",
-        "first": "backward" | "forward", "inflight": None | int | list}``.
+        "first": "backward" | "forward", "inflight": None | int | list}``; either may
+        add ``"overlap": True``: a device (alternate: past its warm-up) that runs a
+        forward or a backward while the other kind's next op, of another stage, is
+        runnable too runs both in the step, the forward first in its program
+        (an overlapped unit; the programs show it as the two ops in a row).
     w : None, str, int or list of int
         W rule when ``split``: ``"with"``, ``"late"``, ``"bubbles"``, ``"staggered"``, a
         lag for every device, or one lag per device. None means ``"with"``.
@@ -132,6 +136,7 @@ def compose_reference(placement, microbatches, split, policy, w=None):
     # ---- policy
     kind = policy["policy"]
     strict = bool(policy.get("strict", True))
+    overlap = bool(policy.get("overlap", False))
     inflight = policy.get("inflight")
     if inflight is not None:
         for dev, cap in zip(devs, _per_device(inflight, p, "inflight")):
@@ -299,6 +304,27 @@ def compose_reference(placement, microbatches, split, policy, w=None):
 
     decide = decide_greedy if kind == "greedy" else decide_alternate
 
+    def greedy_heads(dev):
+        """The best runnable F and the best runnable B (lower microbatch, then deeper stage)."""
+        fs = [(dev.nf[s], -s) for s in dev.stages
+              if dev.nf[s] < m and f_ready(s, dev.nf[s]) and not dev.capped(s)]
+        bs = [(dev.nb[s], -s) for s in dev.stages if dev.nb[s] < m and b_ready(s, dev.nb[s])]
+        f = (-min(fs)[1], min(fs)[0]) if fs else None
+        b = (-min(bs)[1], min(bs)[0]) if bs else None
+        return f, b
+
+    def pair_with(dev):
+        """(F op, B op) to run as one overlapped unit this step, or None."""
+        if kind == "greedy":
+            f, b = greedy_heads(dev)
+        elif dev.phase != "steady":
+            return None
+        else:
+            f, b = next_f(dev)[0], next_b(dev)
+        if f is None or b is None or f[0] == b[0]:
+            return None
+        return f, b
+
     def next_w(dev):
         s, j = dev.b_run[dev.kw]
         return ("W", s, j)
@@ -332,6 +358,11 @@ def compose_reference(placement, microbatches, split, policy, w=None):
                 op = next_w(dev)
             else:
                 op = decide(dev)
+                if overlap and op is not None:
+                    unit = pair_with(dev)
+                    if unit is not None:
+                        op = ("P",) + unit
+                        dev.want = "F"
                 if op is None and split and dev.kw < dev.kb:
                     if fill_mode == "idle" or dev.kb == dev.total:
                         op = next_w(dev)
@@ -343,20 +374,27 @@ def compose_reference(placement, microbatches, split, policy, w=None):
         for dev, op in zip(devs, ops):
             if op is None:
                 continue
-            k, s, j = op
-            if k == "F":
-                dev.kf += 1
-                dev.nf[s] += 1
-                fdone.add((s, j))
-                dev.program.append(("F", s, j))
-            elif k == "B":
-                dev.kb += 1
-                dev.nb[s] += 1
-                dev.b_run.append((s, j))
-                bdone.add((s, j))
-                dev.program.append((bkind, s, j))
+            if op[0] == "P":
+                (fs, fj), (bs, bj) = op[1], op[2]
+                parts = [("F", fs, fj), ("B", bs, bj)]
             else:
-                dev.kw += 1
-                dev.program.append(("W", s, j))
+                parts = [op]
+            written = []
+            for k, s, j in parts:
+                if k == "F":
+                    dev.kf += 1
+                    dev.nf[s] += 1
+                    fdone.add((s, j))
+                    written.append(("F", s, j))
+                elif k == "B":
+                    dev.kb += 1
+                    dev.nb[s] += 1
+                    dev.b_run.append((s, j))
+                    bdone.add((s, j))
+                    written.append((bkind, s, j))
+                else:
+                    dev.kw += 1
+                    written.append(("W", s, j))
+            dev.program.append(written[0] if len(written) == 1 else tuple(written))
         t += 1
     return [dev.program for dev in devs]

@@ -607,7 +607,7 @@ def test_pin_needs_a_cpu_per_rank(monkeypatch):
 
 def test_composed_schedules_pass_torch():
     """Issue 41: a composed schedule exports like any other. Compositions of
-    explore's default space at p=2 and p=4 (m=2p; every 5th and every 25th,
+    explore's default space with overlapped units at p=2 and p=4 (m=2p; every 5th and every 25th,
     placements, orders and W rules all come round) that build, through
     torch's validator and its send/receive lowering, and back."""
     from pipecore.core.schedule import ScheduleError
@@ -617,7 +617,7 @@ def test_composed_schedules_pass_torch():
     for p, every in ((2, 5), (4, 25)):
         m = 2 * p
         seen = set()
-        for comp in default_space(p, m)[::every]:
+        for comp in default_space(p, m, overlap=True)[::every]:
             try:
                 sched = pc.compose(placement=comp.placement, microbatches=m, order=comp.order,
                                    split_backward=comp.split_backward, w=comp.w)

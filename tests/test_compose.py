@@ -206,10 +206,29 @@ def test_bad_input_is_named(kwargs, message):
     (lambda: pc.orders.breadth_first(backward="random"), "'backward' must be 'fifo' or 'lifo'"),
     (lambda: Order("round-robin"), "order policy 'round-robin'"),
     (lambda: Order("alternate", group="ready", backward="lifo"), "needs group= an int"),
+    (lambda: pc.orders.greedy(overlap="yes"), "order 'overlap' must be True or False"),
+    (lambda: Order("rotate", overlap=True), "the rotate order has no overlapped F&B units"),
 ])
 def test_bad_orders_are_named(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_overlapped_units_share_a_slot_and_keep_the_rules():
+    # Which units form is checked against tests/reference_compose.py
+    # (test_compose_reference.py); here, what any unit must be.
+    s = pc.compose(placement="v", devices=2, microbatches=4,
+                   order=pc.orders.one_f_one_b(overlap=True))
+    prog = s.programs()[0]
+    units = [u for p in s.programs() for u in p if isinstance(u[0], tuple)]
+    assert units and all(u[0][0] == "F" and u[0][1] != u[1][1] for u in units)
+    assert s.params["composition"]["order"]["overlap"] is True
+    # Same ops as without overlap, fewer slots; the families' checks pass (validated).
+    plain = pc.compose(placement="v", devices=2, microbatches=4, order=pc.orders.one_f_one_b())
+    flat = sorted(op for p in s.programs() for u in p
+                  for op in (u if isinstance(u[0], tuple) else [u]))
+    assert flat == sorted(op for p in plain.programs() for op in p)
+    assert len(prog) < len(plain.programs()[0])
 
 
 def test_deadlock_names_the_waiting_devices():

@@ -117,7 +117,7 @@ def cases(draw):
     inflight = draw(_caps(p))
     if draw(st.booleans()):
         policy = {"policy": "greedy", "first": draw(st.sampled_from(["backward", "forward"])),
-                  "inflight": inflight}
+                  "inflight": inflight, "overlap": draw(st.booleans())}
     else:
         warm = st.one_of(st.sampled_from(["short", "fill", "all"]), st.integers(0, 8))
         warmup = draw(warm) if draw(st.booleans()) else draw(
@@ -125,8 +125,14 @@ def cases(draw):
         policy = {"policy": "alternate",
                   "group": draw(st.one_of(st.integers(1, 7), st.sampled_from(["all", "ready"]))),
                   "backward": draw(st.sampled_from(["fifo", "lifo"])), "warmup": warmup,
-                  "inflight": inflight, "strict": draw(st.booleans())}
+                  "inflight": inflight, "strict": draw(st.booleans()),
+                  "overlap": draw(st.booleans())}
     return placement, m, split, policy, w
+
+
+def _flat(prog):
+    """A program with each overlapped unit (a tuple of two ops) as its two ops."""
+    return [op for unit in prog for op in (unit if isinstance(unit[0], tuple) else [unit])]
 
 
 def _replay(placement, m, split, programs):
@@ -139,19 +145,23 @@ def _replay(placement, m, split, programs):
         for d, prog in enumerate(programs):
             if pc_[d] == len(prog):
                 continue
-            k, s, j = prog[pc_[d]]
-            if k == "F":
-                ok = s == 0 or ("F", s - 1, j) in done
-            elif k == "W":
-                ok = ("B", s, j) in done
-            else:
-                ok = ("F", s, j) in done and (s == S - 1 or ("B", s + 1, j) in done)
-            if ok:
+            unit = prog[pc_[d]]
+            ok = True
+            for k, s, j in (unit if isinstance(unit[0], tuple) else [unit]):
+                if k == "F":
+                    ok &= s == 0 or ("F", s - 1, j) in done
+                elif k == "W":
+                    ok &= ("B", s, j) in done
+                else:
+                    ok &= ("F", s, j) in done and (s == S - 1 or ("B", s + 1, j) in done)
                 ran.append((d, ("B" if k == "BW" else k, s, j)))
+            if not ok:
+                del ran[len(ran) - (len(unit) if isinstance(unit[0], tuple) else 1):]
         if not ran:
             return False
-        for d, op in ran:
+        for _d, op in ran:
             done.add(op)
+        for d in {d for d, _ in ran}:
             pc_[d] += 1
     return True
 
@@ -168,11 +178,16 @@ def test_reference_invariants(case):
     S = len(placement)
     kinds = ["F", "B", "W"] if split else ["F", "BW"]
     expected = sorted((k, s, j) for k in kinds for s in range(S) for j in range(m))
-    assert sorted(op for prog in programs for op in prog) == expected
+    assert sorted(op for prog in programs for op in _flat(prog)) == expected
     for d, prog in enumerate(programs):
-        assert all(placement[s] == d for _, s, _ in prog)
+        assert all(placement[s] == d for _, s, _ in _flat(prog))
         if split:  # W's run in the order of their B's
-            assert [op[1:] for op in prog if op[0] == "W"] == [op[1:] for op in prog if op[0] == "B"]
+            flat = _flat(prog)
+            assert [op[1:] for op in flat if op[0] == "W"] == [op[1:] for op in flat if op[0] == "B"]
+        for unit in prog:  # an overlapped unit: a forward, then a backward of another stage
+            if isinstance(unit[0], tuple):
+                assert policy.get("overlap") and unit[0][0] == "F" and unit[1][0] != "F"
+                assert unit[0][1] != unit[1][1]
     assert _replay(placement, m, split, programs)
 
 
@@ -211,10 +226,13 @@ def order_cases(draw):
     warmup = draw(st.one_of(st.sampled_from(["short", "fill", "all"]), st.integers(1, 8),
                             st.lists(st.integers(1, 8), min_size=p, max_size=p)))
     which = draw(st.sampled_from(["one_f_one_b", "depth_first", "breadth_first", "greedy"]))
+    overlap = draw(st.booleans())
     if which == "one_f_one_b":
         group = draw(st.one_of(st.integers(1, 7), st.just("ready")))
-        order = pc.orders.one_f_one_b(warmup=warmup, inflight=inflight, group=group)
-        policy = _alt(group=group, warmup=warmup, inflight=inflight, strict=False)
+        order = pc.orders.one_f_one_b(warmup=warmup, inflight=inflight, group=group,
+                                      overlap=overlap)
+        policy = _alt(group=group, warmup=warmup, inflight=inflight, strict=False,
+                      overlap=overlap)
     elif which == "depth_first":
         group = draw(st.one_of(st.integers(1, 7), st.just("all")))
         order = pc.orders.depth_first(group=group, warmup=warmup, inflight=inflight)
@@ -225,8 +243,8 @@ def order_cases(draw):
         policy = _alt(group=m, backward=backward, warmup="all", strict=True)
     else:
         first = draw(st.sampled_from(["backward", "forward"]))
-        order = pc.orders.greedy(first=first, inflight=inflight)
-        policy = {"policy": "greedy", "first": first, "inflight": inflight}
+        order = pc.orders.greedy(first=first, inflight=inflight, overlap=overlap)
+        policy = {"policy": "greedy", "first": first, "inflight": inflight, "overlap": overlap}
     return placement, m, split, w, order, policy
 
 

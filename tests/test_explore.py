@@ -101,6 +101,41 @@ def test_timing_mode_with_recompute_equals_simulate_of_recompute():
     assert checked >= 150
 
 
+def test_timing_mode_with_overlapped_units_equals_simulate():
+    # Overlapped F&B units (order overlap=True): pc.simulate times a unit as
+    # (F + B) * fb_factor from when both inputs are in, after the backward's
+    # recompute when it has one (kernels/listsched.py, checked by tests/reference.py).
+    rng = random.Random(4242)
+    checked = paired = 0
+    for _ in range(200):
+        placement, m, order, split, w, costs, network = _random_case(rng)
+        if order.policy == "rotate":
+            continue
+        order = dataclasses.replace(order, overlap=True)
+        costs = dataclasses.replace(costs, fb_factor=rng.choice([1.0, 0.6, 0.85]),
+                                    checkpoint=0.2)
+        try:
+            sched = pc.compose(placement=placement, microbatches=m, order=order,
+                               split_backward=split, w=w)
+        except pc.ScheduleError:
+            continue
+        pl = pc.placements.resolve(placement)
+        chosen = [rng.random() < 0.3 for _ in range(pl.stages)]
+        rule = w if not split or w else "staggered"
+        _cols, tm = C._run(pl, m, order, split, rule if split else None,
+                           C.timing(pl, m, costs, network, recompute=chosen))
+        if any(chosen):
+            sched = pc.recompute(sched, stages=[s for s, c in enumerate(chosen) if c])
+        res = pc.simulate(sched, costs, network)
+        assert tm.end[0] == pytest.approx(res.makespan, rel=1e-12, abs=1e-12)
+        np.testing.assert_allclose(tm.peak, res.peak_activation, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(tm.free - tm.begin, res.span, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(tm.busy, res.busy, rtol=1e-12, atol=1e-12)
+        checked += 1
+        paired += bool(sched._info().paired.any())
+    assert checked >= 120 and paired >= 40
+
+
 def test_timing_recompute_needs_one_entry_per_stage():
     with pytest.raises(ValueError, match=r"'recompute' needs one entry per stage \(4\)"):
         C.timing(pc.placements.v(2), 3, pc.Costs(), recompute=[True, False])
@@ -207,6 +242,31 @@ def test_explore_with_a_model_finds_recompute_the_screen_ranks():
     got = pc.explore(4, 8, model, memory_limit=limit, hardware=hw, include_tune=False,
                      polish=False, progress=False)
     assert got.result.makespan <= hand.makespan * (1 + 1e-12)
+
+
+def test_explore_searches_overlapped_units_when_they_gain():
+    # fb_factor 0.7: an overlapped F&B unit takes 0.7 of its two ops. Golden by
+    # hand: 8 chunks looped, greedy with overlapped units, fused backward,
+    # stages 0-15 recomputed (pc.recompute), simulated: 27.66 against tune's
+    # 29.125 (interleaved-zb v=8 with recompute; its families overlap only in
+    # dualpipe and dualpipev, which need more memory here).
+    costs = pc.Costs(fb_factor=0.7)
+    sched = pc.compose(placement="looped", devices=4, chunks=8, microbatches=8,
+                       order=pc.orders.greedy(overlap=True))
+    assert sched._info().paired.any()
+    hand = pc.simulate(pc.recompute(sched, stages=range(16)), costs)
+    assert float((hand.peak_activation + hand.static_memory).max()) <= 3.0
+    tuned = pc.tune(4, 8, costs, memory_limit=3.0, progress=False)
+    assert hand.makespan < tuned.result.makespan
+    got = pc.explore(4, 8, costs, memory_limit=3.0, progress=False)
+    assert got.result.makespan <= hand.makespan * (1 + 1e-12)
+    screened = [r for r in got.candidates.to_pylist() if r["source"] == "screened"]
+    assert len(screened) == len(default_space(4, 8, overlap=True))
+    assert len(default_space(4, 8, overlap=True)) > len(default_space(4, 8))
+    # Without the gain (fb_factor 1) the space stays without them.
+    plain = pc.explore(4, 8, pc.Costs(), memory_limit=3.0, include_tune=False, polish=False,
+                       progress=False)
+    assert not any("overlap" in c for c in plain.candidates.column("candidate").to_pylist())
 
 
 def test_explore_with_a_given_space():
@@ -346,6 +406,11 @@ def test_cli_explore(capsys, tmp_path):
     assert main(["explore", "-p", "2", "-m", "4", "--weights", "5", "--memory-limit", "1",
                  "--no-tune", "--no-progress"]) == 1
     assert "nothing fits memory_limit=1" in capsys.readouterr().err
+    assert main(["explore", "-p", "2", "-m", "4", "--json", "--no-tune", "--no-progress",
+                 "--fb-factor", "0.7"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert len(got["candidates"]) == len(default_space(2, 4, overlap=True))
+    assert any("overlap" in c["candidate"] for c in got["candidates"])
 
 
 def test_cli_explore_a_transformer(capsys):
@@ -359,5 +424,7 @@ def test_cli_explore_a_transformer(capsys):
     assert "memory in bytes per device: 'transformer L=4" in out and "on h100-nvlink" in out
     assert main(args + ["--f", "2"]) == 1
     assert "drop --f" in capsys.readouterr().err
+    assert main(args + ["--fb-factor", "0.5"]) == 1
+    assert "drop --fb-factor" in capsys.readouterr().err
     assert main(["explore", "-p", "2", "-m", "4", "--hardware", "a100-nvlink"]) == 1
     assert "describe a --transformer model" in capsys.readouterr().err

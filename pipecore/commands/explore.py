@@ -12,11 +12,16 @@ __all__ = ["explore_arguments", "explore_command"]
 
 # Options a model replaces: its layers give the times, memory and transfer bytes.
 _COST_OPTIONS = ("f", "b", "w", "comm", "bytes", "bandwidth", "latency", "activation",
-                 "activation_w", "weights", "r", "checkpoint")
+                 "activation_w", "weights", "r", "checkpoint", "fb_factor")
 
 
 def explore_arguments(p):
     search_arguments(p, "do not try activation recompute for compositions that do not fit")
+    p.add_argument_group("overlapped F&B units (DualPipe's)").add_argument(
+        "--fb-factor", type=float, default=1.0,
+                     help="time of an overlapped F&B unit over its two ops' summed time "
+                          "(default 1: overlap gains nothing); below 1, compositions with "
+                          "overlapped units join the search")
     g = p.add_argument_group(
         "model (optional: a GPT-style decoder split over the stages, in seconds and bytes)")
     g.add_argument("--transformer", type=_transformer, default=None,
@@ -112,7 +117,7 @@ def _costs_or_model(args):
                              "give --transformer or leave them out")
         costs = Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, activation=args.activation,
                       activation_w=args.activation_w, weights=args.weights, r=args.r,
-                      checkpoint=args.checkpoint)
+                      checkpoint=args.checkpoint, fb_factor=args.fb_factor)
         return costs, network_from(args), None
     from ..analysis.model import Hardware, Model
 

@@ -96,6 +96,12 @@ class Rules(NamedTuple):
         are pending.
     w_fill : int
         FILL_AT_END or FILL_IDLE.
+    overlap : bool
+        A device (ALTERNATE: past its warm-up) whose next forward and next
+        backward, of different stages, are both ready runs them as one
+        overlapped F&B unit: two rows sharing a slot, the F first (the
+        kernel marks the second row's slot -1; :func:`fill_rows_paired`
+        numbers the slots).
     """
 
     policy: int
@@ -109,6 +115,7 @@ class Rules(NamedTuple):
     cap: np.ndarray
     lag: np.ndarray
     w_fill: int
+    overlap: bool
 
 
 class State(NamedTuple):
@@ -189,6 +196,9 @@ class Timing(NamedTuple):
         ``[.., 1]`` across nodes.
     per_node : int
         Input: devices per node (0: one node).
+    fb_factor : float
+        Input: an overlapped F&B unit takes ``fb_factor`` times its two
+        ops' durations summed (``Costs.fb_factor``).
     act, act_w : float64 (S,)
         Input: a forward's whole activation, and the part its W frees.
     rec_dur, rec_mem : float64 (S,)
@@ -222,6 +232,7 @@ class Timing(NamedTuple):
     ser: np.ndarray
     lat: np.ndarray
     per_node: int
+    fb_factor: float
     act: np.ndarray
     act_w: np.ndarray
     rec_dur: np.ndarray
@@ -373,6 +384,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
     warmup = rules.warmup
     lag = rules.lag
     fill_idle = rules.w_fill == FILL_IDLE
+    overlap = rules.overlap
     nf = st.nf
     nb = st.nb
     last_f = st.last_f
@@ -394,11 +406,13 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
     o_kind = out.kind
     o_stage = out.stage
     o_mb = out.microbatch
+    o_slot = out.slot
     timed = tm.on
     t_dur = tm.dur
     t_ser = tm.ser
     t_lat = tm.lat
     per_node = tm.per_node
+    fb_factor = tm.fb_factor
     t_act = tm.act
     t_act_w = tm.act_w
     t_rec_dur = tm.rec_dur
@@ -440,6 +454,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                 if not strict:
                     limit[d] = min(limit[d], nf[c0] - nb[c0])
             what = -1  # 0: F, 1: B
+            pair = False
             if split and pending > lag[d]:
                 what = 2  # a forced W
             elif alternate:
@@ -536,6 +551,12 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                             what = 0
                         else:
                             wait = B
+                if overlap and want[d] != WARM and fs != bs and (
+                        (what == 0 and b_code == 1) or (what == 1 and f_code == 1
+                                                        and (fs != c0 or nf[c0] - nb[c0]
+                                                             < limit[d]))):
+                    pair = True
+                    what = 0
                 if what == 0:
                     pick_stage[d] = fs
                     pick_mb[d] = fj
@@ -547,30 +568,37 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                     pick_stage[d] = bs if wait == B else fs
                     pick_mb[d] = bj if wait == B else fj
             else:
-                # Greedy: the best ready op by (kind rank, microbatch, -stage).
-                best = -1
-                best_j = 0
-                best_s = 0
+                # Greedy: the kind ranked first if one is ready, else the
+                # other; of a kind, the lower microbatch, then the deeper stage.
+                bs = -1
+                bj = 0
+                fs = -1
+                fj = 0
                 for i in range(lo, hi):
                     s = stages[i]
                     j = nb[s]
                     if j < m and _seen(nf[s], last_f[s], t) > j and (
                             s == S - 1 or _seen(nb[s + 1], last_b[s + 1], t) > j):
-                        rank = 0 if b_first else 1
-                        if best < 0 or rank < best or (rank == best and (
-                                j < best_j or (j == best_j and s > best_s))):
-                            best, best_j, best_s = rank, j, s
+                        if bs < 0 or j < bj or (j == bj and s > bs):
+                            bs, bj = s, j
                     j = nf[s]
                     if (j < m and (s == 0 or _seen(nf[s - 1], last_f[s - 1], t) > j)
                             and (s != c0 or nf[c0] - nb[c0] < limit[d])):
-                        rank = 1 if b_first else 0
-                        if best < 0 or rank < best or (rank == best and (
-                                j < best_j or (j == best_j and s > best_s))):
-                            best, best_j, best_s = rank, j, s
-                if best >= 0:
-                    what = 1 if (best == 0) == b_first else 0
-                    pick_stage[d] = best_s
-                    pick_mb[d] = best_j
+                        if fs < 0 or j < fj or (j == fj and s > fs):
+                            fs, fj = s, j
+                if bs >= 0 and (b_first or fs < 0):
+                    what = 1
+                    pick_stage[d] = bs
+                    pick_mb[d] = bj
+                elif fs >= 0:
+                    what = 0
+                    pick_stage[d] = fs
+                    pick_mb[d] = fj
+                if overlap and fs >= 0 and bs >= 0 and fs != bs:
+                    pair = True
+                    what = 0
+                    pick_stage[d] = fs
+                    pick_mb[d] = fj
             # Commit at once: another device sees it from the next step on,
             # as every readiness test asks for a step before t.
             if what == 0:
@@ -582,82 +610,112 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
             else:
                 continue
             pick_kind[d] = kind
-            moved += 1
             row = out_ptr[d] + kf + kb + kw_of[d]
-            if kind == W:
-                src = w_src[d]
-                while o_kind[src] != B:
-                    src += 1
-                w_src[d] = src + 1
-                s = o_stage[src]
-                j = o_mb[src]
-                kw_of[d] += 1
-            else:
-                s = pick_stage[d]
-                j = pick_mb[d]
-                if kind == F:
-                    last_f[s] = t
-                    nf[s] += 1
-                    kf_of[d] = kf + 1
-                    if want[d] == WANT_F:
-                        want[d] = WANT_B
-                    if alternate and not dynamic and kf + 1 < total:
-                        c, head_fj[d] = _stream(kf + 1, n, m, group)
-                        head_fs[d] = stages[lo + c]
-                else:
-                    last_b[s] = t
-                    nb[s] += 1
-                    kb_of[d] = kb + 1
-                    want[d] = WANT_F
-                    if alternate and not dynamic and kb + 1 < total:
-                        c, head_bj[d] = _b_stream(kb + 1, n, m, group, lifo)
-                        head_bs[d] = stages[lo + c]
-            if timed:  # time_op, written out: a call per op costs its arrays' reference counts
-                start = t_free[d]
-                if kind == F and s > 0:
-                    start = max(start, t_arr_f[(s - 1) * m + j])
-                elif kind == B or kind == BW:
-                    start += t_rec_dur[s]  # a recompute runs first (Timing)
-                    t_busy[d] += t_rec_dur[s]
-                    t_mem[d] += t_rec_mem[s]
+            finish = 0.0
+            if pair:
+                # An overlapped F&B unit: the backward's recompute (if any)
+                # first, then both ops together once both inputs are in.
+                bk = B if split else BW
+                if timed:
+                    start = t_free[d] + t_rec_dur[bs]
+                    t_busy[d] += t_rec_dur[bs]
+                    t_mem[d] += t_rec_mem[bs]
                     t_peak[d] = max(t_peak[d], t_mem[d])
-                    if s < S - 1:
-                        start = max(start, t_arr_b[(s + 1) * m + j])
-                took = t_dur[kind, s]
-                finish = start + took
-                t_free[d] = finish
-                t_begin[d] = min(t_begin[d], start)
-                t_busy[d] += took
-                if finish > t_end[0]:
-                    t_end[0] = finish
-                if kind == F:
-                    t_mem[d] += t_act[s] - t_rec_mem[s]
-                    t_peak[d] = max(t_peak[d], t_mem[d])
-                elif kind == B:
-                    t_mem[d] -= t_act[s] - t_act_w[s]
-                elif kind == W:
-                    t_mem[d] -= t_act_w[s]
+                    if fs > 0:
+                        start = max(start, t_arr_f[(fs - 1) * m + fj])
+                    if bs < S - 1:
+                        start = max(start, t_arr_b[(bs + 1) * m + bj])
+                    took = (t_dur[F, fs] + t_dur[bk, bs]) * fb_factor
+                    finish = start + took
+                    t_free[d] = finish
+                    t_begin[d] = min(t_begin[d], start)
+                    t_busy[d] += took
+                    if finish > t_end[0]:
+                        t_end[0] = finish
+            for unit in range(2 if pair else 1):
+                moved += 1
+                if unit == 1:
+                    kind = B if split else BW
+                    pick_stage[d] = bs
+                    pick_mb[d] = bj
+                    row += 1
+                if kind == W:
+                    src = w_src[d]
+                    while o_kind[src] != B:
+                        src += 1
+                    w_src[d] = src + 1
+                    s = o_stage[src]
+                    j = o_mb[src]
+                    kw_of[d] += 1
                 else:
-                    t_mem[d] -= t_act[s]
-                if not (kind == W or (kind == F and s == S - 1) or (kind != F and s == 0)):
-                    dst = t_dev_of[s + 1] if kind == F else t_dev_of[s - 1]
-                    arrival = finish
-                    if dst != d:
-                        back = 0 if kind == F else 1
-                        cross = 1 if per_node > 0 and d // per_node != dst // per_node else 0
-                        ser = t_ser[back, cross, s]
-                        go = finish
-                        if ser > 0:
-                            go = max(finish, t_link[d * p + dst])
-                            t_link[d * p + dst] = go + ser
-                        arrival = go + ser + t_lat[back, cross, s]
+                    s = pick_stage[d]
+                    j = pick_mb[d]
                     if kind == F:
-                        t_arr_f[s * m + j] = arrival
+                        last_f[s] = t
+                        nf[s] += 1
+                        kf_of[d] = kf + 1
+                        if want[d] == WANT_F:
+                            want[d] = WANT_B
+                        if alternate and not dynamic and kf + 1 < total:
+                            c, head_fj[d] = _stream(kf + 1, n, m, group)
+                            head_fs[d] = stages[lo + c]
                     else:
-                        t_arr_b[s * m + j] = arrival
-            o_kind[row] = kind
-            o_stage[row] = s
-            o_mb[row] = j
+                        last_b[s] = t
+                        nb[s] += 1
+                        kb_of[d] = kb + 1
+                        want[d] = WANT_F
+                        if alternate and not dynamic and kb + 1 < total:
+                            c, head_bj[d] = _b_stream(kb + 1, n, m, group, lifo)
+                            head_bs[d] = stages[lo + c]
+                if timed:  # time_op, written out: a call per op costs its arrays' reference counts
+                    if not pair:
+                        start = t_free[d]
+                        if kind == F and s > 0:
+                            start = max(start, t_arr_f[(s - 1) * m + j])
+                        elif kind == B or kind == BW:
+                            start += t_rec_dur[s]  # a recompute runs first (Timing)
+                            t_busy[d] += t_rec_dur[s]
+                            t_mem[d] += t_rec_mem[s]
+                            t_peak[d] = max(t_peak[d], t_mem[d])
+                            if s < S - 1:
+                                start = max(start, t_arr_b[(s + 1) * m + j])
+                        took = t_dur[kind, s]
+                        finish = start + took
+                        t_free[d] = finish
+                        t_begin[d] = min(t_begin[d], start)
+                        t_busy[d] += took
+                        if finish > t_end[0]:
+                            t_end[0] = finish
+                    if kind == F:
+                        t_mem[d] += t_act[s] - t_rec_mem[s]
+                        t_peak[d] = max(t_peak[d], t_mem[d])
+                    elif kind == B:
+                        t_mem[d] -= t_act[s] - t_act_w[s]
+                    elif kind == W:
+                        t_mem[d] -= t_act_w[s]
+                    else:
+                        t_mem[d] -= t_act[s]
+                    if not (kind == W or (kind == F and s == S - 1) or (kind != F and s == 0)):
+                        dst = t_dev_of[s + 1] if kind == F else t_dev_of[s - 1]
+                        arrival = finish
+                        if dst != d:
+                            back = 0 if kind == F else 1
+                            cross = 1 if per_node > 0 and d // per_node != dst // per_node else 0
+                            ser = t_ser[back, cross, s]
+                            go = finish
+                            if ser > 0:
+                                go = max(finish, t_link[d * p + dst])
+                                t_link[d * p + dst] = go + ser
+                            arrival = go + ser + t_lat[back, cross, s]
+                        if kind == F:
+                            t_arr_f[s * m + j] = arrival
+                        else:
+                            t_arr_b[s * m + j] = arrival
+                o_kind[row] = kind
+                o_stage[row] = s
+                o_mb[row] = j
+                if overlap:
+                    o_slot[row] = -1 if unit == 1 else 0
         remaining -= moved
         if moved == 0:
             return DEADLOCK, t
@@ -680,6 +738,26 @@ def _fill_device(out_ptr, device, slot, d):
     for r in range(lo, out_ptr[d + 1]):
         device[r] = d
         slot[r] = r - lo
+
+
+@njit(cache=True)
+def fill_rows_paired(out_ptr, device, slot):
+    """:func:`fill_rows` for a construction with overlapped units: a row the
+    kernel marked with slot -1 shares the slot of the row before it.
+
+    Parameters
+    ----------
+    out_ptr : int64 (p + 1,)
+    device, slot : int32 (ops,)
+        Output; ``slot`` holds the kernel's marks on entry.
+    """
+    for d in range(out_ptr.shape[0] - 1):
+        k = -1
+        for r in range(out_ptr[d], out_ptr[d + 1]):
+            device[r] = d
+            if slot[r] != -1:
+                k += 1
+            slot[r] = k
 
 
 @njit(cache=True, parallel=True)

@@ -322,7 +322,8 @@ def _rules(pl, m, od, split, w_rule, layout):
                     group=1 if group is None else int(group), lifo=od.backward == "lifo",
                     dynamic=dynamic, fill=warm == "fill", strict=bool(od.strict),
                     backward_first=od.first == "backward", warmup=warmup, cap=cap, lag=lag,
-                    w_fill=_k.FILL_IDLE if w_rule == "bubbles" else _k.FILL_AT_END)
+                    w_fill=_k.FILL_IDLE if w_rule == "bubbles" else _k.FILL_AT_END,
+                    overlap=bool(od.overlap))
 
 
 def _state(p, stages, m, out_ptr, cap):
@@ -394,11 +395,12 @@ def _stepless(rules, timed):
     when every device's next op follows from its own ops so far. That is
     the alternate policy over fixed streams, strict (a device waits for the
     op it wants, so readiness only delays it), W's not put into idle steps,
-    and nothing timed. A "fill" warm-up ends when a backward is first
-    ready, which depends on the other devices: the stepping runs until
-    every device has left it."""
+    and nothing timed or overlapped (a unit forms when two ops are ready at
+    once, which depends on the other devices). A "fill" warm-up ends when a
+    backward is first ready, which depends on the other devices: the
+    stepping runs until every device has left it."""
     return (rules.policy == _k.ALTERNATE and not rules.dynamic and rules.strict
-            and rules.w_fill != _k.FILL_IDLE and not timed)
+            and rules.w_fill != _k.FILL_IDLE and not timed and not rules.overlap)
 
 
 def _streams(layout, rules):
@@ -464,7 +466,10 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
         status, steps = _k.compose_kernel(layout, rules, st, cols, tm)
     if status != _k.OK:
         raise ScheduleError(_deadlock_message(pl, m, od, layout, st, steps), rule="deadlock")
-    fill = _k.fill_rows if len(cols.kind) >= PARALLEL_MIN_OPS else _k.fill_rows_serial
+    if rules.overlap:
+        fill = _k.fill_rows_paired
+    else:
+        fill = _k.fill_rows if len(cols.kind) >= PARALLEL_MIN_OPS else _k.fill_rows_serial
     fill(layout.out_ptr, cols.device, cols.slot)
     return cols, tm
 
@@ -491,7 +496,8 @@ def fresh(tm):
 def _untimed():
     z1 = np.zeros(1)
     z3 = np.zeros((2, 2, 1))
-    return _k.Timing(on=False, dur=np.zeros((4, 1)), ser=z3, lat=z3, per_node=0, act=z1,
+    return _k.Timing(on=False, dur=np.zeros((4, 1)), ser=z3, lat=z3, per_node=0, fb_factor=1.0,
+                     act=z1,
                      act_w=z1, rec_dur=z1, rec_mem=z1, device_of=np.zeros(1, np.int64), arr_f=z1,
                      arr_b=z1, free=z1, link_free=z1, mem=z1, peak=z1, begin=z1, busy=z1, end=z1)
 
@@ -567,7 +573,7 @@ def timing(placement, microbatches, costs, network=None, recompute=None):
         rec_dur[chosen] = (np.asarray(arr["r"], float) + o)[chosen]
         rec_mem[chosen] = (act - np.asarray(arr["checkpoint"], float))[chosen]
     return _k.Timing(on=True, dur=dur, ser=ser, lat=lat, per_node=per_node,
-                     act=act, act_w=np.asarray(arr["activation_w"], float),
+                     fb_factor=float(costs.fb_factor), act=act, act_w=np.asarray(arr["activation_w"], float),
                      rec_dur=rec_dur, rec_mem=rec_mem,
                      device_of=placement.as_array(), arr_f=np.zeros(m * S),
                      arr_b=np.zeros(m * S), free=zeros.copy(), link_free=np.zeros(p * p),

@@ -68,6 +68,12 @@ class Order:
         (the families' behaviour); with False, while that op is not ready it
         runs the other kind if that is ready, keeping at most as many
         microbatches in flight as its warm-up brought in (or ``inflight``).
+    overlap : bool
+        alternate and greedy: when a device (past its warm-up) has both its
+        next forward and its next backward ready, of different stages, it
+        runs them as one overlapped F&B unit (DualPipe's), which takes
+        ``Costs.fb_factor`` times the two ops' time; the forward comes first
+        in the unit and the backward is the one the policy would run next.
     """
 
     policy: str = "alternate"
@@ -77,6 +83,7 @@ class Order:
     inflight: object = None
     first: str = "backward"
     strict: bool = True
+    overlap: bool = False
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -91,6 +98,12 @@ class Order:
                              "group= an int, 'all' or None, not 'ready'")
         if not isinstance(self.strict, (bool, np.bool_)):
             raise InputError(f"order 'strict' must be True or False (got {self.strict!r})")
+        if not isinstance(self.overlap, (bool, np.bool_)):
+            raise InputError(f"order 'overlap' must be True or False (got {self.overlap!r})")
+        if self.overlap and self.policy == "rotate":
+            raise InputError("the rotate order has no overlapped F&B units: each visit runs its "
+                             "forward, backward and W in turn (overlap=True goes with the "
+                             "alternate and greedy policies)")
         if self.first not in ("backward", "forward"):
             raise InputError(f"order 'first' must be 'backward' or 'forward' (got {self.first!r})")
         if not (self.policy == "rotate" and self.warmup is None):
@@ -118,6 +131,8 @@ class Order:
         else:
             out.update(first=self.first)
         out["inflight"] = _plain(self.inflight)
+        if self.overlap:
+            out["overlap"] = True
         return out
 
 
@@ -140,7 +155,8 @@ def _counts(name, value, words):
         check_int(f"{name}[{d}]", x, minimum=1)
 
 
-def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False) -> Order:
+def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False,
+                overlap=False) -> Order:
     """1F1B: a warm-up of forwards, then one backward, one forward, ...
 
     By default the alternation is a preference: a device whose wanted op is
@@ -162,6 +178,9 @@ def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False) -> O
         or "ready" (see :class:`Order`).
     strict : bool, default False
         Wait for the op the alternation wants instead.
+    overlap : bool, default False
+        Past the warm-up, run the next forward and the next backward as one
+        overlapped F&B unit when both are ready (see :class:`Order`).
 
     Returns
     -------
@@ -172,7 +191,8 @@ def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False) -> O
     ValueError
         For a bad warm-up, cap or group.
     """
-    return Order("alternate", group=group, warmup=warmup, inflight=inflight, strict=strict)
+    return Order("alternate", group=group, warmup=warmup, inflight=inflight, strict=strict,
+                 overlap=overlap)
 
 
 def depth_first(group=None, warmup="fill", inflight=None) -> Order:
@@ -225,7 +245,7 @@ def breadth_first(backward="lifo") -> Order:
     return Order("alternate", group="all", backward=backward, warmup="all")
 
 
-def greedy(first="backward", inflight=None) -> Order:
+def greedy(first="backward", inflight=None, overlap=False) -> Order:
     """Earliest-start list scheduling: run whatever is ready.
 
     Ties go to the ``first`` kind, then the lower microbatch, then the deeper
@@ -237,6 +257,9 @@ def greedy(first="backward", inflight=None) -> Order:
         "backward" or "forward".
     inflight : int or sequence of int, optional
         Most microbatches in flight per device.
+    overlap : bool, default False
+        Run the best ready forward and the best ready backward as one
+        overlapped F&B unit when both are ready (see :class:`Order`).
 
     Returns
     -------
@@ -247,7 +270,7 @@ def greedy(first="backward", inflight=None) -> Order:
     ValueError
         For a bad ``first`` or cap.
     """
-    return Order("greedy", first=first, inflight=inflight)
+    return Order("greedy", first=first, inflight=inflight, overlap=overlap)
 
 
 def rotate(warmup=None, inflight=None) -> Order:

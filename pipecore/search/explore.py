@@ -69,6 +69,8 @@ class Composition:
             parts.append(f"{od.first} first")
         if od.inflight is not None:
             parts.append(f"inflight={od.inflight}")
+        if od.overlap:
+            parts.append("overlap")
         w = "fused" if not self.split_backward else ("visit" if self.w is None else
                                                       f"w={_w_text(self.w)}")
         return f"{where}/{' '.join(parts)}/{w}"
@@ -82,7 +84,7 @@ def _w_text(w):
     return "lag " + ",".join(map(str, w)) if isinstance(w, tuple) else str(w)
 
 
-def default_space(devices: int, microbatches: int) -> list[Composition]:
+def default_space(devices: int, microbatches: int, overlap: bool = False) -> list[Composition]:
     """The compositions :func:`explore` tries by default.
 
     Placements: linear, looped with 2, 3, 4, 5, 6 and 8 chunks, the V, and
@@ -94,10 +96,19 @@ def default_space(devices: int, microbatches: int) -> list[Composition]:
     W "with" its B, "staggered", "late", in the "bubbles", a uniform lag of
     1 to p, or ZB-H2's lag 2d (the rotation: fused or in its visit).
 
+    With ``overlap``, also the 1F1B and greedy orders with overlapped F&B
+    units (``overlap=True``, each cap) on the placements with several
+    stages per device (one stage per device has no unit to form: its F and
+    B are of one stage), fused or with W "with", "staggered", "late" or in
+    the "bubbles".
+
     Parameters
     ----------
     devices, microbatches : int
         p and m.
+    overlap : bool, default False
+        Add the compositions with overlapped F&B units (worth it when
+        ``Costs.fb_factor`` < 1: a unit then takes less than its two ops).
 
     Returns
     -------
@@ -131,6 +142,18 @@ def default_space(devices: int, microbatches: int) -> list[Composition]:
             out += [Composition(pl, od, True, w) for w in w_rules]
         for od in rotations:
             out += [Composition(pl, od, False, None), Composition(pl, od, True, None)]
+    if overlap:
+        paired = [_orders.one_f_one_b(warmup=w, inflight=k, overlap=True)
+                  for w in ("short", "fill") for k in caps]
+        paired += [_orders.greedy(first=f, inflight=k, overlap=True)
+                   for f in ("backward", "forward") for k in caps]
+        for pl in places:
+            if pl.stages == pl.devices:
+                continue
+            for od in paired:
+                out.append(Composition(pl, od, False, None))
+                out += [Composition(pl, od, True, w)
+                        for w in ("with", "staggered", "late", "bubbles")]
     return out
 
 
@@ -180,7 +203,8 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         With a Model: the hardware its times and network come from
         (default ``Hardware.preset("h100-nvlink")``).
     space : sequence of Composition, optional
-        The compositions to try.
+        The compositions to try (default :func:`default_space`, with the
+        overlapped F&B units when ``costs.fb_factor`` < 1).
     top : int, default 3
         Compositions simulated in full and polished.
     include_tune : bool, default True
@@ -256,7 +280,11 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             or math.isnan(limit) or limit <= 0:
         raise InputError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
     limit = float(limit)
-    space = default_space(p, m) if space is None else list(space)
+    if space is None:
+        # Overlapped units gain only when a unit takes less than its two ops.
+        space = default_space(p, m, overlap=costs is not None and costs.fb_factor < 1)
+    else:
+        space = list(space)
     for c in space:
         if not isinstance(c, Composition):
             raise InputError(f"'space' holds {type(c).__name__}; give pipecore.search."
