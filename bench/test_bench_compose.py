@@ -53,6 +53,22 @@ def test_explore_screening(benchmark):
     benchmark.extra_info["timings"] = len(rows)
 
 
+def test_explore_screening_with_overlapped_units(benchmark):
+    """The screening when Costs.fb_factor < 1 adds the compositions with
+    overlapped F&B units to the space (3,060 more at p=8)."""
+    from pipecore.search import explore as ex
+
+    costs = pc.Costs(f=1.0, b=1.2, w=0.8, comm=0.05, fb_factor=0.7)
+    space = ex.default_space(EXPLORE_P, EXPLORE_M, overlap=True)
+    benchmark.group = f"explore p={EXPLORE_P} m={EXPLORE_M}"
+    benchmark.name = f"screen {len(space)} compositions (fb_factor 0.7)"
+    splits = ex._Splits(None, None, costs, None)
+    rows = benchmark.pedantic(ex._screen, (space, EXPLORE_M, splits, 6.0, False, True),
+                              rounds=pick(3, 1), iterations=1, warmup_rounds=pick(1, 0))
+    assert sum(not r["recompute"] for r in rows) == len(space)
+    benchmark.extra_info["timings"] = len(rows)
+
+
 def test_explore_end_to_end(benchmark):
     """The whole call: screening, full simulations of the best, recompute,
     polish and tune."""
