@@ -35,33 +35,19 @@ def test_compose_against_build(benchmark, name, how):
 EXPLORE_P, EXPLORE_M = pick((8, 32), (2, 4))
 
 
-def test_explore_screening(benchmark):
+@pytest.mark.parametrize("fb", [1.0, 0.7])
+def test_explore_screening(benchmark, fb):
     """Issue 41's search bar: pc.explore(8, 32, ...) evaluates >= 10,000
     compositions in under 10 s; this times the screening (every composition
     built and timed with the costs, those over the limit again with every
-    stage recomputed), the part that grows with the space."""
+    stage recomputed), the part that grows with the space. With fb_factor
+    0.7 the space holds the overlapped F&B units too (3,060 more at p=8)."""
     from pipecore.search import explore as ex
 
-    costs = pc.Costs(f=1.0, b=1.2, w=0.8, comm=0.05)
-    space = ex.default_space(EXPLORE_P, EXPLORE_M)
+    costs = pc.Costs(f=1.0, b=1.2, w=0.8, comm=0.05, fb_factor=fb)
+    space = ex.default_space(EXPLORE_P, EXPLORE_M, overlap=fb < 1)
     benchmark.group = f"explore p={EXPLORE_P} m={EXPLORE_M}"
-    benchmark.name = f"screen {len(space)} compositions"
-    splits = ex._Splits(None, None, costs, None)
-    rows = benchmark.pedantic(ex._screen, (space, EXPLORE_M, splits, 6.0, False, True),
-                              rounds=pick(3, 1), iterations=1, warmup_rounds=pick(1, 0))
-    assert sum(not r["recompute"] for r in rows) == len(space)
-    benchmark.extra_info["timings"] = len(rows)
-
-
-def test_explore_screening_with_overlapped_units(benchmark):
-    """The screening when Costs.fb_factor < 1 adds the compositions with
-    overlapped F&B units to the space (3,060 more at p=8)."""
-    from pipecore.search import explore as ex
-
-    costs = pc.Costs(f=1.0, b=1.2, w=0.8, comm=0.05, fb_factor=0.7)
-    space = ex.default_space(EXPLORE_P, EXPLORE_M, overlap=True)
-    benchmark.group = f"explore p={EXPLORE_P} m={EXPLORE_M}"
-    benchmark.name = f"screen {len(space)} compositions (fb_factor 0.7)"
+    benchmark.name = f"screen {len(space)} compositions" + (f" (fb_factor {fb})" if fb < 1 else "")
     splits = ex._Splits(None, None, costs, None)
     rows = benchmark.pedantic(ex._screen, (space, EXPLORE_M, splits, 6.0, False, True),
                               rounds=pick(3, 1), iterations=1, warmup_rounds=pick(1, 0))

@@ -47,6 +47,22 @@ def _random_case(rng):
     return placement, m, order, split, w, costs, network
 
 
+def _timed(placement, m, order, split, w, costs, network, recompute=None):
+    """The construction kernel's timing of a composition (as explore screens it)."""
+    pl = pc.placements.resolve(placement)
+    rule = None if order.policy == "rotate" else (w if not split or w else "staggered")
+    return C._run(pl, m, order, split, rule if split else None,
+                  C.timing(pl, m, costs, network, recompute=recompute))[1]
+
+
+def _same_numbers(tm, res):
+    """The timing's makespan, peaks, spans and busy times are the simulation's."""
+    assert tm.end[0] == pytest.approx(res.makespan, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(tm.peak, res.peak_activation, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tm.free - tm.begin, res.span, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tm.busy, res.busy, rtol=1e-12, atol=1e-12)
+
+
 def test_timing_mode_equals_simulate():
     rng = random.Random(41)
     checked = 0
@@ -57,15 +73,9 @@ def test_timing_mode_equals_simulate():
                                split_backward=split, w=w)
         except pc.ScheduleError:
             continue
-        pl = pc.placements.resolve(placement)
-        rule = None if order.policy == "rotate" else (w if not split or w else "staggered")
-        _cols, tm = C._run(pl, m, order, split, rule if split else None,
-                           C.timing(pl, m, costs, network))
+        tm = _timed(placement, m, order, split, w, costs, network)
         res = pc.simulate(sched, costs, network)
-        assert tm.end[0] == pytest.approx(res.makespan, rel=1e-12, abs=1e-12)
-        np.testing.assert_allclose(tm.peak, res.peak_activation, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(tm.free - tm.begin, res.span, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(tm.busy, res.busy, rtol=1e-12, atol=1e-12)
+        _same_numbers(tm, res)
         checked += 1
     assert checked >= 250
 
@@ -84,19 +94,13 @@ def test_timing_mode_with_recompute_equals_simulate_of_recompute():
                                split_backward=split, w=w)
         except pc.ScheduleError:
             continue
-        pl = pc.placements.resolve(placement)
-        chosen = [rng.random() < 0.6 for _ in range(pl.stages)]
+        chosen = [rng.random() < 0.6 for _ in range(len(placement))]
         if not any(chosen):
             chosen[0] = True
-        rule = None if order.policy == "rotate" else (w if not split or w else "staggered")
-        _cols, tm = C._run(pl, m, order, split, rule if split else None,
-                           C.timing(pl, m, costs, network, recompute=chosen))
+        tm = _timed(placement, m, order, split, w, costs, network, chosen)
         stages = [s for s, c in enumerate(chosen) if c]
         res = pc.simulate(pc.recompute(sched, stages=stages), costs, network)
-        assert tm.end[0] == pytest.approx(res.makespan, rel=1e-12, abs=1e-12)
-        np.testing.assert_allclose(tm.peak, res.peak_activation, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(tm.free - tm.begin, res.span, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(tm.busy, res.busy, rtol=1e-12, atol=1e-12)
+        _same_numbers(tm, res)
         checked += 1
     assert checked >= 150
 
@@ -119,18 +123,12 @@ def test_timing_mode_with_overlapped_units_equals_simulate():
                                split_backward=split, w=w)
         except pc.ScheduleError:
             continue
-        pl = pc.placements.resolve(placement)
-        chosen = [rng.random() < 0.3 for _ in range(pl.stages)]
-        rule = w if not split or w else "staggered"
-        _cols, tm = C._run(pl, m, order, split, rule if split else None,
-                           C.timing(pl, m, costs, network, recompute=chosen))
+        chosen = [rng.random() < 0.3 for _ in range(len(placement))]
+        tm = _timed(placement, m, order, split, w, costs, network, chosen)
         if any(chosen):
             sched = pc.recompute(sched, stages=[s for s, c in enumerate(chosen) if c])
         res = pc.simulate(sched, costs, network)
-        assert tm.end[0] == pytest.approx(res.makespan, rel=1e-12, abs=1e-12)
-        np.testing.assert_allclose(tm.peak, res.peak_activation, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(tm.free - tm.begin, res.span, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(tm.busy, res.busy, rtol=1e-12, atol=1e-12)
+        _same_numbers(tm, res)
         checked += 1
         paired += bool(sched._info().paired.any())
     assert checked >= 120 and paired >= 40

@@ -612,30 +612,11 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
             pick_kind[d] = kind
             row = out_ptr[d] + kf + kb + kw_of[d]
             finish = 0.0
-            if pair:
-                # An overlapped F&B unit: the backward's recompute (if any)
-                # first, then both ops together once both inputs are in.
-                bk = B if split else BW
-                if timed:
-                    start = t_free[d] + t_rec_dur[bs]
-                    t_busy[d] += t_rec_dur[bs]
-                    t_mem[d] += t_rec_mem[bs]
-                    t_peak[d] = max(t_peak[d], t_mem[d])
-                    if fs > 0:
-                        start = max(start, t_arr_f[(fs - 1) * m + fj])
-                    if bs < S - 1:
-                        start = max(start, t_arr_b[(bs + 1) * m + bj])
-                    took = (t_dur[F, fs] + t_dur[bk, bs]) * fb_factor
-                    finish = start + took
-                    t_free[d] = finish
-                    t_begin[d] = min(t_begin[d], start)
-                    t_busy[d] += took
-                    if finish > t_end[0]:
-                        t_end[0] = finish
+            bk = B if split else BW
             for unit in range(2 if pair else 1):
                 moved += 1
                 if unit == 1:
-                    kind = B if split else BW
+                    kind = bk
                     pick_stage[d] = bs
                     pick_mb[d] = bj
                     row += 1
@@ -668,18 +649,21 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                             c, head_bj[d] = _b_stream(kb + 1, n, m, group, lifo)
                             head_bs[d] = stages[lo + c]
                 if timed:  # time_op, written out: a call per op costs its arrays' reference counts
-                    if not pair:
+                    if unit == 0:  # an overlapped unit starts and ends as one
                         start = t_free[d]
+                        if pair or kind == B or kind == BW:
+                            rs = bs if pair else s  # the backward, after its recompute (Timing)
+                            start += t_rec_dur[rs]
+                            t_busy[d] += t_rec_dur[rs]
+                            t_mem[d] += t_rec_mem[rs]
+                            t_peak[d] = max(t_peak[d], t_mem[d])
+                            if rs < S - 1:
+                                start = max(start, t_arr_b[(rs + 1) * m + (bj if pair else j)])
                         if kind == F and s > 0:
                             start = max(start, t_arr_f[(s - 1) * m + j])
-                        elif kind == B or kind == BW:
-                            start += t_rec_dur[s]  # a recompute runs first (Timing)
-                            t_busy[d] += t_rec_dur[s]
-                            t_mem[d] += t_rec_mem[s]
-                            t_peak[d] = max(t_peak[d], t_mem[d])
-                            if s < S - 1:
-                                start = max(start, t_arr_b[(s + 1) * m + j])
                         took = t_dur[kind, s]
+                        if pair:
+                            took = (took + t_dur[bk, bs]) * fb_factor
                         finish = start + took
                         t_free[d] = finish
                         t_begin[d] = min(t_begin[d], start)
