@@ -37,10 +37,12 @@ def _per_device(value, p, name):
 
 
 class _Device:
-    def __init__(self, d, stages, m):
+    def __init__(self, d, stages, m, chain):
         self.d = d
         self.stages = stages
         self.c0 = stages[0]
+        # the first stage of the second pipeline here, if any
+        self.c1 = min((s for s in stages if s >= chain), default=None)
         self.m = m
         self.total = len(stages) * m
         self.kf = self.kb = self.kw = 0
@@ -57,14 +59,18 @@ class _Device:
     def done(self, split):
         return self.kf == self.total and self.kb == self.total and (not split or self.kw == self.total)
 
+    def held(self, c):
+        return 0 if c is None else self.nf[c] - self.nb[c]
+
     def inflight(self):
-        return self.nf[self.c0] - self.nb[self.c0]
+        """Microbatches in flight: the larger pipeline's count (the cap is per pipeline)."""
+        return max(self.held(self.c0), self.held(self.c1))
 
     def capped(self, s):
-        return s == self.c0 and self.inflight() >= self.limit
+        return s in (self.c0, self.c1) and self.held(s) >= self.limit
 
 
-def compose_reference(placement, microbatches, split, policy, w=None):
+def compose_reference(placement, microbatches, split, policy, w=None, chains=1):
     """Build the per-device programs of a composed schedule, by the spec, slowly.
 
     Parameters
@@ -88,6 +94,11 @@ def compose_reference(placement, microbatches, split, policy, w=None):
     w : None, str, int or list of int
         W rule when ``split``: ``"with"``, ``"late"``, ``"bubbles"``, ``"staggered"``, a
         lag for every device, or one lag per device. None means ``"with"``.
+    chains : int
+        2: ``placement`` maps the stages twice, one pipeline after the other (entry
+        ``c * S + s`` is stage s of pipeline c); pipeline c carries microbatches
+        ``c * m/2 ... (c + 1) * m/2 - 1`` and each device ends with an all-reduce
+        ``("AR", s, None)`` of every stage it shares with another device, in stage order.
 
     Returns
     -------
@@ -105,12 +116,14 @@ def compose_reference(placement, microbatches, split, policy, w=None):
     P = [int(x) for x in placement]
     S = len(P)
     m = int(microbatches)
-    if S == 0 or m < 1:
-        raise ValueError("need at least one stage and one microbatch")
+    if S == 0 or m < 1 or S % chains or m % chains:
+        raise ValueError("need at least one stage and one microbatch, split evenly over chains")
+    m //= chains  # per pipeline; the stages of both pipelines are 0..S-1 here
+    C = S // chains  # stages per pipeline
     p = max(P) + 1
     if min(P) < 0 or sorted(set(P)) != list(range(p)):
         raise ValueError("every device 0..p-1 must hold at least one stage")
-    devs = [_Device(d, [s for s in range(S) if P[s] == d], m) for d in range(p)]
+    devs = [_Device(d, [s for s in range(S) if P[s] == d], m, C) for d in range(p)]
     bkind = "B" if split else "BW"
 
     # ---- W rule
@@ -180,11 +193,11 @@ def compose_reference(placement, microbatches, split, policy, w=None):
                 dev.K = None
             elif k == "short":
                 if dev.fstream is None:
-                    dev.K = min(S - dev.c0, n * m)
+                    dev.K = min(C - dev.c0 % C, n * m)
                 else:
                     s0, j0 = dev.bstream[0]
                     pos = dev.fstream.index((s0, j0))
-                    dev.K = min(pos + (S - 1 - s0) + 1, n * m)
+                    dev.K = min(pos + (C - 1 - s0 % C) + 1, n * m)
             elif isinstance(k, int) and not isinstance(k, bool):
                 dev.K = min(max(k, 0), n * m)
             else:
@@ -195,10 +208,10 @@ def compose_reference(placement, microbatches, split, policy, w=None):
     fdone, bdone = set(), set()
 
     def f_ready(s, j):
-        return s == 0 or (s - 1, j) in fdone
+        return s % C == 0 or (s - 1, j) in fdone
 
     def b_ready(s, j):
-        return (s, j) in fdone and (s == S - 1 or (s + 1, j) in bdone)
+        return (s, j) in fdone and (s % C == C - 1 or (s + 1, j) in bdone)
 
     # ---- per-device views of "the next F" and "the next B"
     def next_f(dev):
@@ -397,4 +410,20 @@ def compose_reference(placement, microbatches, split, policy, w=None):
                     written.append(("W", s, j))
             dev.program.append(written[0] if len(written) == 1 else tuple(written))
         t += 1
-    return [dev.program for dev in devs]
+    if chains == 1:
+        return [dev.program for dev in devs]
+
+    def real(op):
+        return (op[0], op[1] % C, op[2] + (op[1] // C) * m)
+
+    holders = {}
+    for v, d in enumerate(P):
+        holders.setdefault(v % C, set()).add(d)
+    out = []
+    for dev in devs:
+        prog = [tuple(real(o) for o in u) if isinstance(u[0], tuple) else real(u)
+                for u in dev.program]
+        prog += [("AR", s, None) for s in sorted(holders)
+                 if dev.d in holders[s] and len(holders[s]) > 1]
+        out.append(prog)
+    return out

@@ -310,3 +310,40 @@ def test_stepless_writing_equals_stepping(cases, threads, monkeypatch):
         assert got[0] == got[1], (placement, p, m, order, split, w)
         kinds["deadlock" if isinstance(got[0], str) else "same"] += 1
     assert kinds["same"] > cases // 2 and kinds["deadlock"] > cases // 4  # both outcomes
+
+
+def test_two_pipelines_by_hand():
+    # Chimera's placement at p=2, m=2, greedy (backward first), fused: microbatch 0
+    # goes down (stage 0 on device 0), microbatch 1 up (stage 0 on device 1). By
+    # hand at unit steps: step 0 both first stages' forwards; step 1 the second
+    # stages' (their inputs came at step 0); step 2 the last stages' backwards;
+    # step 3 the first stages'; then each device all-reduces its two stages,
+    # both shared with the other device, in stage order.
+    s = pc.compose(placement="bidirectional", devices=2, microbatches=2,
+                   order=pc.orders.greedy())
+    assert s.programs() == [
+        [("F", 0, 0), ("F", 1, 1), ("BW", 1, 1), ("BW", 0, 0), ("AR", 0, None), ("AR", 1, None)],
+        [("F", 0, 1), ("F", 1, 0), ("BW", 1, 0), ("BW", 0, 1), ("AR", 0, None), ("AR", 1, None)]]
+    assert s.replicated and s.params["composition"]["chains"] == 2
+    assert s.params["composition"]["placement"] == "bidirectional"
+    pc.simulate(s)  # a replicated schedule simulates like Chimera's
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(microbatches=3, order=pc.orders.greedy()), r"must be a multiple of 2 \(got 3\)"),
+    (dict(microbatches=4, order=pc.orders.rotate()), "the rotate order visits the chunks of one"),
+])
+def test_two_pipelines_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pc.compose(placement="bidirectional", devices=2, **kwargs)
+
+
+def test_two_pipelines_have_no_construction_timing():
+    from pipecore.schedules import compose as C
+
+    with pytest.raises(ValueError, match="no all-reduce for replicated stages"):
+        C.timing(pc.placements.bidirectional(2), 4, pc.Costs())
+    with pytest.raises(ValueError, match="chains' must be 1 or 2"):
+        pc.placements.Placement((0, 1, 1), chains=3)
+    with pytest.raises(ValueError, match="3 entries do not split into 2 chains"):
+        pc.placements.Placement((0, 1, 1), chains=2)

@@ -43,19 +43,26 @@ def explore_arguments(p):
                    help="write the winner's HTML report page to this file (e.g. explore.html)")
     p.add_argument("--csv", default=None, metavar="FILE",
                    help="write the winner as torch's compute_only CSV (needs pipecore[torch]); "
-                        "run it with pipecore run-torch FILE --ranks P")
+                        "run it with pipecore run-torch FILE --ranks P. The search then "
+                        "leaves out the two-pipeline (replicated) placements torch cannot run")
     progress_args(p)
 
 
 def explore_command(args, out):
-    from ..search.explore import explore
+    from ..search.explore import default_space, explore
     from ..search.tune import TuneError
 
     try:
         costs, network, hardware = _costs_or_model(args)
+        space = None
+        if args.csv:
+            # torch runs a stage on one rank: leave out the replicated pipelines.
+            overlap = hardware is None and costs.fb_factor < 1
+            space = [c for c in default_space(args.devices, args.microbatches, overlap)
+                     if c.placement.chains == 1]
         best = explore(args.devices, args.microbatches, costs, memory_limit=args.memory_limit,
                        network=network, hardware=hardware, include_tune=not args.no_tune,
-                       recompute=not args.no_recompute, progress=args.progress)
+                       recompute=not args.no_recompute, progress=args.progress, space=space)
     except (TuneError, ValueError) as exc:
         print(f"pipecore: {exc}", file=sys.stderr)
         return 1

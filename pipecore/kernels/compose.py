@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .codes import BW, B, F, W
 
@@ -53,6 +53,19 @@ class Layout(NamedTuple):
         Microbatches.
     split : bool
         Backward split into B and W (else one BW op).
+    chain : int
+        Stages per pipeline: stage s is the first of its pipeline when
+        ``s % chain == 0`` and the last when ``s % chain == chain - 1``
+        (S for one pipeline; S / 2 for a bidirectional placement, whose
+        second pipeline's stages are numbered after the first's).
+    head, tail : bool (S,)
+        Whether stage s is the first (last) of its pipeline: ``s % chain``
+        is 0 (``chain - 1``), kept as arrays for the inner loops.
+    first2 : int64 (p,)
+        With two pipelines, each device's first stage of the second (-1
+        if none, or with one pipeline): the cap counts each pipeline's
+        microbatches in flight on the device from the forward of its first
+        stage there.
     """
 
     dev_ptr: np.ndarray
@@ -60,6 +73,10 @@ class Layout(NamedTuple):
     out_ptr: np.ndarray
     m: int
     split: bool
+    chain: int
+    head: np.ndarray
+    tail: np.ndarray
+    first2: np.ndarray
 
 
 class Rules(NamedTuple):
@@ -100,7 +117,7 @@ class Rules(NamedTuple):
         A device (ALTERNATE: past its warm-up) whose next forward and next
         backward, of different stages, are both ready runs them as one
         overlapped F&B unit: two rows sharing a slot, the F first (the
-        kernel marks the second row's slot -1; :func:`fill_rows_paired`
+        kernel marks the second row's slot -1; ``kernels.columns.fill_rows_paired``
         numbers the slots).
     """
 
@@ -372,6 +389,9 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
     out_ptr = layout.out_ptr
     m = layout.m
     split = layout.split
+    head = layout.head
+    tail = layout.tail
+    first2 = layout.first2
     p = dev_ptr.shape[0] - 1
     S = stages.shape[0]
     alternate = rules.policy == ALTERNATE
@@ -449,10 +469,16 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
             kb = kb_of[d]
             pending = kb - kw_of[d]
             c0 = stages[lo]
+            c1 = first2[d]
+            # Microbatches in flight, per pipeline: forwards of the device's
+            # first stage of it whose backward has not run.
+            h0 = nf[c0] - nb[c0]
+            h1 = nf[c1] - nb[c1] if c1 >= 0 else 0
+            held = max(h0, h1)
             if alternate and want[d] == WARM and not fill and kf >= warmup[d]:
                 want[d] = WANT_B
                 if not strict:
-                    limit[d] = min(limit[d], nf[c0] - nb[c0])
+                    limit[d] = min(limit[d], held)
             what = -1  # 0: F, 1: B
             pair = False
             if split and pending > lag[d]:
@@ -467,9 +493,9 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                     if kf < total:
                         fs = head_fs[d]
                         fj = head_fj[d]
-                        if fs == c0 and nf[c0] - nb[c0] >= limit[d]:
+                        if (fs == c0 and h0 >= limit[d]) or (fs == c1 and h1 >= limit[d]):
                             f_code = -1
-                        elif fs == 0 or _seen(nf[fs - 1], last_f[fs - 1], t) > fj:
+                        elif head[fs] or _seen(nf[fs - 1], last_f[fs - 1], t) > fj:
                             f_code = 1
                         else:
                             f_code = 0
@@ -479,11 +505,11 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                         j = nf[s]
                         if j >= m:
                             continue
-                        if s == c0 and nf[c0] - nb[c0] >= limit[d]:
+                        if (s == c0 and h0 >= limit[d]) or (s == c1 and h1 >= limit[d]):
                             if f_code == -2:
                                 fs, fj, f_code = s, j, -1
                             continue
-                        if s == 0 or _seen(nf[s - 1], last_f[s - 1], t) > j:
+                        if head[s] or _seen(nf[s - 1], last_f[s - 1], t) > j:
                             fs, fj, f_code = s, j, 1
                             break
                         if f_code < 0:
@@ -497,7 +523,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                         bs = head_bs[d]
                         bj = head_bj[d]
                         b_code = 1 if (_seen(nf[bs], last_f[bs], t) > bj and (
-                            bs == S - 1 or _seen(nb[bs + 1], last_b[bs + 1], t)
+                            tail[bs] or _seen(nb[bs + 1], last_b[bs + 1], t)
                             > (m - 1 - bj if lifo else bj))) else 0
                 else:  # the oldest microbatch whose backward is ready, deepest first
                     for i in range(hi - 1, lo - 1, -1):
@@ -506,7 +532,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                         if j >= m:
                             continue
                         if _seen(nf[s], last_f[s], t) > j and (
-                                s == S - 1 or _seen(nb[s + 1], last_b[s + 1], t) > j):
+                                tail[s] or _seen(nb[s + 1], last_b[s + 1], t) > j):
                             if b_code < 1 or j < bj:
                                 bs, bj, b_code = s, j, 1
                         elif b_code == -2:
@@ -518,7 +544,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                         if b_code == 1:
                             want[d] = WANT_B
                             if not strict:
-                                limit[d] = min(limit[d], nf[c0] - nb[c0])
+                                limit[d] = min(limit[d], held)
                             what = 1
                         elif f_code == 1:
                             what = 0
@@ -535,7 +561,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                         # backward arrived first: the warm-up is over.
                         want[d] = WANT_B
                         if not strict:
-                            limit[d] = min(limit[d], nf[c0] - nb[c0])
+                            limit[d] = min(limit[d], held)
                 if what < 0 and wait < 0 and want[d] != WARM:
                     if want[d] == WANT_F and f_code != -2:
                         if f_code == 1:
@@ -551,10 +577,24 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                             what = 0
                         else:
                             wait = B
+                if overlap and dynamic and what == 1 and f_code == 1 and (
+                        (fs == c0 and h0 >= limit[d]) or (fs == c1 and h1 >= limit[d])):
+                    # The limit fell in this step's decision: the forward to
+                    # overlap is the deepest ready one under it, as now picked.
+                    f_code = 0
+                    for i in range(hi - 1, lo - 1, -1):
+                        s = stages[i]
+                        j = nf[s]
+                        if j >= m or (s == c0 and h0 >= limit[d]) or (
+                                s == c1 and h1 >= limit[d]):
+                            continue
+                        if head[s] or _seen(nf[s - 1], last_f[s - 1], t) > j:
+                            fs, fj, f_code = s, j, 1
+                            break
                 if overlap and want[d] != WARM and fs != bs and (
                         (what == 0 and b_code == 1) or (what == 1 and f_code == 1
-                                                        and (fs != c0 or nf[c0] - nb[c0]
-                                                             < limit[d]))):
+                                                        and (fs != c0 or h0 < limit[d])
+                                                        and (fs != c1 or h1 < limit[d]))):
                     pair = True
                     what = 0
                 if what == 0:
@@ -578,12 +618,12 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                     s = stages[i]
                     j = nb[s]
                     if j < m and _seen(nf[s], last_f[s], t) > j and (
-                            s == S - 1 or _seen(nb[s + 1], last_b[s + 1], t) > j):
+                            tail[s] or _seen(nb[s + 1], last_b[s + 1], t) > j):
                         if bs < 0 or j < bj or (j == bj and s > bs):
                             bs, bj = s, j
                     j = nf[s]
-                    if (j < m and (s == 0 or _seen(nf[s - 1], last_f[s - 1], t) > j)
-                            and (s != c0 or nf[c0] - nb[c0] < limit[d])):
+                    if (j < m and (head[s] or _seen(nf[s - 1], last_f[s - 1], t) > j)
+                            and (s != c0 or h0 < limit[d]) and (s != c1 or h1 < limit[d])):
                         if fs < 0 or j < fj or (j == fj and s > fs):
                             fs, fj = s, j
                 if bs >= 0 and (b_first or fs < 0):
@@ -657,9 +697,9 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                             t_busy[d] += t_rec_dur[rs]
                             t_mem[d] += t_rec_mem[rs]
                             t_peak[d] = max(t_peak[d], t_mem[d])
-                            if rs < S - 1:
+                            if not tail[rs]:
                                 start = max(start, t_arr_b[(rs + 1) * m + (bj if pair else j)])
-                        if kind == F and s > 0:
+                        if kind == F and not head[s]:
                             start = max(start, t_arr_f[(s - 1) * m + j])
                         took = t_dur[kind, s]
                         if pair:
@@ -679,7 +719,7 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
                         t_mem[d] -= t_act_w[s]
                     else:
                         t_mem[d] -= t_act[s]
-                    if not (kind == W or (kind == F and s == S - 1) or (kind != F and s == 0)):
+                    if not (kind == W or (kind == F and tail[s]) or (kind != F and head[s])):
                         dst = t_dev_of[s + 1] if kind == F else t_dev_of[s - 1]
                         arrival = finish
                         if dst != d:
@@ -714,61 +754,3 @@ def compose_kernel(layout, rules, st, out, tm, until_warm=False):
             if not warm:
                 return WARM_DONE, t
     return OK, t
-
-
-@njit(cache=True)
-def _fill_device(out_ptr, device, slot, d):
-    lo = out_ptr[d]
-    for r in range(lo, out_ptr[d + 1]):
-        device[r] = d
-        slot[r] = r - lo
-
-
-@njit(cache=True)
-def fill_rows_paired(out_ptr, device, slot):
-    """:func:`fill_rows` for a construction with overlapped units: a row the
-    kernel marked with slot -1 shares the slot of the row before it.
-
-    Parameters
-    ----------
-    out_ptr : int64 (p + 1,)
-    device, slot : int32 (ops,)
-        Output; ``slot`` holds the kernel's marks on entry.
-    """
-    for d in range(out_ptr.shape[0] - 1):
-        k = -1
-        for r in range(out_ptr[d], out_ptr[d + 1]):
-            device[r] = d
-            if slot[r] != -1:
-                k += 1
-            slot[r] = k
-
-
-@njit(cache=True, parallel=True)
-def fill_rows(out_ptr, device, slot):
-    """Write the device and slot columns: device d's ops are rows
-    ``out_ptr[d]:out_ptr[d + 1]``, in program order (devices in parallel,
-    no temporary arrays).
-
-    Parameters
-    ----------
-    out_ptr : int64 (p + 1,)
-    device, slot : int32 (ops,)
-        Output.
-    """
-    for d in prange(out_ptr.shape[0] - 1):
-        _fill_device(out_ptr, device, slot, d)
-
-
-@njit(cache=True)
-def fill_rows_serial(out_ptr, device, slot):
-    """:func:`fill_rows` on one thread, for small tables (starting threads
-    costs more there).
-
-    Parameters
-    ----------
-    out_ptr, device, slot
-        As :func:`fill_rows`.
-    """
-    for d in range(out_ptr.shape[0] - 1):
-        _fill_device(out_ptr, device, slot, d)

@@ -14,6 +14,7 @@ import numpy as np
 from ..core import hostmem
 from ..core.ops import InputError, check_int
 from ..core.schedule import Schedule, ScheduleError
+from ..kernels import columns as _columns
 from ..kernels import compose as _k
 from ..kernels import rotate as _rot
 from ..kernels import strict as _strict
@@ -190,6 +191,15 @@ def compose(preset: str | None = None, devices: int | None = None,
     if not isinstance(od, _orders.Order):
         raise InputError(f"'order' must be a pipecore.orders.Order, e.g. "
                          f"pc.orders.one_f_one_b() (got {type(od).__name__})")
+    if pl.chains > 1:
+        if od.policy == "rotate":
+            raise InputError("the rotate order visits the chunks of one pipeline; a "
+                             "placement of two pipelines takes the alternate or greedy "
+                             "policies")
+        if m % pl.chains:
+            raise InputError(f"a placement of {pl.chains} pipelines splits the microbatches "
+                             f"evenly between them: 'microbatches' must be a multiple of "
+                             f"{pl.chains} (got {m})")
     if od.policy == "rotate":
         if chosen["w"] is not None:
             raise InputError(f"'w'={chosen['w']!r} does not apply to the rotate order: each "
@@ -210,7 +220,8 @@ def compose(preset: str | None = None, devices: int | None = None,
         "devices": pl.devices, "microbatches": m,
         "composition": {"preset": None if preset is None else str(preset).lower(),
                         "overridden": overridden, "placement": pl.name,
-                        "device_of": list(pl.device_of), "order": od.describe(),
+                        "device_of": list(pl.device_of), "chains": pl.chains,
+                        "order": od.describe(),
                         "split_backward": split, "w": _plain(w_rule)}})
     return sched
 
@@ -272,26 +283,32 @@ def _layout(pl, m, split):
     dev_ptr = np.zeros(p + 1, dtype=np.int64)
     dev_ptr[1:] = np.cumsum(counts)
     out_ptr = dev_ptr * m * (3 if split else 2)
+    C = len(pl) // pl.chains
+    first2 = np.full(p, -1, dtype=np.int64)
+    for s in range(len(pl) - 1, C - 1, -1):  # the lowest second-chain stage of each device
+        first2[dev[s]] = s
+    pos = np.arange(len(pl)) % C
     return _k.Layout(dev_ptr=dev_ptr, dev_stages=order.astype(np.int64), out_ptr=out_ptr, m=m,
-                     split=bool(split))
+                     split=bool(split), chain=C, head=pos == 0, tail=pos == C - 1,
+                     first2=first2)
 
 
 def _short_warmup(pl, m, group, lifo, layout):
     """Forwards before the first backward under warmup="short", per device."""
-    p, S = pl.devices, pl.stages
+    p, C = pl.devices, layout.chain
     out = np.empty(p, dtype=np.int64)
     for d in range(p):
         lo, hi = int(layout.dev_ptr[d]), int(layout.dev_ptr[d + 1])
         total = (hi - lo) * m
         if group is None:  # dynamic streams: one forward per stage from the first on
-            out[d] = min(S - int(layout.dev_stages[lo]), total)
+            out[d] = min(C - int(layout.dev_stages[lo]) % C, total)
         elif lifo:
             out[d] = total
         else:
             # The backward stream opens with the last chunk's first microbatch,
             # whose forward is at position (n-1) * min(group, m) of the forward stream.
-            first = int(layout.dev_stages[hi - 1])
-            out[d] = min((hi - lo - 1) * min(group, m) + (S - 1 - first) + 1, total)
+            first = int(layout.dev_stages[hi - 1]) % C
+            out[d] = min((hi - lo - 1) * min(group, m) + (C - 1 - first) + 1, total)
     return out
 
 
@@ -374,7 +391,7 @@ def _visits(p, stages):
 
 def _build(pl, m, od, split, w_rule, label):
     S, p = pl.stages, pl.devices
-    n = S * m * (3 if split else 2)
+    n = S * m * (3 if split else 2)  # with two chains: 2S chain stages x m/2
     if n > MAX_OPS:
         raise InputError(f"composing {S} stages x {m} microbatches gives {n:,} ops; an op "
                          f"table holds at most {MAX_OPS:,}")
@@ -385,11 +402,49 @@ def _build(pl, m, od, split, w_rule, label):
         raise CapacityError(f"composing {n:,} ops needs about "
                             f"{n * (MIN_BYTES_PER_OP + 8) / 2**30:.1f} GiB; "
                             f"{free / 2**30:.1f} GiB is available")
-    cols, _tm = _run(pl, m, od, split, w_rule, _untimed())
+    cols, _tm = _run(pl, m // pl.chains, od, split, w_rule, _untimed())
+    if pl.chains > 1:
+        return Schedule.from_arrays(*_join_chains(cols, pl, m // pl.chains), name=label,
+                                    devices=p, replicated=True)
     return Schedule.from_arrays(*cols, name=label, devices=p, copy=False)
 
 
-def _stepless(rules, timed):
+def _join_chains(cols, pl, per):
+    """Columns of a two-chain construction as the model's stages and
+    microbatches (chain c's stage s is stage s, its microbatch j is c * per
+    + j), with each device's all-reduces appended: one per stage it shares
+    with another device, in stage order (so both replicas meet them in the
+    same order)."""
+    from ..kernels.codes import AR
+
+    C = len(pl) // pl.chains
+    device = np.asarray(cols.device)
+    kind = np.asarray(cols.kind)
+    v = np.asarray(cols.stage).astype(np.int64)
+    stage = v % C
+    mb = np.asarray(cols.microbatch).astype(np.int64) + (v // C) * per
+    slot = np.asarray(cols.slot).astype(np.int64)
+    holders = {}
+    for i, d in enumerate(pl.device_of):
+        holders.setdefault(i % C, set()).add(int(d))
+    parts = {c: [] for c in ("device", "slot", "kind", "stage", "microbatch")}
+    ends = np.searchsorted(device, np.arange(pl.devices + 1))
+    for d in range(pl.devices):
+        lo, hi = int(ends[d]), int(ends[d + 1])
+        shared = sorted(s_ for s_, ds in holders.items() if d in ds and len(ds) > 1)
+        nxt = int(slot[hi - 1]) + 1 if hi > lo else 0
+        parts["device"] += [device[lo:hi], np.full(len(shared), d)]
+        parts["slot"] += [slot[lo:hi], np.arange(nxt, nxt + len(shared))]
+        parts["kind"] += [kind[lo:hi], np.full(len(shared), AR)]
+        parts["stage"] += [stage[lo:hi], np.asarray(shared, dtype=np.int64)]
+        parts["microbatch"] += [mb[lo:hi], np.full(len(shared), -1)]
+    out = {c: np.concatenate(x) for c, x in parts.items()}
+    return (out["device"].astype(np.int32), out["slot"].astype(np.int32),
+            out["kind"].astype(kind.dtype), out["stage"].astype(np.int32),
+            out["microbatch"].astype(np.int32))
+
+
+def _stepless(rules, timed, chains=1):
     """Whether ``kernels.strict`` writes the same programs as stepping
     through unit time (``kernels.compose.compose_kernel``) for these rules:
     when every device's next op follows from its own ops so far. That is
@@ -400,7 +455,8 @@ def _stepless(rules, timed):
     backward is first ready, which depends on the other devices: the
     stepping runs until every device has left it."""
     return (rules.policy == _k.ALTERNATE and not rules.dynamic and rules.strict
-            and rules.w_fill != _k.FILL_IDLE and not timed and not rules.overlap)
+            and rules.w_fill != _k.FILL_IDLE and not timed and not rules.overlap
+            and chains == 1)
 
 
 def _streams(layout, rules):
@@ -428,17 +484,18 @@ def _streams(layout, rules):
 
 
 def _run(pl, m, od, split, w_rule, tm, stepless=True):
-    """Columns of the composed schedule (and ``tm`` filled when it is on).
+    """Columns of the composed schedule (and ``tm`` filled when it is on):
+    ``m`` microbatches per chain, stages numbered over the chains.
 
     ``stepless=False`` always steps through unit time (the tests compare)."""
-    S, p = pl.stages, pl.devices
+    S, p = len(pl), pl.devices
     layout = _layout(pl, m, split)
     rules = _rules(pl, m, od, split, w_rule, layout)
     st = _state(p, S, m, layout.out_ptr, rules.cap)
     cols = column_buffers(S * m * (3 if split else 2))
     if od.policy == "rotate":
         status, steps = _rot.rotate_kernel(layout, rules, st, _visits(p, S), cols, tm)
-    elif stepless and _stepless(rules, tm.on):
+    elif stepless and _stepless(rules, tm.on, pl.chains):
         # Strict fixed streams: step only through a "fill" warm-up, then check
         # with counts that the rest runs to the end and write the devices'
         # programs (beside the check on large tables; the same programs as
@@ -467,9 +524,10 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
     if status != _k.OK:
         raise ScheduleError(_deadlock_message(pl, m, od, layout, st, steps), rule="deadlock")
     if rules.overlap:
-        fill = _k.fill_rows_paired
+        fill = _columns.fill_rows_paired
     else:
-        fill = _k.fill_rows if len(cols.kind) >= PARALLEL_MIN_OPS else _k.fill_rows_serial
+        fill = (_columns.fill_rows if len(cols.kind) >= PARALLEL_MIN_OPS
+                else _columns.fill_rows_serial)
     fill(layout.out_ptr, cols.device, cols.slot)
     return cols, tm
 
@@ -535,6 +593,9 @@ def timing(placement, microbatches, costs, network=None, recompute=None):
 
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
+    if placement.chains > 1:
+        raise InputError("the construction's timing has no all-reduce for replicated stages: "
+                         "compose the schedule and time it with pipecore.simulate")
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     S, p, m = placement.stages, placement.devices, microbatches
@@ -582,9 +643,15 @@ def timing(placement, microbatches, costs, network=None, recompute=None):
 
 
 def _deadlock_message(pl, m, od, layout, st, step):
-    """Where each unfinished device waits when no device can run an op."""
+    """Where each unfinished device waits when no device can run an op
+    (``m`` microbatches per chain; ops named by the model's stages)."""
     lines = []
     kinds = {F: "F", B: "B", BW: "B"}
+    C = layout.chain
+
+    def op(s, j):
+        return f"stage {s % C}, microbatch {j + (s // C) * m}"
+
     for d in range(pl.devices):
         total = int(layout.dev_ptr[d + 1] - layout.dev_ptr[d]) * m
         if st.kf[d] == total and st.kb[d] == total:
@@ -594,7 +661,7 @@ def _deadlock_message(pl, m, od, layout, st, step):
             held = int(st.limit[d])
             lines.append(f"  device {d} has {held} microbatch{'es' if held != 1 else ''} in "
                          f"flight, its inflight cap, and waits for one to finish before "
-                         f"F(stage {int(st.pick_stage[d])}, microbatch {int(st.pick_mb[d])})")
+                         f"F({op(int(st.pick_stage[d]), int(st.pick_mb[d]))})")
             continue
         if k < 0:
             lines.append(f"  device {d}: no op ready ({int(st.kf[d])} forwards and "
@@ -603,13 +670,12 @@ def _deadlock_message(pl, m, od, layout, st, step):
             continue
         s, j = int(st.pick_stage[d]), int(st.pick_mb[d])
         if k == F:
-            need = f"F(stage {s - 1}, microbatch {j}) on device {pl.device_of[s - 1]}"
-        elif s == pl.stages - 1 or st.nf[s] <= j:
-            need = f"its own F(stage {s}, microbatch {j})"
+            need = f"F({op(s - 1, j)}) on device {pl.device_of[s - 1]}"
+        elif s % C == C - 1 or st.nf[s] <= j:
+            need = f"its own F({op(s, j)})"
         else:
-            need = f"B(stage {s + 1}, microbatch {j}) on device {pl.device_of[s + 1]}"
-        lines.append(f"  device {d} waits for {kinds[k]}(stage {s}, microbatch {j}), "
-                     f"which needs {need}")
+            need = f"B({op(s + 1, j)}) on device {pl.device_of[s + 1]}"
+        lines.append(f"  device {d} waits for {kinds[k]}({op(s, j)}), which needs {need}")
     return (f"deadlock: the order {od.describe()} on placement {list(pl.device_of)} stops at "
             f"step {step}: no device can run an op\n" + "\n".join(lines)
             + "\nA longer warm-up or a higher inflight cap lets devices run ahead.")

@@ -2,7 +2,9 @@
 
 A placement is a stage -> device map, stages in model order. The named ones
 are the layouts the families use; any list of device numbers is a placement
-too, as long as every device from 0 up holds a stage.
+too, as long as every device from 0 up holds a stage. A placement of two
+chains (``bidirectional``, Chimera's) maps the stages twice, once per
+pipeline; each pipeline carries half the microbatches.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from ..core.ops import InputError, check_int
 
-__all__ = ["Placement", "linear", "looped", "v", "wave", "NAMES", "resolve"]
+__all__ = ["Placement", "linear", "looped", "v", "wave", "bidirectional", "NAMES", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -23,16 +25,29 @@ class Placement:
     Attributes
     ----------
     device_of : tuple of int
-        ``device_of[s]`` runs stage s; devices are numbered from 0 without gaps.
+        ``device_of[s]`` runs stage s; devices are numbered from 0 without
+        gaps. With two chains, ``device_of[c * S + s]`` runs stage s of
+        pipeline c.
     name : str
-        ``"linear"``, ``"looped"``, ``"v"``, ``"wave"`` or ``"custom"``.
+        ``"linear"``, ``"looped"``, ``"v"``, ``"wave"``, ``"bidirectional"``
+        or ``"custom"``.
+    chains : int, default 1
+        Pipelines over the same stages: 1, or 2 (each stage has a replica
+        per pipeline, microbatches ``0..m/2-1`` go through the first and the
+        rest through the second).
     """
 
     device_of: tuple
     name: str = "custom"
+    chains: int = 1
 
     def __post_init__(self):
         _check(self.device_of)
+        if self.chains not in (1, 2) or isinstance(self.chains, bool):
+            raise InputError(f"placement 'chains' must be 1 or 2 (got {self.chains!r})")
+        if len(self.device_of) % self.chains:
+            raise InputError(f"placement: {len(self.device_of)} entries do not split into "
+                             f"{self.chains} chains of equal length")
 
     @property
     def devices(self) -> int:
@@ -41,8 +56,8 @@ class Placement:
 
     @property
     def stages(self) -> int:
-        """int: stages S."""
-        return len(self.device_of)
+        """int: stages S (of the model; a chain's length)."""
+        return len(self.device_of) // self.chains
 
     def as_array(self) -> np.ndarray:
         """The map as an int64 array of S entries.
@@ -169,7 +184,33 @@ def wave(devices: int, waves: int = 1) -> Placement:
     return Placement(tuple(x if x < p else 2 * p - 1 - x for x in r), "wave")
 
 
-NAMES = ("linear", "looped", "v", "wave")
+def bidirectional(devices: int) -> Placement:
+    """Chimera's two pipelines: stage s on device s going down and on device
+    p-1-s going up, each pipeline with half the microbatches.
+
+    Every device holds two stage replicas (twice a linear device's weights);
+    a stage's replicas synchronise their gradients with an all-reduce (AR)
+    at the end of each device's program.
+
+    Parameters
+    ----------
+    devices : int
+        p >= 1.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    ValueError
+        If devices < 1.
+    """
+    p = check_int("devices", devices, minimum=1)
+    return Placement(tuple(range(p)) + tuple(range(p - 1, -1, -1)), "bidirectional", chains=2)
+
+
+NAMES = ("linear", "looped", "v", "wave", "bidirectional")
 
 
 def resolve(placement, devices=None, chunks=None, waves=None) -> Placement:
@@ -211,6 +252,8 @@ def resolve(placement, devices=None, chunks=None, waves=None) -> Placement:
             return looped(devices, 2 if chunks is None else chunks)
         if key == "wave":
             return wave(devices, 1 if waves is None else waves)
+        if key == "bidirectional":
+            return bidirectional(devices)
         return linear(devices) if key == "linear" else v(devices)
     if chunks is not None or waves is not None:
         raise InputError("'chunks' and 'waves' go with a named placement ('looped', 'wave'); "

@@ -10,6 +10,7 @@ a slower schedule than tune.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -96,11 +97,16 @@ def default_space(devices: int, microbatches: int, overlap: bool = False) -> lis
     W "with" its B, "staggered", "late", in the "bubbles", a uniform lag of
     1 to p, or ZB-H2's lag 2d (the rotation: fused or in its visit).
 
+    Also Chimera's two pipelines (``bidirectional``) with the 1F1B and
+    greedy orders (no cap or a cap of 1 to p; fused, or W with, staggered,
+    late or in the bubbles), which :func:`explore` builds and simulates in
+    full rather than timing them in the construction.
+
     With ``overlap``, also the 1F1B and greedy orders with overlapped F&B
     units (``overlap=True``, each cap) on the placements with several
     stages per device (one stage per device has no unit to form: its F and
-    B are of one stage), fused or with W "with", "staggered", "late" or in
-    the "bubbles".
+    B are of one stage) and on the two pipelines (DualPipe's combination),
+    fused or with W "with", "staggered", "late" or in the "bubbles".
 
     Parameters
     ----------
@@ -142,18 +148,29 @@ def default_space(devices: int, microbatches: int, overlap: bool = False) -> lis
             out += [Composition(pl, od, True, w) for w in w_rules]
         for od in rotations:
             out += [Composition(pl, od, False, None), Composition(pl, od, True, None)]
+    two = _placements.bidirectional(p)
+
+    def each_w(pl, orders):
+        for od in orders:
+            out.append(Composition(pl, od, False, None))
+            out.extend(Composition(pl, od, True, w)
+                       for w in ("with", "staggered", "late", "bubbles"))
+
+    def ready(caps):
+        return ([_orders.one_f_one_b(warmup=w, inflight=k) for w in ("short", "fill")
+                 for k in caps]
+                + [_orders.greedy(first=f, inflight=k) for f in ("backward", "forward")
+                   for k in caps])
+
+    # Each pipeline holds one stage per device: caps above p change little, and
+    # each of these compositions is simulated in full.
+    few = [None] + list(range(1, p + 1))
+    each_w(two, ready(few))
     if overlap:
-        paired = [_orders.one_f_one_b(warmup=w, inflight=k, overlap=True)
-                  for w in ("short", "fill") for k in caps]
-        paired += [_orders.greedy(first=f, inflight=k, overlap=True)
-                   for f in ("backward", "forward") for k in caps]
         for pl in places:
-            if pl.stages == pl.devices:
-                continue
-            for od in paired:
-                out.append(Composition(pl, od, False, None))
-                out += [Composition(pl, od, True, w)
-                        for w in ("with", "staggered", "late", "bubbles")]
+            if pl.stages > pl.devices:
+                each_w(pl, [dataclasses.replace(od, overlap=True) for od in ready(caps)])
+        each_w(two, [dataclasses.replace(od, overlap=True) for od in ready(few)])
     return out
 
 
@@ -167,7 +184,8 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     Every composition of ``space`` (:func:`default_space` by default: about
     10,000 at p = 8) is built and timed in one pass of the construction
     kernel with these costs and network (the same numbers as
-    :func:`pipecore.simulate`); the ``top`` fastest that fit are simulated
+    :func:`pipecore.simulate`; a placement of two pipelines, whose replicas
+    all-reduce, is built and simulated); the ``top`` fastest that fit are simulated
     in full and polished with local search like :func:`pipecore.tune`'s
     best; tune's own winner competes too (``include_tune``), so the result
     is never slower than tune's.
@@ -542,9 +560,15 @@ def _screen(space, m, splits, limit, progress, recompute):
     return rows
 
 
+# In place of a Timing: a placement of two pipelines is built and simulated
+# in full (the construction's timing has no all-reduce for its replicas).
+_SIMULATE = "simulate"
+
+
 def _timings(pl, m, splits, recompute):
     """Per setting of the placement: the setting, its Timing, the weights on
-    each device, and the Timing with every stage recomputed (or None)."""
+    each device, and the Timing with every stage recomputed (or None); for
+    two pipelines, _SIMULATE in place of both Timings."""
     settings = splits.for_stages(pl.stages)
     if isinstance(settings, str):
         return settings
@@ -552,6 +576,10 @@ def _timings(pl, m, splits, recompute):
     every = np.ones(pl.stages, dtype=bool)
     try:
         for setting in settings:
+            if pl.chains > 1:
+                setting.costs.stage_arrays(pl.stages, pl.devices)  # do the costs fit?
+                out.append((setting, _SIMULATE, None, _SIMULATE if recompute else None))
+                continue
             static = np.zeros(pl.devices)
             np.add.at(static, pl.as_array(),
                       setting.costs.stage_arrays(pl.stages, pl.devices)["weights"])
@@ -583,6 +611,8 @@ def _timed(comp, setting, base, static, m, limit, base_row=None):
     row = _row(comp, setting, base_row,
                note="" if base_row is None else "every stage recomputed")
     pl = comp.placement
+    if isinstance(base, str):
+        return _simulated_row(row, comp, setting, m, limit)
     tm = _compose.fresh(base)
     if comp.order.policy == "rotate":
         split, w_rule = comp.split_backward, None
@@ -602,6 +632,27 @@ def _timed(comp, setting, base, static, m, limit, base_row=None):
                if makespan > 0 else 0.0,
                bubble_rate=(span - float(tm.busy.max())) / span if span > 0 else 0.0,
                peak_activation=float(tm.peak.max()), fits=bool(fits(memory, limit)))
+    return row
+
+
+def _simulated_row(row, comp, setting, m, limit):
+    """``row`` filled by building the composition and simulating it in full
+    (with every stage recomputed when the row is a recompute row)."""
+    try:
+        sched = _compose.compose(placement=comp.placement, microbatches=m, order=comp.order,
+                                 split_backward=comp.split_backward, w=comp.w)
+    except ScheduleError as exc:
+        row["note"] = "deadlock: " + str(exc).splitlines()[0].split(": ", 1)[-1][:120]
+        return row
+    if row["recompute"]:
+        sched = _recompute(sched)
+    res = simulate(sched, setting.costs, setting.network)
+    span = float(res.span.max())
+    row.update(makespan=float(res.makespan),
+               memory=float((res.peak_activation + res.static_memory).max()), span=span,
+               bubble_ratio=float(res.bubble_ratio), bubble_rate=float(res.bubble_rate),
+               peak_activation=float(res.peak_activation.max()))
+    row["fits"] = bool(fits(row["memory"], limit))
     return row
 
 
