@@ -102,7 +102,10 @@ def compose(preset: str | None = None, devices: int | None = None,
         m >= 1.
     placement : str, sequence of int or Placement, optional
         ``"linear"`` (default), ``"looped"`` (with ``chunks``), ``"v"``,
-        ``"wave"`` (with ``waves``), or the device of each stage.
+        ``"wave"`` (with ``waves``), ``"bidirectional"`` (two pipelines,
+        replicated stages; ``microbatches`` even), or the device of each
+        stage (a :class:`~pipecore.placements.Placement` with ``chains=2``
+        for any two pipelines).
     chunks : int, optional
         Stages per device of ``looped`` (and of chunked presets; default 2).
     waves : int, optional
@@ -587,6 +590,7 @@ def timing(placement, microbatches, costs, network=None, recompute=None):
     ------
     ValueError
         For costs or a network the timing cannot take (offload, a bad type),
+        a placement of two pipelines (no all-reduce in the timing),
         or a ``recompute`` without one entry per stage.
     """
     from ..core.costs import Costs, Network
