@@ -17,11 +17,11 @@ _COST_OPTIONS = ("f", "b", "w", "comm", "bytes", "bandwidth", "latency", "activa
 
 def explore_arguments(p):
     search_arguments(p, "do not try activation recompute for compositions that do not fit")
-    p.add_argument_group("overlapped F&B units (DualPipe's)").add_argument(
-        "--fb-factor", type=float, default=1.0,
-                     help="time of an overlapped F&B unit over its two ops' summed time "
-                          "(default 1: overlap gains nothing); below 1, compositions with "
-                          "overlapped units join the search")
+    overlap = p.add_argument_group("overlapped F&B units (DualPipe's)")
+    overlap.add_argument("--fb-factor", type=float, default=1.0,
+                         help="time of an overlapped F&B unit over its two ops' summed time "
+                              "(default 1: overlap gains nothing); below 1, compositions "
+                              "with overlapped units join the search")
     g = p.add_argument_group(
         "model (optional: a GPT-style decoder split over the stages, in seconds and bytes)")
     g.add_argument("--transformer", type=_transformer, default=None,

@@ -60,7 +60,7 @@ class Placement:
         return len(self.device_of) // self.chains
 
     def as_array(self) -> np.ndarray:
-        """The map as an int64 array of S entries.
+        """The map as an int64 array, one entry per stage of each chain (S x chains).
 
         Returns
         -------
