@@ -185,3 +185,204 @@ def test_one_error_hierarchy(monkeypatch):
     monkeypatch.setattr(hostmem, "available_bytes", lambda: 10**6)  # a machine with 1 MB free
     with pytest.raises(pc.CapacityError, match="needs at"):
         pc.build("1f1b", devices=64, microbatches=1024)
+
+
+# -- issue 52, part 13: the audit's bad inputs ---------------------------------------------
+
+# A model whose forward takes 1e9 FLOPs per layer: on 1e-300 FLOP/s that is 1e309 s,
+# beyond float64 (1.8e308), so the roofline overflows in the first layer.
+_SLOW_HW = pc.Hardware(flops=1e-300, memory_bandwidth=math.inf, link_bandwidth=1e10,
+                       link_latency=0.0)
+
+
+def _explore(*args, **kw):
+    return pc.explore(*args, progress=False, **kw)
+
+
+AUDIT = [
+    # Sizes refused at once, naming the argument, the value and the rule.
+    ("compose placement with device 2**31",
+     lambda: pc.compose(placement=[0, 2**31], microbatches=4),
+     pc.InputError, ["stage 1 has device 2147483648", "2 stages fill at most devices 0..1",
+                     "number the devices from 0 without gaps"]),
+    ("Placement with device 2**40", lambda: pc.placements.Placement((0, 2**40)),
+     pc.InputError, ["stage 1 has device 1099511627776", "2 stages fill at most devices 0..1"]),
+    ("explore(10**6, 10**6)", lambda: _explore(10**6, 10**6),
+     pc.InputError, ["explore(devices=1000000, microbatches=1000000)", "at least 1000000 stages",
+                     "2,000,000,000,000 ops", "at most 2,147,483,647 ops (int32 rows)"]),
+    ("linear placement of 2**40 devices", lambda: pc.placements.linear(2**40),
+     pc.InputError, ["placements.linear(devices=1099511627776)", "1,099,511,627,776 stages",
+                     "int32"]),
+    ("looped placement beyond int32", lambda: pc.placements.looped(2**30, 4),
+     pc.InputError, ["placements.looped(devices=1073741824, chunks=4)", "4,294,967,296 stages",
+                     "int32"]),
+    ("compose of 2e10 ops",
+     lambda: pc.compose(placement="linear", devices=10**5, microbatches=10**5),
+     pc.InputError, ["microbatches=100000", "20,000,000,000 ops", "at most 2,147,483,647 ops"]),
+    # Unclear before: now each names what the user gave.
+    ("explore on hardware of 1e-300 FLOP/s",
+     lambda: _explore(4, 8, pc.Model.uniform(8, f=1e9), hardware=_SLOW_HW),
+     pc.InputError, ["Hardware flops=1e-300", "layer 'block 0'", "forward (F)",
+                     "overflows float64", "FLOP/s"]),
+    ("partition on hardware of 1e-300 FLOP/s",
+     lambda: pc.partition(pc.Model.uniform(8, f=1e9), 4, hardware=_SLOW_HW),
+     pc.InputError, ["Hardware flops=1e-300", "layer 'block 0'", "overflows float64"]),
+    ("explore of an empty space", lambda: _explore(4, 8, space=[], include_tune=False),
+     pc.InputError, ["'space' is empty", "no composition to try"]),
+    ("explore with 3-entry cost vectors on 4 devices",
+     lambda: _explore(4, 8, pc.Costs(f=[1.0, 1.0, 1.0], b=[2.0, 2.0, 2.0]), include_tune=False),
+     pc.InputError, ["Costs 'f' has 3 entries (one per stage)",
+                     "compositions on devices=4 have 4, 8, 12, 16, 20, 24, 32 stages"]),
+    ("explore of a 2-layer model on 8 devices",
+     lambda: _explore(8, 8, pc.Model.uniform(2), include_tune=False),
+     pc.InputError, ["the model has 2 layers", "at least 8 stages",
+                     "every stage needs at least one layer"]),
+    ("from_arrays of no ops", lambda: pc.Schedule.from_arrays([], [], [], [], []),
+     pc.ScheduleError, ["the schedule has no ops", "at least one op"]),
+    # Times below float64's normal range: 22 ops of 5e-324 give a makespan of 1.1e-322.
+    ("simulate of subnormal costs",
+     lambda: pc.simulate(S, pc.Costs(f=5e-324, b=5e-324)),
+     pc.InputError, ["underflow float64", "makespan 1.08694e-322", "f=4.94066e-324",
+                     "smaller unit"]),
+]
+
+
+@pytest.mark.parametrize("call,error,needles", [c[1:] for c in AUDIT], ids=[c[0] for c in AUDIT])
+def test_audit_input_gets_an_error_naming_it(call, error, needles):
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, pc.PipecoreError), type(info.value).__mro__
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert "nan" not in message and "NoneType" not in message
+    # The error names what the user gave, not a value pipecore made from it.
+    assert "Costs 'f'[" not in message and "'devices' must be" not in message
+
+
+@pytest.fixture
+def sixteen_gib(monkeypatch):
+    """A machine with 16 GiB available, whatever this one has: the memory rule of the
+    size guard is then the same on every machine."""
+    from pipecore.core import hostmem
+
+    monkeypatch.setattr(hostmem, "available_bytes", lambda: 16 * 2**30)
+
+
+# Each needs more than 16 GiB at the guard's bytes per item (sizes.py and its callers):
+# 1e8 transformer layers x 460 B = 46 GB; 1e9 uniform ones x 290 B; 321,240,520
+# compositions (space_size(2000)) x 110 B = 35 GB; 1e5 devices' 1e10 link free times
+# x 8 B = 80 GB; 2**30 stages x 40 B = 43 GB.
+SIZES = [
+    ("Model.transformer layers=10**8",
+     lambda: pc.Model.transformer(layers=10**8, hidden=1024, heads=16, seq=2048, vocab=50000),
+     ["Model.transformer(layers=100000000)", "100,000,002 layers", "42.8 GiB",
+      "16.0 GiB is available"]),
+    ("Model.uniform layers=10**9", lambda: pc.Model.uniform(10**9),
+     ["Model.uniform(layers=1000000000)", "1,000,000,000 layers", "16.0 GiB is available"]),
+    ("explore's default space at p=2000", lambda: _explore(2000, 1),
+     ["default_space(devices=2000, microbatches=1, overlap=False)",
+      "321,240,520 compositions", "to enumerate"]),
+    ("explore at p=10**5", lambda: _explore(10**5, 1),
+     ["explore(devices=100000, microbatches=1)", "10,000,000,000 link free times"]),
+    ("wave placement of 2**30 stages", lambda: pc.placements.wave(2**27, 4),
+     ["placements.wave(devices=134217728, waves=4)", "1,073,741,824 stages", "40 bytes each"]),
+    ("compose needing 93 GiB",
+     lambda: pc.compose(placement="linear", devices=10**4, microbatches=10**5),
+     ["microbatches=100000", "2,000,000,000 ops at 50 bytes each", "93.1 GiB"]),
+]
+
+
+@pytest.mark.parametrize("call,needles", [c[1:] for c in SIZES], ids=[c[0] for c in SIZES])
+def test_sizes_are_refused_before_anything_is_allocated(sixteen_gib, call, needles):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryError) as info:
+            call()
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(info.value, pc.CapacityError)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, (needle, message)
+    # Refused before the allocation proportional to the size: the largest call here
+    # makes one placement of 10,000 stages (0.4 MB) before its guard.
+    assert peak < 8 * 2**20, peak
+
+
+def test_space_size_counts_the_default_space_without_making_it():
+    from pipecore.search.explore import default_space, space_size
+
+    for p in (1, 2, 3, 5):
+        for overlap in (False, True):
+            assert space_size(p, overlap) == len(default_space(p, 4, overlap)), (p, overlap)
+    # explore's docstring: "about 10,000 at p = 8".
+    assert space_size(8) == 10_600
+
+
+def test_explore_says_why_nothing_was_timed():
+    # Every composition of this space deadlocks (tests/test_compose.py: strict 1F1B over
+    # fixed streams on a V): no "least memory nan", but what happened to each.
+    from pipecore.schedules.orders import Order
+    from pipecore.search.explore import Composition
+
+    order = Order("alternate", group=4, warmup="short", strict=True)
+    space = [Composition(pc.placements.v(4), order, True, "with")]
+    with pytest.raises(pc.TuneError) as info:
+        _explore(4, 16, space=space, include_tune=False)
+    message = str(info.value)
+    assert "no composition of the space could be timed" in message
+    assert "1 of 1 compositions" in message and "deadlock" in message
+    assert "nan" not in message and math.isnan(info.value.smallest_limit)
+
+
+def test_explore_csv_into_a_missing_folder_is_refused_before_the_search(tmp_path, monkeypatch,
+                                                                          capsys):
+    from pipecore.cli import main
+    from pipecore.search import explore as explore_module
+
+    def never(*args, **kw):
+        raise AssertionError("the search ran before the output folder was checked")
+
+    monkeypatch.setattr(explore_module, "explore", never)
+    target = tmp_path / "missing" / "d" / "x.csv"
+    assert main(["explore", "-p", "4", "-m", "8", "--csv", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert f"--csv {target}: folder {target.parent} does not exist" in err
+    assert "torch" not in err
+    assert main(["explore", "-p", "4", "-m", "8", "--out", str(target)]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_ratios_stay_in_their_range():
+    # ZB-V with free F and B: each device runs its W's back to back from t = 0, so no
+    # device is ever idle and the bubble ratio is exactly 0 (rounding gave -2.2e-16).
+    sched = pc.build("zb-v", devices=6, microbatches=7)
+    res = pc.simulate(sched, pc.Costs(f=0, b=0, w=0.001))
+    assert 0.0 <= res.bubble_ratio <= 1e-12 and 0.0 <= res.bubble_rate <= 1e-12
+    row = pc.simulate_many(sched, {"f": [0.0], "b": [0.0], "w": [0.001]}).to_pylist()[0]
+    assert 0.0 <= row["bubble_ratio"] <= 1e-12 and 0.0 <= row["bubble_rate"] <= 1e-12
+    from pipecore.core.result import bubble_rate, bubble_ratio
+
+    assert bubble_ratio(6.000000000000001, 6, 1.0) == 0.0  # busy an ulp past p * makespan
+    assert bubble_rate(1.0, 1.0000000000000002) == 0.0
+    assert math.isnan(bubble_ratio(math.nan, 2, 1.0))  # NaN is kept for the overflow flag
+
+
+def test_tiny_costs_never_give_an_infinite_throughput():
+    # The audit's row: 1F1B p=4 m=8 with f = b = 5e-324 has a makespan of 22 x 5e-324,
+    # subnormal: flagged, its metrics null, never 8 / 1.1e-322 = inf.
+    rows = pc.simulate_many(S, {"f": [5e-324, 1.0], "b": [5e-324, 1.0]}).to_pylist()
+    assert rows[0]["throughput"] is None and rows[0]["makespan"] is None
+    assert "times underflow float64" in rows[0]["error"]
+    # Row 1 untouched: (m + p - 1)(f + b) = 22 (FIELD.md's bubble formula), 8 / 22.
+    assert rows[1]["makespan"] == 22.0 and rows[1]["throughput"] == 8 / 22
+    # A normal makespan whose throughput still overflows: 1F1B p=2, m=10,000,
+    # f = b = 1e-310 gives (m + p - 1)(f + b) = 2e-306 and m / that = 5e309 > 1.8e308.
+    sched = pc.build("1f1b", devices=2, microbatches=10_000)
+    row = pc.simulate_many(sched, {"f": [1e-310], "b": [1e-310]}).to_pylist()[0]
+    assert row["makespan"] == pytest.approx(10_001 * 2e-310, rel=1e-9)
+    assert row["throughput"] is None and "throughput overflows float64" in row["error"]

@@ -149,3 +149,17 @@ def test_garbage_helpers_see_real_errors():
     with pytest.raises(TypeError):
         _only_pipecore_errors(lambda: (_ for _ in ()).throw(TypeError("bug")))
     assert math.isnan(float("nan")) and np.isnan(np.nan) and pa is not None
+
+
+# Device numbers far beyond the stages (the audit's Placement((0, 2**40)) built a range as
+# long as the largest): refused at once, whatever the number. Microbatches stay small or
+# far beyond an op table, so every call is quick.
+device_numbers = st.lists(st.one_of(st.integers(0, 8), st.integers(0, 2**62)), max_size=8)
+
+
+@fuzz
+@given(st.one_of(device_numbers, junk),
+       st.one_of(st.integers(-2, 64), st.integers(2**31, 2**62), junk))
+def test_placements_and_compose(device_of, microbatches):
+    _only_pipecore_errors(lambda: pc.placements.Placement(device_of))
+    _only_pipecore_errors(lambda: pc.compose(placement=device_of, microbatches=microbatches))

@@ -101,5 +101,8 @@ def test_public_api_invariants(sched, costs, network):
         cols["r"] = [float(costs.f if costs.r is None else costs.r)]
     row = pc.simulate_many(sched, cols, network).to_pylist()[0]
     assert row["makespan"] == res.makespan
+    # Ratios stay in their range (issue 52: rounding gave a bubble ratio of -2.2e-16).
+    for ratio in (res.bubble_ratio, res.bubble_rate, row["bubble_ratio"], row["bubble_rate"]):
+        assert 0.0 <= ratio <= 1.0, ratio
     assert row["peak_activation_max"] == pytest.approx(res.peak_activation.max(), abs=1e-9)
     assert row["error"] is None

@@ -217,3 +217,75 @@ def test_cli_scan_resume_says_what_it_set_aside(tmp_path, finished, capsys):
     assert main(["scan", str(grid_file), "--out", str(finished), "--resume", "--no-plot"]) == 0
     err = capsys.readouterr().err
     assert "set aside" in err and "part-000006.parquet" in err and "0 bytes" in err
+
+
+def _footer_flips(data):
+    """Each byte of a Parquet file's footer (its metadata: the schema, the row groups'
+    offsets and statistics, the key-value metadata) flipped in turn, with its offset."""
+    length = int.from_bytes(data[-8:-4], "little")  # the footer's length, before "PAR1"
+    for i in range(len(data) - 8 - length, len(data) - 8):
+        flipped = bytearray(data)
+        flipped[i] ^= 0xFF
+        yield i, bytes(flipped)
+
+
+def test_verify_catches_every_footer_flip_that_changes_the_schema(finished, tmp_path):
+    # Issue 52: the footer has no checksum (the pages do), and 18 of an audit's 9,921
+    # single-byte flips turned a text column's type (string to binary, or its
+    # dictionary dropped) while the part still read: verify passed and resume kept it.
+    victim = finished / "part-000001.parquet"
+    clean = victim.read_bytes()
+    expected = pq.read_table(victim)
+    fingerprint = pc.Grid.from_dict(GRID).fingerprint()
+    work = tmp_path / "part-000001.parquet"
+    changed = 0
+    for i, data in _footer_flips(clean):
+        try:  # the schema as any reader sees it (parsed from memory: fast)
+            schema = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.remove_metadata()
+        except (OSError, ValueError):
+            continue  # unreadable: check_file's first read fails the same way
+        if schema.equals(expected.schema.remove_metadata()):
+            continue
+        changed += 1
+        work.write_bytes(data)
+        rows, why = parts_mod.check_file(work, fingerprint, 10)
+        assert why is not None and rows == 0, (i, schema)
+    # The flips do reach the schema: the premise of this test (19 flips here, pyarrow 26).
+    assert changed > 0
+
+
+def _retyped(path, column):
+    """``path`` rewritten with ``column``'s dictionary of strings stored as bytes, its
+    pipecore identity kept: what a flipped footer byte does."""
+    table = pq.read_table(path)
+    field = table.schema.field(column)
+    schema = table.schema.set(table.schema.get_field_index(column),
+                              field.with_type(pa.dictionary(pa.int32(), pa.binary())))
+    pq.write_table(table.cast(schema), path)
+
+
+def test_verify_and_resume_refuse_a_part_with_another_schema(finished, reference):
+    _retyped(finished / "part-000002.parquet", "schedule")
+    check = pc.verify_scan(finished)
+    assert not check.ok
+    assert "column 'schedule' has type dictionary<values=binary" in check.bad["part-000002.parquet"]
+    assert "part-000002.parquet" in check.report()
+    summary, messages = _resume(finished)
+    assert any("part-000002.parquet" in m and "column 'schedule'" in m for m in messages)
+    assert summary["parts_written"] == 1
+    assert _full(finished).equals(reference)
+
+
+def test_report_of_a_scan_names_the_part_it_cannot_use(finished, tmp_path):
+    # A part whose schema differs from the others' (one verify would reject).
+    _retyped(finished / "part-000004.parquet", "network")
+    with pytest.raises(pc.InputError) as info:
+        pc.report(str(finished), tmp_path / "r.html")
+    message = str(info.value)
+    assert "part-000004.parquet" in message and "column 'network'" in message
+    assert "pipecore verify" in message
+    # A part that cannot be read at all.
+    _retyped(finished / "part-000004.parquet", "network")
+    _truncate(finished / "part-000006.parquet")
+    with pytest.raises(pc.InputError, match="cannot read scan part .*part-000006.parquet"):
+        pc.report(str(finished), tmp_path / "r.html")

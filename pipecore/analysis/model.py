@@ -34,6 +34,7 @@ import numpy as np
 
 from ..core.costs import Costs, Network
 from ..core.ops import InputError
+from ..core.sizes import check_size
 
 __all__ = ["Layer", "Model", "Hardware", "LAYER_KINDS", "HARDWARE_PRESETS"]
 
@@ -201,8 +202,25 @@ class Hardware:
         Returns
         -------
         float
+
+        Raises
+        ------
+        ValueError
+            If the time overflows float64 (a ``flops`` or
+            ``memory_bandwidth`` far too small for its unit), naming the
+            field and its value.
         """
-        return max(flops / self.flops, bytes_moved / self.memory_bandwidth)
+        compute, memory = flops / self.flops, bytes_moved / self.memory_bandwidth
+        if math.isinf(compute) or math.isinf(memory):
+            name, rate, work, unit, per_s = (
+                ("flops", self.flops, flops, "FLOPs", "FLOP/s, e.g. 9.89e+14 for an H100")
+                if math.isinf(compute) else
+                ("memory_bandwidth", self.memory_bandwidth, bytes_moved, "bytes",
+                 "bytes/s, e.g. 3.35e+12 for an H100"))
+            raise InputError(f"Hardware {name}={rate:g} gives {work:g} {unit} a time of "
+                             f"{work:g} / {rate:g} s, which overflows float64 (inf s): '{name}' is "
+                             f"in {per_s}")
+        return max(compute, memory)
 
     def network(self, nbytes) -> Network:
         """A :class:`~pipecore.Network` with these links carrying ``nbytes`` per transfer.
@@ -322,10 +340,22 @@ class Layer:
         -------
         tuple of float
             ``(f, b, w)``.
+
+        Raises
+        ------
+        ValueError
+            If a time overflows float64 (naming the layer, the op and the
+            hardware field).
         """
-        return (hardware.roofline(self.flops_f, self.bytes_f),
-                hardware.roofline(self.flops_b, self.bytes_b),
-                hardware.roofline(self.flops_w, self.bytes_w))
+        out = []
+        for op, flops, moved in (("forward (F)", self.flops_f, self.bytes_f),
+                                 ("backward (B)", self.flops_b, self.bytes_b),
+                                 ("weight gradient (W)", self.flops_w, self.bytes_w)):
+            try:
+                out.append(hardware.roofline(flops, moved))
+            except InputError as exc:
+                raise InputError(f"layer {self.name!r}, {op}: {exc}") from None
+        return tuple(out)
 
 
 def _check_split(stage_layers, n_layers):
@@ -471,6 +501,9 @@ class Model:
         ValueError
             If a shape value is not a positive int, or ``hidden`` is not a
             multiple of ``heads``.
+        MemoryError
+            (:class:`~pipecore.CapacityError`) if the layers would not fit in
+            the memory available (checked before any is made).
         """
         n = _positive_int("Model.transformer", "layers", layers)
         h = _positive_int("Model.transformer", "hidden", hidden)
@@ -482,6 +515,7 @@ class Model:
         state = _number("Model.transformer", "state_bytes_per_param", state_bytes_per_param, positive=True)
         if h % a:
             raise InputError(f"Model.transformer 'hidden' ({h}) must be a multiple of 'heads' ({a})")
+        _check_layers("transformer", n, n + bool(embedding) + bool(head))
         sbh = float(s * b * h)
         out = []
         if embedding:
@@ -543,8 +577,12 @@ class Model:
         ------
         ValueError
             For a bad count or a negative value.
+        MemoryError
+            (:class:`~pipecore.CapacityError`) if the layers would not fit in
+            the memory available (checked before any is made).
         """
         n = _positive_int("Model.uniform", "layers", layers)
+        _check_layers("uniform", n, n)
         blocks = tuple(Layer(f"block {i}", "block", f, b, w, 0.0, 0.0, 0.0, activation, activation_w,
                              weights, weights, output_bytes) for i in range(n))
         return cls(blocks, name=name)
@@ -565,10 +603,22 @@ class Model:
         Raises
         ------
         ValueError
-            If ``hardware`` is not a :class:`Hardware`.
+            If ``hardware`` is not a :class:`Hardware`, or a time or the
+            sum of a column overflows float64 (naming the layer and the
+            hardware field).
         """
         _check_hardware(hardware)
-        return np.array([x.times(hardware) for x in self.layers], dtype=np.float64).reshape(-1, 3)
+        times = np.array([x.times(hardware) for x in self.layers], dtype=np.float64).reshape(-1, 3)
+        with np.errstate(over="ignore"):
+            total = times.sum(axis=0)
+        if not np.isfinite(total).all():  # every stage's sum is at most this
+            op = "FBW"[int(np.flatnonzero(~np.isfinite(total))[0])]
+            raise InputError(f"the {op} times of the {len(self)} layers of {self.name!r} on "
+                             f"Hardware {hardware.name!r} (flops={hardware.flops:g} FLOP/s, "
+                             f"memory_bandwidth={hardware.memory_bandwidth:g} bytes/s) sum to "
+                             f"more than float64 holds (1.8e308 s): check the hardware's rates "
+                             f"(FLOP/s, bytes/s) and the layers' FLOPs and bytes")
+        return times
 
     def stage_ranges(self, stage_layers) -> list[tuple[int, int]]:
         """``(start, stop)`` layer indices of each stage.
@@ -694,6 +744,19 @@ class Model:
                 "param_bytes": float(self._arrays["param_bytes"].sum()),
                 "activation": float(self._arrays["activation"].sum()),
                 "flops": float(sum(x.flops_f + x.flops_b + x.flops_w for x in self.layers))}
+
+
+# Bytes a layer of Model.transformer and of Model.uniform takes (a frozen
+# dataclass of 13 fields, its floats and its entries in the model's per-layer
+# arrays; uniform's share their floats): the size guard's estimates, measured
+# with tracemalloc, so that what passes the guard fits.
+_BYTES_PER_LAYER = {"transformer": 460, "uniform": 290}
+
+
+def _check_layers(kind, layers, count):
+    """The size guard (core/sizes.py) on the layers a constructor makes, before any."""
+    check_size(f"Model.{kind}(layers={layers})", count, "layers",
+               bytes_each=_BYTES_PER_LAYER[kind], purpose="to list")
 
 
 def _check_hardware(hardware):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments, write_winner
+from .options import network_from, output_file, positive_int, progress_args, search_arguments, write_winner
 
 __all__ = ["explore_arguments", "explore_command"]
 
@@ -53,6 +53,8 @@ def explore_command(args, out):
     from ..search.tune import TuneError
 
     try:
+        for option in ("csv", "out"):  # a missing folder is said now, not after the search
+            output_file(f"--{option}", getattr(args, option))
         costs, network, hardware = _costs_or_model(args)
         space = None
         if args.csv:

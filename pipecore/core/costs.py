@@ -12,6 +12,14 @@ from .ops import InputError
 __all__ = ["Costs", "Network"]
 
 
+#: float64's smallest normal number. Below it numbers are subnormal and keep
+#: fewer significant digits the smaller they are (5e-324 keeps one bit): a
+#: positive makespan this small is not an accurate answer (its shares, sums and
+#: ratios round to whole multiples of 5e-324), so it is refused, or flagged in
+#: a sweep, as an overflowing one is.
+SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
+
+
 def _check_value(owner, name, value, allow_inf=False, positive=False):
     """Return a float or a 1-D float array; reject NaN, negatives, bad types."""
     if isinstance(value, (bool, np.bool_, str, bytes)):

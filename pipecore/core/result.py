@@ -16,7 +16,7 @@ from .memtable import MemoryTable
 from .ops import AR, BW, B, F, InputError, L, O, R, W  # noqa: E741 (kinds named by their letters)
 from .schedule import KINDS
 
-__all__ = ["Result", "plug"]
+__all__ = ["Result", "plug", "bubble_ratio", "bubble_rate"]
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
 _KIND_DICT = pa.array(KINDS, type=pa.string())
@@ -24,6 +24,51 @@ _KIND_DICT = pa.array(KINDS, type=pa.string())
 # Result's writers and analyses live in higher layers (output/, analysis/);
 # they register here when imported, so core never imports upward.
 _PLUGINS: dict = {}
+
+
+def bubble_ratio(busy_sum, devices, makespan):
+    """Idle share of the whole run, ``1 - busy_sum / (devices * makespan)``, in [0, 1].
+
+    The one formula of :attr:`Result.bubble_ratio`, the sweeps' column and
+    explore's screened rows. Rounding can put the quotient an ulp past 1
+    (a run with no idle time gives -2.2e-16); a ratio is clipped to its
+    range. A makespan of 0 gives 0; NaN stays NaN.
+
+    Parameters
+    ----------
+    busy_sum : float or numpy.ndarray
+        Busy time summed over the devices.
+    devices : int or numpy.ndarray
+    makespan : float or numpy.ndarray
+
+    Returns
+    -------
+    numpy.ndarray or numpy.float64
+    """
+    makespan = np.asarray(makespan, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ratio = np.where(makespan > 0, 1.0 - busy_sum / (devices * makespan), 0.0)
+    return np.clip(ratio, 0.0, 1.0)
+
+
+def bubble_rate(span, busy_max):
+    """The zero-bubble papers' rate, ``(span - busy_max) / span``, in [0, 1].
+
+    ``span`` is the longest per-device span, ``busy_max`` the largest
+    per-device busy time; clipped to its range as :func:`bubble_ratio`.
+
+    Parameters
+    ----------
+    span, busy_max : float or numpy.ndarray
+
+    Returns
+    -------
+    numpy.ndarray or numpy.float64
+    """
+    span = np.asarray(span, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rate = np.where(span > 0, (span - busy_max) / span, 0.0)
+    return np.clip(rate, 0.0, 1.0)
 
 
 def plug(name: str, function) -> None:
@@ -187,10 +232,8 @@ class Result:
 
     @property
     def bubble_ratio(self) -> float:
-        """float: idle share of the whole run, ``1 - sum(busy) / (p * makespan)``."""
-        if self.makespan == 0:
-            return 0.0
-        return float(1.0 - self.busy.sum() / (self.devices * self.makespan))
+        """float: idle share of the whole run, ``1 - sum(busy) / (p * makespan)``, in [0, 1]."""
+        return float(bubble_ratio(self.busy.sum(), self.devices, self.makespan))
 
     @property
     def bubble_rate(self) -> float:
@@ -199,12 +242,11 @@ class Result:
         ``cost`` is the longest per-device span (last op end minus first op
         start) and ``busy`` the largest per-device compute time, which is
         ``m (T_F + T_B + T_W)`` when stages are equal. Recompute (R) time
-        counts as busy, so compare recomputed schedules by makespan.
+        counts as busy, so compare recomputed schedules by makespan. In [0, 1]
+        (rounding past either end is clipped).
         """
         cost = float(self.span.max()) if self.span.size else 0.0
-        if cost == 0:
-            return 0.0
-        return float((cost - self.busy.max()) / cost)
+        return float(bubble_rate(cost, self.busy.max() if self.busy.size else 0.0))
 
     # -- memory ----------------------------------------------------------
     @cached_property

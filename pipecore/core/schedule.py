@@ -94,6 +94,10 @@ class Schedule:
                 rule="range", device=int(device[bad]))
         inferred = int(device.max()) + 1 if n else 0
         if devices is None:
+            if n == 0:  # no device to count: say what is wrong, not that devices=0
+                raise ScheduleError("missing-op: the schedule has no ops (every column is "
+                                    "empty); a schedule needs at least one op",
+                                    rule="missing-op")
             devices = inferred
         devices = check_int("devices", devices, minimum=1)
         # Per-device arrays are sized by the device count: bound it by the

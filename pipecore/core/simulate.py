@@ -11,7 +11,7 @@ import numpy as np
 
 from ..kernels import listsched as _kernels
 from .compile import Compiled, Run, _check_costs, compile_schedule  # noqa: F401 (re-exported)
-from .costs import Costs, Network
+from .costs import SMALLEST_NORMAL, Costs, Network
 from .ops import InputError
 from .result import Result, plug  # noqa: F401 (re-exported: the public path of Result)
 from .schedule import KINDS, Schedule, ScheduleError, op_label
@@ -157,7 +157,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     ValueError
         If costs, network, stragglers or jitter are invalid or do not fit
         the schedule, or the times overflow float64 (no infinite makespan
-        is returned as an answer).
+        is returned as an answer) or underflow it (a positive makespan below
+        2.2e-308, whose subnormal digits give no accurate ratios).
     """
     if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
         raise InputError(f"'draw' must be an int >= 0, the index of a jitter draw (got {draw!r})")
@@ -188,6 +189,15 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
             f"w={np.max(c.w):g}, comm={np.max(c.comm):g}"
             + ("" if scale is None else f"; straggler/jitter factors up to {np.max(scale):g}")
             + "); express the costs in a larger unit")
+    makespan = float(np.max(dev_free)) if dev_free.size else 0.0
+    if 0 < makespan < SMALLEST_NORMAL:
+        c = _check_costs(costs)
+        raise InputError(
+            f"the simulated times of {schedule.name!r} underflow float64 (makespan "
+            f"{makespan:g}, below 2.2e-308, float64's smallest normal number, where too few "
+            f"digits remain for accurate times and ratios; costs f={np.max(c.f):g}, "
+            f"b={np.max(c.b):g}, w={np.max(c.w):g}, comm={np.max(c.comm):g}); express the "
+            f"costs in a smaller unit")
     res = Result(schedule, _check_costs(costs), network, compiled, run if keep else None, busy,
                  dev_free, run.dev_first, scale=None if keep else scale)
     # A copy: what_if replays these, and the caller may reuse their own.

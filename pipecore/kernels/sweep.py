@@ -43,10 +43,21 @@ def sweep_metrics(out, devices, microbatches, ratio, rate, throughput):
     for k in prange(out.shape[1]):
         makespan = out[O_MAKESPAN, k]
         if makespan > 0:
-            ratio[k] = 1.0 - out[O_BUSY_SUM, k] / (devices * makespan)
+            ratio[k] = _unit(1.0 - out[O_BUSY_SUM, k] / (devices * makespan))
             throughput[k] = microbatches / makespan
         else:
             ratio[k] = 0.0
             throughput[k] = np.inf
         span = out[O_SPAN_MAX, k]
-        rate[k] = (span - out[O_BUSY_MAX, k]) / span if span > 0 else 0.0
+        rate[k] = _unit((span - out[O_BUSY_MAX, k]) / span) if span > 0 else 0.0
+
+
+@njit(cache=True)
+def _unit(x):
+    """``x`` clipped to [0, 1], NaN kept: a ratio rounded an ulp past its range
+    (as ``core.result.bubble_ratio``)."""
+    if x < 0.0:
+        return 0.0
+    if x > 1.0:
+        return 1.0
+    return x

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,26 @@ def _read(source) -> pa.Table:
     if not files:
         raise InputError(f"{str(folder)!r} holds no scan parts (part-*.parquet): run "
                          "'pipecore scan GRID --out DIR' first")
-    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+    check = f"'pipecore verify {folder}' checks every part"
+    tables = []
+    for f in files:
+        try:
+            tables.append(pq.read_table(f))
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError(f"cannot read scan part {f}: {exc} ({check})") from None
+    # One schema in every part: name the part that differs from the most common
+    # one (a damaged footer still reads, with a column of another type).
+    schemas = [t.schema.remove_metadata() for t in tables]
+    texts = [sch.to_string() for sch in schemas]
+    usual = schemas[texts.index(Counter(texts).most_common(1)[0][0])]
+    for f, sch, text in zip(files, schemas, texts):
+        if text != usual.to_string():
+            diff = next((f"column {a.name!r} has type {a.type} where the other parts' is {b.type}"
+                         for a, b in zip(sch, usual) if a.name == b.name and a.type != b.type),
+                        f"its columns ({', '.join(sch.names)}) differ from the other parts'")
+            raise InputError(f"scan part {f} does not match the other parts: {diff} ({check}; "
+                             f"a resume recomputes a part that fails it)")
+    return pa.concat_tables(tables, promote_options="default")
 
 
 def scan_report(source, path, *, metric: str = "throughput") -> Path:
@@ -69,8 +89,9 @@ def scan_report(source, path, *, metric: str = "throughput") -> Path:
     FileNotFoundError
         If the folder does not exist.
     ValueError
-        If it holds no parts, rows lack a needed column, the scan is empty,
-        or ``metric`` is unknown.
+        If it holds no parts, a part cannot be read or its columns differ
+        from the other parts' (naming the file), rows lack a needed column,
+        the scan is empty, or ``metric`` is unknown.
     """
     if metric not in ("throughput", "makespan"):
         raise InputError(f"metric must be 'throughput' or 'makespan' (got {metric!r})")

@@ -9,9 +9,10 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from ..core.costs import Costs, Network, fits
+from ..core.costs import SMALLEST_NORMAL, Costs, Network, fits
 from ..core.ops import InputError
 from ..core.pack import Pack, structure_of
+from ..core.result import bubble_rate, bubble_ratio
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
 from ..kernels import codes as _codes
 from ..kernels import sweep as _sweep
@@ -231,11 +232,9 @@ def metrics_from(out, devices, microbatches):
         ratio, rate, throughput = np.empty(n), np.empty(n), np.empty(n)
         _sweep.sweep_metrics(out, float(devices), float(microbatches), ratio, rate, throughput)
     else:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.where(makespan > 0, 1.0 - out[_codes.O_BUSY_SUM] / (devices * makespan),
-                             0.0)
-            span = out[_codes.O_SPAN_MAX]
-            rate = np.where(span > 0, (span - out[_codes.O_BUSY_MAX]) / span, 0.0)
+        ratio = bubble_ratio(out[_codes.O_BUSY_SUM], devices, makespan)
+        rate = bubble_rate(out[_codes.O_SPAN_MAX], out[_codes.O_BUSY_MAX])
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             throughput = np.where(makespan > 0, microbatches / makespan, np.inf)
     return {"makespan": makespan, "bubble_ratio": ratio, "bubble_rate": rate,
             "throughput": throughput, "peak_activation_max": out[_codes.O_PEAK_ACT],
@@ -245,22 +244,41 @@ def metrics_from(out, devices, microbatches):
 #: The ``error`` column's text for a row whose times overflowed.
 OVERFLOW = ("times overflow float64 (an op time, a transfer time or their sum exceeds "
             "1.8e308): scale the costs to a larger unit")
+#: ... for a row whose makespan is positive but subnormal.
+UNDERFLOW = ("times underflow float64 (the makespan is below 2.2e-308, float64's smallest "
+             "normal number, where too few digits remain for accurate times and ratios): scale "
+             "the costs to a smaller unit")
+#: ... and for a row whose times are fine but whose throughput is not.
+THROUGHPUT_OVERFLOW = ("throughput overflows float64 (microbatches / makespan exceeds 1.8e308): "
+                       "scale the costs to a smaller unit")
 
 
 def flag_overflow(metrics):
-    """Rows whose times are not finite get null time metrics and an ``error``.
+    """Rows whose times are not accurate numbers get null time metrics and an ``error``.
 
-    The column ``error`` is always there (dictionary-encoded, null on good
-    rows), so every part of a scan has one schema.
+    Times that overflow (not finite) or underflow (a positive makespan below
+    float64's smallest normal number, :data:`~pipecore.core.costs.SMALLEST_NORMAL`)
+    null the row's makespan, ratios and throughput; a row whose times are
+    fine but whose throughput overflows nulls the throughput alone. Each
+    says why in ``error``. The column ``error`` is always there
+    (dictionary-encoded, null on good rows), so every part of a scan has one
+    schema.
     """
-    bad = ~(np.isfinite(metrics["makespan"]) & np.isfinite(metrics["bubble_ratio"])
-            & np.isfinite(metrics["bubble_rate"]))
+    makespan = metrics["makespan"]
+    over = ~(np.isfinite(makespan) & np.isfinite(metrics["bubble_ratio"])
+             & np.isfinite(metrics["bubble_rate"]))
+    under = (makespan > 0) & (makespan < SMALLEST_NORMAL)
+    bad = over | under
+    fast = ~bad & (makespan > 0) & ~np.isfinite(metrics["throughput"])
     out = dict(metrics)
     if bad.any():
         for name in ("makespan", "bubble_ratio", "bubble_rate", "throughput"):
             out[name] = pa.array(metrics[name], mask=bad)
+    if fast.any():
+        out["throughput"] = pa.array(metrics["throughput"], mask=bad | fast)
+    code = np.where(over, 0, np.where(under, 1, 2)).astype(np.int32)
     out["error"] = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(bad.shape[0], dtype=np.int32), mask=~bad), pa.array([OVERFLOW]))
+        pa.array(code, mask=~(bad | fast)), pa.array([OVERFLOW, UNDERFLOW, THROUGHPUT_OVERFLOW]))
     return out
 
 

@@ -21,7 +21,7 @@ from ..core.pack import Pack, ReplayStructure
 from ..core.schedule import ScheduleError
 from ..kernels import codes as _codes
 from ..schedules.registry import build, family, schedules
-from .batch import COST_COLUMNS, NETWORK_COLUMNS, flag_overflow, metrics_from
+from .batch import COST_COLUMNS, METRIC_COLUMNS, NETWORK_COLUMNS, flag_overflow, metrics_from
 
 #: Value axes, in index order (innermost last).
 VALUE_AXES = COST_COLUMNS + ("memory_limit",)
@@ -460,6 +460,17 @@ class _StructureCache:
         return struct
 
 
+_LABELS = pa.dictionary(pa.int32(), pa.string())
+#: The columns of every part of every scan, names and types: what
+#: :func:`_part_table` makes and what verifying a part compares its footer with.
+PART_SCHEMA = pa.schema(
+    [("config", pa.int64()), ("schedule", _LABELS), ("devices", pa.int32()),
+     ("microbatches", pa.int32()), ("chunks", pa.int32()), ("network", _LABELS)]
+    + [(name, pa.float64()) for name in COST_COLUMNS + NETWORK_COLUMNS + ("memory_limit",)]
+    + [(name, pa.float64()) for name in METRIC_COLUMNS]
+    + [("fits", pa.bool_()), ("error", _LABELS)])
+
+
 def _part_table(grid, idx, cache, n_threads):
     """Evaluate the points ``idx`` (ascending) in one kernel call."""
     V = grid.values_per_entry
@@ -548,4 +559,4 @@ def _part_table(grid, idx, cache, n_threads):
         cols[name] = pa.array(values)
     cols["fits"] = pa.array(fits(metrics["memory_max"], limit))
     cols["error"] = error
-    return pa.table(cols)
+    return pa.table(cols, schema=PART_SCHEMA)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from .grid import MANIFEST, SUMMARY, ScanError
+from .grid import MANIFEST, PART_SCHEMA, SUMMARY, ScanError
 
 __all__ = ["PartCheck", "verify_scan"]
 
@@ -108,6 +108,30 @@ def _check_identity(meta, fingerprint, k):
     return None
 
 
+def schema_mismatch(schema) -> str | None:
+    """How a part's Arrow schema differs from a scan part's (:data:`PART_SCHEMA`),
+    or None: the names in order and each column's type.
+
+    The footer holds the schema and carries no checksum (the pages do): a
+    flipped byte there can turn a text column into bytes, or drop its
+    dictionary, and still read.
+    """
+    names, want = schema.names, PART_SCHEMA.names
+    if names != want:
+        missing = [n for n in want if n not in names]
+        extra = [n for n in names if n not in want]
+        if missing or extra:
+            return (f"its columns are not a scan part's (missing {missing or 'none'}, not a scan "
+                    f"column: {extra or 'none'}); written by another version of pipecore, or a "
+                    f"damaged footer")
+        return f"its columns are in another order than a scan part's ({', '.join(names)})"
+    for got, expected in zip(schema, PART_SCHEMA):
+        if got.type != expected.type:
+            return (f"column {got.name!r} has type {got.type} where a scan part's is "
+                    f"{expected.type} (a damaged footer: the schema has no checksum)")
+    return None
+
+
 def check_file(path: Path, fingerprint: str, parts: int, configs=None) -> tuple[int, str | None]:
     """Verify one file of a scan folder.
 
@@ -135,7 +159,7 @@ def check_file(path: Path, fingerprint: str, parts: int, configs=None) -> tuple[
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         size = path.stat().st_size
         return 0, f"not a readable Parquet file ({size} bytes: truncated or damaged? {exc})"
-    why = _check_identity(meta, fingerprint, k)
+    why = _check_identity(meta, fingerprint, k) or schema_mismatch(handle.schema_arrow)
     if why:
         return 0, why
     if handle.metadata.num_rows != meta["rows"] or meta["rows"] < 1:
@@ -145,6 +169,9 @@ def check_file(path: Path, fingerprint: str, parts: int, configs=None) -> tuple[
         table = pq.read_table(path, page_checksum_verification=True)
     except (OSError, ValueError) as exc:
         return 0, f"damaged data ({exc})"
+    why = schema_mismatch(table.schema)
+    if why:
+        return 0, why
     got = table.column("config").to_numpy()
     if int(got[0]) != meta["first_config"] or int(got[-1]) != meta["last_config"]:
         return 0, "its configurations do not match its metadata"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import hostmem
 from ..core.ops import InputError, check_int
 from ..core.schedule import Schedule, ScheduleError
+from ..core.sizes import MAX_OPS, MIN_BYTES_PER_OP, OPS_RULE, check_size
 from ..kernels import columns as _columns
 from ..kernels import compose as _k
 from ..kernels import rotate as _rot
@@ -22,7 +22,6 @@ from ..kernels.codes import BW, B, F
 from . import orders as _orders
 from . import placements as _placements
 from .construct import column_buffers
-from .registry import MAX_OPS, MIN_BYTES_PER_OP
 
 __all__ = ["compose", "presets", "W_RULES"]
 
@@ -393,23 +392,31 @@ def _visits(p, stages):
 
 
 def _build(pl, m, od, split, w_rule, label):
-    S, p = pl.stages, pl.devices
-    n = S * m * (3 if split else 2)  # with two chains: 2S chain stages x m/2
-    if n > MAX_OPS:
-        raise InputError(f"composing {S} stages x {m} microbatches gives {n:,} ops; an op "
-                         f"table holds at most {MAX_OPS:,}")
-    free = hostmem.available_bytes()
-    if free is not None and n * (MIN_BYTES_PER_OP + 8) > free:
-        from ..core.ops import CapacityError
-
-        raise CapacityError(f"composing {n:,} ops needs about "
-                            f"{n * (MIN_BYTES_PER_OP + 8) / 2**30:.1f} GiB; "
-                            f"{free / 2**30:.1f} GiB is available")
+    _check_ops(_composing(pl, m), pl.stages, pl.devices, m, split)
+    p = pl.devices
     cols, _tm = _run(pl, m // pl.chains, od, split, w_rule, _untimed())
     if pl.chains > 1:
         return Schedule.from_arrays(*_join_chains(cols, pl, m // pl.chains), name=label,
                                     devices=p, replicated=True)
     return Schedule.from_arrays(*cols, name=label, devices=p, copy=False)
+
+
+def _check_ops(what, stages, devices, m, split, timed=False):
+    """Refuse a composition of ``stages`` stages (per chain) on ``devices``
+    devices whose op table cannot be indexed or held, before its columns
+    are allocated (the shared guard, core/sizes.py); ``timed``: the timing's
+    arrays too (two arrival times per stage and microbatch, a free time per
+    device pair's link)."""
+    n = stages * m * (3 if split else 2)  # two chains: 2S chain stages x m/2
+    links = devices * devices if timed else 0
+    each = MIN_BYTES_PER_OP + 8 + (16 / (3 if split else 2) if timed else 0)  # + arrivals
+    check_size(what, n, "ops", limit=MAX_OPS, rule=OPS_RULE, bytes_each=round(each),
+               purpose="to time" if timed else "to build", extra_bytes=8 * links,
+               extra=f"{links:,} link free times, one per device pair")
+
+
+def _composing(pl, m):
+    return f"composing placement {pl.name!r} ({len(pl)} stages on {pl.devices} devices) with microbatches={m}"
 
 
 def _join_chains(cols, pl, per):
@@ -591,7 +598,11 @@ def timing(placement, microbatches, costs, network=None, recompute=None):
     ValueError
         For costs or a network the timing cannot take (offload, a bad type),
         a placement of two pipelines (no all-reduce in the timing),
-        or a ``recompute`` without one entry per stage.
+        a ``recompute`` without one entry per stage, or more ops than an
+        op table holds.
+    CapacityError
+        If the composition's columns and timing arrays would not fit in
+        the memory available.
     """
     from ..core.costs import Costs, Network
 
@@ -603,6 +614,7 @@ def timing(placement, microbatches, costs, network=None, recompute=None):
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     S, p, m = placement.stages, placement.devices, microbatches
+    _check_ops(_composing(placement, m), S, p, m, True, timed=True)
     arr = costs.stage_arrays(S, p)
     o = arr["overhead"]
     dur = np.empty((4, S))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.ops import InputError, check_int
+from ..core.sizes import MAX_INT32, check_size
 
 __all__ = ["Placement", "linear", "looped", "v", "wave", "bidirectional", "NAMES", "resolve"]
 
@@ -42,6 +43,11 @@ class Placement:
     chains: int = 1
 
     def __post_init__(self):
+        try:  # a tuple: hashable, and a list given here cannot change under it
+            object.__setattr__(self, "device_of", tuple(self.device_of))
+        except TypeError:
+            raise InputError(f"placement: 'device_of' must be a sequence of device numbers, "
+                             f"one per stage (got {self.device_of!r:.60})") from None
         _check(self.device_of)
         if self.chains not in (1, 2) or isinstance(self.chains, bool):
             raise InputError(f"placement 'chains' must be 1 or 2 (got {self.chains!r})")
@@ -81,13 +87,33 @@ def _check(device_of):
     for s, d in enumerate(device_of):
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
             raise InputError(f"placement: stage {s} has device {d!r}; devices are ints >= 0")
-    used = set(device_of)
-    missing = sorted(set(range(max(device_of) + 1)) - used)
-    if missing:
-        raise InputError(f"placement: device{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(map(str, missing[:8]))} hold{'' if len(missing) > 1 else 's'} "
-                         f"no stage; number the devices from 0 without gaps "
-                         f"(devices used: {len(used)} of 0..{max(device_of)})")
+    # S stages fill at most devices 0..S-1: a larger device number leaves a gap,
+    # and the gaps are looked for among the first S + 8 numbers only (never a
+    # range as long as the largest number, which the input bounds not at all).
+    n, top, used = len(device_of), max(device_of), set(device_of)
+    if top < n and len(used) == top + 1:
+        return
+    missing = [d for d in range(min(top + 1, n + 8)) if d not in used][:8]
+    beyond = ""
+    if top >= n:
+        fill = "stages fill" if n > 1 else "stage fills"
+        beyond = f"; stage {device_of.index(top)} has device {top}, but {n} {fill} at most devices 0..{n - 1}"
+    raise InputError(f"placement: device{'s' if len(missing) > 1 else ''} "
+                     f"{', '.join(map(str, missing))}{' ...' if top + 1 - len(used) > len(missing) else ''} "
+                     f"hold{'' if len(missing) > 1 else 's'} no stage; number the devices from 0 "
+                     f"without gaps (devices used: {len(used)} of 0..{top}){beyond}")
+
+
+# Bytes one stage of a named placement takes while it is laid out (a tuple
+# slot and an int object, measured with tracemalloc): the size guard's estimate.
+_BYTES_PER_STAGE = 40
+
+
+def _sized(call, stages):
+    """The size guard (core/sizes.py) on the stages a named placement lays out."""
+    check_size(call, stages, "stages", limit=MAX_INT32,
+               rule=f"an op table numbers stages with int32 (at most {MAX_INT32:,})",
+               bytes_each=_BYTES_PER_STAGE, purpose="to lay out")
 
 
 def linear(devices: int) -> Placement:
@@ -105,9 +131,13 @@ def linear(devices: int) -> Placement:
     Raises
     ------
     ValueError
-        If devices < 1.
+        If devices < 1, or the stages exceed int32.
+    MemoryError
+        (:class:`~pipecore.CapacityError`) if its stages would not fit in
+        the memory available (checked before any is laid out).
     """
     p = check_int("devices", devices, minimum=1)
+    _sized(f"placements.linear(devices={p})", p)
     return Placement(tuple(range(p)), "linear")
 
 
@@ -128,10 +158,14 @@ def looped(devices: int, chunks: int = 2) -> Placement:
     Raises
     ------
     ValueError
-        If devices or chunks < 1.
+        If devices or chunks < 1, or the stages exceed int32.
+    MemoryError
+        (:class:`~pipecore.CapacityError`) if its stages would not fit in
+        the memory available (checked before any is laid out).
     """
     p = check_int("devices", devices, minimum=1)
     c = check_int("chunks", chunks, minimum=1)
+    _sized(f"placements.looped(devices={p}, chunks={c})", p * c)
     return Placement(tuple(s % p for s in range(p * c)), "looped")
 
 
@@ -150,9 +184,13 @@ def v(devices: int) -> Placement:
     Raises
     ------
     ValueError
-        If devices < 1.
+        If devices < 1, or the stages exceed int32.
+    MemoryError
+        (:class:`~pipecore.CapacityError`) if its stages would not fit in
+        the memory available (checked before any is laid out).
     """
     p = check_int("devices", devices, minimum=1)
+    _sized(f"placements.v(devices={p})", 2 * p)
     return Placement(tuple(range(p)) + tuple(range(p - 1, -1, -1)), "v")
 
 
@@ -176,10 +214,14 @@ def wave(devices: int, waves: int = 1) -> Placement:
     Raises
     ------
     ValueError
-        If devices or waves < 1.
+        If devices or waves < 1, or the stages exceed int32.
+    MemoryError
+        (:class:`~pipecore.CapacityError`) if its stages would not fit in
+        the memory available (checked before any is laid out).
     """
     p = check_int("devices", devices, minimum=1)
     w = check_int("waves", waves, minimum=1)
+    _sized(f"placements.wave(devices={p}, waves={w})", 2 * w * p)
     r = [s % (2 * p) for s in range(2 * w * p)]
     return Placement(tuple(x if x < p else 2 * p - 1 - x for x in r), "wave")
 
@@ -204,9 +246,13 @@ def bidirectional(devices: int) -> Placement:
     Raises
     ------
     ValueError
-        If devices < 1.
+        If devices < 1, or the stages exceed int32.
+    MemoryError
+        (:class:`~pipecore.CapacityError`) if its stages would not fit in
+        the memory available (checked before any is laid out).
     """
     p = check_int("devices", devices, minimum=1)
+    _sized(f"placements.bidirectional(devices={p})", 2 * p)
     return Placement(tuple(range(p)) + tuple(range(p - 1, -1, -1)), "bidirectional", chains=2)
 
 
@@ -259,7 +305,11 @@ def resolve(placement, devices=None, chunks=None, waves=None) -> Placement:
         raise InputError("'chunks' and 'waves' go with a named placement ('looped', 'wave'); "
                          "a list of devices already fixes them")
     if not isinstance(placement, Placement):
-        if np.ndim(placement) != 1:
+        try:
+            ndim = np.ndim(placement)
+        except (ValueError, TypeError, UnicodeDecodeError):  # ragged lists, undecodable bytes
+            ndim = None
+        if ndim != 1:
             raise InputError(f"'placement' must be a name, a Placement or a list of devices, "
                              f"one per stage (got {placement!r})")
         placement = Placement(tuple(int(d) if isinstance(d, (int, np.integer))

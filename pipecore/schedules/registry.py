@@ -12,9 +12,9 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..core import hostmem
-from ..core.ops import CapacityError, InputError
+from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
+from ..core.sizes import MAX_OPS, MIN_BYTES_PER_OP, OPS_RULE, check_size  # noqa: F401 (re-exported)
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
@@ -297,31 +297,11 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     return sched
 
 
-# Op tables index rows and slots with int32.
-MAX_OPS = 2**31 - 1
-# Bytes per op that building and validating a large schedule hold at the
-# least: the five columns (17) and the structure's paired, dep, xfer and
-# out_ptr (25), before any transfer arrays.
-MIN_BYTES_PER_OP = 42
-
-
 def _check_size(name, p, m, v):
     """Refuse a shape whose table cannot be indexed or cannot fit in memory,
-    before anything is allocated (allocations are lazy: the OS would kill the
-    process while the table is written)."""
+    before anything is allocated (the shared guard, core/sizes.py)."""
     # Every family has 2 or 3 ops per stage and microbatch (F and B or BW,
     # maybe W), p * v stages, and at most 2 all-reduces per device.
-    most = 3 * p * v * m + 2 * p
-    if most > MAX_OPS:
-        raise InputError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} may have "
-                         f"{most:,} ops; an op table holds at most {MAX_OPS:,} (int32 rows)")
-    least = 2 * p * v * m * MIN_BYTES_PER_OP
-    free = hostmem.available_bytes()
-    if free is not None and least > free:
-        raise CapacityError(f"'{name}' with devices={p}, microbatches={m}, chunks={v} needs at "
-                          f"least {_size(least)} to build and validate ({2 * p * v * m:,} ops "
-                          f"or more); {_size(free)} is available")
-
-
-def _size(nbytes):
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+    check_size(f"'{name}' with devices={p}, microbatches={m}, chunks={v}", 3 * p * v * m + 2 * p,
+               "ops", limit=MAX_OPS, rule=OPS_RULE, bytes_each=MIN_BYTES_PER_OP,
+               least=2 * p * v * m, purpose="to build and validate", exact=False)

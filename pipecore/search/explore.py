@@ -19,159 +19,19 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.model import Hardware, Model
-from ..core.costs import Costs, Network, fits
+from ..core.costs import SMALLEST_NORMAL, Costs, Network, fits
 from ..core.ops import InputError, check_int
 from ..core.progress import Progress, enabled
+from ..core.result import bubble_rate, bubble_ratio
 from ..core.schedule import ScheduleError
 from ..core.simulate import simulate, validate
 from ..schedules import compose as _compose
-from ..schedules import orders as _orders
-from ..schedules import placements as _placements
 from ..schedules.recompute import recompute as _recompute
 from .partition import _bottleneck_dp, _Search, uniform_split
+from .space import Composition, default_space, space_size  # noqa: F401 (explore's names)
 from .tune import Tuned, TuneError, _Candidate, _polish, _recompute_candidates, _score, tune
 
-__all__ = ["explore", "default_space", "Composition"]
-
-
-@dataclass(frozen=True)
-class Composition:
-    """One point of the space: what :func:`pipecore.compose` takes.
-
-    Attributes
-    ----------
-    placement : Placement
-    order : Order
-    split_backward : bool
-    w : str, int, tuple or None
-        The W rule (None without split backward, or with the rotate order).
-    """
-
-    placement: _placements.Placement
-    order: _orders.Order
-    split_backward: bool
-    w: object
-
-    @property
-    def label(self) -> str:
-        """str: a short description, e.g. ``v/one_f_one_b(short, inflight=3)/w=bubbles``."""
-        pl = self.placement
-        where = pl.name if pl.name != "looped" else f"looped{pl.stages // pl.devices}"
-        if pl.name == "wave":
-            where = f"wave{pl.stages // (2 * pl.devices)}"
-        od = self.order
-        parts = [od.policy]
-        if od.policy == "alternate":
-            parts.append(_label_group(od.group) if od.group != "ready" else "ready")
-            parts.append(f"warmup={od.warmup}")
-            if od.strict:
-                parts.append("strict")
-        elif od.policy == "greedy":
-            parts.append(f"{od.first} first")
-        if od.inflight is not None:
-            parts.append(f"inflight={od.inflight}")
-        if od.overlap:
-            parts.append("overlap")
-        w = "fused" if not self.split_backward else ("visit" if self.w is None else
-                                                      f"w={_w_text(self.w)}")
-        return f"{where}/{' '.join(parts)}/{w}"
-
-
-def _label_group(group):
-    return "group=p" if group is None else f"group={group}"
-
-
-def _w_text(w):
-    return "lag " + ",".join(map(str, w)) if isinstance(w, tuple) else str(w)
-
-
-def default_space(devices: int, microbatches: int, overlap: bool = False) -> list[Composition]:
-    """The compositions :func:`explore` tries by default.
-
-    Placements: linear, looped with 2, 3, 4, 5, 6 and 8 chunks, the V, and
-    waves of 2 and 3. Orders: 1F1B (ready streams, warm-up "short" or
-    "fill") and greedy (backward or forward first) with no cap or a cap of
-    1 to 2p microbatches in flight; the families' strict 1F1B over fixed
-    streams (warm-up "fill" is Megatron's depth-first) and breadth-first;
-    the rotation with no cap or a cap of 1 to 2p. W: fused, or split with
-    W "with" its B, "staggered", "late", in the "bubbles", a uniform lag of
-    1 to p, or ZB-H2's lag 2d (the rotation: fused or in its visit).
-
-    Also Chimera's two pipelines (``bidirectional``) with the 1F1B and
-    greedy orders (no cap or a cap of 1 to p; fused, or W with, staggered,
-    late or in the bubbles), which :func:`explore` builds and simulates in
-    full rather than timing them in the construction.
-
-    With ``overlap``, also the 1F1B and greedy orders with overlapped F&B
-    units (``overlap=True``, each cap) on the placements with several
-    stages per device (one stage per device has no unit to form: its F and
-    B are of one stage) and on the two pipelines (DualPipe's combination),
-    fused or with W "with", "staggered", "late" or in the "bubbles".
-
-    Parameters
-    ----------
-    devices, microbatches : int
-        p and m.
-    overlap : bool, default False
-        Add the compositions with overlapped F&B units (worth it when
-        ``Costs.fb_factor`` < 1: a unit then takes less than its two ops).
-
-    Returns
-    -------
-    list of Composition
-
-    Raises
-    ------
-    ValueError
-        If devices or microbatches < 1.
-    """
-    p = check_int("devices", devices, minimum=1)
-    check_int("microbatches", microbatches, minimum=1)
-    places = [_placements.linear(p)]
-    places += [_placements.looped(p, v) for v in (2, 3, 4, 5, 6, 8)]
-    places += [_placements.v(p), _placements.wave(p, 2), _placements.wave(p, 3)]
-    caps = [None] + list(range(1, 2 * p + 1))
-    alternate = [_orders.one_f_one_b(warmup=w, inflight=k) for w in ("short", "fill")
-                 for k in caps]
-    alternate += [_orders.one_f_one_b(warmup=w, group=None, strict=True)
-                  for w in ("short", "fill")]
-    alternate += [_orders.breadth_first(), _orders.breadth_first("fifo")]
-    alternate += [_orders.greedy(first=f, inflight=k) for f in ("backward", "forward")
-                  for k in caps]
-    rotations = [_orders.rotate(inflight=k) for k in caps]
-    w_rules = ["with", "staggered", "late", "bubbles"] + list(range(1, p + 1))
-    w_rules.append(tuple(2 * d for d in range(p)))
-    out = []
-    for pl in places:
-        for od in alternate:
-            out.append(Composition(pl, od, False, None))
-            out += [Composition(pl, od, True, w) for w in w_rules]
-        for od in rotations:
-            out += [Composition(pl, od, False, None), Composition(pl, od, True, None)]
-    two = _placements.bidirectional(p)
-
-    def each_w(pl, orders):
-        for od in orders:
-            out.append(Composition(pl, od, False, None))
-            out.extend(Composition(pl, od, True, w)
-                       for w in ("with", "staggered", "late", "bubbles"))
-
-    def ready(caps):
-        return ([_orders.one_f_one_b(warmup=w, inflight=k) for w in ("short", "fill")
-                 for k in caps]
-                + [_orders.greedy(first=f, inflight=k) for f in ("backward", "forward")
-                   for k in caps])
-
-    # Each pipeline holds one stage per device: caps above p change little, and
-    # each of these compositions is simulated in full.
-    few = [None] + list(range(1, p + 1))
-    each_w(two, ready(few))
-    if overlap:
-        for pl in places:
-            if pl.stages > pl.devices:
-                each_w(pl, [dataclasses.replace(od, overlap=True) for od in ready(caps)])
-        each_w(two, [dataclasses.replace(od, overlap=True) for od in ready(few)])
-    return out
+__all__ = ["explore", "default_space", "space_size", "Composition"]
 
 
 def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
@@ -260,9 +120,18 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     Raises
     ------
     TuneError
-        When nothing fits the limit (``smallest_limit`` says what would).
+        When nothing fits the limit (``smallest_limit`` says what would),
+        or no composition could be timed (the message gives the rows'
+        reasons; ``smallest_limit`` is then NaN).
     ValueError
-        For bad arguments.
+        For bad arguments: an empty ``space``, per-stage cost vectors whose
+        length is no composition's stage count, a model with fewer layers
+        than the fewest stages, or more ops than an op table holds in even
+        the smallest composition.
+    MemoryError
+        (:class:`~pipecore.CapacityError`) if the default space or the
+        smallest composition's timing would not fit in the memory
+        available (checked before anything is enumerated).
     """
     t0 = time.perf_counter()
     p = check_int("devices", devices, minimum=1)
@@ -298,11 +167,18 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             or math.isnan(limit) or limit <= 0:
         raise InputError(f"'memory_limit' must be a number > 0 (got {memory_limit!r})")
     limit = float(limit)
+    # Every composition on p devices has p stages or more: refuse a shape none
+    # could be built in before the space is enumerated.
+    _compose._check_ops(f"explore(devices={p}, microbatches={m}), whose every composition has "
+                        f"at least {p} stages,", p, p, m, False, timed=True)
     if space is None:
         # Overlapped units gain only when a unit takes less than its two ops.
         space = default_space(p, m, overlap=costs is not None and costs.fb_factor < 1)
     else:
         space = list(space)
+        if not space:
+            raise InputError("'space' is empty: explore has no composition to try (leave it "
+                             "unset for default_space(devices, microbatches))")
     for c in space:
         if not isinstance(c, Composition):
             raise InputError(f"'space' holds {type(c).__name__}; give pipecore.search."
@@ -310,6 +186,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         if c.placement.devices != p:
             raise InputError(f"a composition of 'space' places on {c.placement.devices} "
                              f"devices, not devices={p}: {c.label}")
+    _check_fits_some(space, model, costs, network, p)
     splits = _Splits(model, hardware, costs, network)
     screen_rec = recompute and not math.isinf(limit)
     rows = _screen(space, m, splits, limit, progress, screen_rec)
@@ -370,7 +247,10 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
                         tuned.result, tune_setting))
     if not options:
         least = min((r["memory"] for r in table.to_pylist() if r["memory"] is not None),
-                    default=math.nan)
+                    default=None)
+        if least is None:  # nothing was timed: say why, not "least memory nan"
+            raise TuneError(_why_none_timed(rows, include_tune and tune_setting is not None),
+                            math.nan, table)
         raise TuneError(f"nothing fits memory_limit={limit:g}: the least memory a composition "
                         f"needs is {least:g}", least, table)
     # Ties go to tune's winner (a named family), then to less memory.
@@ -381,6 +261,48 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     validate(sched)
     return Tuned(sched, res, label, table, limit, setting.costs, setting.network,
                  time.perf_counter() - t0, "makespan")
+
+
+def _check_fits_some(space, model, costs, network, p):
+    """Refuse, before anything is timed, a model with fewer layers than the
+    fewest stages of the space, or per-stage vectors whose length is no
+    composition's stage count (each composition they do not fit would be
+    left out, and then all of them would be)."""
+    counts = sorted({c.placement.stages for c in space})
+    shown = ", ".join(map(str, counts[:12])) + (" ..." if len(counts) > 12 else "")
+    if model is not None:
+        if len(model) < counts[0]:
+            raise InputError(
+                f"the model has {len(model)} layers, but every composition on devices={p} has at "
+                f"least {counts[0]} stages, and every stage needs at least one layer: use at most "
+                f"{len(model)} devices or a model with more layers")
+        return
+    vectors = [(type(obj).__name__, f.name, getattr(obj, f.name))
+               for obj in (costs, network) if obj is not None
+               for f in dataclasses.fields(obj) if np.ndim(getattr(obj, f.name)) == 1]
+    lengths = sorted({len(v) for _, _, v in vectors})
+    for owner, name, value in vectors:
+        if len(value) not in counts:
+            raise InputError(
+                f"{owner} '{name}' has {len(value)} entries (one per stage), but the "
+                f"compositions on devices={p} have {shown} stages: give it one of those "
+                f"lengths, or a scalar (a value per device share)")
+    if len(lengths) > 1:
+        raise InputError(
+            "per-stage vectors of different lengths ("
+            + ", ".join(f"{o} '{n}' has {len(v)}" for o, n, v in vectors)
+            + "): no composition has two stage counts; give them one length")
+
+
+def _why_none_timed(rows, tuned):
+    """Why no composition of the space could be timed: its rows' notes."""
+    notes = {}
+    for r in rows:
+        notes.setdefault(r["note"] or "not timed", []).append(r["candidate"])
+    parts = [f"{len(c)} of {len(rows)} compositions ({c[0]}{', ...' if len(c) > 1 else ''}): "
+             f"{why}" for why, c in sorted(notes.items(), key=lambda kv: -len(kv[1]))[:3]]
+    tail = "; tune found nothing either" if tuned else ""
+    return f"no composition of the space could be timed: {'; '.join(parts)}{tail}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -625,12 +547,20 @@ def _timed(comp, setting, base, static, m, limit, base_row=None):
         return row
     memory = float((tm.peak + static).max())
     makespan = float(tm.end[0])
-    span = float((tm.free - tm.begin).max())
+    with np.errstate(invalid="ignore"):  # inf - inf where times overflowed
+        span = float((tm.free - tm.begin).max())
+    if not (math.isfinite(makespan) and math.isfinite(span)):
+        row["note"] = (f"times overflow float64 (makespan {makespan:g}): an op or transfer "
+                       f"time or their sum exceeds 1.8e308; express the costs in a larger unit")
+        return row
+    if 0 < makespan < SMALLEST_NORMAL:  # as simulate refuses it
+        row["note"] = (f"times underflow float64 (makespan {makespan:g}, below 2.2e-308: too "
+                       f"few digits for accurate times); express the costs in a smaller unit")
+        return row
     # As Result.bubble_ratio and Result.bubble_rate (every device runs ops here).
     row.update(makespan=makespan, memory=memory, span=span,
-               bubble_ratio=1.0 - float(tm.busy.sum()) / (pl.devices * makespan)
-               if makespan > 0 else 0.0,
-               bubble_rate=(span - float(tm.busy.max())) / span if span > 0 else 0.0,
+               bubble_ratio=float(bubble_ratio(float(tm.busy.sum()), pl.devices, makespan)),
+               bubble_rate=float(bubble_rate(span, float(tm.busy.max()))),
                peak_activation=float(tm.peak.max()), fits=bool(fits(memory, limit)))
     return row
 
