@@ -15,22 +15,25 @@ from __future__ import annotations
 from . import hostmem
 from .ops import CapacityError, InputError
 
-__all__ = ["MAX_INT32", "MAX_OPS", "MIN_BYTES_PER_OP", "check_size", "size_text"]
+__all__ = ["MAX_INT32", "MAX_OPS", "BYTES_PER_OP", "OPS_RULE", "check_size", "size_text"]
 
 #: Op tables store devices, slots, stages and microbatches as int32.
 MAX_INT32 = 2**31 - 1
 #: Rows an op table can hold (its rows and slots are int32 indices).
 MAX_OPS = MAX_INT32
-#: Bytes per op that building and validating a large schedule hold at the
-#: least: the five columns (17) and the structure's paired, dep, xfer and
-#: out_ptr (25), before any transfer arrays.
-MIN_BYTES_PER_OP = 42
+#: Bytes per F and B (or BW) pair of a schedule that building and validating
+#: it hold at their peak: the five columns (17 bytes an op), the structure's
+#: paired, dep, xfer and out_ptr (25) and the builders' temporaries. Set at or
+#: above what every family measures with tracemalloc at 64 x 4096 (the
+#: CHANGELOG has the figures): below the peak, a shape that passes would be
+#: killed by the OS while it is written.
+BYTES_PER_OP = 96
 #: The op table's limit, as the rule a refusal states.
 OPS_RULE = f"an op table holds at most {MAX_OPS:,} ops (int32 rows)"
 
 
 def size_text(nbytes: float) -> str:
-    """A byte count for a message: GiB from 1 GiB up, else MiB.
+    """A byte count for a message: MiB, GiB from 1 GiB, TiB from 1 TiB, PiB from 1 PiB.
 
     Parameters
     ----------
@@ -40,7 +43,10 @@ def size_text(nbytes: float) -> str:
     -------
     str
     """
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30)):
+        if nbytes >= 2**power:
+            return f"{nbytes / 2**power:,.1f} {unit}"
+    return f"{nbytes / 2**20:.0f} MiB"
 
 
 def check_size(what: str, count: int, unit: str, *, limit: int | None = None,
@@ -70,9 +76,11 @@ def check_size(what: str, count: int, unit: str, *, limit: int | None = None,
         The reason for ``limit``, stated as a rule
         (``"an op table holds at most 2,147,483,647 ops (int32 rows)"``).
     bytes_each : float, default 0
-        Least bytes one item takes while it is built.
+        Bytes one item takes while it is built (an estimate at or above the
+        measured peak, so that what passes fits).
     least : int, optional
-        Items surely allocated, for the memory rule (default ``count``).
+        Items surely allocated, for the memory rule (default ``count``):
+        ``bytes_each`` is per one of these.
     purpose : str, default "to build"
         What the memory is for, in the message.
     exact : bool, default True
@@ -101,7 +109,7 @@ def check_size(what: str, count: int, unit: str, *, limit: int | None = None,
     free = hostmem.available_bytes()
     if free is not None and need > free:
         more = "" if exact and least == count else " or more"
-        also = f", and {extra} ({size_text(extra_bytes)})" if extra_bytes else ""
-        raise CapacityError(f"{what} needs at least {size_text(need)} {purpose} ({least:,} {unit}"
+        also = f", and {extra} ({size_text(extra_bytes)})" if extra_bytes >= 2**20 else ""
+        raise CapacityError(f"{what} needs about {size_text(need)} {purpose} ({least:,} {unit}"
                             f"{more} at {bytes_each:g} bytes each{also}); {size_text(free)} is "
                             f"available")

@@ -51,6 +51,7 @@ import numpy as np
 from ..core.costs import Costs
 from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
+from ..core.sizes import BYTES_PER_OP, MAX_OPS, OPS_RULE, check_size
 from ..kernels.adaptive import LETTERS as _LETTERS
 from .adaptive_grid import _build, _span
 from .adaptive_space import _blocks, _chain, _steady_peak
@@ -173,6 +174,9 @@ def adaptive_v(devices: int, microbatches: int, costs: Costs | None = None,
     """
     p = check_int("devices", devices, minimum=2)
     m = check_int("microbatches", microbatches, minimum=1)
+    # 2p stages of F, B and W each, over at least 2p microbatches (the search pads m).
+    check_size(f"adaptive_v(devices={p}, microbatches={m})", 6 * p * max(m, 2 * p), "ops",
+               limit=MAX_OPS, rule=OPS_RULE, bytes_each=BYTES_PER_OP, exact=False)
     costs = Costs() if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.ops import InputError, check_int
 from ..core.schedule import Schedule, ScheduleError
-from ..core.sizes import MAX_OPS, MIN_BYTES_PER_OP, OPS_RULE, check_size
+from ..core.sizes import BYTES_PER_OP, MAX_OPS, OPS_RULE, check_size
 from ..kernels import columns as _columns
 from ..kernels import compose as _k
 from ..kernels import rotate as _rot
@@ -409,7 +409,7 @@ def _check_ops(what, stages, devices, m, split, timed=False):
     device pair's link)."""
     n = stages * m * (3 if split else 2)  # two chains: 2S chain stages x m/2
     links = devices * devices if timed else 0
-    each = MIN_BYTES_PER_OP + 8 + (16 / (3 if split else 2) if timed else 0)  # + arrivals
+    each = BYTES_PER_OP + (16 / (3 if split else 2) if timed else 0)  # + arrival times
     check_size(what, n, "ops", limit=MAX_OPS, rule=OPS_RULE, bytes_each=round(each),
                purpose="to time" if timed else "to build", extra_bytes=8 * links,
                extra=f"{links:,} link free times, one per device pair")

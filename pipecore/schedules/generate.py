@@ -22,11 +22,13 @@ from ..core.ops import InputError
 from ..core.rules import _in_halves
 from ..core.schedule import Schedule, ScheduleError, check_int
 from ..core.simulate import validate
+from ..core.sizes import BYTES_PER_OP, MAX_OPS, OPS_RULE, check_size
 from ..kernels import greedy as _greedy
 from ..kernels import zbv as _zbv
 from ..kernels.codes import B as _B
 from ..kernels.codes import F as _F
 from ..kernels.codes import W as _W
+from . import placements as _placements
 from .registry import column_buffers
 
 __all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
@@ -271,6 +273,8 @@ def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
     """
     p = check_int("devices", devices, minimum=1)
     m = check_int("microbatches", microbatches, minimum=1)
+    check_size(f"zbv_greedy(devices={p}, microbatches={m})", 6 * p * m, "ops", limit=MAX_OPS,
+               rule=OPS_RULE, bytes_each=BYTES_PER_OP)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
         raise InputError(f"'costs' must be a pipecore.Costs (got {type(costs).__name__})")
@@ -390,7 +394,7 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     ValueError
         If the placement is empty or has a negative device, or m < 1.
     """
-    placement = _check_placement(placement)
+    placement = _check_placement(placement, microbatches, 2, "greedy")
     m = check_int("microbatches", microbatches, minimum=1)
     S = len(placement)
     p = max(placement) + 1
@@ -584,17 +588,28 @@ class _GreedyInputs:
         return len(self.stages_of)
 
 
-def _check_placement(placement):
-    """A placement as a list of ints; ValueError unless non-empty and >= 0."""
+def _check_placement(placement, microbatches=None, ops_per=3, what="memory_greedy"):
+    """A placement as a list of ints, devices numbered from 0 without gaps
+    (placements' rule: a device number beyond the stages is refused without
+    a list as long as it); with ``microbatches``, the ``ops_per`` ops of each
+    stage and microbatch checked by the size guard (core/sizes.py)."""
+    if not hasattr(placement, "__len__"):
+        placement = list(placement)
+    if microbatches is not None:  # first: the checks below take time in proportion to S
+        S, m = len(placement), check_int("microbatches", microbatches, minimum=1)
+        check_size(f"{what} on {S} stages with microbatches={m}", ops_per * S * m, "ops",
+                   limit=MAX_OPS, rule=OPS_RULE, bytes_each=BYTES_PER_OP,
+                   exact=ops_per == 2)
     placement = [int(d) for d in placement]
     if not placement or min(placement) < 0:
         raise InputError(f"'placement' needs a device >= 0 for each stage (got {placement})")
+    _placements._check(placement)
     return placement
 
 
 def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     """Checked inputs of :func:`memory_greedy` (:class:`_GreedyInputs`)."""
-    placement = _check_placement(placement)
+    placement = _check_placement(placement, microbatches)
     m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs(f=1.0, b=1.0, w=1.0) if costs is None else costs
     if not isinstance(costs, Costs):
@@ -603,7 +618,9 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
     p = max(placement) + 1
     arr = costs.stage_arrays(S, p)
     act = arr["activation"]
-    stages_of = [[s for s in range(S) if placement[s] == d] for d in range(p)]
+    stages_of = [[] for _ in range(p)]
+    for s, d in enumerate(placement):  # one pass: S x p would not end at large p
+        stages_of[d].append(s)
     static = [sum(arr["weights"][s] for s in stages_of[d]) for d in range(p)]
     limit = np.inf if memory_limit is None else float(memory_limit)
     for d in range(p):
@@ -673,8 +690,9 @@ def warmup_search(placement, microbatches: int, costs: Costs | None = None,
     from ..core.simulate import simulate
 
     max_evals = check_int("max_evals", max_evals, minimum=1)
-    placement = [int(d) for d in placement]
-    p = max(placement) + 1 if placement else 0
+    # Checked before the warm-ups (each p long, 2p of them) are laid out.
+    placement = _check_placement(placement, microbatches, 3, "warmup_search")
+    p = max(placement) + 1
     limit = math.inf if memory_limit is None else float(memory_limit)
     seen = {}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
-from ..core.sizes import MAX_OPS, MIN_BYTES_PER_OP, OPS_RULE, check_size  # noqa: F401 (re-exported)
+from ..core.sizes import BYTES_PER_OP, MAX_OPS, OPS_RULE, check_size  # noqa: F401 (re-exported)
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
 __all__ = ["Family", "register", "build", "schedules", "family"]
@@ -303,5 +303,5 @@ def _check_size(name, p, m, v):
     # Every family has 2 or 3 ops per stage and microbatch (F and B or BW,
     # maybe W), p * v stages, and at most 2 all-reduces per device.
     check_size(f"'{name}' with devices={p}, microbatches={m}, chunks={v}", 3 * p * v * m + 2 * p,
-               "ops", limit=MAX_OPS, rule=OPS_RULE, bytes_each=MIN_BYTES_PER_OP,
+               "ops", limit=MAX_OPS, rule=OPS_RULE, bytes_each=BYTES_PER_OP,
                least=2 * p * v * m, purpose="to build and validate", exact=False)

@@ -170,7 +170,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     # Every composition on p devices has p stages or more: refuse a shape none
     # could be built in before the space is enumerated.
     _compose._check_ops(f"explore(devices={p}, microbatches={m}), whose every composition has "
-                        f"at least {p} stages,", p, p, m, False, timed=True)
+                        f"at least {p} stage{'s' if p > 1 else ''},", p, p, m, False, timed=True)
     if space is None:
         # Overlapped units gain only when a unit takes less than its two ops.
         space = default_space(p, m, overlap=costs is not None and costs.fb_factor < 1)
