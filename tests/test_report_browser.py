@@ -120,3 +120,21 @@ def test_page_of_several_results_renders_each_setting(tmp_path):
     assert "stragglers: device 3 at 1.3x op time" in settings[1]
     assert "jitter: lognormal sigma=0.1 per op, seed 1, draw 0" in settings[1]
     assert 'class="headline"' in dom and "fastest: 1f1b #1 (makespan 33 cost units)" in dom
+
+
+def test_zooming_a_gantt_moves_its_memory_chart(tmp_path):
+    # Issue 52: a Gantt's time axis and its memory chart's stay one axis
+    # when a reader zooms. The page gets a script that zooms the Gantt and
+    # writes down the memory chart's range afterwards.
+    res = pc.simulate(pc.build("1f1b", 4, 8), UNIT)
+    page = pc.report(res, tmp_path / "zoom.html")
+    text = page.read_text()
+    gantt = re.search(r"Plotly\.newPlot\('([^']+-gantt)'", text).group(1)
+    memory = gantt[:-len("gantt")] + "memory"
+    probe = (f"<script>Plotly.relayout('{gantt}',{{'xaxis.range':[5,12]}}).then(function(){{"
+             f"setTimeout(function(){{var r=document.getElementById('{memory}').layout.xaxis.range;"
+             "var p=document.createElement('p');p.id='probe';p.textContent=r.join(',');"
+             "document.body.appendChild(p);},50);});</script></body>")
+    page.write_text(text.replace("</body>", probe))
+    dom = _render(page, tmp_path)
+    assert re.search(r'<p id="probe">5,12</p>', dom), re.findall(r'<p id="probe">[^<]*', dom)
