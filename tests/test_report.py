@@ -331,8 +331,8 @@ def html_rows(page: str) -> int:
 def test_report_axes_line_up(tmp_path):
     """Issue 52: a Gantt's time axis did not line up with its memory chart.
     Every chart of a page spans the same time range (to the slowest
-    schedule's end) inside the same left and right margins, and no legend
-    stands at a chart's side (plotly would widen that margin for it)."""
+    schedule's end) inside the same left and right margins (the browser
+    test checks the plot areas as laid out)."""
     rows = compare(4, 8, costs=UNIT, names=["1f1b", "zb-h1", "interleaved-1f1b"])
     page = pc.report(rows, tmp_path / "r.html", memory_limit=5.0).read_text()
     plots = _plots(page)
@@ -340,10 +340,12 @@ def test_report_axes_line_up(tmp_path):
     assert slowest == 33.0
     ranges = {json.dumps(lay["xaxis"]["range"]) for _i, _d, lay in plots}
     assert len(ranges) == 1 and json.loads(ranges.pop())[1] >= 33.0
-    assert {(lay["margin"]["l"], lay["margin"]["r"]) for _i, _d, lay in plots} == {(70, 20)}
+    assert len({(lay["margin"]["l"], lay["margin"]["r"]) for _i, _d, lay in plots}) == 1
     for div, data, lay in plots:
-        legend = lay.get("legend", {})
-        assert legend.get("orientation") == "h" and legend.get("y", 0) < 0, div
+        # A legend stands in the right margin, whose width is fixed; a
+        # colour bar would widen it.
+        legend = lay.get("legend", {"x": 1.01})
+        assert legend["x"] > 1 and legend.get("orientation", "v") == "v", div
         assert not any(t.get("showscale") for t in data), div
     # Zooming one chart of a section moves the others: each section links its charts.
     assert page.count("linkTime([") == len(rows)

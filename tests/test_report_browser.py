@@ -73,6 +73,12 @@ def test_compare_page_renders(compare_page, tmp_path):
     assert dom.count('class="point"') == nonzero
     for r in built:  # the summary shows each makespan
         assert f"data-v='{r['makespan']!r}'" in dom.replace('"', "'")
+    # Issue 52: a Gantt's time axis lined up with no other chart. Every plot
+    # area of the page, as the browser laid it out, has the same left edge
+    # and width (and the same time range, tests/test_report.py checks).
+    areas = set(re.findall(r'<rect class="nsewdrag drag"[^>]* x="([\d.]+)"[^>]* width="([\d.]+)"',
+                           dom))
+    assert len(areas) == 1, areas
 
 
 def test_aggregated_page_renders(tmp_path):

@@ -31,10 +31,11 @@ MAX_OPS = 20_000
 BUCKETS = 240
 # Every chart of a page has the same plot area's left and right edges in
 # pixels, so a Gantt's time axis lines up with the memory chart below it.
-_MARGIN = {"l": 70, "r": 20}
-# Legends sit in rows under a chart's time axis title, this many pixels
-# below its plot area (at the side they would narrow it).
-_LEGEND_BELOW_PX = 58
+# Legends stand in the right margin, wide enough for the longest entry
+# ("BW down chunk 0"), so plotly never widens it for one; a legend taller
+# than its chart scrolls.
+_MARGIN = {"l": 70, "r": 170}
+_LEGEND = {"x": 1.01, "xanchor": "left", "y": 1.0, "yanchor": "top", "font": {"size": 11}}
 
 
 def _round(values: np.ndarray, digits: int = 6) -> list:
@@ -115,17 +116,14 @@ def _gantt_figure(result: Any, critical: bool, max_ops: int,
     mb = ops.column("microbatch").to_numpy()
     keep = finish > start  # zero-length ops (W with w = 0) would be invisible gaps
     makespan = float(result.makespan)
-    height = max(220, 34 * p + 110) if p <= 32 else 900
     layout = {
-        "barmode": "overlay", "height": height,
+        "barmode": "overlay", "height": max(220, 34 * p + 110) if p <= 32 else 900,
         "margin": dict(_MARGIN, t=30, b=45),
         "xaxis": {"title": {"text": "time (cost units)"}, "range": _x_range(x_max or makespan),
                   "zeroline": False},
         "yaxis": {"title": {"text": "device"}, "autorange": "reversed", "dtick": 1 if p <= 32 else None,
                   "zeroline": False},
-        # Below the time axis' title (above, it ran under plotly's tool bar).
-        "legend": {"orientation": "h", "x": 0, "y": -_LEGEND_BELOW_PX / (height - 75),
-                   "yanchor": "top"},
+        "legend": dict(_LEGEND),
         "hovermode": "closest", "plot_bgcolor": "#ffffff",
         # Microbatch numbers only where they fit at a readable size.
         "uniformtext": {"minsize": 9, "mode": "hide"},
@@ -278,13 +276,10 @@ def _memory_figure(result: Any, memory_limit: float | None, max_points: int,
                   "range": _x_range(x_max or ms)},
         "yaxis": {"title": {"text": "memory (M)"}, "rangemode": "tozero"},
         "hovermode": "closest", "plot_bgcolor": "#ffffff",
-        # Below the chart, in rows: a legend at the side would narrow the
-        # plot area and its time axis would no longer line up with the Gantt's.
-        "legend": {"font": {"size": 10}, "orientation": "h", "x": 0,
-                   "y": -_LEGEND_BELOW_PX / (340 - 85), "yanchor": "top"},
+        "legend": dict(_LEGEND),
     }
     if p > 16:
-        layout["legend"]["title"] = {"text": "5 devices shown; click to add:"}
+        layout["legend"]["title"] = {"text": "5 devices shown;<br>click to add"}
     if memory_limit is not None:
         layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
                              "y0": memory_limit, "y1": memory_limit,
