@@ -1,15 +1,15 @@
 """Gantt charts of results as PNG (matplotlib, the ``pipecore[plot]`` extra):
 one row per device, one bar per op coloured by kind (a second hue for a
-second pipeline, lighter shades for later chunks), microbatch numbers in
-the boxes they fit, and several charts on one time scale for
-``pipecore compare``.
+second pipeline, shades for chunks), microbatch numbers in the boxes they
+fit, and several charts on one time scale for ``pipecore compare``.
 
 The charts of one call share a frame: one time axis (to the slowest
 result's end), one size in pixels and one label size, so that they can be
-laid side by side. The frame (axes, ticks, axis titles) is drawn once and
-copied under each chart's bars, title and legend (matplotlib's blitting):
-the text layout of ticks and titles, not the bars, was most of a chart's
-drawing time.
+laid side by side. They are drawn straight on matplotlib's Agg renderer,
+without a Figure or Axes: the frame (axes, ticks, labels) is drawn once
+and copied under each chart, whose bars, numbers and text are a few
+paths in pixels. A figure's artists, their layout and the import of
+matplotlib's plotting modules were most of a chart's time before.
 """
 
 from __future__ import annotations
@@ -46,10 +46,13 @@ from .outlines import (
     DIGIT_TALL_EM,
     INK_EM,
     STACK_GAP_EM,
-    key_artists,
     key_layout,
-    number_artist,
+    key_marks,
+    make_numbers,
+    number_paths,
+    text_lines,
 )
+from .views import nice_ticks
 
 __all__ = ["write_gantt", "write_gantts"]
 
@@ -67,10 +70,18 @@ _TITLE_PT, _TITLE_LINE_PX, _LEGEND_ROW_PX = 12, 20, 17
 _KEY_EM_PX = 8 * _DPI / 72.0  # the key's labels: 8 pt
 # Key entries besides the colours: (what, style, label), see outlines.key_layout.
 _STACKED_KEY = ("note", None, "narrow boxes: numbers stacked, read top down")
-_MAKESPAN_LINE = {"colors": "#333333", "linewidths": 1.0, "linestyles": [(0, (4, 3))]}
-_TRANSFER_KEY = ("line", {"colors": "black", "linewidths": 0.8, "alpha": 0.6}, "transfer")
-_CRITICAL_KEYS = [("line", {"colors": "black", "linewidths": 1.8}, "critical path"),
-                  ("line", {"colors": "#D62728", "linewidths": 1.4}, "critical transfer")]
+_MAKESPAN_LINE = {"color": "#333333", "lw": 1.0, "dashes": [4, 3]}
+_TRANSFER_KEY = ("line", {"color": "#000000", "lw": 0.8, "alpha": 0.6}, "transfer")
+_CRITICAL_PATH = {"color": "#000000", "lw": 1.8}
+_CRITICAL_TRANSFER = {"color": "#D62728", "lw": 1.4}
+_CRITICAL_KEYS = [("line", _CRITICAL_PATH, "critical path"),
+                  ("line", _CRITICAL_TRANSFER, "critical transfer")]
+# The frame as matplotlib draws axes by default: 10 pt text, 0.8 pt black
+# spines and ticks 3.5 pt long, labels 3.5 pt from them; a faint grid.
+_TEXT_PX = 10 * _DPI / 72.0
+_TICK_PX = 3.5 * _DPI / 72.0
+_SPINE = {"color": "#000000", "lw": 0.8}
+_GRID = {"color": "#b0b0b0", "lw": 0.3, "alpha": 0.5}
 
 
 @dataclass
@@ -231,133 +242,214 @@ def _fit_labels(chart: _Chart, scale: _Scale) -> None:
 
 
 class _Frame:
-    """A figure with axes, ticks and axis titles drawn once, copied under
-    each chart's bars, title and legend."""
+    """An Agg canvas with the axes, ticks and axis titles drawn once, copied
+    under each chart's bars, numbers, title and key."""
 
     def __init__(self, n_dev: int, scale: _Scale, top_px: int, key_top: int, xlabel: str,
-                 mpl: Any):
+                 agg: Any):
         self.n_dev = n_dev
         self.scale = scale
         self.top_px = top_px
-        self.key_top = key_top  # pixels from the figure's top to the key's first row
-        self.axes_h = int(round(_row_px(n_dev) * n_dev))
+        self.key_top = key_top  # pixels from the picture's top to the key's first row
+        self.agg = agg
+        self.row = _row_px(n_dev)
+        self.axes_h = int(round(self.row * n_dev))
+        self.row = self.axes_h / n_dev
         self.width = _LEFT_PX + scale.axes_px + _RIGHT_PX
         self.height = top_px + self.axes_h + _BOTTOM_PX
-        fig = mpl.Figure(figsize=(self.width / _DPI, self.height / _DPI), dpi=_DPI,
-                         facecolor="white")
-        self.canvas = mpl.FigureCanvasAgg(fig)
-        self.fig = fig
-        ax = fig.add_axes((_LEFT_PX / self.width, _BOTTOM_PX / self.height,
-                           scale.axes_px / self.width, self.axes_h / self.height))
-        self.ax = ax
-        ax.set_xlim(0.0, scale.x_max)
-        ax.set_ylim(n_dev - 0.5, -0.5)  # inverted: device 0 at top
-        # Every device named where rows are tall enough for its label.
-        stride = max(1, math.ceil(14.0 / _row_px(n_dev)))
-        ax.set_yticks(range(0, n_dev, stride))
-        ax.set_yticklabels([f"d{d}" for d in range(0, n_dev, stride)])
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("device")
-        ax.grid(axis="x", linewidth=0.3, alpha=0.5)
-        ax.set_axisbelow(True)
-        self.canvas.draw()
-        self.background = self.canvas.copy_from_bbox(fig.bbox)
+        self.renderer = agg.RendererAgg(self.width, self.height, _DPI)
+        self.axes = agg.Bbox.from_bounds(_LEFT_PX, _BOTTOM_PX, scale.axes_px, self.axes_h)
+        # Time to x and device (0 at the top) to y, in pixels with y up.
+        self.to_px = agg.Affine2D().scale(scale.axes_px / scale.x_max, -self.row).translate(
+            _LEFT_PX, _BOTTOM_PX + self.axes_h - 0.5 * self.row)
+        self._draw_axes(xlabel)
+        self.background = self.renderer.copy_from_bbox(
+            agg.Bbox.from_bounds(0, 0, self.width, self.height))
 
-    def render(self, chart: _Chart, out: Path, mpl: Any, show_transfers: bool = False,
+    def fill(self, path: Any, colour: Any, clip: bool = False) -> None:
+        """Fill a path given in pixels."""
+        gc = self.renderer.new_gc()
+        gc.set_linewidth(0)
+        if clip:
+            gc.set_clip_rectangle(self.axes)
+        self.renderer.draw_path(gc, path, self.agg.IdentityTransform(),
+                                self.agg.to_rgb(colour))
+        gc.restore()
+
+    def stroke(self, path: Any, style: dict, clip: bool = False) -> None:
+        """Stroke a path given in pixels: ``style`` has ``color``, ``lw`` in
+        points, and optionally ``alpha`` and ``dashes`` (points)."""
+        gc = self.renderer.new_gc()
+        gc.set_linewidth(style["lw"])
+        gc.set_foreground(style["color"])
+        gc.set_capstyle("butt")
+        if "alpha" in style:
+            gc.set_alpha(style["alpha"])
+        if "dashes" in style:
+            gc.set_dashes(0, style["dashes"])
+        if clip:
+            gc.set_clip_rectangle(self.axes)
+        self.renderer.draw_path(gc, path, self.agg.IdentityTransform())
+        gc.restore()
+
+    def _draw_axes(self, xlabel: str) -> None:
+        Path = self.agg.Path
+        x0, y0, x1, y1 = _LEFT_PX, _BOTTOM_PX, _LEFT_PX + self.scale.axes_px, self.axes.y1
+        self.fill(Path([(0, 0), (0, self.height), (self.width, self.height), (self.width, 0),
+                        (0, 0)], closed=True), "white")
+        # Round times, about one per 150 pixels, as lines across the axes.
+        ticks = [t for t in nice_ticks(0.0, self.scale.x_max, max(2, self.scale.axes_px // 150))
+                 if 0 <= t <= self.scale.x_max]
+        xs = [x0 + t / self.scale.x_max * self.scale.axes_px for t in ticks]
+        self.stroke(_segments([((x, y0), (x, y1)) for x in xs]), _GRID)
+        # Every device named where rows are tall enough for its label.
+        stride = max(1, math.ceil(14.0 / self.row))
+        devices = range(0, self.n_dev, stride)
+        ys = [y1 - (d + 0.5) * self.row for d in devices]
+        self.stroke(_segments([((x, y0), (x, y0 - _TICK_PX)) for x in xs]
+                              + [((x0, y), (x0 - _TICK_PX, y)) for y in ys]), _SPINE)
+        labels = [text_lines(f"{t:g}", x, y0 - 2 * _TICK_PX, _TEXT_PX, 0) for t, x in
+                  zip(ticks, xs)]
+        labels += [text_lines(f"d{d}", x0 - 2 * _TICK_PX, y + 0.365 * _TEXT_PX, _TEXT_PX, 0,
+                              align="right") for d, y in zip(devices, ys)]
+        labels.append(text_lines(xlabel, (x0 + x1) / 2, y0 - 2 * _TICK_PX - 1.45 * _TEXT_PX,
+                                 _TEXT_PX, 0))
+        # "device" up the left side, read bottom to top.
+        labels.append(text_lines("device", 0, 0, _TEXT_PX, 0).transformed(
+            self.agg.Affine2D().rotate_deg(90).translate(12 + 0.73 * _TEXT_PX / 2,
+                                                         (y0 + y1) / 2)))
+        self.fill(Path.make_compound_path(*labels), "black")
+        self._draw_spines()
+
+    def _draw_spines(self) -> None:
+        b = self.axes
+        self.stroke(self.agg.Path([(b.x0, b.y0), (b.x0, b.y1), (b.x1, b.y1), (b.x1, b.y0),
+                                   (b.x0, b.y0)], closed=True), _SPINE)
+
+    def render(self, chart: _Chart, out: Path, show_transfers: bool = False,
                path_table: pa.Table | None = None) -> None:
         """Draw one chart over a copy of the frame and write it as PNG."""
-        ax, fig, canvas = self.ax, self.fig, self.canvas
-        canvas.restore_region(self.background)
-        artists: list = []
-        try:
-            extra = self._add_bars(chart, mpl, artists, show_transfers, path_table)
-            idx = np.flatnonzero(chart.flat | chart.stacked)
-            if idx.size:
-                # Dark text on light bars, white on dark ones.
-                lum = chart.rgb[idx] @ np.array([0.299, 0.587, 0.114])
-                artists.append(number_artist(
-                    ax, (chart.start[idx] + chart.finish[idx]) / 2,
-                    (chart.y0[idx] + chart.y1[idx]) / 2, chart.mb[idx], chart.stacked[idx],
-                    lum > 0.6, self.scale.label_pt * _DPI / 72.0))
-            note = chart.note()
-            title = chart.title if note is None else f"{chart.title}\n{note}"
-            centre = (_LEFT_PX + self.scale.axes_px / 2) / self.width
-            artists.append(fig.text(centre, 1 - 6 / self.height, title, ha="center", va="top",
-                                    fontsize=_TITLE_PT, linespacing=1.25))
-            entries = _key_entries(chart, self.scale.x_max, extra)
-            artists += key_artists(fig, entries, _LEFT_PX, self.height - self.key_top,
-                                   self.scale.axes_px, _LEGEND_ROW_PX, _KEY_EM_PX)
-            renderer = canvas.get_renderer()
-            # In z-order, as a full draw would: bars, lines, numbers, outlines, arrows.
-            for a in sorted(artists, key=lambda a: a.get_zorder()):
-                a.draw(renderer)
-            for spine in ax.spines.values():  # bars at the edges would hide them
-                spine.draw(renderer)
-            _write_png(canvas, out, {
-                "Title": title, "Software": "pipecore",
-                "pipecore:labels": str(chart.labelled),
-                "pipecore:ops": str(chart.labelable_count),
-                "pipecore:legend": " | ".join(e[2] for e in entries),
-                "pipecore:time_axis": (f"0 to {self.scale.x_max:g} cost units over pixels "
-                                       f"{_LEFT_PX} to {_LEFT_PX + self.scale.axes_px}")})
-        finally:
-            for a in artists:  # the frame is as it was for the next chart
-                a.remove()
+        self.renderer.restore_region(self.background)
+        corners = self._bars(chart)
+        extra = self._transfers(chart) if show_transfers else []
+        idx = np.flatnonzero(chart.flat | chart.stacked)
+        if idx.size:
+            # Dark text on light bars, white on dark ones.
+            lum = chart.rgb[idx] @ np.array([0.299, 0.587, 0.114])
+            at = self.to_px.transform(np.column_stack([(chart.start[idx] + chart.finish[idx]) / 2,
+                                                       (chart.y0[idx] + chart.y1[idx]) / 2]))
+            for path, colour in number_paths(at, chart.mb[idx], chart.stacked[idx], lum > 0.6,
+                                             self.scale.label_pt * _DPI / 72.0):
+                self.fill(path, colour, clip=True)
+        if path_table is not None:
+            extra += self._critical(path_table, corners)
+        self._draw_spines()  # bars at the edges would hide them
+        note = chart.note()
+        title = chart.title if note is None else f"{chart.title}\n{note}"
+        self.fill(text_lines(title, _LEFT_PX + self.scale.axes_px / 2, self.height - 6,
+                             _TITLE_PT * _DPI / 72.0, _TITLE_LINE_PX), "black")
+        entries = _key_entries(chart, self.scale.x_max, extra)
+        for what, path, style in key_marks(entries, _LEFT_PX, self.height - self.key_top,
+                                           self.scale.axes_px, _LEGEND_ROW_PX, _KEY_EM_PX):
+            if what == "fill":
+                self.fill(path, style)
+            else:
+                self.stroke(path, style)
+        _write_png(self.renderer, out, {
+            "Title": title, "Software": "pipecore",
+            "pipecore:labels": str(chart.labelled),
+            "pipecore:ops": str(chart.labelable_count),
+            "pipecore:legend": " | ".join(e[2] for e in entries),
+            "pipecore:time_axis": (f"0 to {self.scale.x_max:g} cost units over pixels "
+                                   f"{_LEFT_PX} to {_LEFT_PX + self.scale.axes_px}")})
 
-    def _add_bars(self, chart: _Chart, mpl: Any, artists: list, show_transfers: bool,
-                  path_table: pa.Table | None) -> list:
-        """Add the bars, the makespan line, transfers and the critical path to
-        ``artists``; return the key entries of the transfers and the path."""
-        ax = self.ax
-        verts = np.empty((chart.start.size, 4, 2), dtype=np.float64)
-        verts[:, 0, 0] = verts[:, 1, 0] = chart.start
-        verts[:, 2, 0] = verts[:, 3, 0] = chart.finish
-        verts[:, 0, 1] = verts[:, 3, 1] = chart.y0
-        verts[:, 1, 1] = verts[:, 2, 1] = chart.y1
+    def _bars(self, chart: _Chart) -> np.ndarray:
+        """Draw the bars and the makespan's line; return every op's corners in pixels."""
+        corners = np.empty((chart.start.size, 4, 2), dtype=np.float64)
+        corners[:, 0, 0] = corners[:, 1, 0] = chart.start
+        corners[:, 2, 0] = corners[:, 3, 0] = chart.finish
+        corners[:, 0, 1] = corners[:, 3, 1] = chart.y0
+        corners[:, 1, 1] = corners[:, 2, 1] = chart.y1
+        corners = self.to_px.transform(corners.reshape(-1, 2)).reshape(-1, 4, 2)
         vis = chart.visible
         if vis.any():
-            # A hair of white between adjacent bars: each is drawn inset by a
-            # fifth of a pixel (as quick as a bare fill; a white edge stroke
-            # would double the time). Not where most bars are under 3 pixels
-            # wide: the gaps would then pale everything.
-            px = self.scale.axes_px / self.scale.x_max
-            bars = verts[vis]
-            if float(np.median((chart.finish - chart.start)[vis])) * px >= 3.0:
-                dx, dy = 0.2 / px, 0.2 / _row_px(self.n_dev)
-                bars = bars + np.array([[dx, dy], [dx, -dy], [-dx, -dy], [-dx, dy]])
-            # One compound path per colour: Agg then fills a few paths, not
-            # one per bar (each carries its own set-up).
+            bars = corners[vis]
+            # A hair of white between adjacent bars: each is inset by a fifth of
+            # a pixel. Not where most bars are under 3 pixels wide: the gaps
+            # would then pale everything.
+            if float(np.median(bars[:, 2, 0] - bars[:, 0, 0])) >= 3.0:
+                bars = bars + np.array([[0.2, -0.2], [0.2, 0.2], [-0.2, 0.2], [-0.2, -0.2]])
+            # One path per colour: the renderer fills a few paths, not one per bar.
             styles = chart.style[vis]
             order = np.argsort(styles, kind="stable")
-            cuts = np.flatnonzero(np.diff(styles[order])) + 1
-            groups = np.split(order, cuts)
-            paths = [_rectangles(bars[g]) for g in groups]
-            colours = [chart.rgb[vis][g[0]] for g in groups]
-            artists.append(ax.add_collection(mpl.PathCollection(
-                paths, facecolors=colours, edgecolors="none"), autolim=False))
+            for group in np.split(order, np.flatnonzero(np.diff(styles[order])) + 1):
+                self.fill(_rectangles(bars[group]), tuple(chart.rgb[vis][group[0]]), clip=True)
         if 0 < chart.makespan < self.scale.x_max * (1 - 1e-9):
             # The axis runs on to the slowest chart's end: mark this one's.
-            artists.append(ax.add_line(mpl.Line2D([chart.makespan] * 2, [-0.5, self.n_dev - 0.5],
-                                                  color="#333333", lw=1.0, ls=(0, (4, 3)))))
-        extra = []
+            x = self.to_px.transform([(chart.makespan, 0)])[0, 0]
+            self.stroke(_segments([((x, self.axes.y0), (x, self.axes.y1))]), _MAKESPAN_LINE)
+        return corners
+
+    def _transfers(self, chart: _Chart) -> list:
+        """Draw each transfer as a thin line sender to receiver; return its key entry."""
         transfers = getattr(chart.result, "transfers", None)
-        if show_transfers and transfers is not None and transfers.num_rows:
-            require_columns(transfers, TRANSFER_COLUMNS, "transfers")
-            segs = np.stack([np.stack([floats(transfers, "start"),
-                                       ints(transfers, "src_device")], axis=1),
-                             np.stack([floats(transfers, "arrival"),
-                                       ints(transfers, "dst_device")], axis=1)], axis=1)
-            # Fade lines as they get denser so thousands of them do not hide
-            # the bars underneath.
-            alpha = float(np.clip(0.35 * 300.0 / max(segs.shape[0], 1), 0.03, 0.35))
-            artists.append(ax.add_collection(mpl.LineCollection(
-                segs, colors="black", linewidths=0.5, alpha=alpha, zorder=3), autolim=False))
-            extra.append(_TRANSFER_KEY)
-        if path_table is not None:
-            more, spans = _critical_artists(ax, path_table, verts, mpl)
-            artists += more
-            extra += _CRITICAL_KEYS[:1 + bool(spans)]
-        return extra
+        if transfers is None or not transfers.num_rows:
+            return []
+        require_columns(transfers, TRANSFER_COLUMNS, "transfers")
+        a = self.to_px.transform(np.column_stack([floats(transfers, "start"),
+                                                  ints(transfers, "src_device")]))
+        b = self.to_px.transform(np.column_stack([floats(transfers, "arrival"),
+                                                  ints(transfers, "dst_device")]))
+        # Fainter as they get denser, so thousands do not hide the bars.
+        alpha = float(np.clip(0.35 * 300.0 / max(len(a), 1), 0.03, 0.35))
+        self.stroke(_segments(list(zip(map(tuple, a), map(tuple, b)))),
+                    {"color": "#000000", "lw": 0.5, "alpha": alpha}, clip=True)
+        return [_TRANSFER_KEY]
+
+    def _critical(self, path_table: pa.Table, corners: np.ndarray) -> list:
+        """Outline the critical path's ops, draw its transfers as arrows;
+        return the key entries."""
+        op_rows, _ = critical_rows(path_table)
+        rows = np.array(sorted(op_rows), dtype=np.int64)
+        if rows.size:
+            self.stroke(_rectangles(corners[rows]), _CRITICAL_PATH)
+        d = path_table.select(["element", "device", "dst_device", "row", "start",
+                               "finish"]).to_pydict()
+        # One arrow per transfer: from its link start to where the path leaves it.
+        spans: dict[int, list] = {}
+        for e, src, dst, row, s, f in zip(*d.values()):
+            if e == "op":
+                continue
+            if row in spans:
+                spans[row][3] = f
+            else:
+                spans[row] = [src, dst, s, f]
+        for src, dst, s, f in spans.values():
+            (xa, ya), (xb, yb) = self.to_px.transform([(s, src), (f, dst)])
+            self._arrow(xa, ya, xb, yb)
+        return _CRITICAL_KEYS[:1 + bool(spans)]
+
+    def _arrow(self, xa: float, ya: float, xb: float, yb: float) -> None:
+        length = math.hypot(xb - xa, yb - ya)
+        if length < 1e-9:
+            return
+        ux, uy = (xb - xa) / length, (yb - ya) / length
+        head = min(9.0, length)
+        bx, by = xb - ux * head, yb - uy * head
+        self.stroke(_segments([((xa, ya), (bx, by))]), _CRITICAL_TRANSFER)
+        self.fill(self.agg.Path([(xb, yb), (bx - uy * 3.5, by + ux * 3.5),
+                                 (bx + uy * 3.5, by - ux * 3.5), (xb, yb)], closed=True),
+                  _CRITICAL_TRANSFER["color"])
+
+
+def _segments(pairs: list) -> Any:
+    """One path of separate straight lines, from ((x, y), (x, y)) pairs."""
+    from matplotlib.path import Path as MplPath
+
+    n = len(pairs)
+    verts = np.asarray(pairs, dtype=np.float64).reshape(-1, 2) if n else np.zeros((0, 2))
+    codes = np.tile(np.array([MplPath.MOVETO, MplPath.LINETO], dtype=MplPath.code_type), n)
+    return MplPath(verts, codes)
 
 
 def _rectangles(corners: np.ndarray) -> Any:
@@ -371,11 +463,11 @@ def _rectangles(corners: np.ndarray) -> Any:
     return MplPath(verts, codes)
 
 
-def _write_png(canvas: Any, out: Path, meta: dict) -> None:
+def _write_png(renderer: Any, out: Path, meta: dict) -> None:
     from PIL import Image, PngImagePlugin
 
-    w, h = canvas.get_width_height()
-    image = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    w, h = int(renderer.width), int(renderer.height)
+    image = Image.frombuffer("RGBA", (w, h), renderer.buffer_rgba(), "raw", "RGBA", 0, 1)
     info = PngImagePlugin.PngInfo()
     # The title, the label counts and the legend go into the PNG's text
     # chunks, so a reader (or a test) gets them without looking at the pixels.
@@ -388,25 +480,26 @@ def _write_png(canvas: Any, out: Path, meta: dict) -> None:
         out, format="PNG", pnginfo=info, compress_level=2, dpi=(_DPI, _DPI))
 
 
-class _Mpl:
-    """The matplotlib names the charts use, imported once (an optional extra)."""
+class _Agg:
+    """The matplotlib names the charts use, imported once (an optional
+    extra): the Agg renderer and paths, not its figures and axes."""
 
     def __init__(self, who: str):
         try:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.collections import LineCollection, PathCollection, PolyCollection
-            from matplotlib.figure import Figure
-            from matplotlib.lines import Line2D
+            from matplotlib.backends.backend_agg import RendererAgg
+            from matplotlib.colors import to_rgb
+            from matplotlib.path import Path
+            from matplotlib.transforms import Affine2D, Bbox, IdentityTransform
             from PIL import Image  # noqa: F401  (matplotlib's own dependency)
         except ImportError as exc:
             raise MissingDependencyError(
                 f"{who} needs matplotlib: pip install 'pipecore[plot]'") from exc
-        self.FigureCanvasAgg = FigureCanvasAgg
-        self.LineCollection = LineCollection
-        self.PathCollection = PathCollection
-        self.PolyCollection = PolyCollection
-        self.Figure = Figure
-        self.Line2D = Line2D
+        self.RendererAgg = RendererAgg
+        self.to_rgb = to_rgb
+        self.Path = Path
+        self.Affine2D = Affine2D
+        self.Bbox = Bbox
+        self.IdentityTransform = IdentityTransform
 
 
 def _key_entries(chart: _Chart, x_max: float, extra: list) -> list:
@@ -422,7 +515,7 @@ def _key_entries(chart: _Chart, x_max: float, extra: list) -> list:
     return entries
 
 
-def _frames(charts: list[_Chart], scale: _Scale, xlabel: str, mpl: Any,
+def _frames(charts: list[_Chart], scale: _Scale, xlabel: str, agg: Any,
             extra: list = ()) -> dict:
     """A frame per device count, all as wide, with room above for the
     tallest title and key among the charts."""
@@ -433,7 +526,7 @@ def _frames(charts: list[_Chart], scale: _Scale, xlabel: str, mpl: Any,
         rows = max(rows, key_layout(entries, scale.axes_px, _KEY_EM_PX)[1])
     key_top = 6 + lines * _TITLE_LINE_PX + 6
     top = key_top + rows * _LEGEND_ROW_PX + 6
-    return {n: _Frame(n, scale, top, key_top, xlabel, mpl)
+    return {n: _Frame(n, scale, top, key_top, xlabel, agg)
             for n in sorted({c.n_dev for c in charts})}
 
 
@@ -510,16 +603,16 @@ def write_gantt(
         If the file cannot be written.
     """
     path_table = critical_table(result) if critical else None
-    mpl = _Mpl("write_gantt")
+    agg = _Agg("write_gantt")
     chart = _prepare(result, title)
     scale = _choose_scale([chart])
     _fit_labels(chart, scale)
     transfers = getattr(result, "transfers", None)
     extra = (([_TRANSFER_KEY] if show_transfers and transfers is not None and transfers.num_rows
               else []) + (_CRITICAL_KEYS if critical else []))
-    frame = _frames([chart], scale, "time (cost units)", mpl, extra)[chart.n_dev]
+    frame = _frames([chart], scale, "time (cost units)", agg, extra)[chart.n_dev]
     out = Path(path)
-    frame.render(chart, out, mpl, show_transfers=show_transfers, path_table=path_table)
+    frame.render(chart, out, show_transfers=show_transfers, path_table=path_table)
     return out
 
 
@@ -556,17 +649,22 @@ def write_gantts(jobs: list, bar: Any = None) -> list[str]:
     """
     if not jobs:
         return []
-    mpl = _Mpl("write_gantts")
+    agg = _Agg("write_gantts")
     charts = [_prepare(result, None) for result, _path in jobs]
     scale = _choose_scale(charts)
     for chart in charts:
         _fit_labels(chart, scale)
     xlabel = (f"time (cost units; one scale for all {len(charts)} charts of this run)"
               if len(charts) > 1 else "time (cost units)")
-    frames = _frames(charts, scale, xlabel, mpl)
+    frames = _frames(charts, scale, xlabel, agg)
+    # The numbers' outlines are made once, here, not in each process.
+    shown = [np.flatnonzero(c.flat | c.stacked) for c in charts]
+    make_numbers(np.concatenate([c.mb[i] for c, i in zip(charts, shown)]),
+                 np.concatenate([c.stacked[i] for c, i in zip(charts, shown)]),
+                 scale.label_pt * _DPI / 72.0)
 
     def one(i):
-        frames[charts[i].n_dev].render(charts[i], Path(jobs[i][1]), mpl)
+        frames[charts[i].n_dev].render(charts[i], Path(jobs[i][1]))
         return str(Path(jobs[i][1]))
 
     return _in_two_processes(one, [str(Path(p)) for _r, p in jobs], bar)
@@ -654,34 +752,6 @@ def _default_title(result: Any) -> str:
     if getattr(result, "network", None) is not None:
         parts.append("network")
     return ", ".join(parts) + f": makespan {result.makespan:g} cost units"
-
-
-def _critical_artists(ax: Any, path_table: pa.Table, verts: np.ndarray, mpl: Any) -> tuple:
-    """Outlines of the critical path's ops and arrows of its transfers, and
-    whether it has transfers."""
-    op_rows, _ = critical_rows(path_table)
-    rows = np.array(sorted(op_rows), dtype=np.int64)
-    artists = []
-    if rows.size:
-        artists.append(ax.add_collection(mpl.PolyCollection(
-            verts[rows], facecolors="none", edgecolors="black", linewidths=1.8, zorder=4),
-            autolim=False))
-    d = path_table.select(["element", "device", "dst_device", "row", "start", "finish"]).to_pydict()
-    # One arrow per transfer: from its link start to where the path leaves it.
-    spans: dict[int, list] = {}
-    for e, src, dst, row, s, f in zip(*d.values()):
-        if e == "op":
-            continue
-        if row in spans:
-            spans[row][3] = f
-        else:
-            spans[row] = [src, dst, s, f]
-    for src, dst, s, f in spans.values():
-        artists.append(ax.annotate(
-            "", xy=(f, dst), xytext=(s, src), zorder=5, annotation_clip=False,
-            arrowprops={"arrowstyle": "-|>", "color": "#D62728", "lw": 1.4,
-                        "shrinkA": 0, "shrinkB": 0, "mutation_scale": 9}))
-    return artists, bool(spans)
 
 
 # Result.write_gantt calls this (core cannot import up).
