@@ -1,6 +1,6 @@
 """How an op looks in every chart and page: its kind's colour, a second hue
-for the second of two pipelines (Chimera, BitPipe, DualPipe), and a lighter
-shade for each later chunk (stage rank on its device within its pipeline)."""
+for the second of two pipelines (Chimera, BitPipe, DualPipe), and a shade
+per chunk (stage rank on its device within its pipeline), darker to lighter."""
 
 from __future__ import annotations
 

@@ -544,8 +544,9 @@ def write_gantt(
     (Chimera, BitPipe, DualPipe: a microbatch's pipeline is the one whose
     first stage it starts on) the second pipeline's ops take a neighbouring
     hue (F teal beside blue, BW magenta beside purple); where a device
-    holds several stages of a pipeline, later chunks are lighter. The
-    legend above the chart names what each colour and shade means.
+    holds several stages of a pipeline, its first chunk is darker and its
+    last lighter. The legend above the chart names what each colour and
+    shade means.
 
     Each op's box holds its microbatch number where it fits at the chart's
     one label size (6 to 8 pt, the largest at which nine in ten fit),
@@ -560,9 +561,9 @@ def write_gantt(
     (``pipecore:time_axis``, e.g. "0 to 117 cost units over pixels 64 to
     1864"), for a reader that measures the picture.
 
-    The figure is built with matplotlib's object-oriented API on an Agg
-    canvas rather than through ``pyplot``: this renders headless without
-    calling ``matplotlib.use``, so an interactive backend the caller already
+    The chart is drawn on matplotlib's Agg renderer directly, not through
+    ``pyplot`` or a Figure: it renders headless without calling
+    ``matplotlib.use``, so an interactive backend the caller already
     selected (e.g. in a notebook) is left untouched. :func:`write_gantts`
     draws several charts on one time scale.
 
@@ -623,7 +624,9 @@ def write_gantts(jobs: list, bar: Any = None) -> list[str]:
     results: a faster schedule's chart ends in a dashed line at its
     makespan, then white), the same width in pixels and the same label
     size, so two charts laid side by side compare at a glance. Each is
-    drawn as :func:`write_gantt` draws one, with its default title.
+    drawn as :func:`write_gantt` draws one, with its default title. From
+    four charts on, where ``os.fork`` exists and two CPUs are free to us, a
+    forked child draws every other one (the files are the same bytes).
 
     Parameters
     ----------

@@ -491,9 +491,11 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
     """Write one self-contained HTML page (opens offline) for results or a scan.
 
     Per schedule: a Gantt per device (zoom, pan, hover; colours by kind,
-    shades by chunk; the critical path as a legend toggle), transfers per
-    link when any takes time, memory per device over time (activation plus
-    weights), and the three views (closed formula, ideal table,
+    a second hue for a second pipeline, shades by chunk; the critical path
+    as a legend toggle), transfers per link when any takes time, memory
+    per device over time (activation plus weights), all on one time axis
+    (zooming one zooms the others; with several schedules, to the slowest
+    one's end), and the three views (closed formula, ideal table,
     simulation) with their disagreements as footnotes. Several schedules
     get a sortable summary table linking to each one.
 
