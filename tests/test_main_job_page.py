@@ -44,7 +44,11 @@ def main_page(tmp_path_factory):
 
 def test_report_headline_and_columns(main_page):
     page = _parse(main_page)
-    assert page.headline == ["fastest: interleaved-zb, v-zb, zb-v (makespan 99.5 cost units)",
+    # 1F1B's (m + p - 1)(f + b + w) = 117 is its closed form; 99.5 and 102 are the
+    # rows' own makespans (tests/test_main_job.py checks the sentence's arithmetic).
+    assert page.headline == ["fastest: interleaved-zb, v-zb, zb-v (tied), one step in 99.5 cost "
+                             "units: 2.5% less time than the next, dualpipe (102); 15.0% less "
+                             "than 1f1b (117)",
                              "lowest peak memory: v-min (4.5 M, activation + weights on the "
                              "fullest device)"]
     head = " | ".join(page.summary_head)

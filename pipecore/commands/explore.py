@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments, write_winner
+from .options import network_from, positive_int, progress_args, search_arguments, write_programs, write_winner
 
 __all__ = ["explore_arguments", "explore_command"]
 
@@ -72,12 +72,14 @@ def explore_command(args, out):
     else:
         out.write(best.report(args.top) + "\n")
         if hardware is not None:
-            out.write(f"\nTimes in seconds per iteration, memory in bytes per device: "
-                      f"{costs.name!r} on {hardware.name}; the winner's layers per stage: "
-                      f"{best.schedule.params['layers']}\n")
+            import textwrap
+
+            note = (f"Times in seconds per iteration, memory in bytes per device: {costs.name!r} "
+                    f"on {hardware.name}; the winner's layers per stage: "
+                    f"{best.schedule.params['layers']}")
+            out.write("\n" + "\n".join(textwrap.wrap(note, 120, subsequent_indent="  ")) + "\n")
         if args.actions:
-            for d, prog in best.schedule.to_actions().items():
-                out.write(f"device {d}: {' '.join(prog)}\n")
+            write_programs(best.schedule, out)
     if args.csv:
         from .pytorch import write_torch_csv
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments, write_winner
+from .options import network_from, positive_int, progress_args, search_arguments, write_programs, write_winner
 
 __all__ = ["scan_arguments", "scan_command", "verify_arguments", "verify_command", "tune_arguments",
            "tune_command"]
@@ -112,6 +112,5 @@ def tune_command(args, out):
         return 0
     out.write(best.report(args.top) + "\n")
     if args.actions:
-        for d, prog in best.schedule.to_actions().items():
-            out.write(f"device {d}: {' '.join(prog)}\n")
+        write_programs(best.schedule, out)
     return 0

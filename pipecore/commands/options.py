@@ -4,14 +4,16 @@ shapes, costs, networks, memory, progress bars, integer lists and output files."
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from ..core.costs import Costs, Network
 from ..core.ops import InputError
 from ..schedules.registry import build, family
 
-__all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "progress_args",
-           "costs_from", "network_from", "schedule_from", "int_list", "output_file", "write_file"]
+__all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "progress_args", "check_limit",
+           "costs_from", "network_from", "schedule_from", "int_list", "output_file", "write_file",
+           "write_programs"]
 
 
 def positive_int(text):
@@ -45,17 +47,60 @@ def cost_args(p):
     n.add_argument("--latency", type=float, default=0.0, help="link latency (default 0)")
 
 
-def memory_args(p, weights=0.0):
-    mem = p.add_argument_group("memory (per microbatch, per device share; limit per device)")
-    mem.add_argument("--activation", type=float, default=1.0, help="activation of one F (default 1)")
+#: What ``--memory-limit`` means in every command that takes it.
+LIMIT_HELP = ("per-device memory limit in M on peak activation + weights (the weights of the "
+              "stages a device holds: --weights each); default none")
+
+
+def memory_args(p, limit_help=""):
+    """The memory options, one meaning in every command: ``--activation``,
+    ``--activation-w``, ``--weights`` (default 1 M, as :class:`pipecore.Costs`)
+    and ``--memory-limit`` on activation plus weights.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+    limit_help : str
+        What the limit does in this command, added to its help.
+
+    Returns
+    -------
+    argparse._ArgumentGroup
+        The group, for options of one command only.
+    """
+    mem = p.add_argument_group("memory (in M: one microbatch's activation of one device share; "
+                               "limit per device)")
+    mem.add_argument("--activation", type=float, default=1.0,
+                     help="activation one F allocates (default 1)")
     mem.add_argument("--activation-w", type=float, default=0.0,
                      help="part of it kept until W (default 0)")
-    mem.add_argument("--weights", type=float, default=weights,
-                     help=("weights of one device share (default 0: the limit is on activations)"
-                           if weights == 0 else f"weights of one device share (default {weights:g})"))
-    mem.add_argument("--memory-limit", type=float, default=None,
-                     help="per-device limit on activation + weights (default none)")
+    mem.add_argument("--weights", type=float, default=1.0,
+                     help="weights of one device share (default 1, as pipecore.Costs; 0 makes "
+                          "the limit an activation budget)")
+    mem.add_argument("--memory-limit", type=float, default=None, metavar="M",
+                     help=LIMIT_HELP + (f": {limit_help}" if limit_help else ""))
     return mem
+
+
+def check_limit(limit):
+    """``--memory-limit`` as given, refused unless a finite number > 0.
+
+    Parameters
+    ----------
+    limit : float or None
+
+    Returns
+    -------
+    float or None
+
+    Raises
+    ------
+    InputError
+        Naming the option and the value.
+    """
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise InputError(f"--memory-limit must be a finite number > 0 in M (got {limit:g})")
+    return limit
 
 
 def progress_args(p, lines=False):
@@ -164,3 +209,18 @@ def write_winner(best, out, **extra):
                "actions": best.schedule.to_actions(),
                "candidates": best.candidates.to_pylist()}, out, indent=1, default=str)
     out.write("\n")
+
+
+def write_programs(schedule, out):
+    """Each device's program in torch's action notation, wrapped to 120 columns.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    out : file-like
+    """
+    import textwrap
+
+    for d, prog in schedule.to_actions().items():
+        out.write("\n".join(textwrap.wrap(" ".join(prog), 120, initial_indent=f"device {d}: ",
+                                           subsequent_indent="  ")) + "\n")

@@ -87,7 +87,7 @@ def write_torch_csv(sched, csv, out):
     path = write_file(csv, "--csv", lambda p: pt.to_csv(sched, p))
     shape = (f"{sched.name}: {sched.devices} devices, {sched.stages} stages, "
              f"{sched.microbatches} microbatches")
-    out.write(f"wrote {path} ({shape}; torch's compute_only CSV, line r is rank r)\n")
+    out.write(f"wrote {path} ({shape})\n  torch's compute_only CSV, line r is rank r\n")
     out.write(f"run it: pipecore run-torch {path} --ranks {sched.devices}\n")
     return 0
 

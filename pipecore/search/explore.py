@@ -379,8 +379,9 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
     if setting.layers is not None:
         sched.params["layers"] = list(setting.layers)
     validate(sched)
+    units = ("s", "bytes") if model is not None else ("cost units", "M")
     return Tuned(sched, res, label, table, limit, setting.costs, setting.network,
-                 time.perf_counter() - t0, "makespan")
+                 time.perf_counter() - t0, "makespan", *units)
 
 
 @dataclass(frozen=True, eq=False)
