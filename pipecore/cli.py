@@ -19,6 +19,7 @@ from typing import NamedTuple, TextIO
 
 from . import __version__
 from .commands import explore, families, grid, pytorch, schedule
+from .commands.options import say_error
 from .core.ops import PipecoreError
 
 __all__ = ["main"]
@@ -161,7 +162,7 @@ def main(argv=None, out=None) -> int:
     try:
         return COMMANDS[args.command].run(args, out)
     except (PipecoreError, ValueError, MemoryError) as exc:  # pipecore's refusals, and numpy's
-        print(f"pipecore: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return 2
     except BrokenPipeError:  # `pipecore compare | head`: the reader left; nothing more to say
         try:
@@ -172,7 +173,7 @@ def main(argv=None, out=None) -> int:
         return 141
     except OSError as exc:  # a file or folder: one line that names it
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        print(f"pipecore: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        say_error(f"{where}{exc.strerror or exc}")
         return 2
 
 

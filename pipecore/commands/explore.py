@@ -5,7 +5,15 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments, write_programs, write_winner
+from .options import (
+    network_from,
+    positive_int,
+    progress_args,
+    say_error,
+    search_arguments,
+    write_programs,
+    write_winner,
+)
 
 __all__ = ["explore_arguments", "explore_command"]
 
@@ -64,7 +72,7 @@ def explore_command(args, out):
                        network=network, hardware=hardware, include_tune=not args.no_tune,
                        recompute=not args.no_recompute, progress=args.progress, space=space)
     except (TuneError, ValueError) as exc:
-        print(f"pipecore: {exc}", file=sys.stderr)
+        say_error(exc, "pipecore: ")
         return 1
     if args.json:
         write_winner(best, out, composition=best.schedule.params.get("composition"),

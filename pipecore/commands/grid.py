@@ -6,7 +6,15 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments, write_programs, write_winner
+from .options import (
+    network_from,
+    positive_int,
+    progress_args,
+    say_error,
+    search_arguments,
+    write_programs,
+    write_winner,
+)
 
 __all__ = ["scan_arguments", "scan_command", "verify_arguments", "verify_command", "tune_arguments",
            "tune_command"]
@@ -105,7 +113,7 @@ def tune_command(args, out):
                     network=network_from(args), families=families, objective=args.objective,
                     recompute=not args.no_recompute, progress=args.progress)
     except TuneError as exc:
-        print(f"pipecore: {exc}", file=sys.stderr)
+        say_error(exc, "pipecore: ")
         return 1
     if args.json:
         write_winner(best, out)

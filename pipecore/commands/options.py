@@ -13,7 +13,7 @@ from ..schedules.registry import build, family
 
 __all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "progress_args", "check_limit",
            "costs_from", "network_from", "schedule_from", "int_list", "output_file", "write_file",
-           "write_programs"]
+           "write_programs", "say_error"]
 
 
 def positive_int(text):
@@ -224,3 +224,25 @@ def write_programs(schedule, out):
     for d, prog in schedule.to_actions().items():
         out.write("\n".join(textwrap.wrap(" ".join(prog), 120, initial_indent=f"device {d}: ",
                                            subsequent_indent="  ")) + "\n")
+
+
+def say_error(message, prefix="pipecore: error: ", file=None):
+    """Print an error for a terminal: its first line (the sentence) wrapped to
+    120 columns, continuations indented; any further lines (a schedule's
+    program grid) as they are.
+
+    Parameters
+    ----------
+    message : str or Exception
+    prefix : str
+    file : file-like, optional
+        Defaults to stderr.
+    """
+    import sys
+    import textwrap
+
+    first, *rest = str(message).split("\n")
+    # A path or name longer than a line stays whole: it is copied, not read.
+    lines = textwrap.wrap(prefix + first, 120, subsequent_indent="  ", break_on_hyphens=False,
+                          break_long_words=False) or [prefix.rstrip()]
+    print("\n".join(lines + rest), file=sys.stderr if file is None else file)
