@@ -60,7 +60,7 @@ myst_heading_anchors = 3
 # numpydoc sections already say each parameter's type in words).
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
-autodoc_default_options = {"members": False}
+autodoc_default_options = {}
 
 # numpydoc: render the docstrings as written. The class pages list their
 # methods through autodoc, so numpydoc's own member tables (which would

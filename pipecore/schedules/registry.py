@@ -243,8 +243,8 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         Stages per device v for the interleaved families (default 2);
         must be 1 or None for single-chunk families.
     **options
-        Family-specific options, e.g. ``waves`` for ``hanayo`` (see
-        :attr:`Family.options`).
+        Family-specific options, e.g. ``waves`` for ``hanayo`` (see the
+        ``options`` of :class:`Family`).
 
     Returns
     -------
