@@ -10,10 +10,10 @@ builds, from tests/public_api.txt, the argparse parser and
 ``pipecore.schedules()``: a new name, subcommand or family appears without
 anyone editing a page.
 
-Build (offline, warnings as errors)::
+Build (offline, warnings as errors, every cross-reference checked with -n)::
 
     pip install -e ".[docs]"
-    python -m sphinx -W --keep-going -b html docs docs/_build/html
+    python -m sphinx -n -W --keep-going -b html docs docs/_build/html
 """
 
 import os

@@ -15,6 +15,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
 from .construct import column_buffers, programs_to_schedule
+from .papers import DUALPIPE, DUALPIPE_V
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -272,7 +273,9 @@ def formula_dualpipe(p, m, v, c):
 
 
 register(Family("dualpipe", build_dualpipe, formula_dualpipe,
-                split=True, summary="DualPipe: two opposite pipelines, F&B overlap, 2x weights"))
+                split=True, summary="DualPipe: two opposite pipelines, F&B overlap, 2x weights",
+                paper=DUALPIPE))
 register(Family("dualpipev", build_dualpipev, formula_dualpipev, chunks=True, default_chunks=2,
                 split=True, fixed_chunks=2,
-                summary="DualPipeV: V placement, overlapped F&B units"))
+                summary="DualPipeV: V placement, overlapped F&B units",
+                paper=DUALPIPE_V))
