@@ -94,3 +94,22 @@ def test_landing_page_commands_are_the_readmes():
     assert len(readme_commands) == 2
     for command in readme_commands:
         assert f"\n{command}\n" in landing, f"landing page lacks the README's {command!r}"
+
+
+def test_docs_extensions_use_only_public_names_of_pipecore():
+    # Issue 52: the extensions import no underscore name (and no module under
+    # an underscore) from pipecore, and reach into no argparse internals
+    # (pipecore.cli.subcommand_parsers gives the subcommands' parsers).
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "docs" / "_ext").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipecore"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private or any(part.startswith("_") for part in node.module.split(".")):
+                    found.append(f"{path.name}:{node.lineno} from {node.module} import {private}")
+            if isinstance(node, ast.Attribute) and node.attr in ("_actions", "_SubParsersAction"):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert not found, f"private names in docs/_ext: {found}"
