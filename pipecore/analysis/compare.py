@@ -60,7 +60,7 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         device, in M), ``flags`` (list of disagreements, each naming its
         column and the cause), ``error`` (why the family could not be
         built, else None), and ``result`` (the simulation). In the order
-        of ``names``; :func:`sort_rows` orders them by makespan.
+        of ``names``; ``pipecore.analysis.compare.sort_rows`` orders them by makespan.
 
     Raises
     ------

@@ -114,12 +114,48 @@ def progress_args(p, lines=False):
 
 
 def costs_from(args):
+    """The :class:`~pipecore.Costs` a subcommand's cost flags give.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser :func:`cost_args` (and maybe :func:`memory_args`)
+        filled; ``pipecore.cli.parser().parse_args([...])`` gives one.
+
+    Returns
+    -------
+    Costs
+        ``f``, ``b``, ``w``, ``comm`` and the memory flags the parser has.
+
+    Raises
+    ------
+    ValueError
+        If a value breaks a rule of :class:`~pipecore.Costs`.
+    """
     memory = {k: getattr(args, k) for k in ("activation", "activation_w", "weights")
               if hasattr(args, k)}
     return Costs(f=args.f, b=args.b, w=args.w, comm=args.comm, **memory)
 
 
 def network_from(args):
+    """The uniform :class:`~pipecore.Network` of ``--bytes``, ``--bandwidth`` and ``--latency``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser :func:`cost_args` filled.
+
+    Returns
+    -------
+    Network or None
+        None when neither ``--bytes`` nor ``--bandwidth`` is given
+        (transfers then take ``comm``).
+
+    Raises
+    ------
+    ValueError
+        If only one of ``--bytes`` and ``--bandwidth`` is given.
+    """
     if args.bytes is None and args.bandwidth is None:
         return None
     if args.bytes is None or args.bandwidth is None:

@@ -19,6 +19,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
+from .papers import BITPIPE
 from .registry import Family, register, with_formula_doc
 
 
@@ -155,4 +156,5 @@ def formula_bitpipe(p, m, v, c):
 
 
 register(Family("bitpipe", build_bitpipe, formula_bitpipe, chunks=True, default_chunks=2,
-                fixed_chunks=2, summary="bidirectional V pipelines, 4 stage replicas per device"))
+                fixed_chunks=2, summary="bidirectional V pipelines, 4 stage replicas per device",
+                paper=BITPIPE))

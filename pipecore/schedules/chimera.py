@@ -20,6 +20,7 @@ from ..core.ops import InputError
 from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
+from .papers import CHIMERA
 from .registry import Family, register
 
 
@@ -542,4 +543,5 @@ def _check_options(options):
 register(Family("chimera", build_chimera, formula_chimera, check=_check_options,
                 options=("variant", "down", "up_placement", "down_layers", "up_layers", "order"),
                 tune_options={"variant": ("direct", "forward-doubling")},
-                summary="bidirectional pipelines, stages replicated (2x weights)"))
+                summary="bidirectional pipelines, stages replicated (2x weights)",
+                paper=CHIMERA))

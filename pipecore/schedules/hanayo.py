@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.ops import InputError
 from ..core.schedule import check_int
+from .papers import HANAYO
 from .registry import Family, register
 
 
@@ -113,4 +114,5 @@ def formula_hanayo(p, m, v, c, waves=None):
 
 register(Family("hanayo", build_hanayo, formula_hanayo, chunks=True, default_chunks=2,
                 options=("waves",), resolve=_resolve, check=lambda o: _resolve(None, o),
-                summary="wave-like zig-zag placement (order: pipecore's greedy choice)"))
+                summary="wave-like zig-zag placement (order: pipecore's greedy choice)",
+                paper=HANAYO))

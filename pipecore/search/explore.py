@@ -181,7 +181,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             split_evals: int = 300, progress=None) -> Tuned:
     """The fastest composed schedule under a memory limit, searched jointly.
 
-    Every composition of ``space`` (:func:`default_space` by default: about
+    Every composition of ``space`` (``pipecore.search.explore.default_space`` by default: about
     10,000 at p = 8) is built and timed in one pass of the construction
     kernel with these costs and network (the same numbers as
     :func:`pipecore.simulate`; a placement of two pipelines, whose replicas
@@ -221,7 +221,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         With a Model: the hardware its times and network come from
         (default ``Hardware.preset("h100-nvlink")``).
     space : sequence of Composition, optional
-        The compositions to try (default :func:`default_space`, with the
+        The compositions to try (default ``default_space(devices, microbatches)``, with the
         overlapped F&B units when ``costs.fb_factor`` < 1).
     top : int, default 3
         Compositions simulated in full and polished.

@@ -167,7 +167,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         Families to try (default: all registered).
     chunks : sequence of int, optional
         Chunks values tried for families that take a choice (default
-        :data:`CHUNK_VALUES`).
+        ``pipecore.search.tune.CHUNK_VALUES``).
     generated : bool
         Also try schedules generated for these costs and the limit.
     objective : {"makespan", "span"}
