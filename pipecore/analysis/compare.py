@@ -171,8 +171,9 @@ def three_views(sched, res, costs: Costs, network: Network | None,
     for column, measure in gaps:
         if measure is None:  # the ideal table and the formula, both at unit op times
             row["flags"].append("ideal table slots: table differs from formula"
-                                + ("" if unit["exact"] else "; cause: formula approximate at "
-                                   "unit op times"))
+                                + ("" if unit["exact"] else "; cause: "
+                                   + unit.get("gap_cause", "formula approximate at unit op "
+                                              "times")))
             continue
         causes = _causes(res, steps, fm, measure)
         note = (f"; cause{'s' if len(causes) > 1 else ''}: {', '.join(causes)}" if causes
@@ -218,8 +219,10 @@ def _without_departures(sched, res, costs: Costs, network: Network | None) -> li
 
 def _causes(res, steps, fm, measure) -> list[str]:
     """What moves a measure away from the formula: each departure whose
-    removal changes it, then the formula itself when the bare simulation
-    still differs and the formula is approximate for these costs."""
+    removal changes it, then, when the bare simulation still differs and
+    the formula is not exact for these costs, what the formula leaves out:
+    its ``gap_cause`` (what the schedule shows, e.g. idle gaps between
+    units), else that it is approximate."""
     read, key = measure
     causes = []
     before = read(res)
@@ -229,7 +232,7 @@ def _causes(res, steps, fm, measure) -> list[str]:
             causes.append(cause)
         before = after
     if _differ(before, fm[key]) and not fm["exact"]:
-        causes.append("formula approximate for these costs")
+        causes.append(fm.get("gap_cause", "formula approximate for these costs"))
     return causes
 
 

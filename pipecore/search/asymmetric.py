@@ -293,7 +293,7 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
             for m in microbatches:
                 bar.update(0, note=f"p={p} m={m}, {total} variants so far")
                 try:
-                    build("chimera", p, m)
+                    build("chimera", p, m, variant="direct")
                 except ValueError as exc:
                     rows += [_empty_row(p, m, cf, nf, str(exc)) for cf, nf in cells]
                     bar.update(1, final=(p, m) == shapes[-1])
@@ -308,7 +308,9 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
                         if _shares_a_device(key, p, m):
                             cache[key] = None
                             return None
-                        sched = build("chimera", p, m, **_knobs(key, p, m))
+                        # The study compares placements, not joins of units:
+                        # symmetric Chimera keeps direct concatenation.
+                        sched = build("chimera", p, m, variant="direct", **_knobs(key, p, m))
                         if any(len(d) != 2 for d in sched.stage_devices):
                             cache[key] = None
                             return None
