@@ -64,21 +64,30 @@ def test_examples_are_found_on_every_page_that_has_them():
     where = {w.split(":")[0] for w, _c in EXAMPLES}
     assert {"README.md", "docs/guide.md", "bindings/README.md"} <= where
     assert ("README.md:6", "compare --devices 8 --microbatches 32") in EXAMPLES
-    # Optional parts and comments are dropped, the command kept.
-    guide = dict(EXAMPLES)
-    assert guide["docs/guide.md:152"] == "compare --devices 8 --microbatches 32"
+    # Optional parts and comments are dropped, the command kept: the guide's line
+    # "pipecore compare --devices 8 --microbatches 32 [--chunks 2] ... # also writes ...".
+    guide = [c for w, c in EXAMPLES if w.startswith("docs/guide.md:")]
+    assert guide[0] == "compare --devices 8 --microbatches 32"
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """The folder the examples run in, with the guide's own grid file."""
-    where = tmp_path_factory.mktemp("examples")
+def folders(tmp_path_factory):
+    """A folder per page, made on first use, with the guide's own grid file:
+    each page's examples run in order in its own folder, as its reader runs them."""
+    made = {}
     guide = (ROOT / "docs" / "guide.md").read_text()
     grid = re.search(r"```toml\n(.*?)```", guide, re.S).group(1)
     # The guide's grid samples 100,000 rows; the width of what scan prints does
     # not depend on how many.
-    (where / "grid.toml").write_text(re.sub(r"(?m)^sample = \d+", "sample = 200", grid))
-    return where
+    grid = re.sub(r"(?m)^sample = \d+", "sample = 200", grid)
+
+    def folder(page):
+        if page not in made:
+            made[page] = tmp_path_factory.mktemp(page.replace("/", "-").replace(":", "-"))
+            (made[page] / "grid.toml").write_text(grid)
+        return made[page]
+
+    return folder
 
 
 def _run(command, folder, capfd, monkeypatch):
@@ -88,39 +97,45 @@ def _run(command, folder, capfd, monkeypatch):
     return code, out, err
 
 
-def _made(command, folder, capfd, monkeypatch):
-    """Run the examples that make what ``command`` reads, once per folder."""
-    for path, maker in NEEDS.items():
-        if path in command.split() and not command.startswith(maker) and not (folder / path).exists():
-            first = next(c for _w, c in EXAMPLES if c.startswith(maker))
-            code, _out, err = _run(first, folder, capfd, monkeypatch)
-            assert code == 0, f"pipecore {first} (needed by pipecore {command}) failed: {err}"
+def _maker(page, line, path):
+    """The example of the same page that makes ``path``: the nearest before
+    ``page:line``, else the first after it (a reference list, not a script)."""
+    mine = [(int(w.split(":")[1]), c) for w, c in EXAMPLES
+            if w.split(":")[0] == page and c.startswith(NEEDS[path])]
+    before = [c for n, c in mine if n < line]
+    return before[-1] if before else next((c for n, c in mine if n > line), None)
 
 
 def _params():
-    """One test per distinct command, named by the first place it stands."""
+    """One test per distinct command (per page where it reads what an earlier
+    example made), named by the first place it stands."""
     places = {}
     for where, command in EXAMPLES:
-        places.setdefault(command, []).append(where)
-    return [pytest.param(command, id=f"{where[0]} {command}",
+        reads = any(path in command.split() for path in NEEDS)
+        places.setdefault((where.split(":")[0] if reads else "", command), []).append(where)
+    return [pytest.param(where[0], command, id=f"{where[0]} {command}",
                          marks=[pytest.mark.heavy] if command.startswith(HEAVY) else [])
-            for command, where in places.items()]
+            for (_page, command), where in places.items()]
 
 
-@pytest.mark.parametrize("command", _params())
-def test_example_fits_120_columns(command, folder, capfd, monkeypatch):
+@pytest.mark.parametrize(("where", "command"), _params())
+def test_example_fits_120_columns(where, command, folders, capfd, monkeypatch):
     if command.startswith(("run-torch", "what-if")):
         pytest.importorskip("torch", reason="torch examples need pipecore[torch]")
     if "--backend ray" in command:
         pytest.importorskip("ray", reason="the Ray example needs pipecore[ray]")
+    page, line = where.split(":")
+    folder = folders(page)
     makes = [path for path, maker in NEEDS.items() if command.startswith(maker)]
     if any((folder / path).exists() for path in makes):
         # Made already for a later example: make it again where it is new.
-        fresh = folder / f"again-{len(list(folder.glob('again-*')))}"
-        fresh.mkdir()
-        (fresh / "grid.toml").write_text((folder / "grid.toml").read_text())
-        folder = fresh
-    _made(command, folder, capfd, monkeypatch)
+        folder = folders(where)
+    for path in NEEDS:  # what this example reads, made by the example before it
+        reads = path in command.split() and path not in makes
+        maker = _maker(page, int(line), path) if reads else None
+        if maker is not None and not (folder / path).exists():
+            code, _out, err = _run(maker, folder, capfd, monkeypatch)
+            assert code == 0, f"pipecore {maker} (needed by pipecore {command}) failed: {err}"
     code, out, err = _run(command, folder, capfd, monkeypatch)
     assert code == 0, f"pipecore {command} exited {code}: {err[-2000:]}"
     assert out.strip(), f"pipecore {command} printed nothing"

@@ -94,10 +94,14 @@ def test_cli_tune(capsys):
                  "--memory-limit", "4", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fastest within the memory limit of 4 M per device: ")
-    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--no-recompute"]) == 1
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--weights", "0",
+                 "--no-recompute"]) == 1
     assert "nothing fits" in capsys.readouterr().err
     # Recompute reaches 0.25 (one chunk of 8 holds 1/8; checkpoints 0).
-    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--top", "2"]) == 0
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--weights", "0",
+                 "--top", "2"]) == 0
+    # The limit holds the weights too (1 M unless given): below them nothing fits.
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25"]) == 1
     assert "+recompute" in capsys.readouterr().out.splitlines()[0]
 
 
