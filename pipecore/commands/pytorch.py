@@ -120,7 +120,8 @@ def run_torch_command(args, out):
     pt = _binding()
     if pt is None:
         return 2
-    from pipecore.bindings._profile import RUN_FILE, oversubscribed
+    from pipecore.bindings._trace import RUN_FILE
+    from pipecore.bindings._what_if import oversubscribed
 
     if not Path(args.csv).is_file():
         raise InputError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
