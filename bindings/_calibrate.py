@@ -110,8 +110,9 @@ def costs_from_run(result, warmup: int = 1, comm: float | None = None,
     """:class:`pipecore.Costs` from the times a real run measured.
 
     Per stage, the mean over microbatches and steps (after ``warmup``) of
-    each compute kind (a device's busy time is the sum of its ops). A stage that ran fused backwards (BW) gets ``b`` =
-    that time and ``w`` = 0 (pipecore times a BW as b + w). With
+    each compute kind (a device's busy time is the sum of its ops). A stage
+    that ran fused backwards (BW) gets ``b`` = that time and ``w`` = 0
+    (pipecore times a BW as b + w). With
     ``overhead``, each op also carries its rank's share of the time torch's
     runtime spent neither computing nor waiting on a receive (dispatch,
     posting sends and receives, the loss): per rank and step, that time
