@@ -1,21 +1,30 @@
 """Predicted against measured step times of real runs, with the spread of repeated runs.
 
-Part of :mod:`pipecore.bindings.torch`, which re-exports :func:`fidelity`,
-:func:`format_fidelity` and :func:`ranking_agreement`.
+:func:`timed_runs` is the protocol every such comparison here uses
+(:func:`fidelity`, ``pipecore what-if --check``, the torch tutorial): schedules
+run in turn, each run a fresh set of processes, a run's time its median step
+after the warm-up, a schedule's time the median over its runs beside their
+range and quartiles. Part of :mod:`pipecore.bindings.torch`, which re-exports
+:func:`timed_runs`, :func:`fidelity`, :func:`format_fidelity` and
+:func:`ranking_agreement`.
 """
 
 from __future__ import annotations
 
+import inspect
 import statistics
+from collections.abc import Mapping
 
 import torch
 
 from pipecore.core.ops import InputError
+from pipecore.core.schedule import Schedule
 
+from . import _run
 from ._calibrate import calibrate, costs_from_run
 from ._run import run
 
-__all__ = ["fidelity", "format_fidelity", "ranking_agreement"]
+__all__ = ["timed_runs", "fidelity", "format_fidelity", "ranking_agreement"]
 
 
 def ranking_agreement(rows, spread: str = "range") -> tuple[int, int, list]:
@@ -69,15 +78,89 @@ def _quartiles(values):
     return q[0], q[2]
 
 
+def timed_runs(schedules, repeats: int = 3, *, warmup: int = 2, **options) -> dict[str, dict]:
+    """Time schedules in real runs, each ``repeats`` times, in turn, with the spread of the runs.
+
+    Every schedule runs once before any runs again, so that a slow phase of
+    the machine falls on all of them; each run is a fresh set of processes
+    (:func:`run`). A run's time is its median step after ``warmup`` steps
+    (:meth:`RunResult.iteration_time`); a schedule's is the median of its
+    runs' times, with their range and quartiles as its spread.
+
+    Parameters
+    ----------
+    schedules : mapping of str to pipecore.Schedule, or sequence of pipecore.Schedule
+        What to run, by name (a sequence is keyed by each schedule's
+        ``name``).
+    repeats : int
+        Runs per schedule.
+    warmup : int
+        Steps left out of each run's median (torch sets its stages up in
+        the first); a run of no more steps keeps them all.
+    **options
+        Passed to :func:`run` for every run: ``model``, ``hidden``,
+        ``layers``, ``batch``, ``steps``, ``seed``, ``pin``,
+        ``measure_transfer``; ``check`` is False unless given.
+
+    Returns
+    -------
+    dict of str to dict
+        Per name, in the order given: ``schedule`` (the name),
+        ``measured`` (median of the runs' times, s), ``low`` / ``high``
+        (their range, s), ``q1`` / ``q3`` (their quartiles, s), ``runs``
+        (each run's time, s, in run order) and ``results`` (each run's
+        :class:`RunResult`).
+
+    Raises
+    ------
+    ValueError
+        If ``repeats`` is not an int >= 1, two schedules share a name, an
+        option is not one of :func:`run`'s (``ranks`` and ``profile`` are
+        not taken), or as :func:`run`.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"'repeats' must be an int >= 1 (got {repeats!r})")
+    allowed = set(inspect.signature(_run.run).parameters) - {"schedule", "ranks", "profile"}
+    for key in options:
+        if key not in allowed:
+            raise InputError(f"timed_runs: {key!r} is not an option of its runs; they take "
+                             f"{', '.join(sorted(allowed))} (no profiler: the runs are timed)")
+    if isinstance(schedules, Mapping):
+        scheds = dict(schedules)
+    else:
+        scheds = {}
+        for sched in schedules:
+            if not isinstance(sched, Schedule):
+                raise InputError(f"timed_runs: expected a mapping of names to schedules or a "
+                                 f"sequence of pipecore.Schedule (got a {type(sched).__name__} "
+                                 f"in the sequence: {sched!r:.40})")
+            if sched.name in scheds:
+                raise InputError(f"two schedules are named {sched.name!r}; pass a mapping "
+                                 f"{{name: schedule}} to tell them apart")
+            scheds[sched.name] = sched
+    options.setdefault("check", False)
+    results: dict = {n: [] for n in scheds}
+    for _ in range(repeats):
+        for n, sched in scheds.items():
+            results[n].append(run(sched, **options))
+    out = {}
+    for n in scheds:
+        times = [r.iteration_time(warmup) for r in results[n]]
+        q1, q3 = _quartiles(times)
+        out[n] = {"schedule": n, "measured": statistics.median(times), "low": min(times),
+                  "high": max(times), "q1": q1, "q3": q3, "runs": times, "results": results[n]}
+    return out
+
+
 def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks: int = 2,
              microbatches: int = 8, *, hidden: int = 256, layers: int = 8, rows: int = 64,
              repeats: int = 5, steps: int = 8, warmup: int = 2, seed: int = 0) -> list[dict]:
     """Predicted against measured iteration time of real runs, with spreads.
 
-    Every schedule is run ``repeats`` times (each run a fresh set of
-    processes; schedules interleaved so that changes in the machine's load
-    fall on all of them), ``steps`` steps per run; a run's measurement is its
-    median step after ``warmup``. Each run is predicted by a pipecore
+    Every schedule is run ``repeats`` times (:func:`timed_runs`: each run a
+    fresh set of processes; schedules interleaved so that changes in the
+    machine's load fall on all of them), ``steps`` steps per run; a run's
+    measurement is its median step after ``warmup``. Each run is predicted by a pipecore
     simulation (:func:`pipecore.simulate`) with the costs that run measured
     (:func:`costs_from_run`: per-stage F, B, W with the runtime's per-op
     overhead, and the ping-pong transfer time), so that load on the machine
@@ -120,25 +203,21 @@ def fidelity(names=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"), ranks
     from . import _torch_run
 
     scheds = {n: build(n, ranks, microbatches) for n in names}
-    results: dict = {n: [] for n in names}
-    for _ in range(repeats):
-        for n, sched in scheds.items():
-            results[n].append(run(sched, hidden=hidden, layers=layers, batch=rows * microbatches,
-                                  steps=steps, seed=seed, check=False, measure_transfer=True))
-    transfer = statistics.median(r.transfer for rs in results.values() for r in rs
+    timed = timed_runs(scheds, repeats, warmup=warmup, hidden=hidden, layers=layers,
+                       batch=rows * microbatches, steps=steps, seed=seed, measure_transfer=True)
+    transfer = statistics.median(r.transfer for t in timed.values() for r in t["results"]
                                  if r.transfer is not None)
     out = []
     for n, sched in scheds.items():
-        medians = [r.iteration_time(warmup) for r in results[n]]
-        preds = [simulate(sched, costs_from_run(r, warmup)).makespan for r in results[n]]
+        t = timed[n]
+        medians, measured = t["runs"], t["measured"]
+        preds = [simulate(sched, costs_from_run(r, warmup)).makespan for r in t["results"]]
         errors = [p / m - 1 for p, m in zip(preds, medians)]
         modules = _torch_run.build_model("mlp", sched.stages, hidden, seed, layers)
         calibrated = calibrate(modules, torch.randn(rows, hidden), comm=transfer)
-        measured = statistics.median(medians)
         predicted_cal = simulate(sched, calibrated).makespan
-        q1, q3 = _quartiles(medians)
-        out.append({"schedule": n, "stages": sched.stages, "measured": measured, "low": min(medians),
-                    "high": max(medians), "q1": q1, "q3": q3, "runs": medians,
+        out.append({"schedule": n, "stages": sched.stages, "measured": measured, "low": t["low"],
+                    "high": t["high"], "q1": t["q1"], "q3": t["q3"], "runs": medians,
                     "predicted": statistics.median(preds), "predictions": preds,
                     "error": statistics.median(errors), "error_low": min(errors),
                     "error_high": max(errors), "predicted_calibrate": predicted_cal,

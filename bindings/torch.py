@@ -32,7 +32,8 @@ practice only replicated schedules hold ``AR`` ops and they are refused.
 Beyond the formats: :func:`run` (and ``pipecore run-torch``) runs a
 schedule for real on CPU ranks with torch's runtime and checks the gradients
 against the unpipelined model; :func:`calibrate` and :func:`costs_from_run`
-turn measured stage times into :class:`pipecore.Costs`, and :func:`fidelity`
+turn measured stage times into :class:`pipecore.Costs`; :func:`timed_runs`
+times schedules over repeated runs with their spread, and :func:`fidelity`
 compares pipecore's predicted iteration times with measured ones.
 
 torch's private API (``_Action``, ``_validate_schedule``,
@@ -59,7 +60,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
 
 from ._calibrate import calibrate, costs_from_run
 from ._export import from_actions, from_csv, read_csv, to_actions, to_csv, validate
-from ._fidelity import fidelity, format_fidelity, ranking_agreement
+from ._fidelity import fidelity, format_fidelity, ranking_agreement, timed_runs
 from ._profile import Profile, from_profile
 from ._run import run
 from ._torch_run import RunResult
@@ -70,7 +71,7 @@ __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
     "from_csv", "read_csv", "from_torch", "run", "RunResult", "calibrate", "costs_from_run", "fidelity",
     "format_fidelity", "ranking_agreement", "from_profile", "Profile", "what_if",
-    "format_what_if", "WhatIfRanking",
+    "format_what_if", "WhatIfRanking", "timed_runs",
 ]
 
 #: The torch release these bindings were written and tested against.
