@@ -120,7 +120,8 @@ def run_torch_command(args, out):
     pt = _binding()
     if pt is None:
         return 2
-    from pipecore.bindings._profile import RUN_FILE, oversubscribed
+    from pipecore.bindings._trace import RUN_FILE
+    from pipecore.bindings._what_if import oversubscribed
 
     if not Path(args.csv).is_file():
         raise InputError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
@@ -243,11 +244,10 @@ def _check_top(pt, args, rows):
     Each schedule runs ``--repeats`` times in fresh processes, every schedule
     once before any runs again (a slow phase of the machine falls on all),
     ranks pinned where the CPUs allow, ``--steps`` steps without the
-    profiler of which the first two are left out. Returns the median of
-    each schedule's run medians (s), and notes with the spreads.
+    profiler of which the first two are left out (``pt.timed_runs``).
+    Returns the median of each schedule's run medians (s), and notes with
+    the spreads.
     """
-    import statistics
-
     from ..schedules.registry import build
 
     run_file = Path(args.profile_dir) / "pipecore-run.json"
@@ -256,24 +256,23 @@ def _check_top(pt, args, rows):
                          f"model and shape of the run")
     cfg = json.loads(run_file.read_text())
     notes, runs = [], {}
-    todo = []
+    todo = {}
+    layers = cfg["layers"] or cfg["stages"]
     for r in rows:
         sched = build(r["schedule"], cfg["ranks"], args.microbatches or cfg["microbatches"])
-        layers = cfg["layers"] or cfg["stages"]
         if layers % sched.stages:
             notes.append(f"{r['schedule']}: not run ({sched.stages} stages do not divide the "
                          f"model's {layers} blocks)")
             continue
-        todo.append((r["schedule"], sched, layers))
-    for _ in range(args.repeats):
-        for name, sched, layers in todo:
-            res = pt.run(sched, model=cfg["model"], hidden=cfg["hidden"], layers=layers,
-                         batch=cfg["batch"], steps=args.steps, seed=cfg["seed"], check=False)
-            runs.setdefault(name, []).append(res.iteration_time(warmup=2))
-    measured = {name: statistics.median(t) for name, t in runs.items()}
+        todo[r["schedule"]] = sched
+    if todo:
+        runs = pt.timed_runs(todo, args.repeats, warmup=2, model=cfg["model"],
+                             hidden=cfg["hidden"], layers=layers, batch=cfg["batch"],
+                             steps=args.steps, seed=cfg["seed"])
+    measured = {name: t["measured"] for name, t in runs.items()}
     if runs:
-        parts = [f"{name} {min(t) * 1e3:.2f}-{max(t) * 1e3:.2f} ms "
-                 f"({(max(t) - min(t)) / measured[name]:.1%})" for name, t in runs.items()]
+        parts = [f"{name} {t['low'] * 1e3:.2f}-{t['high'] * 1e3:.2f} ms "
+                 f"({(t['high'] - t['low']) / t['measured']:.1%})" for name, t in runs.items()]
         which = (f"steps 3-{args.steps}" if args.steps > 3 else "step 3" if args.steps == 3
                  else f"all {args.steps} steps")  # the first two are left out when there are more
         notes.append(f"measured: median of {args.repeats} run(s) per schedule, each the median of "
