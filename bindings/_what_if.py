@@ -193,25 +193,34 @@ def format_what_if(rows, measured=None) -> str:
             got = measured[r["schedule"]]
             line += f" {got * 1e3:>11.2f} {r['predicted'] / got - 1:>+7.1%}"
         lines.append(line)
-    lines.append("* the profiled schedule; peak act: activations held at once on the worst "
-                 "device, in microbatch shares" + ("; error: predicted / measured - 1"
-                                                   if measured else ""))
+    lines += _wrap("* the profiled schedule; peak act: activations held at once on the worst "
+                   "device, in microbatch shares" + ("; error: predicted / measured - 1"
+                                                     if measured else ""))
     own = getattr(rows, "profiled", None)
     if own:
-        lines.append(f"profiled schedule ({own['schedule']}, {own['microbatches']} microbatches): "
-                     f"predicted {own['predicted'] * 1e3:.2f} ms, measured "
-                     f"{own['measured'] * 1e3:.2f} ms (median of {own['steps']} "
-                     f"{'unprofiled reference' if own.get('measured_steps') == 'reference' else 'profiled'}"
-                     f" steps): "
-                     f"{_error_text(own['error'])}")
+        steps = ("unprofiled reference" if own.get("measured_steps") == "reference"
+                 else "profiled")
+        lines += _wrap(f"profiled schedule ({own['schedule']}, {own['microbatches']} "
+                       f"microbatches): predicted {own['predicted'] * 1e3:.2f} ms, measured "
+                       f"{own['measured'] * 1e3:.2f} ms (median of {own['steps']} {steps} "
+                       f"steps): {_error_text(own['error'])}")
     left = getattr(rows, "left_out", None)
     if left:
         lines.append(f"left out ({len(left)}):")
         width = max(len(r["schedule"]) for r in left)
-        lines += [f"  {r['schedule']:<{width}}  {r['reason']}" for r in left]
+        for r in left:
+            lines += _wrap(f"{r['schedule']:<{width}}  {r['reason']}", "  ", " " * (width + 4))
     for w in getattr(rows, "warnings", ()):
-        lines.append(f"warning: {w}")
+        lines += _wrap(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _wrap(text, first="", rest="  "):
+    """A sentence as lines of at most 120 columns (a terminal's)."""
+    import textwrap
+
+    return textwrap.wrap(text, 120, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def _error_text(error):

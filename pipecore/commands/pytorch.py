@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from ..core.cpus import local_cpus
@@ -209,16 +210,17 @@ def what_if_command(args, out):
                    "warnings": rows.warnings, "notes": notes}, out, indent=1)
         out.write("\n")
         return 0
-    out.write(f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
-              f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
-              f"{len(prof.step_times)} profiled steps; overhead "
-              f"{float(prof.costs.overhead) * 1e6:.0f} us per op\n")
-    out.write(_dilation_text(prof) + "\n")
+    say = [f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
+           f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
+           f"{len(prof.step_times)} profiled steps; overhead "
+           f"{float(prof.costs.overhead) * 1e6:.0f} us per op", _dilation_text(prof)]
+    for text in say:
+        out.write("\n".join(textwrap.wrap(text, 120, subsequent_indent="  ")) + "\n")
     if args.microbatches is not None and args.microbatches != prof.microbatches:
         out.write(f"predicted for {args.microbatches} microbatches\n")
     out.write(pt.format_what_if(rows, measured) + "\n")
     for note in notes:
-        out.write(note + "\n")
+        out.write("\n".join(textwrap.wrap(note, 120, subsequent_indent="  ")) + "\n")
     return 0
 
 
