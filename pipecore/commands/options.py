@@ -13,7 +13,7 @@ from ..schedules.registry import build, family
 
 __all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "progress_args", "check_limit",
            "costs_from", "network_from", "schedule_from", "int_list", "output_file", "write_file",
-           "write_programs", "say_error"]
+           "write_programs", "write_search", "say_error"]
 
 
 def positive_int(text):
@@ -202,7 +202,7 @@ def write_file(name, option, write):
 
 
 def search_arguments(p, recompute_help):
-    """The shape, costs and memory options tune and explore share.
+    """The options tune and explore share: shape, costs, memory, what to print.
 
     Parameters
     ----------
@@ -224,27 +224,45 @@ def search_arguments(p, recompute_help):
     mem.add_argument("--r", type=float, default=None,
                      help="time of a recompute (R) op (default: --f)")
     mem.add_argument("--no-recompute", action="store_true", help=recompute_help)
+    p.add_argument("--top", type=positive_int, default=10, help="rows in the report (default 10)")
+    p.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
+    p.add_argument("--actions", action="store_true", help="also print the winner's programs")
+    progress_args(p)
     return mem
 
 
-def write_winner(best, out, **extra):
-    """Write tune's or explore's winner and candidates as JSON.
+def write_search(best, args, out, note=None, **extra):
+    """What tune and explore print: the winner and candidates as JSON with
+    ``--json``, else the report (``--top`` rows), a note, and with
+    ``--actions`` the winner's programs.
 
     Parameters
     ----------
     best : Tuned
+    args : argparse.Namespace
+        With ``json``, ``top`` and ``actions``.
     out : file-like
+    note : str, optional
+        A sentence after the report (wrapped to 120 columns).
     **extra
-        More keys for the object (e.g. the composition).
+        More keys for the JSON object (e.g. the composition).
     """
     import json
+    import textwrap
 
-    res = best.result
-    json.dump({"winner": best.label, "makespan": res.makespan, "bubble_rate": res.bubble_rate,
-               "memory": float((res.peak_activation + res.static_memory).max()), **extra,
-               "actions": best.schedule.to_actions(),
-               "candidates": best.candidates.to_pylist()}, out, indent=1, default=str)
-    out.write("\n")
+    if args.json:
+        res = best.result
+        json.dump({"winner": best.label, "makespan": res.makespan, "bubble_rate": res.bubble_rate,
+                   "memory": float((res.peak_activation + res.static_memory).max()), **extra,
+                   "actions": best.schedule.to_actions(),
+                   "candidates": best.candidates.to_pylist()}, out, indent=1, default=str)
+        out.write("\n")
+        return
+    out.write(best.report(args.top) + "\n")
+    if note:
+        out.write("\n" + "\n".join(textwrap.wrap(note, 120, subsequent_indent="  ")) + "\n")
+    if args.actions:
+        write_programs(best.schedule, out)
 
 
 def write_programs(schedule, out):
