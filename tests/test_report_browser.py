@@ -125,7 +125,7 @@ def test_page_of_several_results_renders_each_setting(tmp_path):
     assert "costs: f=1 b=1 w=1 comm=0.1" in settings[1]
     assert "stragglers: device 3 at 1.3x op time" in settings[1]
     assert "jitter: lognormal sigma=0.1 per op, seed 1, draw 0" in settings[1]
-    assert 'class="headline"' in dom and "fastest: 1f1b #1 (makespan 33 cost units)" in dom
+    assert 'class="headline"' in dom and "fastest: 1f1b #1, one step in 33 cost units" in dom
 
 
 def test_zooming_a_gantt_moves_its_memory_chart(tmp_path):

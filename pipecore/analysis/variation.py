@@ -359,7 +359,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
         Number of draws (>= 1).
     network : Network, optional
     stragglers : mapping or array_like, optional
-        As :func:`straggler_scale`, applied to every draw.
+        As ``pipecore.core.simulate.straggler_scale``, applied to every draw.
     first : int
         Index of the first draw.
 

@@ -23,7 +23,7 @@ from .page import CSS as _CSS
 from .page import plotly_js as _plotly_js
 from .views import result_svg_html, schedule_grid_html, table_styles
 
-__all__ = ["report", "result_views", "schedule_grid_html", "result_svg_html"]
+__all__ = ["report", "result_views", "views_table", "schedule_grid_html", "result_svg_html"]
 
 # Above this many ops a schedule's Gantt is drawn as busy fractions per
 # device and time bucket (a browser stays responsive; the page says so).
@@ -380,7 +380,22 @@ def _slots_text(row: dict) -> str:
     return f"{slots:,} slots (formula {fm:.6g})"
 
 
-def _views_table(row: dict) -> str:
+def views_table(row: dict) -> str:
+    """The three views of one schedule as an HTML table, as ``report.html`` shows them.
+
+    Parameters
+    ----------
+    row : dict
+        A :func:`pipecore.compare` row (or :func:`result_views`' keys with
+        ``chunks``): the closed formula's, the ideal table's and the
+        simulation's makespan, bubble and peak figures.
+
+    Returns
+    -------
+    str
+        A ``<table class='views'>`` (cost units and M, as the row's
+        costs), followed by a note on slots when the schedule has chunks.
+    """
     r = row
     v = int(r.get("chunks") or 1)
     slots = r.get("table_slots")
@@ -598,7 +613,7 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
             continue
         res = r["result"]
         parts.append("<p class='setting'>" + html.escape(setting_text(settings[i])) + "</p>")
-        parts.append(_views_table(r))
+        parts.append(views_table(r))
         if r.get("flags"):
             parts.append("".join(f"<p class='foot'>[{notes[f]}] {html.escape(f)}</p>"
                                  for f in r["flags"]))

@@ -348,7 +348,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         (microbatches per time unit), ``peak_activation_max`` and
         ``memory_max`` (activation plus weights of the worst device), and
         ``fits`` (``memory_max <= memory_limit`` up to a relative 1e-9 for
-        rounding, see :func:`pipecore.costs.fits`) when a limit is given,
+        rounding, see ``pipecore.core.costs.fits``) when a limit is given,
         and ``error``: null, or why the row has no answer (its times
         overflow float64; its time metrics are then null, never inf or
         NaN).

@@ -1,8 +1,8 @@
 """The registry of schedule families that :func:`pipecore.build` reads.
 
 Each family lives in its own module and registers a :class:`Family`: a
-builder (devices, microbatches, chunks -> Schedule) and a closed-form
-formula for its makespan and peak activation.
+builder (devices, microbatches, chunks -> Schedule), a closed-form formula
+for its makespan and peak activation, and the :class:`Paper` it comes from.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..core.ops import CapacityError, InputError
 from ..core.schedule import Schedule, check_int
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
-__all__ = ["Family", "register", "build", "schedules", "family"]
+__all__ = ["Family", "Paper", "register", "build", "schedules", "family"]
 
 # The numpydoc sections every family's builder and every formula share
 # (the contracts of Family.builder and Family.formula), written once here and
@@ -92,6 +92,66 @@ def with_formula_doc(fn):
 
 
 @dataclass(frozen=True)
+class Paper:
+    """The publication a schedule family comes from.
+
+    Attributes
+    ----------
+    authors : str
+        As the paper lists them, shortened to "First et al." past two.
+    title : str
+        The title under which it appeared at ``venue``.
+    venue : str
+        Conference or journal with its year ("ICML 2021"), or what the
+        source is when it is not a peer-reviewed paper ("arXiv:2410.19367",
+        "GitHub repository").
+    year : int
+        Year of that publication.
+    url : str
+        An https address of the text: arXiv, OpenReview, a DOI or the
+        repository.
+    note : str
+        What pipecore takes from it when that is not the whole paper (a
+        section, a variant, or which part is pipecore's own choice).
+
+    Raises
+    ------
+    ValueError
+        If a field is empty, the year is not an int, or ``url`` is not an
+        https address.
+    """
+
+    authors: str
+    title: str
+    venue: str
+    year: int
+    url: str
+    note: str = ""
+
+    def __post_init__(self):
+        for name in ("authors", "title", "venue", "url"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(f"Paper {name!r} must be a non-empty str (got {value!r})")
+        if isinstance(self.year, bool) or not isinstance(self.year, int):
+            raise InputError(f"Paper 'year' must be an int (got {self.year!r})")
+        if not self.url.startswith("https://"):
+            raise InputError(f"Paper 'url' must be an https address (got {self.url!r})")
+        if not isinstance(self.note, str):
+            raise InputError(f"Paper 'note' must be a str (got {self.note!r})")
+
+    def citation(self) -> str:
+        """One line: authors, title in quotes, venue (and the year if the venue lacks it).
+
+        Returns
+        -------
+        str
+        """
+        venue = self.venue if str(self.year) in self.venue else f"{self.venue}, {self.year}"
+        return f'{self.authors}, "{self.title}", {venue}'
+
+
+@dataclass(frozen=True)
 class Family:
     """A schedule family.
 
@@ -130,6 +190,9 @@ class Family:
         the shape (raises ValueError naming the option); a grid runs them
         before scanning, so a bad value is an error, not a family that
         silently yields no rows.
+    paper : Paper or None
+        The publication the schedule comes from (every family pipecore
+        registers has one; a family of your own may leave it None).
     """
 
     name: str
@@ -144,6 +207,12 @@ class Family:
     resolve: Callable | None = None
     tune_options: dict = field(default_factory=dict)
     check: Callable | None = None
+    paper: Paper | None = None
+
+    def __post_init__(self):
+        if self.paper is not None and not isinstance(self.paper, Paper):
+            raise InputError(f"Family {self.name!r}: 'paper' must be a pipecore Paper or None "
+                             f"(got {type(self.paper).__name__})")
 
     def chunks_for(self, requested: int | None) -> int:
         """The chunks this family uses when ``requested`` is asked for.
@@ -243,8 +312,8 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         Stages per device v for the interleaved families (default 2);
         must be 1 or None for single-chunk families.
     **options
-        Family-specific options, e.g. ``waves`` for ``hanayo`` (see
-        :attr:`Family.options`).
+        Family-specific options, e.g. ``waves`` for ``hanayo`` (see the
+        ``options`` of :class:`Family`).
 
     Returns
     -------
