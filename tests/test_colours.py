@@ -92,3 +92,28 @@ def test_shade_hex_lightens_and_darkens():
     assert shade_hex("#804020", 1.0) == "#ffffff"
     assert shade_hex("#804020", -1.0) == "#000000"
     assert shade_hex("#804020", -0.5) == "#402010"
+
+
+def test_a_gantt_png_shows_every_colour_it_names(tmp_path):
+    # The PNG is written with a 256-colour palette: every bar colour of the
+    # chart (BitPipe's eight: two kinds, two pipelines, two chunks) must
+    # survive it, a few units of 255 at most off.
+    pytest.importorskip("matplotlib", reason="Gantt charts need pipecore[plot]")
+    from PIL import Image
+
+    res = pc.simulate(pc.build("bitpipe", 4, 8, chunks=2), pc.Costs(f=1.0, b=1.0, w=1.0))
+    path = res.write_gantt(tmp_path / "b.png")
+    with Image.open(path) as im:
+        pixels = np.asarray(im.convert("RGB"), dtype=np.int64).reshape(-1, 3)
+    ops = res.ops
+    drawn = ops.column("finish").to_numpy() > ops.column("start").to_numpy()
+    st = op_styles(np.asarray(ops.column("kind").to_pylist()), ops.column("device").to_numpy(),
+                   ops.column("stage").to_numpy(), ops.column("microbatch").to_numpy(), 4,
+                   drawn=drawn)
+    shown = set(st.style[drawn].tolist())
+    assert len(shown) == 8  # the all-reduces take no time here: not drawn
+    for s in shown:
+        colour, name = st.colours[s], st.names[s]
+        want = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+        near = np.abs(pixels - want).max(axis=1) <= 4
+        assert near.sum() > 100, name  # a bar's worth of pixels at least

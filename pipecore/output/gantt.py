@@ -476,7 +476,9 @@ def _write_png(renderer: Any, out: Path, meta: dict) -> None:
     # A chart holds a few flat colours and their anti-aliased edges: 256
     # palette colours keep it as it looks, and a palette PNG is a third the
     # size of an RGB one and quicker to encode.
-    image.convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE).save(
+    # Method 2 is the fast octree (Image.Quantize.FASTOCTREE), dither 0 none:
+    # numbers, as older Pillows have no names for them.
+    image.convert("RGB").quantize(256, method=2, dither=0).save(
         out, format="PNG", pnginfo=info, compress_level=2, dpi=(_DPI, _DPI))
 
 
