@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.costs import Costs, Network, fits
-from ..core.ops import InputError
+from ..core.ops import InputError, check_choice, check_type
 from ..core.pack import Pack, structure_of
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
 from ..kernels import codes as _codes
@@ -361,10 +361,8 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     ScheduleError
         If the schedule breaks a rule or deadlocks.
     """
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
-    if method not in ("replay", "list"):
-        raise InputError(f"'method' must be 'replay' or 'list' (got {method!r})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    check_choice("method", method, ("replay", "list"))
     data = _as_columns(costs_table)
     allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + OP_TIME_COLUMNS + ("memory_limit",)
     unknown = sorted(set(data) - set(allowed))

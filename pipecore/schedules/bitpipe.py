@@ -20,9 +20,12 @@ from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
 from .papers import BITPIPE
-from .registry import Family, register, with_formula_doc
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc(devices="Pipeline devices p (even).",
+                  microbatches="Microbatches m (a multiple of p).",
+                  chunks="Must be 2 (two stages of each pipeline per device).")
 def build_bitpipe(devices, microbatches, chunks=2):
     """BitPipe on device d with h = p/2, a and b as in Chimera.
 
@@ -40,15 +43,6 @@ def build_bitpipe(devices, microbatches, chunks=2):
     all-reduces (AR) with the replica device p-1-d follow the code's eager
     sync: second-leg stages just before the last backward (after it on the
     two middle devices), first-leg stages at the very end.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p (even).
-    microbatches : int
-        Microbatches m (a multiple of p).
-    chunks : int
-        Must be 2 (two stages of each pipeline per device).
 
     Returns
     -------

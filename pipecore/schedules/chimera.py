@@ -30,7 +30,7 @@ from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
 from .papers import CHIMERA
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc
 
 
 class PlacementWarning(UserWarning):
@@ -201,6 +201,8 @@ def _expand(ops, ranges):
     return out
 
 
+@with_builder_doc(devices="Pipeline devices p (even).",
+                  microbatches="Microbatches m (a multiple of p).")
 def build_chimera(devices, microbatches, chunks=1, variant=None, down=None,
                   up_placement=None, down_layers=None, up_layers=None, order=None):
     """Chimera: units of p microbatches, how they join, and its placement space.
@@ -241,12 +243,6 @@ def build_chimera(devices, microbatches, chunks=1, variant=None, down=None,
 
     Parameters
     ----------
-    devices : int
-        Pipeline devices p (even).
-    microbatches : int
-        Microbatches m (a multiple of p).
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
     variant : {None, "direct", "forward-doubling"}
         How units of p microbatches are joined. None (default) is
         ``"forward-doubling"`` for the published Chimera (knobs below at

@@ -26,7 +26,7 @@ import numpy as np
 from ..core.ops import InputError
 from ..core.schedule import check_int
 from .papers import HANAYO
-from .registry import Family, register
+from .registry import Family, register, with_builder_doc
 
 
 def wave_placement(devices, waves):
@@ -47,17 +47,12 @@ def wave_placement(devices, waves):
     return np.where(r < devices, r, 2 * devices - 1 - r)
 
 
+@with_builder_doc(chunks="Stages per device, 2W (even).")
 def build_hanayo(devices, microbatches, chunks=2, waves=None):
     """Hanayo with W = chunks / 2 waves (see the module docstring).
 
     Parameters
     ----------
-    devices : int
-        Pipeline devices p.
-    microbatches : int
-        Microbatches m.
-    chunks : int
-        Stages per device, 2W (even).
     waves : int, optional
         W; :func:`pipecore.build` already turned it into ``chunks``.
 

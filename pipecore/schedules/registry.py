@@ -19,64 +19,67 @@ from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py 
 
 __all__ = ["Family", "Paper", "register", "build", "schedules", "family"]
 
-# The numpydoc sections every family's builder and every formula share
-# (the contracts of Family.builder and Family.formula), written once here and
-# appended to their docstrings by with_builder_doc and with_formula_doc.
-BUILDER_SECTIONS = """Parameters
-----------
-devices : int
-    Pipeline devices p.
-microbatches : int
-    Microbatches m.
-chunks : int
-    Stages per device (fixed by the family where it takes none).
-
-Returns
--------
-Schedule
-"""
-
-FORMULA_SECTIONS = """Parameters
-----------
-p, m, v : int
-    Devices, microbatches, chunks.
-c : Costs
-    Scalar costs.
-
-Returns
--------
-dict
-    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-"""
+# The numpydoc parameters and returns every family's builder and every formula
+# share (the contracts of Family.builder and Family.formula), written once here
+# and added to their docstrings by with_builder_doc and with_formula_doc.
+BUILDER_PARAMETERS = {"devices": ("int", "Pipeline devices p."),
+                      "microbatches": ("int", "Microbatches m."),
+                      "chunks": ("int", "Stages per device (fixed by the family where it takes "
+                                        "none).")}
+BUILDER_RETURNS = "Schedule"
+FORMULA_PARAMETERS = {"p, m, v": ("int", "Devices, microbatches, chunks."),
+                      "c": ("Costs", "Scalar costs.")}
+FORMULA_RETURNS = "dict\n    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``."
 
 
-def _with_sections(fn, sections):
-    # The shared sections go after the function's own text and before its
-    # own Raises section (numpydoc's order).
+def _complete(fn, parameters, returns, notes):
+    """Put the shared parameters first in ``fn``'s Parameters section (its own
+    follow) and the shared Returns where it has none, before its Raises."""
     doc = inspect.cleandoc(fn.__doc__ or "")
-    head, sep, raises = doc.partition("\nRaises\n------")
-    fn.__doc__ = head.rstrip() + "\n\n" + sections + (f"\n{sep.strip()}{raises}" if sep else "")
+    shared = "\n".join(f"{name} : {kind}\n    {notes.get(name, text)}"
+                       for name, (kind, text) in parameters.items())
+    head, sep, rest = doc.partition("\nParameters\n----------\n")
+    if sep:  # the function documents more parameters: the shared ones go first
+        doc = f"{head}{sep}{shared}\n{rest}"
+    else:
+        body, rsep, raises = doc.partition("\nRaises\n------")
+        doc = f"{body.rstrip()}\n\nParameters\n----------\n{shared}\n" + (
+            f"\n{rsep.strip()}{raises}" if rsep else "")
+    if "\nReturns\n-------" not in doc:
+        body, rsep, raises = doc.partition("\nRaises\n------")
+        doc = f"{body.rstrip()}\n\nReturns\n-------\n{returns}\n" + (
+            f"\n{rsep.strip()}{raises}" if rsep else "")
+    fn.__doc__ = doc
     return fn
 
 
-def with_builder_doc(fn):
-    """Append :data:`BUILDER_SECTIONS` to a family builder's docstring.
+def with_builder_doc(fn=None, **notes):
+    """Add the builder contract's Parameters and Returns to a family builder's
+    docstring (its own parameters follow ``devices``, ``microbatches`` and
+    ``chunks``).
 
     Parameters
     ----------
-    fn : callable
-        ``builder(devices, microbatches, chunks) -> Schedule``.
+    fn : callable, optional
+        ``builder(devices, microbatches, chunks, ...) -> Schedule``. Without
+        it, a decorator that takes ``notes``.
+    **notes : str
+        A family's own text for a shared parameter, e.g.
+        ``devices="Pipeline devices p (even)."``.
 
     Returns
     -------
     callable
-        ``fn``, its docstring completed.
+        ``fn``, its docstring completed (or the decorator).
     """
-    return _with_sections(fn, BUILDER_SECTIONS)
+    if fn is None:
+        return lambda f: _complete(f, BUILDER_PARAMETERS, BUILDER_RETURNS, notes)
+    return _complete(fn, BUILDER_PARAMETERS, BUILDER_RETURNS, notes)
 
 
 def with_formula_doc(fn):
-    """Append :data:`FORMULA_SECTIONS` to a family formula's docstring.
+    """Add the formula contract's Parameters and Returns to a family formula's
+    docstring (its own parameters follow ``p, m, v`` and ``c``).
 
     Parameters
     ----------
@@ -88,7 +91,7 @@ def with_formula_doc(fn):
     callable
         ``fn``, its docstring completed.
     """
-    return _with_sections(fn, FORMULA_SECTIONS)
+    return _complete(fn, FORMULA_PARAMETERS, FORMULA_RETURNS, {})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ..core import tier
 from ..core.costs import Costs, Network, fits
-from ..core.ops import AR, BW, B, F, InputError, W
+from ..core.ops import AR, BW, B, F, InputError, W, check_choice
 from ..core.progress import Progress, enabled
 from ..core.rules import kernel_from
 from ..core.schedule import Schedule, ScheduleError, check_int
@@ -211,8 +211,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         For bad arguments (naming them).
     """
     t0 = time.perf_counter()
-    if objective not in ("makespan", "span"):
-        raise InputError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
+    check_choice("objective", objective, ("makespan", "span"))
     p = check_int("devices", devices, minimum=1)
     m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
