@@ -223,17 +223,15 @@ def check_choice(name, value, choices):
 
     Parameters
     ----------
-    name : str
-        The argument's name, for the message.
-    value : object
-        What the caller passed.
+    name, value : str, object
+        The argument's name (for the message) and what the caller passed.
     choices : sequence
         The values allowed, in the order the message lists them.
 
     Returns
     -------
     object
-        ``value``.
+        ``value``, allowed.
 
     Raises
     ------
@@ -251,18 +249,16 @@ def check_type(name, value, kind, what):
 
     Parameters
     ----------
-    name : str
-        The argument's name, for the message.
-    value : object
-        What the caller passed.
-    kind : type
+    name, value, kind : str, object, type
+        The argument's name (for the message), what the caller passed and
+        the type it must have.
     what : str
         How the message names the type, e.g. ``"a pipecore.Schedule"``.
 
     Returns
     -------
     object
-        ``value``.
+        ``value``, of that type.
 
     Raises
     ------
