@@ -87,7 +87,7 @@ def calibrate(folder, target_ms=10.0):
 
     import torch
     from pipecore.bindings import _torch_run
-    from pipecore.bindings import torch as pt
+    from pipecore.bindings._calibrate import _stage_times
 
     from pipecore.core.cpus import cpu_ids
 
@@ -103,7 +103,7 @@ def calibrate(folder, target_ms=10.0):
             x, _ = _torch_run.make_batch(rows, hidden, 0, model)
             with torch.no_grad():
                 x1 = mods[0](x)  # stage 1's input: blocks only, the smallest stage
-            times, _ = pt._stage_times(mods[1], x1, False, repeats=5, warmup=2)
+            times, _ = _stage_times(mods[1], x1, False, repeats=5, warmup=2)
             ms = {k: v * 1e3 for k, v in times.items()}
             print(f"{model}: hidden {hidden}, rows {rows}: F {ms['F']:.1f} B {ms['B']:.1f} "
                   f"W {ms['W']:.1f} BW {ms['BW']:.1f} ms", flush=True)

@@ -39,3 +39,19 @@ def test_compare_report(benchmark, tmp_path):
     benchmark.name = f"pc.report of compare's 17 families p={P} m={M}"
     path = benchmark.pedantic(pc.report, (rows, tmp_path / "r.html"), rounds=3, iterations=1)
     assert path.stat().st_size < 6e6
+
+
+def test_compare_gantts(benchmark, tmp_path, monkeypatch):
+    """The main job's 17 Gantt charts on one time scale (one process: the
+    work, not the second process that ``pipecore compare`` adds)."""
+    pytest.importorskip("matplotlib", reason="Gantt charts need the pipecore[plot] extra")
+    from pipecore.output import gantt
+
+    rows = [r for r in compare(P, M, costs=UNIT) if r["result"] is not None]
+    jobs = [(r["result"], tmp_path / f"{r['name']}.png") for r in rows]
+    gantt.write_gantts(jobs[:1])  # matplotlib imported and its fonts loaded
+    benchmark.group = "gantt charts"
+    benchmark.name = f"write_gantts of compare's {len(jobs)} families p={P} m={M}, one process"
+    monkeypatch.setattr(gantt, "local_cpus", lambda: 1)
+    out = benchmark.pedantic(gantt.write_gantts, (jobs,), rounds=3, iterations=1)
+    assert len(out) == len(jobs)

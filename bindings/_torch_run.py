@@ -422,7 +422,7 @@ class RunResult:
         -------
         dict
             ``{"stage,kind": {"profiled": s, "reference": s}}`` over
-            :attr:`profiled_steps` and :attr:`reference_steps` (a side
+            the ``profiled_steps`` and ``reference_steps`` (a side
             without steps is left out); the ratio is what the profiler
             added to that kind's time in this run.
         """

@@ -41,19 +41,20 @@ from .schedules import adaptive, blocks, generate, orders, placements
 from .schedules.compose import compose
 from .schedules.offload import offload
 from .schedules.recompute import recompute
-from .schedules.registry import Family, build, family, register, schedules
+from .schedules.registry import Family, Paper, build, family, register, schedules
 from .search import milp
 from .search.explore import explore
 from .search.partition import PartitionError, Plan, partition
 from .search.tune import Tuned, TuneError, tune
 
+# The one place the version is written: pyproject.toml reads it from here.
 __version__ = "0.1.0"
 
 __all__ = [
     "PipecoreError", "InputError", "CapacityError",
     "KINDS", "Action", "Schedule", "ScheduleError", "DeviceGapWarning", "from_actions",
     "Costs", "Network",
-    "Family", "build", "family", "register", "schedules",
+    "Family", "Paper", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
     "adaptive", "recompute", "offload",

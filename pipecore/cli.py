@@ -1,5 +1,6 @@
 """Command line: ``pipecore compare``, ``simulate``, ``report``, ``table``, ``study``,
-``scan``, ``verify``, ``tune``, ``explore``, ``run-torch``, ``what-if``, ``list`` and ``warm``.
+``scan``, ``verify``, ``tune``, ``explore``, ``run-torch``, ``what-if``, ``list``,
+``families`` and ``warm``.
 
 :data:`COMMANDS` is the table of subcommands: each row names the function
 that adds the subcommand's arguments to its parser and the one that runs
@@ -18,10 +19,11 @@ from collections.abc import Callable
 from typing import NamedTuple, TextIO
 
 from . import __version__
-from .commands import explore, families, grid, pytorch, schedule
+from .commands import catalog, explore, families, grid, pytorch, schedule
+from .commands.options import say_error
 from .core.ops import PipecoreError
 
-__all__ = ["main"]
+__all__ = ["main", "parser", "subcommand_parsers", "COMMANDS"]
 
 
 class Command(NamedTuple):
@@ -67,6 +69,9 @@ COMMANDS = {
                        "the fastest that fits a memory limit; never slower than tune",
                        explore.explore_arguments, explore.explore_command),
     "list": Command("list schedule names", _no_arguments, schedule.list_command),
+    "families": Command("every schedule family with its chunks, backward, options and the "
+                        "paper it comes from (--json too)", catalog.families_arguments,
+                        catalog.families_command),
     "warm": Command("compile every Numba kernel into the cache now (for container images and "
                     "CI; prints seconds per step)", _no_arguments, _warm),
     "export": Command("write a schedule as the CSV run-torch reads (torch's compute_only format) "
@@ -80,14 +85,41 @@ COMMANDS = {
 }
 
 
-def _parser():
-    parser = argparse.ArgumentParser(prog="pipecore", description=(
+def _build_parser():
+    """The top-level parser and its subcommands' parsers, by name."""
+    top = argparse.ArgumentParser(prog="pipecore", description=(
         "Build, validate and simulate pipeline-parallel training schedules."))
-    parser.add_argument("--version", action="version", version=f"pipecore {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    top.add_argument("--version", action="version", version=f"pipecore {__version__}")
+    sub = top.add_subparsers(dest="command", required=True)
+    subs = {}
     for name, command in COMMANDS.items():
-        command.arguments(sub.add_parser(name, help=command.help))
-    return parser
+        subs[name] = sub.add_parser(name, help=command.help)
+        command.arguments(subs[name])
+    return top, subs
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``pipecore`` command line's argument parser, built from :data:`COMMANDS`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        A new parser each call: ``parser().parse_args([...])`` gives the
+        namespace a subcommand's ``run`` takes, defaults filled in.
+    """
+    return _build_parser()[0]
+
+
+def subcommand_parsers() -> dict:
+    """Each subcommand's own parser (what ``pipecore NAME --help`` prints), by name.
+
+    Returns
+    -------
+    dict of str to argparse.ArgumentParser
+        In the order of :data:`COMMANDS` (the order ``pipecore --help``
+        lists them); new parsers each call.
+    """
+    return _build_parser()[1]
 
 
 def _suggest(word, choices):
@@ -95,7 +127,7 @@ def _suggest(word, choices):
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def _check_flags(parser, argv):
+def _check_flags(parser, subs, argv):
     """Reject a mistyped subcommand or flag with the subcommand's own usage
     and the closest valid name.
 
@@ -104,17 +136,16 @@ def _check_flags(parser, argv):
     required flag before an unknown one, so ``--devics 8`` only says that
     ``--devices`` is required.
     """
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     rest = list(argv)
     while rest and rest[0].startswith("-"):  # the top level's own flags take no values
         rest.pop(0)
     if not rest:
         return
     command, rest = rest[0], rest[1:]
-    sub = commands.choices.get(command)
+    sub = subs.get(command)
     if sub is None:
-        parser.error(f"unknown command {command!r} (choose from {', '.join(commands.choices)})"
-                     + _suggest(command, commands.choices))
+        parser.error(f"unknown command {command!r} (choose from {', '.join(subs)})"
+                     + _suggest(command, subs))
     known = sub._option_string_actions
     longs = [o for o in known if o.startswith("--")]
     for token in rest:
@@ -154,14 +185,14 @@ def main(argv=None, out=None) -> int:
         From argparse on malformed arguments (status 2).
     """
     out = sys.stdout if out is None else out
-    parser = _parser()
+    top, subs = _build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    _check_flags(parser, argv)
-    args = parser.parse_args(argv)
+    _check_flags(top, subs, argv)
+    args = top.parse_args(argv)
     try:
         return COMMANDS[args.command].run(args, out)
     except (PipecoreError, ValueError, MemoryError) as exc:  # pipecore's refusals, and numpy's
-        print(f"pipecore: error: {exc}", file=sys.stderr)
+        say_error(exc)
         return 2
     except BrokenPipeError:  # `pipecore compare | head`: the reader left; nothing more to say
         try:
@@ -172,7 +203,7 @@ def main(argv=None, out=None) -> int:
         return 141
     except OSError as exc:  # a file or folder: one line that names it
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        print(f"pipecore: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        say_error(f"{where}{exc.strerror or exc}")
         return 2
 
 

@@ -9,6 +9,12 @@ units are directly concatenated. The order itself follows the authors' code
 (Shigangli/Chimera, branch ChimeraBk), whose p = 4, m = 4 listing is pinned
 below. Activation peaks D/2+1 on the end workers to D in the middle, weights
 twice a 1F1B worker's.
+
+For N > D the paper offers forward doubling against the bubbles that direct
+concatenation leaves when the backward takes about twice the forward, at
+twice the activation memory (third-party notes quoting the paper, 1.5); the
+authors' runtime main_with_runtime_forward_doubling.py is pinned below and
+is the default from N = 2D on.
 """
 
 import numpy as np
@@ -47,13 +53,24 @@ def test_allreduce_costs_time_on_the_network():
 
 
 @pytest.mark.parametrize("p", [2, 4, 6, 8, 16])
-@pytest.mark.parametrize("k", [1, 2, 4])
-def test_bubble_ratio_matches_paper(p, k):
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("variant", [None, "direct", "forward-doubling"])
+def test_bubble_ratio_matches_paper(p, k, variant):
+    # Forward and backward in equal slots: every join of units keeps the
+    # paper's ratio, whichever join.
     m = k * p
-    res = pc.simulate(pc.build("chimera", p, m), pc.Costs(f=1.0, b=1.0, w=0.0))
+    if variant == "forward-doubling" and k == 1:
+        return  # forward doubling needs two units
+    sched = pc.build("chimera", p, m, **({"variant": variant} if variant else {}))
+    res = pc.simulate(sched, pc.Costs(f=1.0, b=1.0, w=0.0))
     assert res.bubble_ratio == pytest.approx((p - 2) / (2 * m + p - 2), abs=1e-12)
     d = np.arange(p)
-    np.testing.assert_array_equal(res.peak_activation, p // 2 + 1 + np.minimum(d, p - 1 - d))
+    direct = p // 2 + 1 + np.minimum(d, p - 1 - d)
+    if sched.params["variant"] == "direct":
+        np.testing.assert_array_equal(res.peak_activation, direct)
+    else:
+        # Forward doubling: twice the activation memory (1.5), at the fullest device.
+        assert res.peak_activation.max() == 2 * direct.max()
     # Two stage replicas per worker: twice the weights of a 1F1B worker.
     flat = pc.simulate(pc.build("1f1b", p, m), pc.Costs(f=1.0, b=1.0, w=0.0))
     np.testing.assert_array_equal(res.static_memory, 2 * flat.static_memory)
@@ -62,7 +79,7 @@ def test_bubble_ratio_matches_paper(p, k):
 def test_backward_twice_forward_leaves_more_bubble():
     # With B = 2F direct concatenation loses a slot per unit boundary (the
     # reason the paper adds forward doubling): D = 8, m = 16 gives 0.273.
-    res = pc.simulate(pc.build("chimera", 8, 16), pc.Costs(f=1.0, b=2.0))
+    res = pc.simulate(pc.build("chimera", 8, 16, variant="direct"), pc.Costs(f=1.0, b=2.0))
     assert res.bubble_ratio > (8 - 2) / (2 * 16 + 8 - 2)
     assert res.bubble_ratio == pytest.approx(0.2727, abs=1e-4)
 
@@ -169,9 +186,9 @@ def test_chimera_forward_doubling():
         "0F0 0F1 0F4 0F5 3F2 3F3 3BW2 3F6 3F7 3BW3 0BW0 3BW6 0BW1 3BW7 0BW4 0BW5").split()
     assert [a for a in got[1] if not a.endswith("AR")] == (
         "1F0 1F1 2F2 2F3 1F4 1F5 2F6 2F7 2BW2 1BW0 2BW3 1BW1 2BW6 1BW4 2BW7 1BW5").split()
-    with pytest.raises(ValueError, match="multiple of 2 \\* devices = 8"):
+    with pytest.raises(ValueError, match="at least 2 \\* devices = 8"):
         pc.build("chimera", 4, 4, variant="forward-doubling")
-    with pytest.raises(ValueError, match="variant must be 'direct' or 'forward-doubling'"):
+    with pytest.raises(ValueError, match="variant must be None, 'direct' or 'forward-doubling'"):
         pc.build("chimera", 4, 8, variant="halving")
 
 
@@ -184,10 +201,142 @@ def test_forward_doubling_restores_the_bubble_when_backward_is_twice_forward(p, 
     m = k * p
     c = pc.Costs(f=1.0, b=2.0)
     doubled = pc.simulate(pc.build("chimera", p, m, variant="forward-doubling"), c)
-    direct = pc.simulate(pc.build("chimera", p, m), c)
+    direct = pc.simulate(pc.build("chimera", p, m, variant="direct"), c)
     assert doubled.bubble_ratio == pytest.approx((p - 2) / (2 * m + p - 2), abs=1e-12)
     assert direct.bubble_ratio > doubled.bubble_ratio
     assert doubled.peak_activation.max() == 2 * direct.peak_activation.max()
     fm = pc.formula(pc.build("chimera", p, m, variant="forward-doubling"), c)
     assert fm["exact"] and fm["makespan"] == doubled.makespan
     np.testing.assert_array_equal(fm["peak_activation"], doubled.peak_activation)
+
+
+def test_default_join_is_forward_doubling_from_two_units():
+    # The paper's answer to a backward about twice the forward (1.5), and the
+    # join the authors' GPT-2 and BERT-48 job scripts ran: from m = 2p on,
+    # build's default is forward doubling; one unit (m = p) has no join.
+    for p, m in [(4, 8), (4, 12), (8, 32), (6, 24)]:
+        assert pc.build("chimera", p, m).programs() == (
+            pc.build("chimera", p, m, variant="forward-doubling").programs())
+        assert pc.build("chimera", p, m).params["variant"] == "forward-doubling"
+    assert pc.build("chimera", 8, 8).programs() == pc.build("chimera", 8, 8,
+                                                            variant="direct").programs()
+    # The placement knobs keep direct concatenation (their list order joins no units).
+    assert pc.build("chimera", 4, 8, order="list").params.get("variant") is None
+    with pytest.raises(ValueError, match="order='list' needs variant='direct'"):
+        pc.build("chimera", 4, 8, order="list", variant="forward-doubling")
+
+
+def test_odd_number_of_units_runs_the_first_one_alone():
+    # Written by hand from the rule in build_chimera's docstring (1.4, 1.5):
+    # p = 4, m = 12 is three units; the first runs as the basic unit, the
+    # other two as one doubling step. Down microbatches 0, 1, 4, 5, 8, 9.
+    got = pc.build("chimera", 4, 12, variant="forward-doubling").to_actions()
+    assert got[0] == ("0F0 0F1 3F2 3BW2 3F3 3BW3 "  # basic unit: a = 2, b = 0
+                      "0BW0 0F4 0F5 0BW1 0F8 0F9 3F6 3F7 3BW6 3F10 3F11 3BW7 "
+                      "0BW4 3BW10 0BW5 3BW11 3AR 0BW8 0BW9 0AR").split()
+    assert got[1] == ("1F0 2F2 1F1 2F3 2BW2 1BW0 2BW3 "  # a = 1, b = 1
+                      "1BW1 1F4 1F5 2F6 2F7 1F8 1F9 2F10 2F11 2BW6 "
+                      "1BW4 2BW7 1BW5 2BW10 1BW8 2BW11 1BW9 2AR 1AR").split()
+
+
+def test_main_job_chimera_is_not_slower_than_1f1b():
+    # pipecore compare's main job: p = 8, m = 32, f = b = w = 1 (BW = 2F).
+    # Forward doubling keeps the paper's ratio (p-2)/(2m+p-2) when a doubled
+    # forward fills one backward slot, so the makespan is busy / (1 - ratio)
+    # = 3m (2m + p - 2) / (2m) = 105; 1F1B takes (m + p - 1) * 3 = 117.
+    p, m = 8, 32
+    res = pc.simulate(pc.build("chimera", p, m), pc.Costs(f=1.0, b=1.0, w=1.0))
+    ratio = (p - 2) / (2 * m + p - 2)
+    assert res.makespan == pytest.approx(3 * m / (1 - ratio), abs=1e-12)
+    assert res.makespan == 105.0 < (m + p - 1) * 3
+
+
+# Cost triples across the regions of the closed forms: T_BW = T_B + T_W below,
+# equal to, between, at and beyond one and two (three) forwards.
+COSTS = [(1.0, 0.25, 0.0), (2.0, 1.0, 0.5), (1.0, 1.0, 0.0), (1.0, 1.0, 0.5), (1.0, 1.0, 1.0),
+         (0.5, 1.0, 0.25), (1.0, 2.0, 0.5), (1.0, 2.5, 2.5), (0.25, 2.0, 1.0)]
+
+
+@pytest.mark.parametrize("name,variant", [("chimera", "direct"), ("chimera", "forward-doubling"),
+                                          ("bitpipe", None)])
+@pytest.mark.parametrize("p", [2, 4, 6, 8])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_closed_forms_hold_at_any_costs(name, variant, p, k):
+    # The closed forms of formula_chimera and formula_bitpipe (derived in their
+    # docstrings: one unit's bubble plus a gap per join) against the pure-Python
+    # reference simulator of tests/reference.py at unequal forward and backward
+    # times, where the paper's unit-slot ratio no longer applies.
+    from reference import simulate_reference
+
+    if variant == "forward-doubling" and k == 1:
+        return
+    m = k * p
+    kw = {"variant": variant} if variant else {}
+    sched = pc.build(name, p, m, **kw)
+    S = sched.stages
+    share = p / S  # a stage's share of one device's work
+    for f, b, w in COSTS:
+        c = pc.Costs(f=f, b=b, w=w)
+        ref = simulate_reference(sched.programs(), [f * share] * S, [b * share] * S,
+                                 [w * share] * S, [share] * S, [0.0] * S,
+                                 lambda src, dst, s: (0.0, 0.0))
+        fm = pc.formula(sched, c)
+        assert fm["exact"]
+        assert fm["makespan"] == pytest.approx(ref["makespan"], rel=1e-12), (f, b, w)
+        np.testing.assert_allclose(fm["peak_activation"], ref["peak"], rtol=1e-12)
+
+
+def test_direct_concatenation_gap_per_join():
+    # Direct concatenation at T_BW = 2 T_F: each of the K - 1 joins adds
+    # (p - 2)(T_BW - T_F) for Chimera and half that for BitPipe (whose chunks
+    # are half a stage), so the makespans grow by the busy time plus that gap
+    # per unit: counted from the simulation, not from the formula.
+    c = pc.Costs(f=1.0, b=2.0, w=0.0)
+    for p in (4, 8):
+        ms = [pc.simulate(pc.build("chimera", p, k * p, variant="direct"), c).makespan
+              for k in (1, 2, 3)]
+        assert ms[2] - ms[1] == ms[1] - ms[0] == p * 3 + (p - 2) * (2 - 1)
+        ms = [pc.simulate(pc.build("bitpipe", p, k * p), c).makespan for k in (1, 2, 3)]
+        assert ms[2] - ms[1] == ms[1] - ms[0] == p * 3 + (p - 2) * (2 - 1) / 2
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 6, 8])
+@pytest.mark.parametrize("waves", [1, 2, 3])
+def test_hanayo_one_unit_at_any_costs(p, waves):
+    # m = p: one unit; the bubble is (p-1) max(T_F, T_BW) / W at any costs
+    # (at T_F = T_BW the interleaved one, checked above), reference simulator.
+    from reference import simulate_reference
+
+    sched = pc.build("hanayo", p, p, waves=waves)
+    S = sched.stages
+    for f, b, w in COSTS:
+        fm = pc.formula(sched, pc.Costs(f=f, b=b, w=w))
+        ref = simulate_reference(sched.programs(), [f * p / S] * S, [b * p / S] * S,
+                                 [w * p / S] * S, [1.0] * S, [0.0] * S,
+                                 lambda src, dst, s: (0.0, 0.0))
+        assert fm["exact"] and "gap_cause" not in fm
+        assert fm["makespan"] == pytest.approx(ref["makespan"], rel=1e-12)
+        assert fm["makespan"] == pytest.approx(p * (f + b + w) + (p - 1) * max(f, b + w) / waves)
+
+
+def test_hanayo_names_the_gaps_between_units():
+    # More units at BW = 2F: the greedy order (fixed at equal times) makes
+    # every device wait for each unit's first backward; the formula counts
+    # one unit and says what it leaves out. The last device idles before the
+    # first backward of every unit but the first (microbatches 8, 16, 24).
+    p, m = 8, 32
+    sched = pc.build("hanayo", p, m)
+    c = pc.Costs(f=1.0, b=1.0, w=1.0)
+    fm = pc.formula(sched, c)
+    assert not fm["exact"] and fm["gap_cause"] == "idle gaps between units of p microbatches"
+    res = pc.simulate(sched, c)
+    assert res.makespan > fm["makespan"]
+    ops = res.ops.to_pydict()
+    last = [i for i in range(len(ops["device"])) if ops["device"][i] == p - 1]
+    last.sort(key=lambda i: res.start[i])
+    waits = {ops["microbatch"][j] for i, j in zip(last, last[1:])
+             if res.start[j] - res.finish[i] > 1.0 and ops["kind"][j] == "BW"}
+    assert {8, 16, 24} <= waits
+    # A short last unit is named too.
+    assert pc.formula(pc.build("hanayo", 8, 30), c)["gap_cause"] == (
+        "gaps between units; a last unit of only 6 microbatches")

@@ -570,6 +570,59 @@ def test_ranking_agreement_counts_only_separated_pairs():
     assert "ranking (iqr): 1 of 3 pairs" in text
 
 
+def test_timed_runs_takes_schedules_in_turn_and_reports_median_range_and_quartiles(monkeypatch):
+    from pipecore.bindings import _fidelity
+
+    # A stand-in for pt.run: records the order of the calls, returns made-up step times
+    # (the first step of each run, 9 s, is the warm-up left out).
+    steps = {"gpipe": [[9.0, 1.0, 3.0], [9.0, 2.0, 2.0], [9.0, 4.0, 6.0]],
+             "1f1b": [[9.0, 5.0, 7.0], [9.0, 8.0, 8.0], [9.0, 6.0, 6.0]]}
+    calls = []
+
+    def fake_run(sched, **options):
+        calls.append((sched.name, options))
+        k = sum(1 for name, _ in calls if name == sched.name) - 1
+        return _fake_run([[]] * 3, [[s] for s in steps[sched.name][k]])
+
+    monkeypatch.setattr(_fidelity, "run", fake_run)
+    scheds = [pc.build("gpipe", 2, 2), pc.build("1f1b", 2, 2)]
+    out = pt.timed_runs(scheds, 3, warmup=1, model="mlp", steps=3)
+    # Every schedule once before any runs again; the options reach every run, check off.
+    assert [c[0] for c in calls] == ["gpipe", "1f1b"] * 3
+    assert all(c[1] == {"model": "mlp", "steps": 3, "check": False} for c in calls)
+    assert list(out) == ["gpipe", "1f1b"]
+    # By hand: gpipe's runs take the median of steps 2-3: 2, 2, 5 -> median 2, range 2-5,
+    # quartiles (inclusive method, positions 0.5 and 1.5 of 0..2) 2 and 3.5.
+    g = out["gpipe"]
+    assert g["runs"] == [2.0, 2.0, 5.0] and g["measured"] == 2.0
+    assert (g["low"], g["high"], g["q1"], g["q3"]) == (2.0, 5.0, 2.0, 3.5)
+    # 1f1b: 6, 8, 6 -> median 6, range 6-8, quartiles 6 and 7.
+    f = out["1f1b"]
+    assert f["runs"] == [6.0, 8.0, 6.0] and f["measured"] == 6.0
+    assert (f["low"], f["high"], f["q1"], f["q3"]) == (6.0, 8.0, 6.0, 7.0)
+    assert len(f["results"]) == 3
+    # A mapping names the schedules itself; one run keeps its single value as every bound.
+    calls.clear()
+    one = pt.timed_runs({"mine": scheds[0]}, 1, warmup=1, check=True)
+    assert calls == [("gpipe", {"check": True})]
+    assert one["mine"]["measured"] == one["mine"]["q1"] == one["mine"]["high"] == 2.0
+
+
+def test_timed_runs_refuses_what_it_cannot_time():
+    sched = pc.build("1f1b", 2, 2)
+    for repeats in (0, True, 2.0):
+        with pytest.raises(ValueError, match=r"'repeats' must be an int >= 1 \(got "):
+            pt.timed_runs([sched], repeats)
+    with pytest.raises(ValueError, match="'profile' is not an option of its runs"):
+        pt.timed_runs([sched], profile="traces")
+    with pytest.raises(ValueError, match="'ranks' is not an option"):
+        pt.timed_runs([sched], ranks=2)
+    with pytest.raises(ValueError, match="'stepz' is not an option"):
+        pt.timed_runs([sched], stepz=3)
+    with pytest.raises(ValueError, match="two schedules are named '1f1b'"):
+        pt.timed_runs([sched, pc.build("1f1b", 2, 4)])
+    with pytest.raises(ValueError, match="got a str in the sequence: '1f1b'"):
+        pt.timed_runs(["1f1b"])
 @pytest.mark.slow
 def test_a_failing_rank_is_reported_with_its_error(tmp_path):
     from pipecore.bindings import _torch_run

@@ -52,10 +52,14 @@ def test_defaults_equal_frozen_chimera(case):
                          ids=lambda c: f"p{c['devices']}m{c['microbatches']}")
 def test_explicit_defaults_equal_frozen_chimera(case):
     p, m = case["devices"], case["microbatches"]
-    sched = pc.build("chimera", p, m, down=m // 2, up_placement=list(range(p - 1, -1, -1)))
+    # The frozen cases join units directly (forward doubling is the default
+    # from m = 2p on since issue 52, for these knob values too).
+    sched = pc.build("chimera", p, m, down=m // 2, up_placement=list(range(p - 1, -1, -1)),
+                     variant="direct")
     assert sched.to_actions() == {int(k): v for k, v in case["actions"].items()}
     _check_golden(sched, case)
-    # Equal shares in any unit: the same stages, listed as one unit each.
+    # Equal shares in any unit: the same stages, listed as one unit each
+    # (layer shares take direct concatenation only).
     even = pc.build("chimera", p, m, down_layers=[3] * p, up_layers=[3] * p)
     assert even.to_actions() == {int(k): v for k, v in case["actions"].items()}
     assert even.params["stage_layers"] == [3] * p
@@ -89,10 +93,14 @@ def test_bad_knobs_are_named(kwargs, match):
 def test_formula_only_for_the_symmetric_placement():
     c = pc.Costs(f=1.0, b=2.0)
     plain = pc.formula(pc.build("chimera", 4, 8), c)["makespan"]
-    # (p-2)/2 (f + b) of bubble beside m (f + b) of work.
+    # Forward doubling (the default at m = 2p) with b = 2f: (p-2)/2 (f + b)
+    # of bubble beside m (f + b) of work, the paper's ratio.
     assert plain == 8 * 3 + 1 * 3
+    # Layer shares keep direct concatenation: bubble ratio 0.200 at b = 2f
+    # (docs/research/bidirectional.md 1.6), a makespan of 24 / 0.8 = 30.
     explicit = pc.build("chimera", 4, 8, down=4, up_placement=(3, 2, 1, 0), down_layers=[2] * 4)
-    assert pc.formula(explicit, c)["makespan"] == plain
+    assert pc.formula(explicit, c)["makespan"] == 30.0 == pc.simulate(explicit, c).makespan
+    assert pc.formula(pc.build("chimera", 4, 8, variant="direct"), c)["makespan"] == 30.0
     for kw in (dict(down=3), dict(order="list"), dict(down_layers=[1, 2, 2, 3]),
                dict(up_placement=[1, 0, 3, 2])):
         with pytest.raises(ValueError, match="closed form only for the symmetric placement"):
@@ -138,13 +146,14 @@ def test_list_order_of_the_symmetric_placement():
 @pytest.mark.parametrize("p", [4, 8])
 def test_list_order_tie_rule(p):
     # The docstring's claim: at m = p, F = 1, BW = 2 the list order takes as long
-    # as Chimera's; at m = 4p it is shorter (no unit-boundary slots). With
-    # F = BW the paper's formula m (f+b) + (p-2)(f+b)/2 is exact for Chimera.
+    # as Chimera's; at m = 4p it is shorter than direct concatenation (no
+    # unit-boundary slots). With F = BW the paper's formula m (f+b) +
+    # (p-2)(f+b)/2 is exact for Chimera.
     c = pc.Costs(f=1.0, b=2.0)
     assert (pc.simulate(pc.build("chimera", p, p, order="list"), c).makespan
             == pc.simulate(pc.build("chimera", p, p), c).makespan)
     assert (pc.simulate(pc.build("chimera", p, 4 * p, order="list"), c).makespan
-            < pc.simulate(pc.build("chimera", p, 4 * p), c).makespan)
+            < pc.simulate(pc.build("chimera", p, 4 * p, variant="direct"), c).makespan)
     if p == 4:
         unit = pc.Costs(f=1.0, b=1.0)
         assert pc.simulate(pc.build("chimera", 4, 4, order="list"), unit).makespan == 4 * 2 + 1 * 2

@@ -17,7 +17,7 @@ import cliref  # noqa: E402
 import gallery  # noqa: E402
 
 import pipecore as pc  # noqa: E402
-from pipecore.cli import COMMANDS, _parser  # noqa: E402
+from pipecore.cli import COMMANDS, subcommand_parsers  # noqa: E402
 
 _ENTRY = re.compile(r"^\.\. (?:autofunction|autoclass|autoexception|autodata|automodule):: (\S+)$",
                     re.M)
@@ -51,9 +51,8 @@ def test_a_name_that_does_not_exist_is_an_error_naming_it():
 
 def test_every_cli_subcommand_has_a_section_with_its_options():
     page = cliref.page()
-    parser = _parser()
-    subparsers = next(a for a in parser._actions if hasattr(a, "choices") and a.choices).choices
-    assert set(subparsers) == set(COMMANDS)
+    subparsers = subcommand_parsers()
+    assert list(subparsers) == list(COMMANDS)
     for name, sub in subparsers.items():
         heading = f"pipecore {name}\n{'-' * len(f'pipecore {name}')}\n"
         assert f".. _cli-{name}:" in page and heading in page, f"no section for {name}"
@@ -72,7 +71,7 @@ def test_gallery_has_every_family_with_pictures_views_and_links():
         assert f".. _gallery-{name}:" in page, f"no gallery entry for {name}"
         section = page.split(f".. _gallery-{name}:", 1)[1].split("\n.. _gallery-", 1)[0]
         for expected in (f"{name}-gantt.png", f"{name}-memory.png", "closed formula",
-                         f"<family-{name}>`", "https://arxiv.org/abs/"):
+                         f"<family-{name}>`", f"<{pc.family(name).paper.url}>`__"):
             assert expected in section, f"gallery entry {name}: {expected!r} missing"
         assert f".. _family-{name}:" in families
         assert f"<gallery-{name}>`" in families, f"family {name} does not link to its picture"
@@ -95,3 +94,22 @@ def test_landing_page_commands_are_the_readmes():
     assert len(readme_commands) == 2
     for command in readme_commands:
         assert f"\n{command}\n" in landing, f"landing page lacks the README's {command!r}"
+
+
+def test_docs_extensions_use_only_public_names_of_pipecore():
+    # Issue 52: the extensions import no underscore name (and no module under
+    # an underscore) from pipecore, and reach into no argparse internals
+    # (pipecore.cli.subcommand_parsers gives the subcommands' parsers).
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "docs" / "_ext").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipecore"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private or any(part.startswith("_") for part in node.module.split(".")):
+                    found.append(f"{path.name}:{node.lineno} from {node.module} import {private}")
+            if isinstance(node, ast.Attribute) and node.attr in ("_actions", "_SubParsersAction"):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert not found, f"private names in docs/_ext: {found}"

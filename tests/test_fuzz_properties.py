@@ -4,8 +4,9 @@ not from the code under test: a lower bound, a dependency order, two public
 paths that must agree, memory that never goes below zero, and calls that repeat
 bit for bit.
 
-The run takes the ``ci`` profile (2,000 examples) unless ``PIPECORE_FUZZ=dev`` asks
-for the quick one (200) or ``PIPECORE_FUZZ=huge`` for a long hunt (20,000).
+The README's test command draws 300 examples; CI's heavy run (``pytest -m heavy``)
+draws 2,000 more with the ``ci`` profile, or ``PIPECORE_FUZZ=dev`` asks for the quick
+one (200) and ``PIPECORE_FUZZ=huge`` for a long hunt (20,000).
 """
 
 import os
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 import pipecore as pc
 from pipecore.testing import networks, schedules, times
 
+settings.register_profile("quick", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=200, deadline=None,
@@ -52,9 +55,20 @@ def _producers(kind, stage, top):
 
 # One property test: a drawn schedule is the slow part of an example, so every check
 # shares it (a third of the time of separate tests at the same number of examples).
-@settings(settings.get_profile(PROFILE))
+@settings(settings.get_profile("quick"))
 @given(shapes, scalar_costs(), networks(devices=5))
 def test_public_api_invariants(sched, costs, network):
+    _invariants(sched, costs, network)
+
+
+@pytest.mark.heavy
+@settings(settings.get_profile(PROFILE))
+@given(shapes, scalar_costs(), networks(devices=5))
+def test_public_api_invariants_long(sched, costs, network):
+    _invariants(sched, costs, network)
+
+
+def _invariants(sched, costs, network):
     res = pc.simulate(sched, costs, network)
     ops = res.ops
     start = ops.column("start").to_numpy()

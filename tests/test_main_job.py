@@ -66,10 +66,17 @@ def test_headline_names_fastest_and_lowest_memory(rows):
     fastest = sorted(r["name"] for r in rows if r["makespan"] == best)
     low = min(_held(r["result"]) for r in rows)
     lowest = sorted(r["name"] for r in rows if _held(r["result"]) == low)
-    first = text.splitlines()[:2]
-    assert first[0] == f"fastest: {', '.join(fastest)} (makespan {best:g} cost units)"
+    first = text.replace("\n  ", " ").splitlines()[:2]
+    # By how much: against the next-fastest row and 1F1B's closed form (m + p - 1)(f + b + w).
+    after = min(r["makespan"] for r in rows if r["makespan"] > best)
+    following = sorted(r["name"] for r in rows if r["makespan"] == after)
+    assert first[0] == (f"fastest: {', '.join(fastest)} (tied), one step in {best:g} cost units: "
+                        f"{(1 - best / after) * 100:.1f}% less time than the next, "
+                        f"{', '.join(following)} ({after:g}); "
+                        f"{(1 - best / 117) * 100:.1f}% less than 1f1b (117)")
     assert first[1].startswith(f"lowest peak memory: {', '.join(lowest)} ({low:g} M, "
                                "activation + weights")
+    assert max(len(line) for line in text.splitlines()) <= 120
 
 
 def test_headers_spell_out_every_column(rows):
@@ -87,8 +94,9 @@ def test_formula_shown_beside_the_simulation_where_it_differs(rows):
     _head, body = _table(format_compare(rows))
     by = {cells[0]: cells for cells in body}
     r = {x["name"]: x for x in rows}
-    # bitpipe: the literature's formula is approximate at these costs.
-    assert by["bitpipe"][2] == f"{r['bitpipe']['makespan']:g} ({r['bitpipe']['formula_makespan']:g})"
+    # hanayo: its formula counts one unit; the gaps between units are its note.
+    assert by["hanayo"][2] == f"{r['hanayo']['makespan']:g} ({r['hanayo']['formula_makespan']:g})"
+    assert by["chimera"][2] == "105"  # forward doubling: the views agree (issue 52)
     assert by["1f1b"][2] == "117"  # one number: simulation and formula agree
     assert by["hanayo"][4] == "8 (none)"  # no closed form for hanayo's peak
 
@@ -149,14 +157,44 @@ def test_cli_header_lists_the_memory_costs(tmp_path):
 
 def test_cli_memory_limit_names_the_fastest_that_fits(tmp_path):
     code, text = _run(["compare", "-p", "8", "-m", "32", "--no-gantt", "--no-report",
-                       "--memory-limit", "6"])
+                       "--memory-limit", "6", "--no-tune"])
     assert code == 0
     fit = [r for r in compare(8, 32, costs=UNIT) if _held(r["result"]) <= 6]
     best = min(r["makespan"] for r in fit)
     names = sorted(r["name"] for r in fit if r["makespan"] == best)
     assert (f"fastest within the memory limit of 6 M per device: {', '.join(names)} "
-            f"(makespan {best:g}; {len(fit)} of 17 schedules fit)") in text
+            f"(makespan {best:g} cost units; {len(fit)} of 17 schedules fit)") in text
     assert re.search(r"^gpipe .* 33 over limit ", text, re.M)
+    assert "pipecore tune" not in text
+
+
+def _first(text):
+    """The first logical line of a command's output (continuations joined)."""
+    return text.replace("\n  ", " ").splitlines()[0]
+
+
+@pytest.mark.parametrize(("limit", "weights"), [("6", None), ("4", None), ("9", None),
+                                                ("6", "0"), ("3", "0.5")])
+def test_tune_and_compare_agree_on_the_fastest_that_fits(limit, weights):
+    # Issue 52: one meaning of a limit (activation + weights, weights 1 M unless given)
+    # and one answer to "the fastest that fits" in compare's headline and tune's.
+    extra = [] if weights is None else ["--weights", weights]
+    code, text = _run(["compare", "-p", "8", "-m", "32", "--no-gantt", "--no-report",
+                       "--memory-limit", limit, *extra])
+    assert code == 0
+    said = re.search(r"^pipecore tune, searching further .*? finds (?:no faster schedule: |"
+                     r"[\d.]+% less time: )?(.*) \(makespan ([\d.]+) cost units, memory ([\d.]+) M\)",
+                     text.replace("\n  ", " "), re.M)
+    assert said, text
+    code, tuned = _run(["tune", "-p", "8", "-m", "32", "--memory-limit", limit, *extra])
+    assert code == 0
+    assert _first(tuned).startswith(f"fastest within the memory limit of {limit} M per device: "
+                                    f"{said.group(1)}: makespan {said.group(2)} cost units")
+    # tune's space holds every family of compare's table: never slower than its best fit.
+    costs = pc.Costs(f=1.0, b=1.0, w=1.0, weights=float(weights or 1.0))
+    fit = [r["makespan"] for r in compare(8, 32, costs=costs)
+           if _held(r["result"]) <= float(limit) * (1 + 1e-9)]
+    assert not fit or float(said.group(2)) <= min(fit) + 1e-9
 
 
 def test_cli_memory_limit_that_nothing_meets():

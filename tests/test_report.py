@@ -168,8 +168,8 @@ def test_result_svg_has_a_time_axis_and_a_kind_legend():
 def test_result_svg_legend_explains_chunk_shades():
     res = pc.simulate(pc.build("zb-v", 4, 8), UNIT)
     texts = _texts(res._repr_html_())
-    assert {"F forward", "B backward (input)", "W backward (weights)", "chunk 0",
-            "chunk 1 (lighter: later chunk)"} <= set(texts)
+    assert {"F forward", "B backward (input)", "W backward (weights)", "chunk 0 (darker)",
+            "chunk 1 (lighter)"} <= set(texts)
 
 
 def test_nice_ticks_are_round():
@@ -265,37 +265,40 @@ def test_scan_report_errors(tmp_path):
         scan_report(_scan_rows(), tmp_path / "x.html", metric="speed")
 
 
-def _gantt_legend_and_title(monkeypatch, tmp_path, res):
-    from matplotlib.figure import Figure
+def _gantt_legend_and_title(tmp_path, res):
+    """The title and legend a Gantt PNG says it drew (its text chunks)."""
+    from PIL import Image
 
-    seen = {}
-
-    def capture(fig, *args, **kwargs):
-        ax = fig.axes[0]
-        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
-        seen["title"] = ax.get_title()
-        seen["collections"] = len(ax.collections)
-
-    monkeypatch.setattr(Figure, "savefig", capture)
-    res.write_gantt(tmp_path / "g.png")
-    return seen
+    with Image.open(res.write_gantt(tmp_path / "g.png")) as im:
+        return {"legend": im.text["pipecore:legend"].split(" | "), "title": im.text["Title"]}
 
 
-def test_gantt_png_title_legend_and_chunks(monkeypatch, tmp_path):
+def test_gantt_png_title_legend_and_chunks(tmp_path):
     from pipecore.output.colours import chunk_of
 
     res = pc.simulate(pc.build("zb-v", 4, 8), pc.Costs(f=1.0, b=1.0, w=0.0))
-    seen = _gantt_legend_and_title(monkeypatch, tmp_path, res)
+    seen = _gantt_legend_and_title(tmp_path, res)
     assert seen["title"].startswith("zb-v, p=4 m=8, f=1 b=1 w=0 comm=0")
     assert "W" not in seen["legend"]  # every W takes no time: nothing drawn, no entry
-    assert {"F", "B", "chunk 0", "chunk 1"} <= set(seen["legend"])
+    assert {"F", "B", "chunk 0 (darker)", "chunk 1 (lighter)"} <= set(seen["legend"])
     # zb-v's V placement: stage s < p is a device's chunk 0, s >= p its chunk 1.
     ops = res.ops
     dev, stage = ops.column("device").to_numpy(), ops.column("stage").to_numpy()
     assert (chunk_of(dev, stage) == (stage >= 4)).all()
     one = pc.simulate(pc.build("1f1b", 4, 8), UNIT)
-    assert not any(t.startswith("chunk") for t in _gantt_legend_and_title(
-        monkeypatch, tmp_path, one)["legend"])
+    assert not any(t.startswith("chunk") for t in _gantt_legend_and_title(tmp_path, one)["legend"])
+
+
+def test_gantt_png_two_pipelines_are_not_chunks(tmp_path):
+    """Issue 52: Chimera (v=1) drew a 'chunk 0/1' legend for its two
+    pipelines. Its down pipeline enters at device 0, its up pipeline at
+    device p-1 (Chimera paper, Fig. 2); BitPipe has both and two chunks."""
+    legend = _gantt_legend_and_title(tmp_path, pc.simulate(pc.build("chimera", 4, 8), UNIT))
+    assert not any(t.startswith("chunk") for t in legend["legend"])
+    assert {"F, down (d0\u2192d3)", "F, up (d3\u2192d0)", "BW, down (d0\u2192d3)",
+            "BW, up (d3\u2192d0)"} <= set(legend["legend"])
+    bit = _gantt_legend_and_title(tmp_path, pc.simulate(pc.build("bitpipe", 4, 8, chunks=2), UNIT))
+    assert "F, up (d3\u2192d0)" in bit["legend"] and "chunk 0 (darker)" in bit["legend"]
 
 
 def test_product_makes_every_combination():
@@ -323,3 +326,37 @@ def test_tuned_repr_is_short_and_html_lists_candidates():
 
 def html_rows(page: str) -> int:
     return page.count("<tr>") - 1  # minus the header row
+
+
+def test_report_axes_line_up(tmp_path):
+    """Issue 52: a Gantt's time axis did not line up with its memory chart.
+    Every chart of a page spans the same time range (to the slowest
+    schedule's end) inside the same left and right margins (the browser
+    test checks the plot areas as laid out)."""
+    rows = compare(4, 8, costs=UNIT, names=["1f1b", "zb-h1", "interleaved-1f1b"])
+    page = pc.report(rows, tmp_path / "r.html", memory_limit=5.0).read_text()
+    plots = _plots(page)
+    slowest = max(r["makespan"] for r in rows)  # 1F1B: (m + p - 1)(f + b + w) = 33
+    assert slowest == 33.0
+    ranges = {json.dumps(lay["xaxis"]["range"]) for _i, _d, lay in plots}
+    assert len(ranges) == 1 and json.loads(ranges.pop())[1] >= 33.0
+    assert len({(lay["margin"]["l"], lay["margin"]["r"]) for _i, _d, lay in plots}) == 1
+    for div, data, lay in plots:
+        # A legend stands in the right margin, whose width is fixed; a
+        # colour bar would widen it.
+        legend = lay.get("legend", {"x": 1.01})
+        assert legend["x"] > 1 and legend.get("orientation", "v") == "v", div
+        assert not any(t.get("showscale") for t in data), div
+    # Zooming one chart of a section moves the others: each section links its charts.
+    assert page.count("linkTime([") == len(rows)
+
+
+def test_report_of_a_schedule_without_formula_says_so(tmp_path):
+    """Issue 52: the explore report printed '- slots (formula -)'."""
+    res = pc.simulate(pc.compose(devices=4, microbatches=8, placement="bidirectional"), UNIT)
+    views = R.result_views(res)
+    assert views["table_slots"] is None
+    page = pc.report(res, tmp_path / "e.html").read_text()
+    table = re.search(r"<table class='views'>.*?</table>", page, flags=re.S).group(0)
+    assert "formula -" not in table and "<td>-</td>" not in table
+    assert "no ideal table" in table and table.count("no closed form") == 6

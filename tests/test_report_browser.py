@@ -73,6 +73,12 @@ def test_compare_page_renders(compare_page, tmp_path):
     assert dom.count('class="point"') == nonzero
     for r in built:  # the summary shows each makespan
         assert f"data-v='{r['makespan']!r}'" in dom.replace('"', "'")
+    # Issue 52: a Gantt's time axis lined up with no other chart. Every plot
+    # area of the page, as the browser laid it out, has the same left edge
+    # and width (and the same time range, tests/test_report.py checks).
+    areas = set(re.findall(r'<rect class="nsewdrag drag"[^>]* x="([\d.]+)"[^>]* width="([\d.]+)"',
+                           dom))
+    assert len(areas) == 1, areas
 
 
 def test_aggregated_page_renders(tmp_path):
@@ -119,4 +125,22 @@ def test_page_of_several_results_renders_each_setting(tmp_path):
     assert "costs: f=1 b=1 w=1 comm=0.1" in settings[1]
     assert "stragglers: device 3 at 1.3x op time" in settings[1]
     assert "jitter: lognormal sigma=0.1 per op, seed 1, draw 0" in settings[1]
-    assert 'class="headline"' in dom and "fastest: 1f1b #1 (makespan 33 cost units)" in dom
+    assert 'class="headline"' in dom and "fastest: 1f1b #1, one step in 33 cost units" in dom
+
+
+def test_zooming_a_gantt_moves_its_memory_chart(tmp_path):
+    # Issue 52: a Gantt's time axis and its memory chart's stay one axis
+    # when a reader zooms. The page gets a script that zooms the Gantt and
+    # writes down the memory chart's range afterwards.
+    res = pc.simulate(pc.build("1f1b", 4, 8), UNIT)
+    page = pc.report(res, tmp_path / "zoom.html")
+    text = page.read_text()
+    gantt = re.search(r"Plotly\.newPlot\('([^']+-gantt)'", text).group(1)
+    memory = gantt[:-len("gantt")] + "memory"
+    probe = (f"<script>Plotly.relayout('{gantt}',{{'xaxis.range':[5,12]}}).then(function(){{"
+             f"setTimeout(function(){{var r=document.getElementById('{memory}').layout.xaxis.range;"
+             "var p=document.createElement('p');p.id='probe';p.textContent=r.join(',');"
+             "document.body.appendChild(p);},50);});</script></body>")
+    page.write_text(text.replace("</body>", probe))
+    dom = _render(page, tmp_path)
+    assert re.search(r'<p id="probe">5,12</p>', dom), re.findall(r'<p id="probe">[^<]*', dom)

@@ -110,7 +110,7 @@ def test_summary_shows_what_differs(two):
     assert by["1f1b #2"] == ("costs: b=2 w=0 comm=0 \u00b7 network: none (each transfer takes "
                              "comm) \u00b7 stragglers: device 2 at 1.5x op time \u00b7 jitter: none")
     # The two 1F1B rows are told apart in the headline too.
-    assert page.headline[0].startswith("fastest: 1f1b #1 (makespan 33 cost units)")
+    assert page.headline[0].startswith("fastest: 1f1b #1, one step in 33 cost units")
 
 
 def test_notes_name_the_straggler_not_communication(two):

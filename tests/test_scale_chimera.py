@@ -14,23 +14,26 @@ pytestmark = pytest.mark.kernels
 
 
 def _both(p, m, variant):
+    kw = {} if variant is None else {"variant": variant}
     saved = chimera.CHIMERA_KERNEL_MIN_OPS
     try:
         chimera.CHIMERA_KERNEL_MIN_OPS = 10**12
-        want = pc.build("chimera", p, m, variant=variant)
+        want = pc.build("chimera", p, m, **kw)
         chimera.CHIMERA_KERNEL_MIN_OPS = 0
-        got = pc.build("chimera", p, m, variant=variant)
+        got = pc.build("chimera", p, m, **kw)
     finally:
         chimera.CHIMERA_KERNEL_MIN_OPS = saved
     return got, want
 
 
 @settings(max_examples=40, deadline=None)
-@given(h=st.integers(1, 6), units=st.integers(1, 5),
-       variant=st.sampled_from(["direct", "forward-doubling"]))
+@given(h=st.integers(1, 6), units=st.integers(1, 6),
+       variant=st.sampled_from([None, "direct", "forward-doubling"]))
 def test_kernel_equals_the_per_op_builder(h, units, variant):
+    # Forward doubling takes two units or more; with an odd count the first
+    # runs alone.
     p = 2 * h
-    m = p * units * (2 if variant == "forward-doubling" else 1)
+    m = p * (units + (variant == "forward-doubling" and units == 1))
     got, want = _both(p, m, variant)
     assert got.table.equals(want.table)
     assert got.replicated and want.replicated
@@ -42,6 +45,8 @@ def test_large_shapes_take_the_kernel():
     assert 8 * (2 * 1024 + 2) >= chimera.CHIMERA_KERNEL_MIN_OPS
     got, want = _both(8, 1024, "direct")
     assert got.table.equals(want.table)
+    got, want = _both(8, 1016, None)  # 127 units: forward doubling, the first unit alone
+    assert got.table.equals(want.table) and got.params["variant"] == "forward-doubling"
 
 
 @settings(max_examples=40, deadline=None)

@@ -54,7 +54,7 @@ def test_report_and_candidates():
     costs = pc.Costs(f=1.0, b=2.0, w=1.0, comm=0.1, weights=0.0)
     best = pc.tune(4, 8, costs, memory_limit=4.0)
     text = best.report()
-    assert text.startswith(f"winner (makespan): {best.label}")
+    assert text.startswith(f"fastest within the memory limit of 4 M per device: {best.label}: ")
     assert "exceed the limit" in text  # gpipe (8 microbatches in flight) cannot fit 4
     table = best.candidates
     assert {"candidate", "makespan", "memory", "fits", "note"} <= set(table.column_names)
@@ -93,11 +93,15 @@ def test_cli_tune(capsys):
     assert main(["tune", "-p", "4", "-m", "8", "--f", "1", "--b", "2", "--w", "1",
                  "--memory-limit", "4", "--top", "3"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("winner (makespan): ")
-    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--no-recompute"]) == 1
+    assert out.startswith("fastest within the memory limit of 4 M per device: ")
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--weights", "0",
+                 "--no-recompute"]) == 1
     assert "nothing fits" in capsys.readouterr().err
     # Recompute reaches 0.25 (one chunk of 8 holds 1/8; checkpoints 0).
-    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--top", "2"]) == 0
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25", "--weights", "0",
+                 "--top", "2"]) == 0
+    # The limit holds the weights too (1 M unless given): below them nothing fits.
+    assert main(["tune", "-p", "4", "-m", "8", "--memory-limit", "0.25"]) == 1
     assert "+recompute" in capsys.readouterr().out.splitlines()[0]
 
 

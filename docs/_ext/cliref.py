@@ -19,13 +19,6 @@ from generated import OUT, title, write_pages
 WIDTH = 88
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    raise ValueError("pipecore's parser has no subcommands")
-
-
 def _help(parser: argparse.ArgumentParser) -> str:
     parser.formatter_class = functools.partial(parser.formatter_class, width=WIDTH)
     return parser.format_help()
@@ -38,15 +31,15 @@ def _block(text: str) -> list[str]:
 
 def page() -> str:
     """The reference page's rst text."""
-    from pipecore.cli import COMMANDS, _parser
+    from pipecore.cli import COMMANDS, parser, subcommand_parsers
 
-    parser = _parser()
-    subs = _subparsers(parser)
+    top = parser()
+    subs = subcommand_parsers()
     out = [title("Command line reference"),
            "``pipecore`` is installed with the package (``pip install -e .``). Every subcommand "
            "prints this text with ``pipecore SUBCOMMAND --help``; the page is made from the same "
            "parser each time the site builds.", ""]
-    out += _block(_help(parser))
+    out += _block(_help(top))
     for name, sub in subs.items():
         out += [f".. _cli-{name}:", "", title(f"pipecore {name}", "-")]
         if name in COMMANDS:

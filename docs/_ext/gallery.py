@@ -8,9 +8,10 @@ ideal table, simulation) as ``pipecore.compare`` computes them and
 ``report.html`` tabulates them. A family registered tomorrow is drawn
 by the next build.
 
-The families carry no paper reference in their metadata, so the papers
-are listed here (:data:`PAPERS`); a family missing from it is a build
-warning, so the gallery never shows a family without its source.
+Each family's paper is its :attr:`pipecore.Family.paper` (a
+:class:`pipecore.Paper`); a family without one is a build warning, so the
+gallery never shows a family without its source. The extension uses
+pipecore's public API only.
 """
 
 from __future__ import annotations
@@ -21,42 +22,13 @@ from generated import OUT, summary, title, write_pages
 
 DEVICES, MICROBATCHES = 4, 8
 
-_ZB = ("Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024",
-       "https://arxiv.org/abs/2401.10241")
-_CONTROLLABLE = ("Qi et al., Pipeline Parallelism with Controllable Memory, NeurIPS 2024",
-                 "https://arxiv.org/abs/2405.15362")
-_DEEPSEEK = ("DeepSeek-AI, DeepSeek-V3 Technical Report (DualPipe), 2024",
-             "https://arxiv.org/abs/2412.19437")
-#: family -> (citation, address) of the paper its schedule comes from.
-PAPERS = {
-    "gpipe": ("Huang et al., GPipe: Efficient Training of Giant Neural Networks using "
-              "Pipeline Parallelism, NeurIPS 2019", "https://arxiv.org/abs/1811.06965"),
-    "1f1b": ("Narayanan et al., Memory-Efficient Pipeline-Parallel DNN Training "
-             "(PipeDream-flush), ICML 2021", "https://arxiv.org/abs/2006.09503"),
-    "eager-1f1b": _CONTROLLABLE,
-    "interleaved-1f1b": ("Narayanan et al., Efficient Large-Scale Language Model Training on GPU "
-                         "Clusters Using Megatron-LM, SC'21", "https://arxiv.org/abs/2104.04473"),
-    "interleaved-zb": _ZB,
-    "looped-bfs": ("Lamy-Poirier, Breadth-First Pipeline Parallelism, MLSys 2023",
-                   "https://arxiv.org/abs/2211.05953"),
-    "zb-h1": _ZB, "zb-h2": _ZB, "zb-v": _ZB,
-    "v-half": _CONTROLLABLE, "v-min": _CONTROLLABLE, "v-zb": _CONTROLLABLE,
-    "chimera": ("Li and Hoefler, Chimera: Efficiently Training Large-Scale Neural Networks with "
-                "Bidirectional Pipelines, SC'21", "https://arxiv.org/abs/2107.06925"),
-    "hanayo": ("Liu et al., Hanayo: Harnessing Wave-like Pipeline Parallelism for Enhanced "
-               "Large Model Training Efficiency, SC'23", "https://arxiv.org/abs/2308.15762"),
-    "bitpipe": ("Wu, Chen and Yu, BitPipe: Bidirectional Interleaved Pipeline Parallelism for "
-                "Accelerating Large Models Training, 2024", "https://arxiv.org/abs/2410.19367"),
-    "dualpipe": _DEEPSEEK, "dualpipev": _DEEPSEEK,
-}
-
 
 def _costs():
     """The costs ``pipecore compare`` uses when given none (f = b = w = 1)."""
-    from pipecore.cli import _parser
+    from pipecore.cli import parser
     from pipecore.commands.options import costs_from, network_from
 
-    args = _parser().parse_args(["compare", "--devices", str(DEVICES),
+    args = parser().parse_args(["compare", "--devices", str(DEVICES),
                                  "--microbatches", str(MICROBATCHES)])
     return costs_from(args), network_from(args)
 
@@ -88,10 +60,19 @@ def _indent(text: str, by: str = "   ") -> str:
 
 
 def _paper(name: str) -> str:
-    if name not in PAPERS:
-        return "Paper: not recorded (add the family to PAPERS in docs/_ext/gallery.py)."
-    cite, url = PAPERS[name]
-    return f"Paper: `{cite} <{url}>`__."
+    """The family's paper as an rst line: its citation linked to its text, then its note."""
+    import pipecore as pc
+
+    paper = pc.family(name).paper
+    if paper is None:
+        return "Paper: none recorded (give the Family a ``paper``)."
+    note = f"; {paper.note}" if paper.note else ""
+    return f"Paper: `{_rst_text(paper.citation())} <{paper.url}>`__{_rst_text(note)}."
+
+
+def _rst_text(text: str) -> str:
+    # Backslash-escape what rst reads as markup inside a link text or a line.
+    return re.sub(r"([\\`*_|<>])", r"\\\1", text)
 
 
 def families_page() -> str:
@@ -126,9 +107,9 @@ def families_page() -> str:
 
 
 def _views(row: dict) -> str:
-    from pipecore.output.report import _views_table
+    from pipecore.output.report import views_table
 
-    return _views_table(row)
+    return views_table(row)
 
 
 def gallery_page(table: list[dict]) -> str:
@@ -228,8 +209,8 @@ def _generate(app):
 
     log = logging.getLogger(__name__)
     for name in pc.schedules():
-        if name not in PAPERS:
-            log.warning("gallery: family %r has no paper in docs/_ext/gallery.py PAPERS", name)
+        if pc.family(name).paper is None:
+            log.warning("gallery: family %r has no paper (Family.paper is None)", name)
     table = rows()
     for row in table:
         if row["error"]:  # the gallery promises a picture of every family

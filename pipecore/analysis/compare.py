@@ -22,6 +22,8 @@ __all__ = ["compare", "describe_costs", "describe_jitter", "describe_network", "
            "setting_differences", "setting_text", "sort_rows", "three_views"]
 
 _TOL = 1e-9
+#: Columns of a terminal: every line the command line prints fits in it.
+WIDTH = 120
 
 
 def _close(a, b):
@@ -58,7 +60,7 @@ def compare(devices: int, microbatches: int, chunks: int = 2, costs: Costs | Non
         device, in M), ``flags`` (list of disagreements, each naming its
         column and the cause), ``error`` (why the family could not be
         built, else None), and ``result`` (the simulation). In the order
-        of ``names``; :func:`sort_rows` orders them by makespan.
+        of ``names``; ``pipecore.analysis.compare.sort_rows`` orders them by makespan.
 
     Raises
     ------
@@ -169,8 +171,9 @@ def three_views(sched, res, costs: Costs, network: Network | None,
     for column, measure in gaps:
         if measure is None:  # the ideal table and the formula, both at unit op times
             row["flags"].append("ideal table slots: table differs from formula"
-                                + ("" if unit["exact"] else "; cause: formula approximate at "
-                                   "unit op times"))
+                                + ("" if unit["exact"] else "; cause: "
+                                   + unit.get("gap_cause", "formula approximate at unit op "
+                                              "times")))
             continue
         causes = _causes(res, steps, fm, measure)
         note = (f"; cause{'s' if len(causes) > 1 else ''}: {', '.join(causes)}" if causes
@@ -216,8 +219,10 @@ def _without_departures(sched, res, costs: Costs, network: Network | None) -> li
 
 def _causes(res, steps, fm, measure) -> list[str]:
     """What moves a measure away from the formula: each departure whose
-    removal changes it, then the formula itself when the bare simulation
-    still differs and the formula is approximate for these costs."""
+    removal changes it, then, when the bare simulation still differs and
+    the formula is not exact for these costs, what the formula leaves out:
+    its ``gap_cause`` (what the schedule shows, e.g. idle gaps between
+    units), else that it is approximate."""
     read, key = measure
     causes = []
     before = read(res)
@@ -227,7 +232,7 @@ def _causes(res, steps, fm, measure) -> list[str]:
             causes.append(cause)
         before = after
     if _differ(before, fm[key]) and not fm["exact"]:
-        causes.append("formula approximate for these costs")
+        causes.append(fm.get("gap_cause", "formula approximate for these costs"))
     return causes
 
 
@@ -500,7 +505,7 @@ def _check_limit(memory_limit):
     return x
 
 
-def headline(rows: list[dict], memory_limit: float | None = None) -> dict:
+def headline(rows: list[dict], memory_limit: float | None = None, tuned=None) -> dict:
     """What to read first: the fastest schedules, those with the lowest peak
     memory and, with a limit, the fastest that fit.
 
@@ -513,16 +518,25 @@ def headline(rows: list[dict], memory_limit: float | None = None) -> dict:
     memory_limit : float, optional
         Per-device limit in M on activation plus weights (the rows'
         ``peak_memory_max``).
+    tuned : Tuned or TuneError, optional
+        :func:`pipecore.tune` at the same shape, costs and limit: its wider
+        search (chunk counts, options, generated, recomputed and offloaded
+        schedules) names the fastest schedule that fits.
 
     Returns
     -------
     dict
-        ``fastest`` (names), ``makespan``, ``lowest_peak_memory`` (names),
-        ``peak_memory``, ``built`` (how many rows were built); with a
-        limit also ``memory_limit``, ``fits`` (names of every row within
-        it), ``fastest_within_limit`` (names) and ``makespan_within_limit``
-        (None when nothing fits). Empty names and None figures when no
-        row was built.
+        ``fastest`` (names), ``makespan``, ``next_fastest`` (names) and
+        ``next_makespan`` (the next distinct makespan), ``baseline`` and
+        ``baseline_makespan`` (1F1B's, when it is a row and not among the
+        fastest), ``lowest_peak_memory`` (names), ``peak_memory``,
+        ``built`` (how many rows were built); with a limit also
+        ``memory_limit``, ``fits`` (names of every row within it),
+        ``fastest_within_limit`` (names) and ``makespan_within_limit``
+        (None when nothing fits); with ``tuned`` also ``tune``:
+        ``{"winner", "makespan", "memory"}``, or ``{"smallest_limit"}``
+        when nothing fits. Empty names and None figures when no row was
+        built.
 
     Raises
     ------
@@ -538,15 +552,29 @@ def headline(rows: list[dict], memory_limit: float | None = None) -> dict:
         low = min(key(r) for r in items)
         return sorted(r["name"] for r in items if _close(key(r), low)), low
 
-    fastest, makespan = best(built, lambda r: float(r["makespan"]))
+    def time(r):
+        return float(r["makespan"])
+
+    fastest, makespan = best(built, time)
     lowest, memory = best(built, lambda r: float(r["peak_memory_max"]))
-    out = {"fastest": fastest, "makespan": makespan, "lowest_peak_memory": lowest,
+    slower = [r for r in built if r["name"] not in fastest]
+    following, next_makespan = best(slower, time)
+    out = {"fastest": fastest, "makespan": makespan, "next_fastest": following,
+           "next_makespan": next_makespan, "lowest_peak_memory": lowest,
            "peak_memory": memory, "built": len(built)}
+    # 1F1B is the schedule every reader knows: the winner's gain is also said against it.
+    base = [r for r in slower if r["name"] == "1f1b"]
+    out["baseline"], out["baseline_makespan"] = ("1f1b", time(base[0])) if base else (None, None)
     if limit is not None:
         fit = [r for r in built if r["peak_memory_max"] <= limit * (1 + _TOL)]
-        names, ms = best(fit, lambda r: float(r["makespan"]))
+        names, ms = best(fit, time)
         out.update(memory_limit=limit, fits=sorted(r["name"] for r in fit),
                    fastest_within_limit=names, makespan_within_limit=ms)
+    if tuned is not None:
+        res = getattr(tuned, "result", None)
+        out["tune"] = ({"smallest_limit": float(tuned.smallest_limit)} if res is None else
+                       {"winner": tuned.label, "makespan": float(res.makespan),
+                        "memory": float((res.peak_activation + res.static_memory).max())})
     return out
 
 
@@ -564,7 +592,19 @@ def headline_lines(head: dict) -> list[str]:
     """
     if not head["built"]:
         return ["no schedule could be built for this shape (see the notes)"]
-    lines = [f"fastest: {', '.join(head['fastest'])} (makespan {head['makespan']:.6g} cost units)",
+    best = head["makespan"]
+    gains = []
+    following, later = head.get("next_fastest"), head.get("next_makespan")
+    if following:
+        gains.append(f"{(1 - best / later) * 100:.1f}% less time than the next, "
+                     f"{', '.join(following)} ({later:.6g})")
+    base, base_time = head.get("baseline"), head.get("baseline_makespan")
+    if base and base not in (following or []):
+        gains.append(f"{(1 - best / base_time) * 100:.1f}% less than {base} ({base_time:.6g})")
+    tie = " (tied)" if len(head["fastest"]) > 1 else ""
+    first = (f"fastest: {', '.join(head['fastest'])}{tie}, one step in {best:.6g} cost units"
+             + (": " + "; ".join(gains) if gains else ""))
+    lines = [first,
              f"lowest peak memory: {', '.join(head['lowest_peak_memory'])} "
              f"({head['peak_memory']:.4g} M, activation + weights on the fullest device)"]
     if "memory_limit" in head:
@@ -573,11 +613,31 @@ def headline_lines(head: dict) -> list[str]:
         if head["fastest_within_limit"]:
             lines.append(f"fastest within the memory limit of {lim:g} M per device: "
                          f"{', '.join(head['fastest_within_limit'])} (makespan "
-                         f"{head['makespan_within_limit']:.6g}; {n} of {total} schedules fit)")
+                         f"{head['makespan_within_limit']:.6g} cost units; {n} of {total} "
+                         "schedules fit)")
         else:
             lines.append(f"no schedule fits the memory limit of {lim:g} M per device (the "
                          f"lowest peak is {head['peak_memory']:.4g} M)")
+    tuned = head.get("tune")
+    if tuned and "winner" in tuned:
+        mine = head.get("makespan_within_limit")
+        same = mine is not None and _close(tuned["makespan"], mine)
+        verdict = ("no faster schedule: " if same else
+                   "" if mine is None else f"{(1 - tuned['makespan'] / mine) * 100:.1f}% less "
+                   "time: ")
+        lines.append(f"pipecore tune, searching further (chunk counts, generated and recomputed "
+                     f"schedules), finds {verdict}{tuned['winner']} (makespan "
+                     f"{tuned['makespan']:.6g} cost units, memory {tuned['memory']:.4g} M)")
+    elif tuned:
+        lines.append(f"pipecore tune, searching further, finds nothing that fits either; the "
+                     f"least memory it reaches is {tuned['smallest_limit']:.4g} M")
     return lines
+
+
+def _wrap(text: str, width: int = WIDTH) -> list[str]:
+    """One logical line as terminal lines of at most ``width`` columns, the
+    continuations indented by two."""
+    return textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
 
 
 # --- the text table -----------------------------------------------------------
@@ -609,7 +669,8 @@ def _weights_note(rows: list[dict]) -> str:
             f"rows, {others} (replicated stages)")
 
 
-def format_compare(rows: list[dict], memory_limit: float | None = None) -> str:
+def format_compare(rows: list[dict], memory_limit: float | None = None,
+                   setting: str | None = None, tuned=None) -> str:
     """Render :func:`compare` rows as a headline, a text table that fits 120
     columns, a legend of its columns and notes.
 
@@ -627,6 +688,12 @@ def format_compare(rows: list[dict], memory_limit: float | None = None) -> str:
         Per-device limit in M on activation plus weights: the headline
         names the fastest schedule within it and the table marks peaks
         above it.
+    setting : str, optional
+        What the rows were computed on (shape, costs), printed right after
+        the headline, wrapped to 120 columns.
+    tuned : Tuned or TuneError, optional
+        :func:`pipecore.tune` with the same limit, named in the headline
+        (see :func:`headline`).
 
     Returns
     -------
@@ -685,8 +752,10 @@ def format_compare(rows: list[dict], memory_limit: float | None = None) -> str:
     for i, (t, _h) in enumerate(groups):
         at = sum(widths[:i]) + len(sep) * i
         title = title.ljust(at) + t if t else title
-    lines = headline_lines(headline(rows, limit)) + [""]
-    lines += [title.rstrip(), line([h for _t, h in groups])]
+    lines = [part for line in headline_lines(headline(rows, limit, tuned)) for part in _wrap(line)]
+    if setting:
+        lines += _wrap(setting)
+    lines += ["", title.rstrip(), line([h for _t, h in groups])]
     lines += [line(row) for row in out]
     v_rows = sorted({int(r["chunks"]) for r in rows if int(r["chunks"]) > 1})
     legend = [

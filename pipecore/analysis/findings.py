@@ -11,6 +11,8 @@ The thresholds are stated in each claim's ``rule``.
 
 from __future__ import annotations
 
+import textwrap
+
 import pyarrow as pa
 
 from ..core.ops import InputError
@@ -344,13 +346,18 @@ def format_findings(items: list[dict]) -> str:
     -------
     str
     """
-    lines = ["findings: the paper's claims under pipecore's model",
-             "cells: p=4 m=16 (c1/n0.1) is p devices, m microbatches, compute speed x1, network "
-             "speed x0.1 (x10 = ten times the hardware's speed); 'all': every cell of the grid"]
+    def para(text, indent="   ", first=None):
+        return textwrap.wrap(text, 120, initial_indent=indent if first is None else first,
+                             subsequent_indent=indent + "  ", break_on_hyphens=False)
+
+    lines = ["findings: the paper's claims under pipecore's model"]
+    lines += para("cells: p=4 m=16 (c1/n0.1) is p devices, m microbatches, compute speed x1, "
+                  "network speed x0.1 (x10 = ten times the hardware's speed); 'all': every cell "
+                  "of the grid", indent="", first="")
     for i, f in enumerate(items, 1):
-        lines.append(f"{i}. {f['claim']}: {f['verdict'].upper()}")
-        lines.append(f"   test: {f['rule']}")
-        lines.append(f"   cells: {f['cells']}")
+        lines += para(f"{i}. {f['claim']}: {f['verdict'].upper()}", first="")
+        lines += para(f"test: {f['rule']}")
+        lines += para(f"cells: {f['cells']}")
         if f["detail"]:
-            lines.append(f"   {f['detail']}")
+            lines += para(f["detail"])
     return "\n".join(lines)

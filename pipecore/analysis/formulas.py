@@ -33,7 +33,9 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
         ``bubble_ratio`` (``1 - busy / makespan``), ``bubble_rate`` (the
         zero-bubble papers' ``bubble / (busy + bubble)``), ``peak_activation``
         (numpy array per device, in the units of ``costs.activation``),
-        ``exact`` (False where the literature's formula is approximate).
+        ``exact`` (False where the literature's formula is approximate), and
+        from some families where not exact ``gap_cause``: what in the
+        schedule the formula leaves out (compare's notes show it).
 
     Raises
     ------

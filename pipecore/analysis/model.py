@@ -10,19 +10,7 @@ per-stage :class:`~pipecore.Costs` and :class:`~pipecore.Network` that
 Everything is a plain dataclass: edit a preset or a layer with
 :func:`dataclasses.replace`.
 
-References
-----------
-.. [Megatron] D. Narayanan et al., "Efficient Large-Scale Language Model
-   Training on GPU Clusters Using Megatron-LM", SC'21, section 5.1 (FLOPs)
-   and section 3.1 (parameters).
-.. [Korthikanti] V. Korthikanti et al., "Reducing Activation Recomputation
-   in Large Transformer Models", MLSys 2023 (arXiv:2205.05198), section 4.1
-   (activations per layer) and 4.3 (input and output layers).
-.. [ZB] P. Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
-   Table 1 (F, B and W FLOPs and the memory W still needs).
-.. [ZeRO] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward
-   Training Trillion Parameter Models", SC'20, section 3.1 (16 bytes of
-   training state per parameter with mixed-precision Adam).
+The sources of :meth:`Model.transformer`'s counts are in its References.
 """
 
 from __future__ import annotations
@@ -65,7 +53,7 @@ def _positive_int(owner, name, value):
 class Hardware:
     """One device, its memory, and the links between pipeline devices.
 
-    The one roofline in pipecore: :mod:`pipecore.study`'s transformer costs
+    The one roofline in pipecore: ``pipecore.analysis.study``'s transformer costs
     and :class:`Model`'s layers both time their ops with :meth:`roofline`.
 
     Parameters
@@ -131,7 +119,7 @@ class Hardware:
 
     @classmethod
     def preset(cls, name: str) -> Hardware:
-        """A named hardware description (see :data:`HARDWARE_PRESETS`).
+        """A named hardware description (one of :meth:`presets`).
 
         Parameters
         ----------
@@ -504,6 +492,20 @@ class Model:
         MemoryError
             (:class:`~pipecore.CapacityError`) if the layers would not fit in
             the memory available (checked before any is made).
+
+        References
+        ----------
+        .. [Megatron] D. Narayanan et al., "Efficient Large-Scale Language Model
+           Training on GPU Clusters Using Megatron-LM", SC'21, section 5.1 (FLOPs)
+           and section 3.1 (parameters).
+        .. [Korthikanti] V. Korthikanti et al., "Reducing Activation Recomputation
+           in Large Transformer Models", MLSys 2023 (arXiv:2205.05198), section 4.1
+           (activations per layer) and 4.3 (input and output layers).
+        .. [ZB] P. Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+           Table 1 (F, B and W FLOPs and the memory W still needs).
+        .. [ZeRO] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+           Training Trillion Parameter Models", SC'20, section 3.1 (16 bytes of
+           training state per parameter with mixed-precision Adam).
         """
         n = _positive_int("Model.transformer", "layers", layers)
         h = _positive_int("Model.transformer", "hidden", hidden)

@@ -373,9 +373,9 @@ def summarize(table: pa.Table) -> str:
     meta = _meta(table)
     if meta is not None:
         families = len({r["family"] for r in table.to_pylist()})
-        lines.append(f"pipecore study: {families} families, each three ways (closed formula, "
-                     f"ideal table, simulation with transfers) on a grid of compute and network "
-                     f"speeds")
+        lines += textwrap.wrap(f"pipecore study: {families} families, each three ways (closed "
+                               "formula, ideal table, simulation with transfers) on a grid of "
+                               "compute and network speeds", 120, subsequent_indent="  ")
         lines += describe(*meta)
         lines.append("")
     marks = {}
@@ -404,13 +404,13 @@ def summarize(table: pa.Table) -> str:
         "(no communication), the ideal table (unit op times) and the simulation (transfers on "
         "the links), ties by name; sim-time: the simulation's best iteration time; overturned: "
         "yes when the simulation's winner is not among the formula's best, 'no (tie)' when it "
-        "is one of several the formula ties for best.", 100, initial_indent="  ",
+        "is one of several the formula ties for best.", 118, initial_indent="  ",
         subsequent_indent="  ")
-    lines.append("      p       m  compute-speed  network-speed  formula-best      table-best"
+    lines.append("   p     m  compute-speed  network-speed  formula-best      table-best"
                  "        sim-best          sim-time (s)  overturned")
     for key in sorted(marks):
         best, mark = marks[key]
-        lines.append(f"{key[0]:>7} {key[1]:>7}  {'x%g' % key[2]:>13}  {'x%g' % key[3]:>13}  "
+        lines.append(f"{key[0]:>4}  {key[1]:>4}  {'x%g' % key[2]:>13}  {'x%g' % key[3]:>13}  "
                      f"{best['formula_time']['family']:<16}  {best['table_time']['family']:<16}  "
                      f"{best['sim_time']['family']:<16}  {best['sim_time']['sim_time']:>12.4g}  "
                      f"{mark}")

@@ -40,17 +40,26 @@ class IdealTable:
         """numpy.ndarray: idle slots per device."""
         return (self.grid < 0).sum(axis=1)
 
-    def render(self, max_slots: int | None = None) -> str:
+    def render(self, max_slots: int | None = None, width: int | None = None) -> str:
         """The grid as text, one row per device, ``.`` for idle.
 
         Parameters
         ----------
         max_slots : int, optional
             Show only the first ``max_slots`` slots.
+        width : int, optional
+            Columns a line may take: a grid wider than that is cut into
+            panels of consecutive slots, one under the other, each headed
+            by its slot range. By default one panel, however wide.
 
         Returns
         -------
         str
+
+        Raises
+        ------
+        ValueError
+            If ``width`` leaves no room for one slot beside the device label.
         """
         s = self.schedule
         kinds = s.kind_codes
@@ -61,12 +70,22 @@ class IdealTable:
         paired = s._info().paired
         for i in np.flatnonzero(paired):
             labels[i - 1] = labels[i - 1] + "&" + labels[i]  # an overlapped F&B unit
-        width = max((len(x) for x in labels), default=1)
+        cell = max((len(x) for x in labels), default=1)
         grid = self.grid if max_slots is None else self.grid[:, :max_slots]
+        slots = grid.shape[1]
+        prefix = 6  # "d123| "
+        per = slots if width is None else (width - prefix + 1) // (cell + 1)
+        if per < 1:
+            raise InputError(f"'width' must leave room for one slot of {cell} characters after "
+                             f"the device label (got width={width})")
         lines = []
-        for d in range(grid.shape[0]):
-            cells = [labels[c].rjust(width) if c >= 0 else ".".rjust(width) for c in grid[d]]
-            lines.append(f"d{d:<3}| " + " ".join(cells))
+        for first in range(0, max(slots, 1), max(per, 1)):
+            part = grid[:, first:first + per]
+            if per < slots:
+                lines.append(f"slots {first}-{first + part.shape[1] - 1}:")
+            for d in range(grid.shape[0]):
+                cells = [labels[c].rjust(cell) if c >= 0 else ".".rjust(cell) for c in part[d]]
+                lines.append(f"d{d:<3}| " + " ".join(cells))
         if max_slots is not None and self.length > max_slots:
             lines.append(f"... {self.length - max_slots} more slots")
         return "\n".join(lines)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import hostmem, tier
 from ..core.costs import Costs, Network
-from ..core.ops import AR, CapacityError, InputError
+from ..core.ops import AR, CapacityError, InputError, check_type
 from ..core.schedule import Schedule, check_int
 from ..core.simulate import straggler_scale
 from ..kernels.replay import replay_scaled as _replay_scaled
@@ -359,7 +359,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
         Number of draws (>= 1).
     network : Network, optional
     stragglers : mapping or array_like, optional
-        As :func:`straggler_scale`, applied to every draw.
+        As ``pipecore.core.simulate.straggler_scale``, applied to every draw.
     first : int
         Index of the first draw.
 
@@ -380,8 +380,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, jitter: Jitter |
     from ..core.simulate import compile_schedule, simulate
 
     t0 = time.perf_counter()
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
     jitter = Jitter.lognormal(0.05) if jitter is None else jitter
     if not isinstance(jitter, Jitter):
         raise InputError(f"'jitter' must be a pipecore.Jitter (got {type(jitter).__name__})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, output_file, positive_int, progress_args, search_arguments, write_winner
+from .options import network_from, output_file, positive_int, say_error, search_arguments, write_search
 
 __all__ = ["explore_arguments", "explore_command"]
 
@@ -36,16 +36,12 @@ def explore_arguments(p):
     p.set_defaults(cost_defaults={k: p.get_default(k) for k in _COST_OPTIONS})
     p.add_argument("--no-tune", action="store_true",
                    help="compositions only: do not run tune and compare with its winner")
-    p.add_argument("--top", type=positive_int, default=10, help="rows in the report (default 10)")
-    p.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
-    p.add_argument("--actions", action="store_true", help="also print the winner's programs")
     p.add_argument("--out", default=None,
                    help="write the winner's HTML report page to this file (e.g. explore.html)")
     p.add_argument("--csv", default=None, metavar="FILE",
                    help="write the winner as torch's compute_only CSV (needs pipecore[torch]); "
                         "run it with pipecore run-torch FILE --ranks P. The search then "
                         "leaves out the two-pipeline (replicated) placements torch cannot run")
-    progress_args(p)
 
 
 def explore_command(args, out):
@@ -66,20 +62,13 @@ def explore_command(args, out):
                        network=network, hardware=hardware, include_tune=not args.no_tune,
                        recompute=not args.no_recompute, progress=args.progress, space=space)
     except (TuneError, ValueError) as exc:
-        print(f"pipecore: {exc}", file=sys.stderr)
+        say_error(exc, "pipecore: ")
         return 1
-    if args.json:
-        write_winner(best, out, composition=best.schedule.params.get("composition"),
-                     layers=best.schedule.params.get("layers"))
-    else:
-        out.write(best.report(args.top) + "\n")
-        if hardware is not None:
-            out.write(f"\nTimes in seconds per iteration, memory in bytes per device: "
-                      f"{costs.name!r} on {hardware.name}; the winner's layers per stage: "
-                      f"{best.schedule.params['layers']}\n")
-        if args.actions:
-            for d, prog in best.schedule.to_actions().items():
-                out.write(f"device {d}: {' '.join(prog)}\n")
+    note = None if hardware is None else (
+        f"Times in seconds per iteration, memory in bytes per device: {costs.name!r} on "
+        f"{hardware.name}; the winner's layers per stage: {best.schedule.params['layers']}")
+    write_search(best, args, out, note, composition=best.schedule.params.get("composition"),
+                 layers=best.schedule.params.get("layers"))
     if args.csv:
         from .pytorch import write_torch_csv
 

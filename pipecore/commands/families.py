@@ -4,12 +4,19 @@ views, Gantt charts and a report) and ``study`` (a grid of shapes and speeds).""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
-from ..core.ops import InputError
-from .options import cost_args, costs_from, int_list, network_from, progress_args, shape_args
+from .options import (
+    check_limit,
+    cost_args,
+    costs_from,
+    int_list,
+    memory_args,
+    network_from,
+    progress_args,
+    shape_args,
+)
 
 __all__ = ["compare_arguments", "compare_command", "study_arguments", "study_command"]
 
@@ -17,13 +24,14 @@ __all__ = ["compare_arguments", "compare_command", "study_arguments", "study_com
 def compare_arguments(p):
     shape_args(p, 2)
     cost_args(p)
-    p.add_argument("--memory-limit", type=float, default=None, metavar="M",
-                   help="per-device memory limit in M on activation + weights (the table's peak "
-                        "memory column): the headline names the fastest schedule within it, the "
-                        "table marks the rows above it and report.html draws it")
+    memory_args(p, "the headline names the fastest schedule within it, the table marks the "
+                   "rows above it and report.html draws it")
     p.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
     p.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
     p.add_argument("--no-report", action="store_true", help="do not write report.html")
+    p.add_argument("--no-tune", action="store_true",
+                   help="with --memory-limit: do not run pipecore tune for the headline (it "
+                        "searches chunk counts, generated and recomputed schedules too)")
     progress_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -38,12 +46,19 @@ def compare_command(args, out):
         sort_rows,
     )
 
-    limit = args.memory_limit
-    if limit is not None and not (math.isfinite(limit) and limit > 0):
-        raise InputError(f"--memory-limit must be a finite number > 0 in M (got {limit:g})")
+    limit = check_limit(args.memory_limit)
     costs, network = costs_from(args), network_from(args)
     rows = sort_rows(compare(args.devices, args.microbatches, chunks=args.chunks, costs=costs,
                              network=network))
+    tuned = None
+    if limit is not None and not args.no_tune:
+        # The question tune answers: one answer to "the fastest that fits" in both commands.
+        from ..search.tune import TuneError, tune
+
+        try:
+            tuned = tune(args.devices, args.microbatches, costs, limit, network, progress=False)
+        except TuneError as exc:
+            tuned = exc
     from ..output import MissingDependencyError
     from ..output.gantt import write_gantts
 
@@ -89,18 +104,16 @@ def compare_command(args, out):
                    "units": {"time": "cost units (f=1: one microbatch's forward through one "
                                      "device's share of the model)",
                              "memory": "M (the unit of activation and weights)"}}
-        json.dump({"rows": clean, "headline": headline(rows, limit), "setting": setting,
+        json.dump({"rows": clean, "headline": headline(rows, limit, tuned), "setting": setting,
                    "memory_limit": limit, "gantt": written,
                    "report": str(page) if page else None}, out, indent=2)
         out.write("\n")
     else:
-        out.write(f"pipecore compare: p={args.devices} devices, m={args.microbatches} "
-                  f"microbatches, v={args.chunks} chunks per device where a family "
-                  "interleaves\n")
-        out.write(describe_costs(costs) + "\n")
-        if network is not None:
-            out.write(f"network {describe_network(network)}\n")
-        out.write("\n" + format_compare(rows, memory_limit=limit) + "\n")
+        setting = (f"on p={args.devices} devices, m={args.microbatches} microbatches, "
+                   f"v={args.chunks} chunks per device where a family interleaves; "
+                   + describe_costs(costs)
+                   + ("" if network is None else f"; network {describe_network(network)}"))
+        out.write(format_compare(rows, memory_limit=limit, setting=setting, tuned=tuned) + "\n")
         if written:
             out.write(f"Gantt charts: {len(written)} PNG files in {args.out}/\n")
         if page:

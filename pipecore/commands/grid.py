@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..core.costs import Costs
-from .options import network_from, positive_int, progress_args, search_arguments, write_winner
+from .options import network_from, positive_int, progress_args, say_error, search_arguments, write_search
 
 __all__ = ["scan_arguments", "scan_command", "verify_arguments", "verify_command", "tune_arguments",
            "tune_command"]
@@ -86,10 +86,6 @@ def tune_arguments(p):
     p.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                    help="minimise the makespan (default) or the longest per-device span "
                         "(the zero-bubble papers' cost)")
-    p.add_argument("--top", type=positive_int, default=10, help="rows in the report (default 10)")
-    p.add_argument("--json", action="store_true", help="print the winner and candidates as JSON")
-    p.add_argument("--actions", action="store_true", help="also print the winner's programs")
-    progress_args(p)
 
 
 def tune_command(args, out):
@@ -105,13 +101,7 @@ def tune_command(args, out):
                     network=network_from(args), families=families, objective=args.objective,
                     recompute=not args.no_recompute, progress=args.progress)
     except TuneError as exc:
-        print(f"pipecore: {exc}", file=sys.stderr)
+        say_error(exc, "pipecore: ")
         return 1
-    if args.json:
-        write_winner(best, out)
-        return 0
-    out.write(best.report(args.top) + "\n")
-    if args.actions:
-        for d, prog in best.schedule.to_actions().items():
-            out.write(f"device {d}: {' '.join(prog)}\n")
+    write_search(best, args, out)
     return 0

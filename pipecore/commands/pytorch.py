@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from ..core.cpus import local_cpus
@@ -87,7 +88,7 @@ def write_torch_csv(sched, csv, out):
     path = write_file(csv, "--csv", lambda p: pt.to_csv(sched, p))
     shape = (f"{sched.name}: {sched.devices} devices, {sched.stages} stages, "
              f"{sched.microbatches} microbatches")
-    out.write(f"wrote {path} ({shape}; torch's compute_only CSV, line r is rank r)\n")
+    out.write(f"wrote {path} ({shape})\n  torch's compute_only CSV, line r is rank r\n")
     out.write(f"run it: pipecore run-torch {path} --ranks {sched.devices}\n")
     return 0
 
@@ -120,7 +121,8 @@ def run_torch_command(args, out):
     pt = _binding()
     if pt is None:
         return 2
-    from pipecore.bindings._profile import RUN_FILE, oversubscribed
+    from pipecore.bindings._trace import RUN_FILE
+    from pipecore.bindings._what_if import oversubscribed
 
     if not Path(args.csv).is_file():
         raise InputError(f"run-torch: {args.csv}: no such file (write one with: pipecore export "
@@ -208,16 +210,17 @@ def what_if_command(args, out):
                    "warnings": rows.warnings, "notes": notes}, out, indent=1)
         out.write("\n")
         return 0
-    out.write(f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
-              f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
-              f"{len(prof.step_times)} profiled steps; overhead "
-              f"{float(prof.costs.overhead) * 1e6:.0f} us per op\n")
-    out.write(_dilation_text(prof) + "\n")
+    say = [f"profiled: {prof.ranks} ranks, {prof.stages} stages, {prof.microbatches} "
+           f"microbatches, median step {prof.measured * 1e3:.2f} ms over "
+           f"{len(prof.step_times)} profiled steps; overhead "
+           f"{float(prof.costs.overhead) * 1e6:.0f} us per op", _dilation_text(prof)]
+    for text in say:
+        out.write("\n".join(textwrap.wrap(text, 120, subsequent_indent="  ")) + "\n")
     if args.microbatches is not None and args.microbatches != prof.microbatches:
         out.write(f"predicted for {args.microbatches} microbatches\n")
     out.write(pt.format_what_if(rows, measured) + "\n")
     for note in notes:
-        out.write(note + "\n")
+        out.write("\n".join(textwrap.wrap(note, 120, subsequent_indent="  ")) + "\n")
     return 0
 
 
@@ -243,11 +246,10 @@ def _check_top(pt, args, rows):
     Each schedule runs ``--repeats`` times in fresh processes, every schedule
     once before any runs again (a slow phase of the machine falls on all),
     ranks pinned where the CPUs allow, ``--steps`` steps without the
-    profiler of which the first two are left out. Returns the median of
-    each schedule's run medians (s), and notes with the spreads.
+    profiler of which the first two are left out (``pt.timed_runs``).
+    Returns the median of each schedule's run medians (s), and notes with
+    the spreads.
     """
-    import statistics
-
     from ..schedules.registry import build
 
     run_file = Path(args.profile_dir) / "pipecore-run.json"
@@ -256,24 +258,23 @@ def _check_top(pt, args, rows):
                          f"model and shape of the run")
     cfg = json.loads(run_file.read_text())
     notes, runs = [], {}
-    todo = []
+    todo = {}
+    layers = cfg["layers"] or cfg["stages"]
     for r in rows:
         sched = build(r["schedule"], cfg["ranks"], args.microbatches or cfg["microbatches"])
-        layers = cfg["layers"] or cfg["stages"]
         if layers % sched.stages:
             notes.append(f"{r['schedule']}: not run ({sched.stages} stages do not divide the "
                          f"model's {layers} blocks)")
             continue
-        todo.append((r["schedule"], sched, layers))
-    for _ in range(args.repeats):
-        for name, sched, layers in todo:
-            res = pt.run(sched, model=cfg["model"], hidden=cfg["hidden"], layers=layers,
-                         batch=cfg["batch"], steps=args.steps, seed=cfg["seed"], check=False)
-            runs.setdefault(name, []).append(res.iteration_time(warmup=2))
-    measured = {name: statistics.median(t) for name, t in runs.items()}
+        todo[r["schedule"]] = sched
+    if todo:
+        runs = pt.timed_runs(todo, args.repeats, warmup=2, model=cfg["model"],
+                             hidden=cfg["hidden"], layers=layers, batch=cfg["batch"],
+                             steps=args.steps, seed=cfg["seed"])
+    measured = {name: t["measured"] for name, t in runs.items()}
     if runs:
-        parts = [f"{name} {min(t) * 1e3:.2f}-{max(t) * 1e3:.2f} ms "
-                 f"({(max(t) - min(t)) / measured[name]:.1%})" for name, t in runs.items()]
+        parts = [f"{name} {t['low'] * 1e3:.2f}-{t['high'] * 1e3:.2f} ms "
+                 f"({(t['high'] - t['low']) / t['measured']:.1%})" for name, t in runs.items()]
         which = (f"steps 3-{args.steps}" if args.steps > 3 else "step 3" if args.steps == 3
                  else f"all {args.steps} steps")  # the first two are left out when there are more
         notes.append(f"measured: median of {args.repeats} run(s) per schedule, each the median of "

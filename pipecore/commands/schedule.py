@@ -10,6 +10,7 @@ from ..core.ops import InputError
 from ..core.simulate import simulate
 from ..schedules.registry import family, schedules
 from .options import (
+    check_limit,
     cost_args,
     costs_from,
     memory_args,
@@ -34,7 +35,7 @@ def simulate_arguments(p):
     p.add_argument("name", help="schedule name (see 'pipecore list')")
     shape_args(p, None)
     cost_args(p)
-    memory_args(p, weights=1.0)  # Costs' default, as pc.simulate
+    memory_args(p, "the output says whether the worst device fits")
     p.add_argument("--json", action="store_true", help="print metrics as JSON")
     p.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
@@ -47,8 +48,7 @@ def simulate_arguments(p):
 def simulate_command(args, out):
     for option in ("parquet", "trace", "gantt"):
         output_file(f"--{option}", getattr(args, option))
-    if args.memory_limit is not None and not args.memory_limit > 0:
-        raise InputError(f"--memory-limit must be > 0 (got {args.memory_limit:g})")
+    check_limit(args.memory_limit)
     sched = schedule_from(args, args.name)
     res = simulate(sched, costs_from(args), network_from(args))
     from ..output import write_chrome_trace, write_gantt, write_parquet
@@ -128,8 +128,7 @@ def report_arguments(p):
     p.add_argument("--chunks", "-v", type=positive_int, default=None,
                    help="stages per device for interleaved families")
     cost_args(p)
-    p.add_argument("--memory-limit", type=float, default=None,
-                   help="draw this per-device limit on the memory chart")
+    memory_args(p, "drawn on the memory chart")
     p.add_argument("--out", default="report.html", help="HTML file (default report.html)")
 
 
@@ -145,6 +144,7 @@ def report_command(args, out):
                              "nor a scan directory")
         if args.devices is None or args.microbatches is None:
             raise InputError(f"report {args.target} needs --devices/-p and --microbatches/-m")
+        check_limit(args.memory_limit)
         sched = schedule_from(args, args.target)
         res = simulate(sched, costs_from(args), network_from(args))
         path = report(res, args.out, memory_limit=args.memory_limit)
@@ -160,6 +160,7 @@ def table_arguments(p):
 
 def table_command(args, out):
     table = ideal_table(schedule_from(args, args.name))
-    out.write(f"{family(args.name).name}: {table.length} slots (F=1, B=1, W=1, BW=2)\n")
-    out.write(table.render(args.max_slots) + "\n")
+    out.write(f"{family(args.name).name}: {table.length} slots; F, B and W take one slot, BW two\n"
+              "a cell is stage, op, microbatch (4F0: stage 4's forward of microbatch 0); . is idle\n")
+    out.write(table.render(args.max_slots, width=120) + "\n")
     return 0

@@ -16,7 +16,7 @@ from ..kernels.codes import F_DROP, N_CLASSES
 from ..kernels.network import X_CLASSES, transfer_classes
 from . import tier
 from .costs import Costs, Network, per_stage_direct
-from .ops import AR, BW, B, F, InputError, L, O, R, W  # noqa: E741 (kinds named by their letters)
+from .ops import AR, BW, B, F, InputError, L, O, R, W, check_type  # noqa: E741 (kinds named by their letters)
 from .schedule import Schedule
 
 __all__ = ["compile_schedule", "Compiled", "Run"]
@@ -196,8 +196,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     ValueError
         If costs or network do not fit the schedule (vector lengths).
     """
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
     costs = _check_costs(costs)
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")

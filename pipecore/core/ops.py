@@ -216,3 +216,55 @@ def check_int(name, value, minimum=None):
     if minimum is not None and value < minimum:
         raise InputError(f"'{name}' must be >= {minimum} (got {value})")
     return value
+
+
+def check_choice(name, value, choices):
+    """An argument checked to be one of a few values.
+
+    Parameters
+    ----------
+    name, value : str, object
+        The argument's name (for the message) and what the caller passed.
+    choices : sequence
+        The values allowed, in the order the message lists them.
+
+    Returns
+    -------
+    object
+        ``value``, allowed.
+
+    Raises
+    ------
+    ValueError
+        (:class:`InputError`) naming the argument, the choices and the value.
+    """
+    if value not in choices:
+        listed = " or ".join(", ".join(repr(c) for c in choices).rsplit(", ", 1))
+        raise InputError(f"'{name}' must be {listed} (got {value!r})")
+    return value
+
+
+def check_type(name, value, kind, what):
+    """An argument checked to be an instance of ``kind``.
+
+    Parameters
+    ----------
+    name, value, kind : str, object, type
+        The argument's name (for the message), what the caller passed and
+        the type it must have.
+    what : str
+        How the message names the type, e.g. ``"a pipecore.Schedule"``.
+
+    Returns
+    -------
+    object
+        ``value``, of that type.
+
+    Raises
+    ------
+    ValueError
+        (:class:`InputError`) naming the argument and the type it got.
+    """
+    if not isinstance(value, kind):
+        raise InputError(f"'{name}' must be {what} (got {type(value).__name__})")
+    return value

@@ -116,7 +116,7 @@ class Result:
         Time from 0 to the last op's finish.
     start, finish : numpy.ndarray
         Per op, in the schedule's (device, slot) order. From
-        :data:`pipecore.core.simulate.LAZY_MIN_OPS` ops on they are computed on first use (the
+        ``pipecore.core.simulate.LAZY_MIN_OPS`` ops on they are computed on first use (the
         list scheduler runs again, with the same result bit for bit).
     """
 
@@ -338,7 +338,7 @@ class Result:
         The column was called ``bytes`` before; for one release that name
         still reads ``activation``, with a ``DeprecationWarning``, which is
         why this is a thin wrapper of the ``pyarrow.Table`` (``.table``)
-        rather than the table itself (see :mod:`pipecore.core.memtable`).
+        rather than the table itself (see ``pipecore.core.memtable``).
         """
         c = self._c
         if c.x_host is not None and c.x_host.any():

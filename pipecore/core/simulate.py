@@ -137,7 +137,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
         transfer takes ``costs.comm`` and links never contend.
     stragglers : mapping of int to float, or array_like, optional
         Slow devices, ``{device: factor}`` (1.3: every op 30% slower), or
-        one factor per op row (:func:`straggler_scale`).
+        one factor per op row (``straggler_scale``).
     jitter : Jitter, optional
         Random factors on op times (:class:`pipecore.Jitter`); this
         simulation uses draw number ``draw``.

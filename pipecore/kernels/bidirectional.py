@@ -79,18 +79,19 @@ def _next(r, d, kind, pipe, k, times, p, h, out, base):
 @njit(cache=True)
 def chimera_columns(p, m, doubling, out):
     """Columns ``(device, slot, kind, stage, microbatch)`` of symmetric
-    Chimera with even p and m a multiple of p (forward doubling: m a
-    multiple of 2p); kinds F, BW and AR (microbatch -1), rows in (device,
-    slot) order, written into ``out`` (a Columns of p(2m + 2) rows,
-    allocated by the caller). Returns ``(ok, out)``; ok is False if a
-    device's program does not come out at 2m + 2 ops (a caller bug)."""
+    Chimera with even p and m a multiple of p (forward doubling: m >= 2p);
+    kinds F, BW and AR (microbatch -1), rows in (device, slot) order,
+    written into ``out`` (a Columns of p(2m + 2) rows, allocated by the
+    caller). Returns ``(ok, out)``; ok is False if a device's program does
+    not come out at 2m + 2 ops (a caller bug)."""
     h = p // 2
     per = 2 * m + 2
+    units = m // p
     # Forward doubling runs two forwards where direct concatenation runs
-    # one, over units of 2p microbatches, and drains h more backward pairs
-    # per unit.
-    fwd = 2 if doubling else 1
-    steps = m // (p * fwd)
+    # one, over steps of two units, and drains h more backward pairs per
+    # step; an odd unit out runs first, alone (schedules.chimera._plan).
+    single = units if not doubling else units % 2
+    steps = single + (units // 2 if doubling else 0)
     ok = True
     for d in range(p):
         if d < h:
@@ -99,12 +100,13 @@ def chimera_columns(p, m, doubling, out):
         else:
             own, other = Pipe(p - 1 - d, h), Pipe(d, 0)
             a, b = d - h + 1, h - (d - h + 1)
-        drain = b + h if doubling else b
         base = d * per
         r = base
         # Forwards and backwards taken so far, per pipeline.
         f_own = b_own = f_oth = b_oth = 0
         for step in range(steps):
+            fwd = 1 if step < single else 2
+            drain = b if step < single else b + h
             for _ in range(a):
                 if step > 0:
                     r, b_own = _next(r, d, _BW, own, b_own, 1, p, h, out, base)

@@ -44,4 +44,6 @@ table.summary th{max-width:150px;vertical-align:bottom}
 table.summary td:first-child{white-space:nowrap}
 table.summary .setting{text-align:left}
 table.summary td.setting{font-size:12px;color:#444;max-width:520px}
+.fm{color:#666;white-space:nowrap}td.none{color:#777;font-style:italic}
+table.views td.none{text-align:left;max-width:220px}table.summary td.none{text-align:center}
 """

@@ -19,40 +19,29 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.ops import InputError
-from ..core.result import plug
-from ..core.schedule import Schedule
-from .colours import KIND_COLOURS, UNKNOWN_COLOUR, chunk_of, shade_hex
 from .page import CSS as _CSS
 from .page import plotly_js as _plotly_js
-from .views import kinds_in_order, svg_kind_legend, svg_time_axis
+from .views import result_svg_html, schedule_grid_html, table_styles
 
-__all__ = ["report", "result_views", "schedule_grid_html", "result_svg_html"]
+__all__ = ["report", "result_views", "views_table", "schedule_grid_html", "result_svg_html"]
 
 # Above this many ops a schedule's Gantt is drawn as busy fractions per
 # device and time bucket (a browser stays responsive; the page says so).
 MAX_OPS = 20_000
 BUCKETS = 240
+# Every chart of a page has the same plot area's left and right edges in
+# pixels, so a Gantt's time axis lines up with the memory chart below it.
+# Legends stand in the right margin, wide enough for the longest entry
+# ("BW down chunk 0"), so plotly never widens it for one; a legend taller
+# than its chart scrolls.
+_MARGIN = {"l": 70, "r": 170}
+_LEGEND = {"x": 1.01, "xanchor": "left", "y": 1.0, "yanchor": "top", "font": {"size": 11}}
 
 
 def _round(values: np.ndarray, digits: int = 6) -> list:
     # Short numbers keep pages small; 6 significant digits are below what a
     # person can read off a chart and hover shows the same rounding.
     return [float(f"{v:.{digits}g}") for v in np.asarray(values, dtype=np.float64).tolist()]
-
-
-def _kind_codes(column) -> tuple[np.ndarray, list]:
-    """Per-row codes into a list of kind names (no Python string per op)."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if not pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_encode()
-    names = arr.dictionary.to_pylist()
-    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), names
-
-
-def _chunks(result: Any, ops: pa.Table | None = None) -> np.ndarray:
-    """Chunk of every op: the rank of its stage among its device's stages."""
-    ops = result.ops if ops is None else ops
-    return chunk_of(ops.column("device").to_numpy(), ops.column("stage").to_numpy())
 
 
 def result_views(result: Any) -> dict:
@@ -85,7 +74,7 @@ def result_views(result: Any) -> dict:
         peak = np.asarray(result.peak_activation, dtype=np.float64)
         nan = float("nan")
         return {"result": result, "makespan": result.makespan, "formula_makespan": nan,
-                "table_slots": "-", "formula_slots": nan, "bubble_ratio": result.bubble_ratio,
+                "table_slots": None, "formula_slots": nan, "bubble_ratio": result.bubble_ratio,
                 "formula_bubble_ratio": nan, "bubble_rate": result.bubble_rate,
                 "formula_bubble_rate": nan, "formula_exact": False,
                 "peak_max": float(peak.max()), "peak_min": float(peak.min()),
@@ -114,72 +103,79 @@ def _check_result(result: Any) -> None:
         raise InputError(f"expected a pipecore Result (got {type(result).__name__})")
 
 
-def _gantt_figure(result: Any, critical: bool, max_ops: int) -> tuple[dict, str | None]:
-    """Plotly figure dict of the Gantt (or its aggregate) and a note when aggregated."""
+def _gantt_figure(result: Any, critical: bool, max_ops: int,
+                  x_max: float | None = None) -> tuple[dict, str | None]:
+    """Plotly figure dict of the Gantt (or its aggregate) and a note when
+    aggregated; its time axis runs to ``x_max`` (default: the makespan)."""
     ops = result.ops
     p = int(result.devices)
     start = ops.column("start").to_numpy()
     finish = ops.column("finish").to_numpy()
     device = ops.column("device").to_numpy()
-    code, names = _kind_codes(ops.column("kind"))
     stage = ops.column("stage").to_numpy()
     mb = ops.column("microbatch").to_numpy()
     keep = finish > start  # zero-length ops (W with w = 0) would be invisible gaps
     makespan = float(result.makespan)
     layout = {
         "barmode": "overlay", "height": max(220, 34 * p + 110) if p <= 32 else 900,
-        "margin": {"l": 70, "r": 20, "t": 30, "b": 45},
-        "xaxis": {"title": {"text": "time (cost units)"}, "range": [0, makespan * 1.01],
+        "margin": dict(_MARGIN, t=30, b=45),
+        "xaxis": {"title": {"text": "time (cost units)"}, "range": _x_range(x_max or makespan),
                   "zeroline": False},
         "yaxis": {"title": {"text": "device"}, "autorange": "reversed", "dtick": 1 if p <= 32 else None,
                   "zeroline": False},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "legend": dict(_LEGEND),
         "hovermode": "closest", "plot_bgcolor": "#ffffff",
         # Microbatch numbers only where they fit at a readable size.
         "uniformtext": {"minsize": 9, "mode": "hide"},
     }
-    traces = []
+    if x_max and makespan < x_max * (1 - 1e-9):
+        # The axis runs on to the page's slowest schedule: mark this one's end.
+        layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": makespan,
+                             "x1": makespan, "y0": 0, "y1": 1,
+                             "line": {"color": "#333333", "width": 1, "dash": "dash"}}]
+        layout["annotations"] = [{"xref": "x", "yref": "paper", "x": makespan, "y": 0,
+                                  "text": f"makespan {makespan:g}", "showarrow": False,
+                                  "xanchor": "left", "yanchor": "bottom", "xshift": 3,
+                                  "font": {"size": 10, "color": "#333333"}}]
     n_visible = int(keep.sum())
     if n_visible > max_ops:
         return _aggregate_figure(start[keep], finish[keep], device[keep], p,
                                  makespan, layout), (
             f"{n_visible:,} ops: drawn as the busy fraction of each device per time bucket "
-            f"({BUCKETS} buckets of {makespan / BUCKETS:.4g}) instead of one bar per op "
-            f"(above {max_ops:,} ops a browser slows down).")
-    chunk = _chunks(result)
-    n_chunks = int(chunk.max()) + 1 if chunk.size else 1
+            f"({BUCKETS} buckets of {makespan / BUCKETS:.4g}; white idle, dark blue busy "
+            f"all the bucket) instead of one bar per op (above {max_ops:,} ops a browser "
+            "slows down).")
+    styles = table_styles(ops, p, drawn=keep)
     label = n_visible <= 3000
-    present = {names[i] for i in np.unique(code[keep]).tolist()}
-    order = ("F", "B", "W", "BW", "R", "AR", "O", "L")
-    for k in [k for k in order if k in present] + sorted(present - set(order)):
-        is_k = code == names.index(k)
-        for c in range(n_chunks):
-            sel = keep & is_k & (chunk == c)
-            if not sel.any():
-                continue
-            base = KIND_COLOURS.get(k, UNKNOWN_COLOUR)
-            name = k if n_chunks == 1 else f"{k} chunk {c}"
-            trace = {
-                "type": "bar", "orientation": "h", "name": name,
-                "y": device[sel].tolist(), "base": _round(start[sel]),
-                "x": _round(finish[sel] - start[sel]),
-                "customdata": np.stack([stage[sel], mb[sel]], axis=1).tolist(),
-                "marker": {"color": shade_hex(base, 0.45 * c / max(n_chunks - 1, 1)),
-                           "line": {"width": 0.5, "color": "#ffffff"}},
-                "width": 0.8,
-                "hovertemplate": (f"{k} stage %{{customdata[0]}} mb %{{customdata[1]}}"
-                                  + (f" chunk {c}" if n_chunks > 1 else "")
-                                  + "<br>device %{y}<br>start %{base}<br>duration %{x}"
-                                  "<extra></extra>"),
-            }
-            if label:
-                trace.update(text=mb[sel].tolist(), textposition="inside",
-                             insidetextanchor="middle", textfont={"size": 10},
-                             constraintext="inside")
-            traces.append(trace)
+    traces = []
+    for s in range(len(styles.names)):
+        sel = keep & (styles.style == s)
+        if not sel.any():
+            continue
+        trace = {
+            "type": "bar", "orientation": "h", "name": styles.names[s],
+            "y": device[sel].tolist(), "base": _round(start[sel]),
+            "x": _round(finish[sel] - start[sel]),
+            "customdata": np.stack([stage[sel], mb[sel]], axis=1).tolist(),
+            "marker": {"color": styles.colours[s], "line": {"width": 0.5, "color": "#ffffff"}},
+            "width": 0.8,
+            "hovertemplate": (f"{html.escape(styles.hovers[s])} stage %{{customdata[0]}} mb "
+                              "%{customdata[1]}<br>device %{y}<br>start %{base}<br>duration %{x}"
+                              "<extra></extra>"),
+        }
+        if label:
+            trace.update(text=mb[sel].tolist(), textposition="inside",
+                         insidetextanchor="middle", textfont={"size": 10},
+                         constraintext="inside")
+        traces.append(trace)
     if critical:
         traces.append(_critical_trace(result))
     return {"data": traces, "layout": layout}, None
+
+
+def _x_range(x_max: float) -> list:
+    """The time axis of every chart of a page: 0 to the end, a hair beyond."""
+    return [0, float(f"{(x_max if x_max > 0 else 1.0) * 1.005:.6g}")]
 
 
 def _critical_trace(result: Any) -> dict:
@@ -221,7 +217,10 @@ def _aggregate_figure(start, finish, device, p, makespan, layout) -> dict:
     centres = (np.arange(BUCKETS) + 0.5) * width
     trace = {"type": "heatmap", "z": [[round(v, 3) for v in row] for row in frac.tolist()],
              "x": _round(centres, 5), "y": list(range(p)), "zmin": 0, "zmax": 1,
-             "colorscale": [[0, "#ffffff"], [1, "#1f3b73"]], "colorbar": {"title": {"text": "busy"}},
+             "colorscale": [[0, "#ffffff"], [1, "#1f3b73"]],
+             # No colour bar: it would take the right margin the charts below
+             # share (the note above says what the shades mean).
+             "showscale": False,
              "hovertemplate": "device %{y}<br>time %{x}<br>busy %{z:.0%}<extra></extra>"}
     lay = dict(layout)
     lay["yaxis"] = dict(layout["yaxis"], dtick=None)
@@ -229,7 +228,8 @@ def _aggregate_figure(start, finish, device, p, makespan, layout) -> dict:
     return {"data": [trace], "layout": lay}
 
 
-def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> dict:
+def _memory_figure(result: Any, memory_limit: float | None, max_points: int,
+                   x_max: float | None = None) -> dict:
     mem = result.memory
     dev = mem.column("device").to_numpy()
     time = mem.column("time").to_numpy()
@@ -270,15 +270,16 @@ def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> 
     if envelope:
         title += f"; maximum per time bucket ({BUCKETS} buckets)"
     layout = {
-        "height": 340, "margin": {"l": 70, "r": 20, "t": 40, "b": 45},
+        "height": 340, "margin": dict(_MARGIN, t=40, b=45),
         "title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
-        "xaxis": {"title": {"text": "time (cost units)"}, "zeroline": False},
+        "xaxis": {"title": {"text": "time (cost units)"}, "zeroline": False,
+                  "range": _x_range(x_max or ms)},
         "yaxis": {"title": {"text": "memory (M)"}, "rangemode": "tozero"},
         "hovermode": "closest", "plot_bgcolor": "#ffffff",
-        "legend": {"font": {"size": 10}},
+        "legend": dict(_LEGEND),
     }
     if p > 16:
-        layout["legend"]["title"] = {"text": "5 devices shown; click to add"}
+        layout["legend"]["title"] = {"text": "5 devices shown;<br>click to add"}
     if memory_limit is not None:
         layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
                              "y0": memory_limit, "y1": memory_limit,
@@ -290,7 +291,7 @@ def _memory_figure(result: Any, memory_limit: float | None, max_points: int) -> 
     return {"data": traces, "layout": layout}
 
 
-def _transfer_figure(result: Any, max_ops: int) -> dict | None:
+def _transfer_figure(result: Any, max_ops: int, x_max: float | None = None) -> dict | None:
     tr = result.transfers
     if tr.num_rows == 0 or tr.num_rows > max_ops:
         return None
@@ -316,18 +317,47 @@ def _transfer_figure(result: Any, max_ops: int) -> dict | None:
              "hovertemplate": ("%{text} stage %{customdata[0]} mb %{customdata[1]}<br>link %{y}"
                                "<br>start %{base}<br>start to arrival %{x}<extra></extra>")}
     return {"data": [trace], "layout": {
-        "height": max(200, 16 * len(links) + 90), "margin": {"l": 70, "r": 20, "t": 30, "b": 45},
-        "xaxis": {"title": {"text": "time (cost units)"}},
+        "height": max(200, 16 * len(links) + 90), "margin": dict(_MARGIN, t=30, b=45),
+        "xaxis": {"title": {"text": "time (cost units)"},
+                  "range": _x_range(x_max or float(result.makespan))},
         "yaxis": {"title": {"text": "link"}, "autorange": "reversed", "type": "category"},
         "plot_bgcolor": "#ffffff", "showlegend": False}}
 
 
 def _fmt(v: Any, digits: int = 6) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
     if isinstance(v, (float, np.floating)):
         return f"{v:.{digits}g}"
     return html.escape(str(v))
+
+
+def _four(v: float) -> str:
+    return _fmt(v, 4)
+
+
+def _ratio(v: float) -> str:
+    return f"{v:.4f}"
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
+def _agrees(a: float, b: float) -> bool:
+    # The tolerance of the compare table's flags (pipecore.analysis.compare).
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+_NO_FORMULA = "no closed form"
+
+
+def _with_formula(sim: float, fm: Any, fmt) -> str:
+    """The simulation's figure and, in parentheses, the closed formula's
+    where it differs (as the terminal table writes them)."""
+    if _missing(fm):
+        return f"{fmt(sim)} <span class='fm'>({_NO_FORMULA})</span>"
+    if _agrees(float(sim), float(fm)):
+        return fmt(sim)
+    return f"{fmt(sim)} <span class='fm' title='closed formula'>({fmt(fm)})</span>"
 
 
 # The names of the measures, the same in the summary, the per-schedule
@@ -337,37 +367,92 @@ _RATIO = "bubble ratio"
 _RATE = "bubble rate (zero-bubble papers)"
 _PEAK = "peak activation"
 _MEMORY = "peak memory"
+_IDEAL = "ideal table"
 
 
-def _views_table(row: dict) -> str:
+def _slots_text(row: dict) -> str:
+    """The ideal table's length and the closed formula's at unit op times."""
+    slots, fm = row.get("table_slots"), row.get("formula_slots")
+    if not isinstance(slots, (int, np.integer)):
+        return "no ideal table (not a family's schedule as built)"
+    if _missing(fm):
+        return f"{slots:,} slots ({_NO_FORMULA})"
+    return f"{slots:,} slots (formula {fm:.6g})"
+
+
+def views_table(row: dict) -> str:
+    """The three views of one schedule as an HTML table, as ``report.html`` shows them.
+
+    Parameters
+    ----------
+    row : dict
+        A :func:`pipecore.compare` row (or :func:`result_views`' keys with
+        ``chunks``): the closed formula's, the ideal table's and the
+        simulation's makespan, bubble and peak figures.
+
+    Returns
+    -------
+    str
+        A ``<table class='views'>`` (cost units and M, as the row's
+        costs), followed by a note on slots when the schedule has chunks.
+    """
     r = row
     v = int(r.get("chunks") or 1)
-    slots = r["table_slots"]
-    lines = [(f"{_MAKESPAN} (cost units)", r["formula_makespan"],
-              f"{_fmt(slots)} slots (formula {_fmt(r['formula_slots'])})", r["makespan"]),
-             (f"{_RATIO}: idle share of p \u00d7 makespan", r["formula_bubble_ratio"], "-",
+    slots = r.get("table_slots")
+
+    def cell(x):
+        return (f"<td class='none'>{_NO_FORMULA}</td>" if _missing(x)
+                else f"<td>{_fmt(x)}</td>")
+
+    lines = [(f"{_MAKESPAN} (cost units)", r["formula_makespan"], r["makespan"]),
+             (f"{_RATIO}: idle share of p \u00d7 makespan", r["formula_bubble_ratio"],
               r["bubble_ratio"]),
-             (f"{_RATE}: idle share of the longest device span", r["formula_bubble_rate"], "-",
+             (f"{_RATE}: idle share of the longest device span", r["formula_bubble_rate"],
               r["bubble_rate"]),
-             (f"{_PEAK}, fullest device (M)", r["formula_peak_max"], "-", r["peak_max"]),
-             (f"{_PEAK}, emptiest device (M)", r["formula_peak_min"], "-", r["peak_min"]),
-             (f"{_MEMORY}, fullest device (M): activation + weights", None, "-",
+             (f"{_PEAK}, fullest device (M)", r["formula_peak_max"], r["peak_max"]),
+             (f"{_PEAK}, emptiest device (M)", r["formula_peak_min"], r["peak_min"]),
+             (f"{_MEMORY}, fullest device (M): activation + weights", None,
               r.get("peak_memory_max"))]
-    body = "".join(f"<tr><th>{html.escape(a)}</th><td>{_fmt(b)}</td><td>{c}</td><td>{_fmt(d)}</td></tr>"
-                   for a, b, c, d in lines)
+    body = []
+    for i, (name, fm, sim) in enumerate(lines):
+        ideal = ""
+        if i == 0:
+            cls = "" if isinstance(slots, (int, np.integer)) else " class='none'"
+            ideal = f"<td{cls}>{html.escape(_slots_text(r))}</td>"
+        elif i == 1:  # one cell for the rows a table of slots has no figure for
+            ideal = (f"<td rowspan='{len(lines) - 1}' class='none'>the ideal table counts "
+                     "slots only: it has no bubble or memory figure</td>")
+        body.append(f"<tr><th>{html.escape(name)}</th>{cell(fm)}{ideal}<td>{_fmt(sim)}</td></tr>")
     note = ""
-    if v > 1 and slots != "-":
+    if v > 1 and isinstance(slots, (int, np.integer)):
         note = (f"<p class='foot'>ideal table: one slot per op; with v={v} chunks a slot is one "
-                f"chunk's op (1/{v} of a device share's op time), so its {_fmt(slots)} slots are "
+                f"chunk's op (1/{v} of a device share's op time), so its {slots:,} slots are "
                 f"not cost units (at f=b=w=1 a slot is 1/{v} cost unit).</p>")
     return ("<table class='views'><thead><tr><th></th><th>closed formula</th>"
             "<th>ideal table (slots, one per op)</th><th>simulation</th></tr></thead>"
-            f"<tbody>{body}</tbody></table>" + note)
+            f"<tbody>{''.join(body)}</tbody></table>" + note)
 
 
 def _slug(name: str, i: int) -> str:
     return "s{}-{}".format(i, "".join(ch if ch.isalnum() else "-" for ch in name))
 
+
+# Zooming or panning one chart of a section moves the others' time axes
+# with it (a double click, which resets, resets them all).
+_LINK_JS = """
+function linkTime(ids,end){
+ function same(a,b){return a&&b&&Math.abs(a[0]-b[0])<1e-9&&Math.abs(a[1]-b[1])<1e-9;}
+ ids.forEach(function(id){document.getElementById(id).on('plotly_relayout',function(e){
+  var r=null;
+  if(e['xaxis.range[0]']!==undefined)r=[e['xaxis.range[0]'],e['xaxis.range[1]']];
+  else if(e['xaxis.range'])r=e['xaxis.range'];
+  else if(e['xaxis.autorange'])r=[0,end];
+  if(!r)return;
+  ids.forEach(function(o){var d=document.getElementById(o);
+   if(o!==id&&!same(d.layout.xaxis.range,r))Plotly.relayout(d,{'xaxis.range':r});});
+ });});
+}
+"""
 
 _SORT_JS = """
 document.querySelectorAll('table.summary').forEach(function(t){
@@ -421,9 +506,11 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
     """Write one self-contained HTML page (opens offline) for results or a scan.
 
     Per schedule: a Gantt per device (zoom, pan, hover; colours by kind,
-    shades by chunk; the critical path as a legend toggle), transfers per
-    link when any takes time, memory per device over time (activation plus
-    weights), and the three views (closed formula, ideal table,
+    a second hue for a second pipeline, shades by chunk; the critical path
+    as a legend toggle), transfers per link when any takes time, memory
+    per device over time (activation plus weights), all on one time axis
+    (zooming one zooms the others; with several schedules, to the slowest
+    one's end), and the three views (closed formula, ideal table,
     simulation) with their disagreements as footnotes. Several schedules
     get a sortable summary table linking to each one.
 
@@ -500,8 +587,13 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
              + (f"<p class='sub'>{html.escape(common)}</p>" if common else "")]
     notes: dict[str, int] = {}
     for r in rows:
+        if r.get("error") or r.get("result") is None:
+            notes.setdefault(f"not built: {r.get('error')}", len(notes) + 1)
         for f in r.get("flags") or []:
             notes.setdefault(f, len(notes) + 1)
+    # One time axis for the page: to the slowest schedule's end.
+    built = [float(r["result"].makespan) for r in rows if r.get("result") is not None]
+    x_max = max(built) if len(built) > 1 else None
     if len(rows) > 1:
         lines = headline_lines(headline([dict(r, name=r["label"]) for r in rows], memory_limit))
         if differ:
@@ -511,7 +603,7 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
         parts.append(_summary(rows, notes, memory_limit,
                               {i: setting_text(st, differ) for i, st in settings.items()}
                               if differ else None))
-    scripts = []
+    scripts = [_LINK_JS]
     for i, r in enumerate(rows):
         slug = _slug(r["name"], i)
         parts.append(f"<h2 id='{slug}'>{html.escape(r.get('label', r['name']))}"
@@ -521,23 +613,27 @@ def report(obj: Any, path: str | Path, *, title: str | None = None,
             continue
         res = r["result"]
         parts.append("<p class='setting'>" + html.escape(setting_text(settings[i])) + "</p>")
-        parts.append(_views_table(r))
+        parts.append(views_table(r))
         if r.get("flags"):
             parts.append("".join(f"<p class='foot'>[{notes[f]}] {html.escape(f)}</p>"
                                  for f in r["flags"]))
         else:
             parts.append("<p class='foot'>The three views agree.</p>")
-        gantt, note = _gantt_figure(res, critical, max_ops)
+        gantt, note = _gantt_figure(res, critical, max_ops, x_max)
         if note:
             parts.append(f"<p class='note aggregated'>{html.escape(note)}</p>")
-        figs = [("gantt", gantt), ("transfers", _transfer_figure(res, max_ops)),
-                ("memory", _memory_figure(res, memory_limit, max_points=100_000))]
+        figs = [("gantt", gantt), ("transfers", _transfer_figure(res, max_ops, x_max)),
+                ("memory", _memory_figure(res, memory_limit, max_points=100_000, x_max=x_max))]
+        divs = []
         for kind, fig in figs:
             if fig is None:
                 continue
             div = f"{slug}-{kind}"
+            divs.append(div)
             parts.append(f"<div id='{div}' class='plot {kind}'></div>")
             scripts.append(_new_plot(div, fig))
+        end = gantt["layout"]["xaxis"]["range"][1]
+        scripts.append(f"linkTime({json.dumps(divs)},{end!r});\n")
     parts.append(f"<script>{_SORT_JS}\n{''.join(scripts)}</script></body></html>")
     out.write_text("".join(parts), encoding="utf-8")
     return out
@@ -573,14 +669,17 @@ def _and(words: list[str]) -> str:
 
 def _summary(rows: list[dict], notes: dict[str, int], memory_limit: float | None = None,
              setting: dict | None = None) -> str:
+    """The sortable table of every schedule, with the terminal table's columns."""
     show_setting = bool(setting)
     head = [("schedule", ""), ("v", "chunks per device"),
             (f"{_MAKESPAN} (cost units)", "one training step"),
             (_RATIO, "idle share of p \u00d7 makespan"),
             (f"{_PEAK}, fullest device (M)", "activation memory at its peak"),
+            (f"{_PEAK}, emptiest device (M)", "the least loaded device's peak"),
             (f"{_MEMORY}, fullest device (M)", "activation + weights: the memory chart's peak")]
     if memory_limit is not None:
         head.append((f"within {memory_limit:g} M", "peak memory at most the limit"))
+    head.append((f"{_IDEAL} (slots)", "devices \u00d7 time slots, every op one slot"))
     head.append(("agree", "formula, ideal table and simulation"))
     if show_setting:
         head.append(("setting", "where the results differ"))
@@ -589,33 +688,54 @@ def _summary(rows: list[dict], notes: dict[str, int], memory_limit: float | None
                      + (" class='setting'" if h == "setting" else "") + f">{html.escape(h)}"
                      + (f"<br><span class='unit'>{html.escape(t)}</span>" if t else "") + "</th>"
                      for h, t in head) + "</tr></thead><tbody>"]
+    v_rows = set()
     for i, r in enumerate(rows):
         slug = _slug(r["name"], i)
         name = f"<a href='#{slug}'>{html.escape(r.get('label', r['name']))}</a>"
         if r.get("error") or r.get("result") is None:
-            blank = len(head) - 3 - show_setting  # the figures' columns
+            # One cell across the figures' columns: this row has none.
+            n = notes[f"not built: {r.get('error')}"]
             out.append(f"<tr><td>{name}</td><td>{r.get('chunks', '')}</td>"
-                       + "<td>-</td>" * blank + "<td>not built</td>"
-                       + ("<td class='setting'></td>" if show_setting else "") + "</tr>")
+                       f"<td colspan='{len(head) - 2 - show_setting}' class='none'>not built "
+                       f"[{n}]</td>" + ("<td class='setting'></td>" if show_setting else "")
+                       + "</tr>")
             continue
         flags = r.get("flags") or []
         agree = ("<span class='yes'>yes</span>" if not flags else
                  "<span class='no'>no</span> " + ",".join(f"[{notes[f]}]" for f in flags))
-        cells = [f"<td>{name}</td><td>{r['chunks']}</td>",
-                 f"<td class='makespan' data-v='{r['makespan']!r}'>{_fmt(r['makespan'])}</td>",
-                 f"<td data-v='{r['bubble_ratio']!r}'>{r['bubble_ratio']:.4f}</td>",
-                 f"<td data-v='{r['peak_max']!r}'>{_fmt(r['peak_max'], 4)}</td>",
-                 f"<td class='memory' data-v='{r['peak_memory_max']!r}'>"
-                 f"{_fmt(r['peak_memory_max'], 4)}</td>"]
+        slots = r.get("table_slots")
+        if int(r.get("chunks") or 1) > 1 and isinstance(slots, (int, np.integer)):
+            v_rows.add(int(r["chunks"]))
+        cells = [f"<td>{name}</td><td>{r['chunks']}</td>"]
+        for key, fmt, cls in (("makespan", _fmt, " class='makespan'"),
+                              ("bubble_ratio", _ratio, ""), ("peak_max", _four, ""),
+                              ("peak_min", _four, "")):
+            text = _with_formula(r[key], r.get("formula_" + key), fmt)
+            cells.append(f"<td{cls} data-v='{r[key]!r}'>{text}</td>")
+        cells.append(f"<td class='memory' data-v='{r['peak_memory_max']!r}'>"
+                     f"{_fmt(r['peak_memory_max'], 4)}</td>")
         if memory_limit is not None:
             fits = r["peak_memory_max"] <= memory_limit * (1 + 1e-9)
             cells.append(f"<td data-v='{int(fits)}'>"
                          + ("yes" if fits else "<span class='no'>no</span>") + "</td>")
+        if isinstance(slots, (int, np.integer)):
+            cells.append(f"<td class='slots' data-v='{int(slots)}'>"
+                         f"{_with_formula(int(slots), r.get('formula_slots'), _fmt)}</td>")
+        else:
+            cells.append("<td class='slots none'>no ideal table</td>")
         cells.append(f"<td data-v='{len(flags)}'>{agree}</td>")
         if show_setting:
             cells.append("<td class='setting'>" + html.escape(setting.get(i, "")) + "</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
+    out.append("<p class='foot'>A cell holds the simulation's figure and, in parentheses, the "
+               f"closed formula's where they differ ({_NO_FORMULA}: the family has no formula "
+               "for it). ideal table: length of the devices \u00d7 time-slots table, every op "
+               "one slot"
+               + (f"; where v={'/'.join(map(str, sorted(v_rows)))} a slot is one chunk's op "
+                  "(1/v of a device share's), so those slots are not cost units: at f=b=w=1 a "
+                  "slot is 1/v cost unit there and 1 where v=1" if v_rows else
+                  " (at f=b=w=1 a slot is 1 cost unit)") + ".</p>")
     if notes:
         out.append("<p class='foot'>agree: the closed formula, the ideal table and the "
                    "simulation give the same makespan, bubble and peak. Where they do not, the "
@@ -624,123 +744,3 @@ def _summary(rows: list[dict], notes: dict[str, int], memory_limit: float | None
     out.append("<p class='foot'>Sorted by makespan (ties by name). Click a column header to "
                "sort; click a name to jump to its charts.</p>")
     return "".join(out)
-
-
-# --- Jupyter views: small static HTML, no JavaScript -------------------------
-
-def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
-    """An inline SVG Gantt and the headline numbers of a result (Jupyter).
-
-    One row per device, one box per op coloured by kind (later chunks
-    lighter), a time axis in cost units with round ticks, and a legend of
-    the kinds drawn (and of the chunk shades when a device holds several).
-
-    Parameters
-    ----------
-    result : pipecore.Result
-    max_ops : int, default 5000
-        Above this many ops only the headline numbers are shown, with a
-        pointer to :func:`pipecore.report`.
-    width : int, default 720
-        Width of the drawing in pixels.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
-    peak = np.asarray(result.peak_activation, dtype=np.float64)
-    head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(result.name)}"
-            f"</b>: p={result.devices}, makespan {result.makespan:.6g} cost units, bubble ratio "
-            f"{result.bubble_ratio:.4f}, peak activation {peak.max() if peak.size else 0:.4g} M "
-            f"(max device)</div>")
-    ops = result.ops
-    if ops.num_rows > max_ops:
-        return head + (f"<div style='font-size:12px;color:#555'>{ops.num_rows:,} ops: too many "
-                       "to draw inline; pc.report(result, 'page.html') draws them.</div>")
-    p = int(result.devices)
-    start = ops.column("start").to_numpy()
-    finish = ops.column("finish").to_numpy()
-    device = ops.column("device").to_numpy()
-    code, names = _kind_codes(ops.column("kind"))
-    chunk = _chunks(result)
-    n_chunks = int(chunk.max()) + 1 if chunk.size else 1
-    ms = float(result.makespan) or 1.0
-    row_h, left, right = 14, 40, 10
-    sx = (width - left - right) / ms
-    h = p * row_h + 4
-    rects = []
-    drawn = np.flatnonzero(finish > start)
-    for i in drawn.tolist():
-        colour = shade_hex(KIND_COLOURS.get(names[code[i]], UNKNOWN_COLOUR),
-                        0.45 * chunk[i] / max(n_chunks - 1, 1))
-        rects.append(f"<rect x='{left + start[i] * sx:.1f}' y='{device[i] * row_h + 2}' "
-                     f"width='{max((finish[i] - start[i]) * sx - 0.4, 0.4):.1f}' "
-                     f"height='{row_h - 3}' fill='{colour}'/>")
-    labels = "".join(f"<text x='{left - 4}' y='{d * row_h + row_h - 2}' text-anchor='end'>{d}"
-                     "</text>" for d in range(p))
-    device_title = (f"<text transform='translate(10,{h / 2:.1f}) rotate(-90)' "
-                    "text-anchor='middle' fill='#333'>device</text>")
-    axis, axis_h = svg_time_axis(left, h, width - left - right, 0.0, ms, "time (cost units)")
-    present = kinds_in_order([names[c] for c in np.unique(code[drawn]).tolist()])
-    legend, legend_h = svg_kind_legend(present, n_chunks, left, h + axis_h + 2,
-                                       width - left - right)
-    total = h + axis_h + 2 + legend_h + 2
-    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total:.0f}' "
-           f"font-size='10' font-family='sans-serif'>{labels}{device_title}"
-           f"<g class='ops'>{''.join(rects)}</g>{axis}{legend}</svg>")
-    return head + svg
-
-
-def schedule_grid_html(schedule: Any, max_ops: int = 4000) -> str:
-    """The per-device programs as a compact grid of op labels (Jupyter).
-
-    Parameters
-    ----------
-    schedule : pipecore.Schedule
-    max_ops : int, default 4000
-        Above this many ops only the first slots of each device are shown.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
-    t = schedule.table
-    device = t.column("device").to_numpy()
-    p = int(schedule.devices)
-    chunk = _chunks(None, t)
-    n_chunks = int(chunk.max()) + 1 if chunk.size else 1
-    limit = max(1, max_ops // max(p, 1))
-    # Only the shown ops become Python objects (a huge schedule stays quick).
-    counts = np.bincount(device, minlength=p)
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    order = np.argsort(device, kind="stable")
-    rank = np.empty(device.size, dtype=np.int64)
-    rank[order] = np.arange(device.size) - first[device[order]]
-    shown = np.flatnonzero(rank < limit)
-    code, names = _kind_codes(t.column("kind"))
-    kind = [names[i] for i in code[shown].tolist()]
-    mb = t.column("microbatch").to_numpy()[shown]
-    stage = t.column("stage").to_numpy()[shown]
-    progs: list[list[str]] = [[] for _ in range(p)]
-    for d, k, j, s, c in zip(device[shown].tolist(), kind, mb.tolist(), stage.tolist(),
-                             chunk[shown].tolist()):
-        # Light enough for black text; later chunks lighter still.
-        colour = shade_hex(KIND_COLOURS.get(k, UNKNOWN_COLOUR),
-                        0.45 + 0.35 * c / max(n_chunks - 1, 1))
-        progs[d].append(f"<td style='background:{colour};padding:0 2px;border:1px solid #fff'"
-                        f" title='{k} stage {s} mb {j}'>{k}{j}</td>")
-    cut = bool((counts > limit).any())
-    rows = "".join(f"<tr><th>{d}</th>{''.join(cells)}</tr>" for d, cells in enumerate(progs))
-    head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(schedule.name)}"
-            f"</b>: {p} devices, {schedule.microbatches} microbatches, {schedule.num_ops} ops "
-            "(device programs in order; F3 = forward of microbatch 3; lighter = later chunk)"
-            + (f"; first {limit} ops per device shown" if cut else "") + "</div>")
-    return (head + "<table style='border-collapse:collapse;font-size:10px;font-family:monospace'>"
-            + rows + "</table>")
-
-
-
-plug("result_html", result_svg_html)
-Schedule._html_view = staticmethod(schedule_grid_html)

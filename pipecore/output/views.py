@@ -1,5 +1,6 @@
-"""Small static views for Jupyter: SVG time axes, kind legends and the
-Monte Carlo histogram (plain HTML and SVG, no JavaScript)."""
+"""Small static views for Jupyter: a result's SVG Gantt, a schedule's
+program grid, the Monte Carlo histogram, and the time axes and kind
+legends they share (plain HTML and SVG, no JavaScript)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import math
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ..core.ops import InputError
 from ..core.result import plug
-from .colours import KIND_COLOURS, KIND_ORDER, UNKNOWN_COLOUR, shade_hex
+from ..core.schedule import Schedule
+from .colours import op_styles, shade_hex
 
-__all__ = ["nice_ticks", "svg_time_axis", "svg_kind_legend", "monte_carlo_html", "KIND_NAMES"]
+__all__ = ["nice_ticks", "svg_time_axis", "svg_kind_legend", "monte_carlo_html", "KIND_NAMES",
+           "result_svg_html", "schedule_grid_html", "kind_codes", "table_styles"]
 
 #: What each op kind does, for legends.
 KIND_NAMES = {
@@ -106,16 +110,15 @@ def svg_time_axis(left: float, top: float, width: float, lo: float, hi: float,
     return "".join(parts), 34.0
 
 
-def svg_kind_legend(kinds: list, chunks: int, left: float, top: float,
-                    width: float) -> tuple[str, float]:
-    """Colour swatches of the op kinds drawn (and the chunk shades), in rows.
+def svg_kind_legend(entries: list, left: float, top: float, width: float) -> tuple[str, float]:
+    """Colour swatches of the op kinds drawn (per pipeline, and the chunk
+    shades), in rows.
 
     Parameters
     ----------
-    kinds : list of str
-        Kinds present, in drawing order.
-    chunks : int
-        Chunks per device; above 1 a swatch per chunk's shade follows.
+    entries : list of (str, str)
+        (colour, label) pairs: :attr:`pipecore.output.colours.OpStyles.legend`.
+        A label that starts with a kind gets the kind's name after it.
     left, top, width : float
         Pixel box the legend flows in.
 
@@ -126,14 +129,11 @@ def svg_kind_legend(kinds: list, chunks: int, left: float, top: float,
     float
         Pixels the legend takes below ``top``.
     """
-    entries = [(shade_hex(KIND_COLOURS.get(k, UNKNOWN_COLOUR), 0.0),  # as the boxes write it
-               f"{k} {KIND_NAMES[k]}" if k in KIND_NAMES else str(k)) for k in kinds]
-    if chunks > 1:
-        entries += [(shade_hex("#595959", 0.45 * c / (chunks - 1)),
-                     f"chunk {c}" + (" (lighter: later chunk)" if c == chunks - 1 else ""))
-                    for c in range(chunks)]
     parts, x, y = [], left, top
     for colour, label in entries:
+        kind, _, rest = label.partition(",")
+        if kind in KIND_NAMES:
+            label = f"{kind} {KIND_NAMES[kind]}" + (f",{rest}" if rest else "")
         w = 16 + 6.2 * len(label) + 14  # swatch, text at about 6.2 px a character, gap
         if x > left and x + w > left + width:
             x, y = left, y + 16
@@ -144,9 +144,21 @@ def svg_kind_legend(kinds: list, chunks: int, left: float, top: float,
     return "".join(parts), (y - top + 16 if entries else 0.0)
 
 
-def kinds_in_order(names: list) -> list:
-    """The kinds in ``names`` in the fixed legend order, unknown ones last."""
-    return [k for k in KIND_ORDER if k in names] + sorted(set(names) - set(KIND_ORDER))
+def kind_codes(column) -> tuple[np.ndarray, list]:
+    """Per-row codes into a list of kind names (no Python string per op)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    names = arr.dictionary.to_pylist()
+    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int64), names
+
+
+def table_styles(ops: pa.Table, devices: int, drawn: np.ndarray | None = None):
+    """:func:`pipecore.output.colours.op_styles` of an op table."""
+    code, names = kind_codes(ops.column("kind"))
+    kind = np.asarray(names, dtype=object)[code] if code.size else np.zeros(0, dtype=str)
+    return op_styles(kind, ops.column("device").to_numpy(), ops.column("stage").to_numpy(),
+                     ops.column("microbatch").to_numpy(), devices, drawn=drawn)
 
 
 def _jitter_words(j: Any) -> str:
@@ -239,4 +251,113 @@ def _histogram_svg(x: np.ndarray, s: dict, width: int, unit: str) -> str:
             f"font-size='10' {_FONT}>{''.join(bars)}{yaxis}{''.join(marks)}{axis}</svg>")
 
 
+
+
+def result_svg_html(result: Any, max_ops: int = 5000, width: int = 720) -> str:
+    """An inline SVG Gantt and the headline numbers of a result (Jupyter).
+
+    One row per device, one box per op coloured as in the Gantt charts
+    (kind, second pipeline, chunk shades), a time axis in cost units with
+    round ticks, and a legend of the colours drawn.
+
+    Parameters
+    ----------
+    result : pipecore.Result
+    max_ops : int, default 5000
+        Above this many ops only the headline numbers are shown, with a
+        pointer to :func:`pipecore.report`.
+    width : int, default 720
+        Width of the drawing in pixels.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
+    peak = np.asarray(result.peak_activation, dtype=np.float64)
+    head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(result.name)}"
+            f"</b>: p={result.devices}, makespan {result.makespan:.6g} cost units, bubble ratio "
+            f"{result.bubble_ratio:.4f}, peak activation {peak.max() if peak.size else 0:.4g} M "
+            f"(max device)</div>")
+    ops = result.ops
+    if ops.num_rows > max_ops:
+        return head + (f"<div style='font-size:12px;color:#555'>{ops.num_rows:,} ops: too many "
+                       "to draw inline; pc.report(result, 'page.html') draws them.</div>")
+    p = int(result.devices)
+    start = ops.column("start").to_numpy()
+    finish = ops.column("finish").to_numpy()
+    device = ops.column("device").to_numpy()
+    styles = table_styles(ops, p, drawn=finish > start)
+    ms = float(result.makespan) or 1.0
+    row_h, left, right = 14, 40, 10
+    sx = (width - left - right) / ms
+    h = p * row_h + 4
+    rects = []
+    for i in np.flatnonzero(finish > start).tolist():
+        rects.append(f"<rect x='{left + start[i] * sx:.1f}' y='{device[i] * row_h + 2}' "
+                     f"width='{max((finish[i] - start[i]) * sx - 0.4, 0.4):.1f}' "
+                     f"height='{row_h - 3}' fill='{styles.colours[styles.style[i]]}'/>")
+    labels = "".join(f"<text x='{left - 4}' y='{d * row_h + row_h - 2}' text-anchor='end'>{d}"
+                     "</text>" for d in range(p))
+    device_title = (f"<text transform='translate(10,{h / 2:.1f}) rotate(-90)' "
+                    "text-anchor='middle' fill='#333'>device</text>")
+    axis, axis_h = svg_time_axis(left, h, width - left - right, 0.0, ms, "time (cost units)")
+    legend, legend_h = svg_kind_legend(styles.legend, left, h + axis_h + 2, width - left - right)
+    total = h + axis_h + 2 + legend_h + 2
+    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total:.0f}' "
+           f"font-size='10' font-family='sans-serif'>{labels}{device_title}"
+           f"<g class='ops'>{''.join(rects)}</g>{axis}{legend}</svg>")
+    return head + svg
+
+
+def schedule_grid_html(schedule: Any, max_ops: int = 4000) -> str:
+    """The per-device programs as a compact grid of op labels (Jupyter).
+
+    Parameters
+    ----------
+    schedule : pipecore.Schedule
+    max_ops : int, default 4000
+        Above this many ops only the first slots of each device are shown.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
+    t = schedule.table
+    device = t.column("device").to_numpy()
+    p = int(schedule.devices)
+    styles = table_styles(t, p)
+    limit = max(1, max_ops // max(p, 1))
+    # Only the shown ops become Python objects (a huge schedule stays quick).
+    counts = np.bincount(device, minlength=p)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    order = np.argsort(device, kind="stable")
+    rank = np.empty(device.size, dtype=np.int64)
+    rank[order] = np.arange(device.size) - first[device[order]]
+    shown = np.flatnonzero(rank < limit)
+    mb = t.column("microbatch").to_numpy()[shown]
+    stage = t.column("stage").to_numpy()[shown]
+    progs: list[list[str]] = [[] for _ in range(p)]
+    for d, s, j, st in zip(device[shown].tolist(), styles.style[shown].tolist(), mb.tolist(),
+                           stage.tolist()):
+        # Light enough for black text: the style's colour, half way to white.
+        colour = shade_hex(styles.colours[s], 0.5)
+        k = styles.kinds[s]
+        progs[d].append(f"<td style='background:{colour};padding:0 2px;border:1px solid #fff'"
+                        f" title='{html.escape(styles.hovers[s])} stage {st} mb {j}'>{k}{j}</td>")
+    cut = bool((counts > limit).any())
+    rows = "".join(f"<tr><th>{d}</th>{''.join(cells)}</tr>" for d, cells in enumerate(progs))
+    shades = ("; lighter = later chunk" if styles.n_chunks > 1 else "")
+    pipes = ("; second hue = second pipeline" if len(styles.entries) == 2 else "")
+    head = (f"<div style='font-family:sans-serif;font-size:13px'><b>{html.escape(schedule.name)}"
+            f"</b>: {p} devices, {schedule.microbatches} microbatches, {schedule.num_ops} ops "
+            f"(device programs in order; F3 = forward of microbatch 3{pipes}{shades})"
+            + (f"; first {limit} ops per device shown" if cut else "") + "</div>")
+    return (head + "<table style='border-collapse:collapse;font-size:10px;font-family:monospace'>"
+            + rows + "</table>")
+
+
 plug("monte_carlo_html", monte_carlo_html)
+plug("result_html", result_svg_html)
+Schedule._html_view = staticmethod(schedule_grid_html)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.costs import SMALLEST_NORMAL, Costs, Network, fits
-from ..core.ops import InputError
+from ..core.ops import InputError, check_choice, check_type
 from ..core.pack import Pack, structure_of
 from ..core.result import bubble_rate, bubble_ratio
 from ..core.schedule import BW, B, R, Schedule, ScheduleError, W
@@ -366,7 +366,7 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
         (microbatches per time unit), ``peak_activation_max`` and
         ``memory_max`` (activation plus weights of the worst device), and
         ``fits`` (``memory_max <= memory_limit`` up to a relative 1e-9 for
-        rounding, see :func:`pipecore.costs.fits`) when a limit is given,
+        rounding, see ``pipecore.core.costs.fits``) when a limit is given,
         and ``error``: null, or why the row has no answer (its times
         overflow float64; its time metrics are then null, never inf or
         NaN).
@@ -379,10 +379,8 @@ def simulate_many(schedule: Schedule, costs_table, network: Network | None = Non
     ScheduleError
         If the schedule breaks a rule or deadlocks.
     """
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
-    if method not in ("replay", "list"):
-        raise InputError(f"'method' must be 'replay' or 'list' (got {method!r})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    check_choice("method", method, ("replay", "list"))
     data = _as_columns(costs_table)
     allowed = COST_COLUMNS + NETWORK_COLUMNS + RECOMPUTE_COLUMNS + OP_TIME_COLUMNS + ("memory_limit",)
     unknown = sorted(set(data) - set(allowed))

@@ -157,7 +157,9 @@ def run_parts(grid: Grid, parts: Iterable[int], address: str | None = None
         quiet = {"include_dashboard": False, "log_to_driver": False,
                  "logging_level": logging.WARNING}
         if address is None:
-            ray.init(num_cpus=_local_cpus(), **quiet)
+            # A local instance lives for this scan only: Ray's notices about how a
+            # cluster is secured or reached speak of nothing the user runs.
+            ray.init(num_cpus=_local_cpus(), **dict(quiet, logging_level=logging.ERROR))
         else:
             ray.init(address=address, **quiet)
         started = True

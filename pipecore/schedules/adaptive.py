@@ -21,11 +21,11 @@ op     meaning                         pipecore op
 =====  ==============================  ==============
 
 A building block gives each device the slot (0-5) of each op inside a
-period of 6 slots (:mod:`pipecore.schedules.adaptive_space` enumerates
+period of 6 slots (``pipecore.schedules.adaptive_space`` enumerates
 them). Each block is laid out on a slot grid, squeezed, and its warm-up and
 cool-down are rebuilt from the peak memory the steady phase needs; finally
 idle slots are filled with later ops when that keeps the peak and the
-dependencies (:mod:`pipecore.schedules.adaptive_grid`). Memory is counted in
+dependencies (``pipecore.schedules.adaptive_grid``). Memory is counted in
 chunk activations (+1 at a forward, -1 at a weight gradient; a ``B`` frees
 nothing). Candidates whose peak exceeds the limit are dropped; the survivors
 are timed with the real per-chunk costs and the one with the shortest longest

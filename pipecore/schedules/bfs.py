@@ -7,6 +7,7 @@ import numpy as np
 from ..kernels.codes import BW, F
 from ..kernels.slots import looped_bfs_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .papers import BREADTH_FIRST
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -48,4 +49,5 @@ def formula_looped_bfs(p, m, v, c):
 
 
 register(Family("looped-bfs", build_looped_bfs, formula_looped_bfs, chunks=True,
-                default_chunks=2, summary="breadth-first over chunks; peak m*M"))
+                default_chunks=2, summary="breadth-first over chunks; peak m*M",
+                paper=BREADTH_FIRST))

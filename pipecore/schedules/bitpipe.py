@@ -19,9 +19,13 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
-from .registry import Family, register, with_formula_doc
+from .papers import BITPIPE
+from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
+@with_builder_doc(devices="Pipeline devices p (even).",
+                  microbatches="Microbatches m (a multiple of p).",
+                  chunks="Must be 2 (two stages of each pipeline per device).")
 def build_bitpipe(devices, microbatches, chunks=2):
     """BitPipe on device d with h = p/2, a and b as in Chimera.
 
@@ -39,15 +43,6 @@ def build_bitpipe(devices, microbatches, chunks=2):
     all-reduces (AR) with the replica device p-1-d follow the code's eager
     sync: second-leg stages just before the last backward (after it on the
     two middle devices), first-leg stages at the very end.
-
-    Parameters
-    ----------
-    devices : int
-        Pipeline devices p (even).
-    microbatches : int
-        Microbatches m (a multiple of p).
-    chunks : int
-        Must be 2 (two stages of each pipeline per device).
 
     Returns
     -------
@@ -139,20 +134,26 @@ def _bitpipe_per_op(p, m):
 def formula_bitpipe(p, m, v, c):
     """Closed forms derived from the authors' order, not from the paper.
 
-    The paper body was not readable here. With equal forward and
-    fused-backward times the code's order leaves p - 2 idle chunk slots per
-    device beside 4m busy ones: a bubble ratio of (p-2)/(4m+p-2), half of
-    Chimera's bubble time; device d peaks at (3p+2)/4 + min(d, p-1-d)/2
-    microbatches. Both are derived from the order and property-tested, and
-    reported as exact only for equal forward and fused-backward times.
+    The paper body was not readable here. Each device is busy m (T_F +
+    T_BW) with T_BW = T_B + T_W; with K = m / p units joined by direct
+    concatenation (the paper's figure for more microbatches, and the
+    code's join), it idles (p - 2)/2 hi in one unit (p - 2 chunk slots, each
+    as long as the longer chunk op, hi the larger of T_F and T_BW) plus
+    (p - 2)/2 |T_BW - T_F| at each of the K - 1 joins, where the next
+    unit's forwards pair with this unit's backwards. At T_F = T_BW the
+    bubble ratio is (p-2)/(4m+p-2), half of Chimera's bubble time. Device d
+    peaks at (3p+2)/4 + min(d, p-1-d)/2 microbatches. Both are derived from
+    the order and property-tested at any T_F and T_BW.
     """
-    t = c.f + c.b + c.w
-    bubble = (p - 2) * t / 4
+    f, bw = c.f, c.b + c.w
+    units = m // p
+    bubble = (p - 2) / 2 * (max(f, bw) + (units - 1) * abs(bw - f))
     d = np.arange(p)
     peak = ((3 * p + 2) / 4 + np.minimum(d, p - 1 - d) / 2) * c.activation
-    return {"makespan": m * t + bubble, "bubble_time": bubble, "peak_activation": peak,
-            "exact": bool(c.f == c.b + c.w and m % p == 0)}
+    return {"makespan": m * (f + bw) + bubble, "bubble_time": bubble, "peak_activation": peak,
+            "exact": bool(m % p == 0 and m >= p)}
 
 
 register(Family("bitpipe", build_bitpipe, formula_bitpipe, chunks=True, default_chunks=2,
-                fixed_chunks=2, summary="bidirectional V pipelines, 4 stage replicas per device"))
+                fixed_chunks=2, summary="bidirectional V pipelines, 4 stage replicas per device",
+                paper=BITPIPE))

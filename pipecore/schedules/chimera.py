@@ -6,7 +6,16 @@ Each unit of p microbatches sends its first p/2 down and the rest up; each
 pipeline runs its share 1F1B-style. The per-device order is the authors'
 (the runtime of github.com/Shigangli/Chimera, branch ChimeraBk, and the slot
 generator on its main branch agree), restated in docs/research/bidirectional.md.
-More microbatches are handled by direct concatenation of units.
+
+More microbatches than devices (m = K p, K units) are joined as the paper
+does it: direct concatenation of units, which leaves (p - 2) |T_BW - T_F|
+idle at every join, or forward doubling, which runs two units per step with
+their forwards in pairs: no idle time at the joins when T_F <= T_BW <= 2 T_F,
+at about twice the activation memory. The paper introduces forward doubling
+for the usual T_BW ~ 2 T_F and the authors ran it at scale
+(main_with_runtime_forward_doubling.py and its job scripts on ChimeraBk), so
+it is the default from m = 2p on; ``variant="direct"`` keeps the other join.
+Both closed forms below are exact for any T_F and T_BW.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from ..core.ops import InputError
 from ..core.schedule import KIND_CODE, Schedule
 from ..kernels import bidirectional as _kernel
 from .construct import column_buffers
-from .registry import Family, register
+from .papers import CHIMERA
+from .registry import Family, register, with_builder_doc
 
 
 class PlacementWarning(UserWarning):
@@ -191,9 +201,11 @@ def _expand(ops, ranges):
     return out
 
 
-def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
+@with_builder_doc(devices="Pipeline devices p (even).",
+                  microbatches="Microbatches m (a multiple of p).")
+def build_chimera(devices, microbatches, chunks=1, variant=None, down=None,
                   up_placement=None, down_layers=None, up_layers=None, order=None):
-    """Chimera with direct concatenation of basic units, and its placement space.
+    """Chimera: units of p microbatches, how they join, and its placement space.
 
     With h = p/2, device d runs "own" and "other" pipelines: for d < h own is
     down (stage d) and other is up (stage p-1-d), with a = h-d, b = d; for
@@ -212,8 +224,10 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     forwards in pairs: a x [own F, own F] (a x [own BW, own F, own F] after
     the first step), b x [other F, other F, own F, own F], a x [other F,
     other F, other BW], (b + p/2) x [own BW, other BW], and after the last
-    step a x [own BW]. It needs m to be a multiple of 2p and holds about
-    twice the activations.
+    step a x [own BW]. It needs m >= 2p and holds p more microbatches'
+    activations per device (about twice). The authors' runtime takes an
+    even number of units; with an odd number pipecore runs the first unit
+    alone (the basic unit above) and the others in doubling steps.
 
     The four placement knobs below span asymmetric Chimera-style
     placements (docs/research/tabular.md). Left at their defaults they give
@@ -229,14 +243,13 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
 
     Parameters
     ----------
-    devices : int
-        Pipeline devices p (even).
-    microbatches : int
-        Microbatches m (a multiple of p).
-    chunks : int
-        Stages per device (fixed by the family where it takes none).
-    variant : {"direct", "forward-doubling"}
-        Concatenation of units; the knobs below need ``"direct"``.
+    variant : {None, "direct", "forward-doubling"}
+        How units of p microbatches are joined. None (default) is
+        ``"forward-doubling"`` for the published Chimera (knobs below at
+        their defaults) from m = 2p on, and ``"direct"`` otherwise; the
+        knobs below need ``"direct"``. The paper's backward halving is the
+        forward-doubling order on microbatches of half the size: build it
+        with twice the microbatches and half the costs per microbatch.
     down : int, optional
         Microbatches the down pipeline carries; the up pipeline carries the
         other ``m - down``. Default m/2 (the paper's even split). Any
@@ -286,18 +299,16 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     Raises
     ------
     ValueError
-        If p is odd, m is not a multiple of p (2p for forward doubling), the
-        variant is unknown, or a knob breaks its rule above (the message
-        names the value and the rule).
+        If p is odd, m is not a multiple of p (or below 2p with forward
+        doubling), the variant is unknown, or a knob breaks its rule above
+        (the message names the value and the rule).
     """
     p, m = devices, microbatches
-    if variant not in ("direct", "forward-doubling"):
-        raise InputError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
-                         f"(got {variant!r})")
-    if variant == "forward-doubling" and (m % (2 * p) or p % 2):
+    _check_variant(variant)
+    if variant == "forward-doubling" and (m % p or m < 2 * p or p % 2):
         raise InputError(f"'chimera' forward doubling needs an even number of devices and "
-                         f"microbatches a multiple of 2 * devices = {2 * p} (got devices={p}, "
-                         f"microbatches={m})")
+                         f"microbatches a multiple of devices and at least 2 * devices = {2 * p} "
+                         f"(got devices={p}, microbatches={m})")
     if p % 2:
         raise InputError(f"'chimera' needs an even number of devices (got devices={p})")
     if m % p:
@@ -316,9 +327,10 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
         raise InputError("'chimera' order='chimera' holds only an even microbatch split (down = "
                          f"microbatches / 2 = {m // 2}), the reversed up_placement and equal "
                          "down_layers and up_layers; use order='list' (or None) for this setting")
-    if order == "list" and variant != "direct":
+    if order == "list" and variant not in (None, "direct"):
         raise InputError("'chimera' order='list' needs variant='direct'")
     symmetric = symmetric and order != "list"
+    variant = _resolve_variant(variant, p, m, symmetric and g is None)
     if variant != "direct" and not (symmetric and g is None):
         raise InputError("'chimera' forward doubling takes only the default placement: leave "
                          "down, up_placement, down_layers and up_layers unset (or use "
@@ -330,11 +342,15 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
             if not ok:
                 raise RuntimeError("internal error: the chimera kernel's programs came out "
                                    f"at a length other than 2m + 2 (p={p}, m={m})")
-            return Schedule.from_arrays(*cols, name="chimera", devices=p, replicated=True,
-                                        copy=False)
+            sched = Schedule.from_arrays(*cols, name="chimera", devices=p, replicated=True,
+                                         copy=False)
+            sched.params["variant"] = variant
+            return sched
         base = _chimera_programs(p, m, variant)
         if g is None:
-            return _from_programs(base, p)
+            sched = _from_programs(base, p)
+            sched.params["variant"] = variant
+            return sched
         programs = []
         for prog in base:
             out = []
@@ -372,6 +388,8 @@ def build_chimera(devices, microbatches, chunks=1, variant="direct", down=None,
     sched = _from_programs(programs, p)
     if g is not None:
         sched.params["stage_layers"] = [g] * S
+    if symmetric:  # units of p microbatches, joined by this variant
+        sched.params["variant"] = variant
     return sched
 
 
@@ -396,16 +414,43 @@ def _from_programs(programs, p):
                          (stage, np.int64), (mb, np.int64))]
     return Schedule.from_arrays(*cols, copy=False, name="chimera", devices=p, replicated=True)
 
+
+# The joins of units build_chimera takes (None: its pick).
+VARIANTS = (None, "direct", "forward-doubling")
+
 # From this many ops on, symmetric Chimera is written by a Numba kernel
 # (kernels/bidirectional.py); smaller ones keep the per-op builder below and so
 # compile nothing (compare's p=8 chimera among them).
 CHIMERA_KERNEL_MIN_OPS = 16_384
 
 
+def _check_variant(variant):
+    if variant not in VARIANTS:
+        raise InputError(f"'chimera' variant must be None, 'direct' or 'forward-doubling' "
+                         f"(got {variant!r})")
+
+
+def _resolve_variant(variant, p, m, published):
+    """The join a build uses: ``variant``, or for None forward doubling where
+    it applies (the published placement, m >= 2p) and direct otherwise."""
+    if variant is not None:
+        return variant
+    return "forward-doubling" if published and m >= 2 * p and m % p == 0 else "direct"
+
+
+def _plan(units, doubling):
+    """Microbatch units per step: 1 (a unit alone) or 2 (a doubling step).
+    Forward doubling pairs the units; an odd one out runs first, alone."""
+    if not doubling:
+        return [1] * units
+    return [1] * (units % 2) + [2] * (units // 2)
+
+
 def _chimera_programs(p, m, variant):
     """Today's Chimera programs over (kind, stage, microbatch); checks done by the caller."""
     h = p // 2
     units = m // p
+    plan = _plan(units, variant == "forward-doubling")
     down = [k * p + j for k in range(units) for j in range(h)]
     up = [k * p + h + j for k in range(units) for j in range(h)]
     programs = []
@@ -428,30 +473,19 @@ def _chimera_programs(p, m, variant):
 
         prog = []
         middle = d in (h - 1, h)
-        if variant == "direct":
-            for unit in range(units):
-                for _ in range(a):
-                    if unit > 0:
-                        prog.append(op("B", own))
-                    prog.append(op("F", own))
-                for _ in range(b):
-                    prog += [op("F", other), op("F", own)]
-                for _ in range(a):
-                    prog += [op("F", other), op("B", other)]
-                for _ in range(b):
-                    prog += [op("B", own), op("B", other)]
-        else:
-            for step in range(units // 2):
-                for _ in range(a):
-                    if step > 0:
-                        prog.append(op("B", own))
-                    prog += [op("F", own), op("F", own)]
-                for _ in range(b):
-                    prog += [op("F", other), op("F", other), op("F", own), op("F", own)]
-                for _ in range(a):
-                    prog += [op("F", other), op("F", other), op("B", other)]
-                for _ in range(b + h):
-                    prog += [op("B", own), op("B", other)]
+        for step, x in enumerate(plan):
+            # x forwards where the basic unit runs one; a doubling step
+            # drains h more backward pairs.
+            for _ in range(a):
+                if step > 0:
+                    prog.append(op("B", own))
+                prog += [op("F", own) for _ in range(x)]
+            for _ in range(b):
+                prog += [op("F", other) for _ in range(x)] + [op("F", own) for _ in range(x)]
+            for _ in range(a):
+                prog += [op("F", other) for _ in range(x)] + [op("B", other)]
+            for _ in range(b + (h if x == 2 else 0)):
+                prog += [op("B", own), op("B", other)]
         # Gradient all-reduce with the replica on device p-1-d: the other
         # pipeline's stage is done before the tail and syncs eagerly (the
         # authors' runtime), except on the two middle devices.
@@ -466,12 +500,23 @@ def _chimera_programs(p, m, variant):
 
 
 
-def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
+def formula_chimera(p, m, v, c, variant=None, down=None, up_placement=None,
                     down_layers=None, up_layers=None, order=None):
-    """Bubble ratio (p-2)/(2m+p-2): p-2 idle slots per device beside 2m busy
-    ones, counted with F and B in equal slots (the paper's unit-slot
-    figures); exact when T_F = T_B + T_W, or with forward doubling when the
-    backward takes twice the forward. Peak p/2 + 1 + min(d, p-1-d)
+    """Makespan and peak of the order :func:`build_chimera` builds, for any
+    T_F and T_BW = T_B + T_W (K = m / p units, hi and lo the larger and the
+    smaller of T_F and T_BW).
+
+    Each device is busy m (T_F + T_BW). Its idle time is, with direct
+    concatenation, (p - 2) hi in the basic unit (p/2 - 1 idle forward and
+    p/2 - 1 idle backward slots, each as long as the longer op) plus
+    (p - 2)(hi - lo) at each of the K - 1 joins, where the next unit's
+    forwards pair with this unit's backwards. With forward doubling,
+    (p - 2)/2 (T_F + hi + max(0, T_BW - 3 T_F)) in the first doubling step
+    and (p - 2)(max(0, T_BW - 2 T_F) + max(0, T_F - T_BW)) at each later
+    join: two forwards fill a backward slot when T_F <= T_BW <= 2 T_F; an
+    odd unit out runs first as a basic unit ((p - 2) hi) and joins the
+    steps the same way. At T_F = T_BW both give the paper's bubble ratio
+    (p-2)/(2m+p-2) (its unit slots). Peak p/2 + 1 + min(d, p-1-d)
     microbatches on device d, plus p more with forward doubling.
 
     Parameters
@@ -480,8 +525,8 @@ def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
         Devices, microbatches, chunks.
     c : Costs
         Scalar costs.
-    variant : str
-        ``"direct"`` or ``"forward-doubling"``.
+    variant : {None, "direct", "forward-doubling"}
+        As :func:`build_chimera` (None: the join it picks).
     down, up_placement, down_layers, up_layers, order
         :func:`build_chimera`'s placement knobs; the closed form exists only
         for their symmetric values (the published Chimera).
@@ -489,7 +534,8 @@ def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
     Returns
     -------
     dict
-        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
+        ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``
+        (True where m is a multiple of p: the shapes the builder takes).
 
     Raises
     ------
@@ -503,23 +549,29 @@ def formula_chimera(p, m, v, c, variant="direct", down=None, up_placement=None,
         raise InputError("'chimera' has a closed form only for the symmetric placement (down = "
                          "microbatches / 2, reversed up_placement, equal layer shares, Chimera's "
                          "order); simulate this setting instead")
+    variant = _resolve_variant(variant, p, m, not layers)
     f, bw = c.f, c.b + c.w
-    t = f + bw
+    hi, lo = max(f, bw), min(f, bw)
+    units = m // p
+    plan = _plan(units, variant == "forward-doubling")
+    if variant == "direct":
+        bubble = (p - 2) * (hi + (units - 1) * (hi - lo))
+    else:
+        join = (p - 2) * (max(0.0, bw - 2 * f) + max(0.0, f - bw))
+        first = ((p - 2) * hi if plan[0] == 1
+                 else (p - 2) / 2 * (f + hi + max(0.0, bw - 3 * f)))
+        bubble = first + (len(plan) - 1) * join
     d = np.arange(p)
     doubling = variant == "forward-doubling"
     peak = (p // 2 + 1 + np.minimum(d, p - 1 - d) + (p if doubling else 0)).astype(float)
     peak = np.minimum(peak, m) * c.activation
-    exact = (bw == 2 * f) if doubling else (f == bw)
-    return {"makespan": m * t + (p - 2) * t / 2, "bubble_time": (p - 2) * t / 2,
-            "peak_activation": peak, "exact": bool(exact and m % p == 0)}
+    return {"makespan": m * (f + bw) + bubble, "bubble_time": bubble,
+            "peak_activation": peak, "exact": bool(m % p == 0 and m >= p)}
 
 
 def _check_options(options):
     """The option checks that hold at every shape (the rest need p and m)."""
-    variant = options.get("variant", "direct")
-    if variant not in ("direct", "forward-doubling"):
-        raise InputError(f"'chimera' variant must be 'direct' or 'forward-doubling' "
-                         f"(got {variant!r})")
+    _check_variant(options.get("variant"))
     if options.get("order") not in (None, "chimera", "list"):
         raise InputError(f"'chimera' order must be None, 'chimera' or 'list' "
                          f"(got {options.get('order')!r})")
@@ -542,4 +594,5 @@ def _check_options(options):
 register(Family("chimera", build_chimera, formula_chimera, check=_check_options,
                 options=("variant", "down", "up_placement", "down_layers", "up_layers", "order"),
                 tune_options={"variant": ("direct", "forward-doubling")},
-                summary="bidirectional pipelines, stages replicated (2x weights)"))
+                summary="bidirectional pipelines, stages replicated (2x weights)",
+                paper=CHIMERA))

@@ -3,7 +3,7 @@
 :func:`compose` turns the choices into a :class:`Schedule` through the list
 scheduler of ``kernels/compose.py`` (unit-time steps; rules in
 docs/composing.md). A family is a preset of the choices
-(:func:`presets`); each preset is tested op for op against its family's
+(``presets()`` in this module); each preset is tested op for op against its family's
 builder.
 """
 
@@ -87,14 +87,14 @@ def compose(preset: str | None = None, devices: int | None = None,
             split_backward: bool | None = None, w=None, name: str | None = None) -> Schedule:
     """Build a schedule from a placement, an order policy and a W rule.
 
-    Either name a family (a preset of the three choices, :func:`presets`)
+    Either name a family (a preset of the three choices, ``pipecore.schedules.compose.presets()``)
     or give the choices; with a preset, the choices given replace the
     preset's.
 
     Parameters
     ----------
     preset : str, optional
-        A family name of :func:`presets`.
+        A family name of ``presets()``.
     devices : int, optional
         p; needed with a named placement or a preset.
     microbatches : int

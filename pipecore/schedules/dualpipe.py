@@ -15,6 +15,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule
 from ..kernels.dualpipe import eight_steps
 from .construct import column_buffers, programs_to_schedule
+from .papers import DUALPIPE, DUALPIPE_V
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -154,7 +155,7 @@ def build_dualpipe(devices, microbatches, chunks=1):
 
     Microbatches 0..m/2-1 go down (stage s on device s), m/2..m-1 go up
     (stage s on device p-1-s). Device d at position h = min(d, p-1-d) runs
-    the eight steps of :func:`build_dualpipev` with P = p/2 and m/2
+    the eight steps of ``build_dualpipev`` with P = p/2 and m/2
     microbatches per phase; on the first half of the devices phase 0 is the
     down pipeline, on the second half the up one, and the two middle
     devices run their first main-step unit unoverlapped. Each device ends
@@ -256,7 +257,7 @@ def formula_dualpipev(p, m, v, c):
 @with_formula_doc
 def formula_dualpipe(p, m, v, c):
     """The DualPipe README's bubble (PP/2 - 1)(F&B + B - 3W) with PP = p and
-    its activation PP + 1 stage activations; see :func:`formula_dualpipev`
+    its activation PP + 1 stage activations; see ``formula_dualpipev``
     for the conditions. The makespan m (F + B) + bubble holds with
     fb_factor 1, where every device is equally busy.
     """
@@ -272,7 +273,9 @@ def formula_dualpipe(p, m, v, c):
 
 
 register(Family("dualpipe", build_dualpipe, formula_dualpipe,
-                split=True, summary="DualPipe: two opposite pipelines, F&B overlap, 2x weights"))
+                split=True, summary="DualPipe: two opposite pipelines, F&B overlap, 2x weights",
+                paper=DUALPIPE))
 register(Family("dualpipev", build_dualpipev, formula_dualpipev, chunks=True, default_chunks=2,
                 split=True, fixed_chunks=2,
-                summary="DualPipeV: V placement, overlapped F&B units"))
+                summary="DualPipeV: V placement, overlapped F&B units",
+                paper=DUALPIPE_V))

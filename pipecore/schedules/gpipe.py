@@ -7,6 +7,7 @@ import numpy as np
 from ..kernels.codes import BW, F
 from ..kernels.slots import gpipe_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .papers import GPIPE
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -35,4 +36,5 @@ def formula_gpipe(p, m, v, c):
 
 
 register(Family("gpipe", build_gpipe, formula_gpipe,
-                summary="all forwards then all backwards; peak m*M"))
+                summary="all forwards then all backwards; peak m*M",
+                paper=GPIPE))

@@ -8,6 +8,7 @@ from ..core.ops import InputError
 from ..kernels.codes import BW, B, F, W
 from ..kernels.slots import interleaved_columns, interleaved_zb_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .papers import MEGATRON_INTERLEAVED, ZERO_BUBBLE_INTERLEAVED
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -143,7 +144,9 @@ def formula_interleaved_zb(p, m, v, c):
 
 
 register(Family("interleaved-1f1b", build_interleaved, formula_interleaved, chunks=True,
-                default_chunks=2, summary="Megatron interleaving, v chunks per device"))
+                default_chunks=2, summary="Megatron interleaving, v chunks per device",
+                paper=MEGATRON_INTERLEAVED))
 register(Family("interleaved-zb", build_interleaved_zb, formula_interleaved_zb, chunks=True,
                 default_chunks=2, split=True,
-                summary="interleaved 1F1B with split backward (torch InterleavedZeroBubble)"))
+                summary="interleaved 1F1B with split backward (torch InterleavedZeroBubble)",
+                paper=ZERO_BUBBLE_INTERLEAVED))

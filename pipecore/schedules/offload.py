@@ -11,7 +11,7 @@ backward waits for it to end.
 
 from __future__ import annotations
 
-from ..core.ops import InputError
+from ..core.ops import InputError, check_type
 from ..core.schedule import Schedule, _as_ops, check_int
 from .recompute import _index_set
 
@@ -54,8 +54,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
     ScheduleError
         If the input schedule is not valid.
     """
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
     prefetch = check_int("prefetch", prefetch, minimum=0)
     st = schedule._info()  # validates
     S, m = st.stages, st.microbatches

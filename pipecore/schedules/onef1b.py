@@ -7,6 +7,7 @@ import numpy as np
 from ..kernels.codes import BW, F
 from ..kernels.slots import one_f_one_b_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .papers import EAGER_1F1B, PIPEDREAM_FLUSH
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -71,6 +72,8 @@ def formula_eager_1f1b(p, m, v, c):
 
 
 register(Family("1f1b", build_1f1b, formula_1f1b,
-                summary="one forward one backward; peak p*M on device 0"))
+                summary="one forward one backward; peak p*M on device 0",
+                paper=PIPEDREAM_FLUSH))
 register(Family("eager-1f1b", build_eager_1f1b, formula_eager_1f1b,
-                summary="1F1B with doubled warm-up to hide communication"))
+                summary="1F1B with doubled warm-up to hide communication",
+                paper=EAGER_1F1B))

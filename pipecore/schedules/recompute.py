@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..core.ops import InputError
+from ..core.ops import InputError, check_type
 from ..core.schedule import BW, B, R, Schedule
 
 __all__ = ["recompute"]
@@ -66,8 +66,7 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
     ScheduleError
         If the input schedule is not valid.
     """
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
     st = schedule._info()  # validates
     S, m = st.stages, st.microbatches
     chosen_s = _index_set("stages", stages, S)

@@ -1,8 +1,8 @@
 """The registry of schedule families that :func:`pipecore.build` reads.
 
 Each family lives in its own module and registers a :class:`Family`: a
-builder (devices, microbatches, chunks -> Schedule) and a closed-form
-formula for its makespan and peak activation.
+builder (devices, microbatches, chunks -> Schedule), a closed-form formula
+for its makespan and peak activation, and the :class:`Paper` it comes from.
 """
 
 from __future__ import annotations
@@ -17,66 +17,69 @@ from ..core.schedule import Schedule, check_int
 from ..core.sizes import BYTES_PER_OP, MAX_OPS, OPS_RULE, check_size  # noqa: F401 (re-exported)
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
 
-__all__ = ["Family", "register", "build", "schedules", "family"]
+__all__ = ["Family", "Paper", "register", "build", "schedules", "family"]
 
-# The numpydoc sections every family's builder and every formula share
-# (the contracts of Family.builder and Family.formula), written once here and
-# appended to their docstrings by with_builder_doc and with_formula_doc.
-BUILDER_SECTIONS = """Parameters
-----------
-devices : int
-    Pipeline devices p.
-microbatches : int
-    Microbatches m.
-chunks : int
-    Stages per device (fixed by the family where it takes none).
-
-Returns
--------
-Schedule
-"""
-
-FORMULA_SECTIONS = """Parameters
-----------
-p, m, v : int
-    Devices, microbatches, chunks.
-c : Costs
-    Scalar costs.
-
-Returns
--------
-dict
-    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``.
-"""
+# The numpydoc parameters and returns every family's builder and every formula
+# share (the contracts of Family.builder and Family.formula), written once here
+# and added to their docstrings by with_builder_doc and with_formula_doc.
+BUILDER_PARAMETERS = {"devices": ("int", "Pipeline devices p."),
+                      "microbatches": ("int", "Microbatches m."),
+                      "chunks": ("int", "Stages per device (fixed by the family where it takes "
+                                        "none).")}
+BUILDER_RETURNS = "Schedule"
+FORMULA_PARAMETERS = {"p, m, v": ("int", "Devices, microbatches, chunks."),
+                      "c": ("Costs", "Scalar costs.")}
+FORMULA_RETURNS = "dict\n    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``."
 
 
-def _with_sections(fn, sections):
-    # The shared sections go after the function's own text and before its
-    # own Raises section (numpydoc's order).
+def _complete(fn, parameters, returns, notes):
+    """Put the shared parameters first in ``fn``'s Parameters section (its own
+    follow) and the shared Returns where it has none, before its Raises."""
     doc = inspect.cleandoc(fn.__doc__ or "")
-    head, sep, raises = doc.partition("\nRaises\n------")
-    fn.__doc__ = head.rstrip() + "\n\n" + sections + (f"\n{sep.strip()}{raises}" if sep else "")
+    shared = "\n".join(f"{name} : {kind}\n    {notes.get(name, text)}"
+                       for name, (kind, text) in parameters.items())
+    head, sep, rest = doc.partition("\nParameters\n----------\n")
+    if sep:  # the function documents more parameters: the shared ones go first
+        doc = f"{head}{sep}{shared}\n{rest}"
+    else:
+        body, rsep, raises = doc.partition("\nRaises\n------")
+        doc = f"{body.rstrip()}\n\nParameters\n----------\n{shared}\n" + (
+            f"\n{rsep.strip()}{raises}" if rsep else "")
+    if "\nReturns\n-------" not in doc:
+        body, rsep, raises = doc.partition("\nRaises\n------")
+        doc = f"{body.rstrip()}\n\nReturns\n-------\n{returns}\n" + (
+            f"\n{rsep.strip()}{raises}" if rsep else "")
+    fn.__doc__ = doc
     return fn
 
 
-def with_builder_doc(fn):
-    """Append :data:`BUILDER_SECTIONS` to a family builder's docstring.
+def with_builder_doc(fn=None, **notes):
+    """Add the builder contract's Parameters and Returns to a family builder's
+    docstring (its own parameters follow ``devices``, ``microbatches`` and
+    ``chunks``).
 
     Parameters
     ----------
-    fn : callable
-        ``builder(devices, microbatches, chunks) -> Schedule``.
+    fn : callable, optional
+        ``builder(devices, microbatches, chunks, ...) -> Schedule``. Without
+        it, a decorator that takes ``notes``.
+    **notes : str
+        A family's own text for a shared parameter, e.g.
+        ``devices="Pipeline devices p (even)."``.
 
     Returns
     -------
     callable
-        ``fn``, its docstring completed.
+        ``fn``, its docstring completed (or the decorator).
     """
-    return _with_sections(fn, BUILDER_SECTIONS)
+    if fn is None:
+        return lambda f: _complete(f, BUILDER_PARAMETERS, BUILDER_RETURNS, notes)
+    return _complete(fn, BUILDER_PARAMETERS, BUILDER_RETURNS, notes)
 
 
 def with_formula_doc(fn):
-    """Append :data:`FORMULA_SECTIONS` to a family formula's docstring.
+    """Add the formula contract's Parameters and Returns to a family formula's
+    docstring (its own parameters follow ``p, m, v`` and ``c``).
 
     Parameters
     ----------
@@ -88,7 +91,67 @@ def with_formula_doc(fn):
     callable
         ``fn``, its docstring completed.
     """
-    return _with_sections(fn, FORMULA_SECTIONS)
+    return _complete(fn, FORMULA_PARAMETERS, FORMULA_RETURNS, {})
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The publication a schedule family comes from.
+
+    Attributes
+    ----------
+    authors : str
+        As the paper lists them, shortened to "First et al." past two.
+    title : str
+        The title under which it appeared at ``venue``.
+    venue : str
+        Conference or journal with its year ("ICML 2021"), or what the
+        source is when it is not a peer-reviewed paper ("arXiv:2410.19367",
+        "GitHub repository").
+    year : int
+        Year of that publication.
+    url : str
+        An https address of the text: arXiv, OpenReview, a DOI or the
+        repository.
+    note : str
+        What pipecore takes from it when that is not the whole paper (a
+        section, a variant, or which part is pipecore's own choice).
+
+    Raises
+    ------
+    ValueError
+        If a field is empty, the year is not an int, or ``url`` is not an
+        https address.
+    """
+
+    authors: str
+    title: str
+    venue: str
+    year: int
+    url: str
+    note: str = ""
+
+    def __post_init__(self):
+        for name in ("authors", "title", "venue", "url"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(f"Paper {name!r} must be a non-empty str (got {value!r})")
+        if isinstance(self.year, bool) or not isinstance(self.year, int):
+            raise InputError(f"Paper 'year' must be an int (got {self.year!r})")
+        if not self.url.startswith("https://"):
+            raise InputError(f"Paper 'url' must be an https address (got {self.url!r})")
+        if not isinstance(self.note, str):
+            raise InputError(f"Paper 'note' must be a str (got {self.note!r})")
+
+    def citation(self) -> str:
+        """One line: authors, title in quotes, venue (and the year if the venue lacks it).
+
+        Returns
+        -------
+        str
+        """
+        venue = self.venue if str(self.year) in self.venue else f"{self.venue}, {self.year}"
+        return f'{self.authors}, "{self.title}", {venue}'
 
 
 @dataclass(frozen=True)
@@ -130,6 +193,9 @@ class Family:
         the shape (raises ValueError naming the option); a grid runs them
         before scanning, so a bad value is an error, not a family that
         silently yields no rows.
+    paper : Paper or None
+        The publication the schedule comes from (every family pipecore
+        registers has one; a family of your own may leave it None).
     """
 
     name: str
@@ -144,6 +210,12 @@ class Family:
     resolve: Callable | None = None
     tune_options: dict = field(default_factory=dict)
     check: Callable | None = None
+    paper: Paper | None = None
+
+    def __post_init__(self):
+        if self.paper is not None and not isinstance(self.paper, Paper):
+            raise InputError(f"Family {self.name!r}: 'paper' must be a pipecore Paper or None "
+                             f"(got {type(self.paper).__name__})")
 
     def chunks_for(self, requested: int | None) -> int:
         """The chunks this family uses when ``requested`` is asked for.
@@ -243,8 +315,8 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         Stages per device v for the interleaved families (default 2);
         must be 1 or None for single-chunk families.
     **options
-        Family-specific options, e.g. ``waves`` for ``hanayo`` (see
-        :attr:`Family.options`).
+        Family-specific options, e.g. ``waves`` for ``hanayo`` (see the
+        ``options`` of :class:`Family`).
 
     Returns
     -------

@@ -3,7 +3,8 @@ bottom of the V (stages p-1 and p) stays on device p-1 and the first and
 last stages share device 0.
 
 ZB-V is the V-shaped zero-bubble schedule of Qi et al. ("Zero Bubble
-Pipeline Parallelism", ICLR 2024, section 6). Its per-device order follows
+Pipeline Parallelism", arXiv:2401.10241, section 6; the ICLR 2024 version
+has ZB-H1 and ZB-H2 only). Its per-device order follows
 the rules PyTorch's ``ScheduleZBVZeroBubble`` uses (torch 2.13), restated
 here and checked against a fixture generated from torch.
 """
@@ -17,6 +18,7 @@ from ..kernels.codes import B, F, W
 from ..kernels.slots import zb_v_columns
 from .blocks import repeat, v_half, v_min, v_zb
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .papers import V_HALF, V_MIN, V_ZB, ZERO_BUBBLE_V
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -132,7 +134,8 @@ def formula_zb_v(p, m, v, c):
 
 register(Family("zb-v", build_zb_v, formula_zb_v, chunks=True, default_chunks=2, split=True,
                 fixed_chunks=2,
-                summary="V-shaped zero bubble, peak p*M_B"))
+                summary="V-shaped zero bubble, peak p*M_B",
+                paper=ZERO_BUBBLE_V))
 
 
 def _block_builder(name, make):
@@ -168,10 +171,13 @@ def _v_formula(share, target):
 
 register(Family("v-min", _block_builder("v-min", v_min), _v_formula(2 / 3, lambda p: (p + 4) // 3),
                 chunks=True, default_chunks=2, split=True, fixed_chunks=2,
-                summary="V block, offsets 1: about 1/3 of 1F1B's activation"))
+                summary="V block, offsets 1: about 1/3 of 1F1B's activation",
+                paper=V_MIN))
 register(Family("v-half", _block_builder("v-half", v_half), _v_formula(1 / 2, lambda p: (p + 2) // 2),
                 chunks=True, default_chunks=2, split=True, fixed_chunks=2,
-                summary="V block, offsets 2/1: about half of 1F1B's activation"))
+                summary="V block, offsets 2/1: about half of 1F1B's activation",
+                paper=V_HALF))
 register(Family("v-zb", _block_builder("v-zb", v_zb), _v_formula(0.0, lambda p: p),
                 chunks=True, default_chunks=2, split=True, fixed_chunks=2,
-                summary="V block, offsets 4/2: 1F1B's activation, no bubble"))
+                summary="V block, offsets 4/2: 1F1B's activation, no bubble",
+                paper=V_ZB))

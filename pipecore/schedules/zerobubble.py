@@ -9,6 +9,7 @@ import numpy as np
 from ..kernels.codes import B, F, W
 from ..kernels.slots import split_1f1b_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
+from .papers import ZERO_BUBBLE
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
 
@@ -112,6 +113,8 @@ def formula_zb_h2(p, m, v, c):
 
 
 register(Family("zb-h1", build_zb_h1, formula_zb_h1, split=True,
-                summary="zero bubble H1: split backward, 1F1B memory"))
+                summary="zero bubble H1: split backward, 1F1B memory",
+                paper=ZERO_BUBBLE))
 register(Family("zb-h2", build_zb_h2, formula_zb_h2, split=True,
-                summary="zero bubble H2: split backward, (2p-1) M_B, no bubble"))
+                summary="zero bubble H2: split backward, (2p-1) M_B, no bubble",
+                paper=ZERO_BUBBLE))

@@ -293,7 +293,7 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
             for m in microbatches:
                 bar.update(0, note=f"p={p} m={m}, {total} variants so far")
                 try:
-                    build("chimera", p, m)
+                    build("chimera", p, m, variant="direct")
                 except ValueError as exc:
                     rows += [_empty_row(p, m, cf, nf, str(exc)) for cf, nf in cells]
                     bar.update(1, final=(p, m) == shapes[-1])
@@ -308,7 +308,9 @@ def asymmetric_study(devices=(4, 8), microbatches=(4, 8, 16, 32, 64), model=None
                         if _shares_a_device(key, p, m):
                             cache[key] = None
                             return None
-                        sched = build("chimera", p, m, **_knobs(key, p, m))
+                        # The study compares placements, not joins of units:
+                        # symmetric Chimera keeps direct concatenation.
+                        sched = build("chimera", p, m, variant="direct", **_knobs(key, p, m))
                         if any(len(d) != 2 for d in sched.stage_devices):
                             cache[key] = None
                             return None
@@ -443,13 +445,13 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool 
         cap = ("" if limit is None else f"; the device's {limit * unit / 1e9:g} GB are "
                f"{limit:.2f} M")
         lines += textwrap.wrap(f"memory at p={p}: M = {unit / 1e9:.3g} GB, one microbatch's "
-                               f"activation of one device share{cap}", 100,
+                               f"activation of one device share{cap}", 120,
                                subsequent_indent="  ")
     if units:
         lines.append("peaks: activation + training state (16 bytes per parameter) of the worst "
                      "device")
-    lines.append("  S    m  compute-speed  network-speed  vs-chimera  vs-best-sym  "
-                 "reading                 global peak (M) sym -> best  lowest found (M)")
+    lines.append("  S    m  compute  network  vs-chimera  vs-best-sym  "
+                 "reading                 global peak (M) sym -> best  lowest found")
 
     def peak(value, fit):
         return f"{value:.2f}{'' if fit else '!'}"
@@ -457,12 +459,12 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool 
     over = 0
     for r in ok:
         over += (not r["chimera_fits"]) + (not r["best_fits"]) + (not r["min_peak_fits"])
-        lines.append(f"{r['devices']:>3}  {r['microbatches']:>3}  {'x%g' % r['compute_speed']:>13}  "
-                     f"{'x%g' % r['network_speed']:>13}  {100 * r['gain']:>+9.2f}%  "
+        lines.append(f"{r['devices']:>3}  {r['microbatches']:>3}  {'x%g' % r['compute_speed']:>7}  "
+                     f"{'x%g' % r['network_speed']:>7}  {100 * r['gain']:>+9.2f}%  "
                      f"{100 * r['gain_vs_symmetric']:>+10.2f}%  "
                      f"{r['best_reading']:<22}  {peak(r['chimera_peak'], r['chimera_fits']):>9} -> "
                      f"{peak(r['best_peak'], r['best_fits']):>7}  "
-                     f"{peak(r['min_peak'], r['min_peak_fits']):>16}")
+                     f"{peak(r['min_peak'], r['min_peak_fits']):>12}")
     if over:
         lines.append("!: more than the device's memory: the placement does not fit this "
                      "hardware as modelled")
@@ -473,15 +475,17 @@ def summarize_asymmetric(table: pa.Table, info: dict | None = None, setup: bool 
         for r in mid:
             sym = " ".join(f"{x:.2f}" for x in r["chimera_device_peaks"])
             best = " ".join(f"{x:.2f}" for x in r["best_device_peaks"])
-            lines.append(f"  p={r['devices']} m={r['microbatches']}: [{sym}] -> [{best}]  "
-                         f"{r['best_variant']}")
+            lines += textwrap.wrap(f"p={r['devices']} m={r['microbatches']}: [{sym}] -> [{best}]  "
+                                   f"{r['best_variant']}", 120, initial_indent="  ",
+                                   subsequent_indent="    ")
     skipped = {}
     for r in rows:
         if r["error"] is not None:
             skipped.setdefault(r["error"], set()).add((r["devices"], r["microbatches"]))
     for error, shapes in sorted(skipped.items()):
-        lines.append("not buildable: " + ", ".join(f"p={p} m={m}" for p, m in sorted(shapes))
-                     + f" ({error})")
+        lines += textwrap.wrap("not buildable: " + ", ".join(f"p={p} m={m}"
+                                                             for p, m in sorted(shapes))
+                               + f" ({error})", 120, subsequent_indent="  ")
     if info:
         lines.append(f"{info['evaluated']} variants evaluated in {info['seconds']:.1f} s")
     return "\n".join(lines)

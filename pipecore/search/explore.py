@@ -41,7 +41,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             split_evals: int = 300, progress=None) -> Tuned:
     """The fastest composed schedule under a memory limit, searched jointly.
 
-    Every composition of ``space`` (:func:`default_space` by default: about
+    Every composition of ``space`` (``pipecore.search.explore.default_space`` by default: about
     10,000 at p = 8) is built and timed in one pass of the construction
     kernel with these costs and network (the same numbers as
     :func:`pipecore.simulate`; a placement of two pipelines, whose replicas
@@ -81,7 +81,7 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         With a Model: the hardware its times and network come from
         (default ``Hardware.preset("h100-nvlink")``).
     space : sequence of Composition, optional
-        The compositions to try (default :func:`default_space`, with the
+        The compositions to try (default ``default_space(devices, microbatches)``, with the
         overlapped F&B units when ``costs.fb_factor`` < 1).
     top : int, default 3
         Compositions simulated in full and polished.
@@ -229,15 +229,16 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
             new = [_Placed(**vars(c), setting=setting) for c in found]
             cands += new
             fitting += new
-    tuned, tune_setting = None, splits.linear(p)
+    tuned, tune_floor, tune_setting = None, None, splits.linear(p)
     if isinstance(tune_setting, str):  # a model with fewer layers than devices
         tune_setting = None
     if include_tune and tune_setting is not None:
         try:
             tuned = tune(p, m, tune_setting.costs, None if math.isinf(limit) else limit,
-                         tune_setting.network, polish=polish, progress=False)
-        except TuneError:
-            tuned = None
+                         tune_setting.network, polish=polish, recompute=recompute,
+                         progress=False)
+        except TuneError as exc:
+            tuned, tune_floor = None, exc.smallest_limit
     table = _candidates_table(rows, cands, tuned, limit, tune_setting)
     options = [(c.result.makespan, c.memory, 1, c.label, c.schedule, c.result, c.setting)
                for c in fitting]
@@ -246,21 +247,26 @@ def explore(devices: int, microbatches: int, costs: Costs | Model | None = None,
         options.append((tuned.result.makespan, mem, 0, f"tune: {tuned.label}", tuned.schedule,
                         tuned.result, tune_setting))
     if not options:
-        least = min((r["memory"] for r in table.to_pylist() if r["memory"] is not None),
-                    default=None)
-        if least is None:  # nothing was timed: say why, not "least memory nan"
+        timed = [r for r in table.to_pylist() if r["memory"] is not None]
+        least = min(timed, key=lambda r: (r["memory"], r["makespan"]), default=None)
+        need, label = (math.nan, None) if least is None else (least["memory"], least["candidate"])
+        if tune_floor is not None and not tune_floor >= need:  # tune's floor, generated for it
+            need, label = tune_floor, "tune's least"
+        if label is None:  # nothing was timed: say why, not "least memory nan"
             raise TuneError(_why_none_timed(rows, include_tune and tune_setting is not None),
-                            math.nan, table)
-        raise TuneError(f"nothing fits memory_limit={limit:g}: the least memory a composition "
-                        f"needs is {least:g}", least, table)
+                            need, table)
+        raise TuneError(f"nothing fits memory_limit={limit:g}: the least memory a candidate "
+                        f"needs is {need:g} ({label}); a limit of at least {need:g} gives a "
+                        "schedule", need, table)
     # Ties go to tune's winner (a named family), then to less memory.
     makespan, _mem, _src, label, sched, res, setting = min(
         options, key=lambda o: (_score(o[5], "makespan"), o[2], o[1], o[3]))
     if setting.layers is not None:
         sched.params["layers"] = list(setting.layers)
     validate(sched)
+    units = ("s", "bytes") if model is not None else ("cost units", "M")
     return Tuned(sched, res, label, table, limit, setting.costs, setting.network,
-                 time.perf_counter() - t0, "makespan")
+                 time.perf_counter() - t0, "makespan", *units)
 
 
 def _check_fits_some(space, model, costs, network, p):

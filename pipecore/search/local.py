@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core import tier
 from ..core.costs import Costs, Network, fits
-from ..core.ops import AR, InputError
+from ..core.ops import AR, InputError, check_choice, check_type
 from ..core.schedule import KINDS, Schedule
 from ..core.simulate import compile_schedule, simulate, validate
 from ..kernels import localsearch as _ls
@@ -76,10 +76,8 @@ def local_search(schedule: Schedule, costs: Costs | None = None, memory_limit: f
     ScheduleError
         If the input is not a valid schedule.
     """
-    if not isinstance(schedule, Schedule):
-        raise InputError(f"'schedule' must be a pipecore.Schedule (got {type(schedule).__name__})")
-    if objective not in ("makespan", "span"):
-        raise InputError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
+    check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    check_choice("objective", objective, ("makespan", "span"))
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise InputError(f"'window' must be an int >= 1 (got {window!r})")
     if isinstance(max_evals, bool) or not isinstance(max_evals, int) or max_evals < 1:

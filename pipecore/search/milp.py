@@ -64,12 +64,12 @@ holds for the sorted sequences too: with t the k-th smallest start of v
 ``t - lag``, so the k-th smallest finish of u is at most ``t - lag``. So the
 sorted schedule is feasible with the same makespan. (Producers are F or B,
 which take positive time, so a producer on the consumer's device also stays
-ahead of it in program order.) :func:`_sort_microbatches` is this argument
+ahead of it in program order.) ``_sort_microbatches`` is this argument
 as code; the warm start goes through it.
 
-The code follows these steps: :mod:`~pipecore.search.milp_problem` holds the
-instance, the known orders and the time windows, :mod:`~pipecore.search.milp_warm`
-the warm start, :mod:`~pipecore.search.milp_model` the rows and the call to
+The code follows these steps: ``milp_problem`` holds the
+instance, the known orders and the time windows, ``milp_warm``
+the warm start, ``milp_model`` the rows and the call to
 HiGHS; :func:`optimal` runs them in turn and reads the solution back into a
 schedule, which it checks by simulation.
 """
@@ -215,7 +215,7 @@ def optimal(placement, microbatches: int, costs: Costs | None = None,
         F and B must take positive time at every stage; W may take 0.
     memory_limit : float, optional
         Per-device limit on peak activation plus weights, as
-        :attr:`Result.peak_activation` + :attr:`Result.static_memory`
+        :attr:`~pipecore.Result.peak_activation` + :attr:`~pipecore.Result.static_memory`
         measure it. None: no limit.
     time_limit : float, default 60.0
         Seconds HiGHS may search; when it runs out, the best schedule found

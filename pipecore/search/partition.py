@@ -68,7 +68,7 @@ class Plan:
     result : Result
         The simulation of ``schedule`` with ``costs`` and ``network``.
     uniform_layers : tuple of int
-        The uniform split (see :func:`uniform_split`).
+        The uniform split (see ``pipecore.search.partition.uniform_split``).
     uniform : Result
         Its simulation.
     memory_limit : float

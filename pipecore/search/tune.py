@@ -19,12 +19,13 @@ import pyarrow as pa
 
 from ..core import tier
 from ..core.costs import Costs, Network, fits
-from ..core.ops import AR, BW, B, F, InputError, W
+from ..core.ops import AR, BW, B, F, InputError, W, check_choice
 from ..core.progress import Progress, enabled
 from ..core.rules import kernel_from
 from ..core.schedule import Schedule, ScheduleError, check_int
 from ..core.simulate import Result, simulate, validate
 from ..schedules.registry import build, family, schedules
+from .tuned import Tuned
 
 __all__ = ["tune", "Tuned", "TuneError", "CHUNK_VALUES"]
 
@@ -166,7 +167,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         Families to try (default: all registered).
     chunks : sequence of int, optional
         Chunks values tried for families that take a choice (default
-        :data:`CHUNK_VALUES`).
+        ``pipecore.search.tune.CHUNK_VALUES``).
     generated : bool
         Also try schedules generated for these costs and the limit.
     objective : {"makespan", "span"}
@@ -210,8 +211,7 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         For bad arguments (naming them).
     """
     t0 = time.perf_counter()
-    if objective not in ("makespan", "span"):
-        raise InputError(f"'objective' must be 'makespan' or 'span' (got {objective!r})")
+    check_choice("objective", objective, ("makespan", "span"))
     p = check_int("devices", devices, minimum=1)
     m = check_int("microbatches", microbatches, minimum=1)
     costs = Costs() if costs is None else costs
@@ -292,10 +292,18 @@ def tune(devices: int, microbatches: int, costs: Costs | None = None,
         if polish:
             fitting += _polish(fitting, cands, costs, limit, network, objective)
             table = _table(cands, limit)
-        best = min(fitting, key=lambda c: (_score(c.result, objective), c.memory, c.label))
+        # Ties go to a named family, then to what was generated for the limit, then
+        # to the variants (recompute, offload, polish): the simplest schedule.
+        order = {id(c): i for i, c in enumerate(cands)}
+        best = min(fitting, key=lambda c: (_score(c.result, objective), c.memory,
+                                           _SOURCES.index(c.source), order.get(id(c), 0)))
         validate(best.schedule)
         return Tuned(best.schedule, best.result, best.label, table, limit, costs, network,
                      time.perf_counter() - t0, objective)
+
+
+#: Candidate sources, simplest first: the order in which ties are broken.
+_SOURCES = ("family", "generated", "recompute", "offload", "polished")
 
 
 def _floor(p, m, costs, network):
@@ -618,106 +626,3 @@ def _table(cands, limit):
         rows["fits"].append(None if r is None else bool(fits(c.memory, limit)))
         rows["note"].append(c.error or "")
     return pa.table(rows)
-
-
-@dataclass
-class Tuned:
-    """What :func:`tune` returns.
-
-    Attributes
-    ----------
-    schedule : Schedule
-        The winner (validated).
-    result : Result
-        Its simulation with the tuned costs and network.
-    label : str
-        Which candidate it is (family and parameters).
-    candidates : pyarrow.Table
-        Every candidate: metrics, ``fits``, and a note for those skipped.
-    memory_limit : float
-    costs : Costs
-    network : Network or None
-    seconds : float
-        Time tune took.
-    objective : str
-        What was minimised ("makespan" or "span").
-    """
-
-    schedule: Schedule
-    result: Result
-    label: str
-    candidates: pa.Table
-    memory_limit: float
-    costs: Costs
-    network: Network | None
-    seconds: float
-    objective: str = "makespan"
-
-    def __repr__(self) -> str:
-        # Short: the candidates table is in .candidates and .report().
-        lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit:g}"
-        value = float(np.max(getattr(self.result, self.objective)))  # span is per device
-        return (f"Tuned({self.label!r}, {self.objective}={value:.6g}, memory_limit={lim}, "
-                f"candidates={self.candidates.num_rows})")
-
-    def _repr_html_(self) -> str:
-        """Jupyter: the winner's line and the ranking of :meth:`report` as a table."""
-        import html
-
-        rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
-        key = self.objective
-        fit = sorted((r for r in rows if r["fits"]), key=lambda r: (r[key], r["memory"]))
-        over = sorted((r for r in rows if not r["fits"]), key=lambda r: r[key])
-        cells = "".join(
-            f"<tr><td style='text-align:left'>{html.escape(r['candidate'])}</td>"
-            f"<td>{r['makespan']:.6g}</td><td>{r['bubble_rate']:.4f}</td>"
-            f"<td>{r['memory']:.5g}</td><td>{'yes' if r['fits'] else 'no'}</td></tr>"
-            for r in fit[:10] + over[:5])
-        return (f"<div style='font-family:sans-serif;font-size:13px'><b>tune</b>: "
-                f"{html.escape(self.report(0).splitlines()[0])}</div>"
-                "<table style='font-size:12px;border-collapse:collapse'><thead><tr>"
-                "<th>candidate</th><th>makespan</th><th>bubble rate</th><th>memory (M)</th>"
-                f"<th>fits</th></tr></thead><tbody>{cells}</tbody></table>")
-
-    def report(self, top: int = 10) -> str:
-        """Why the winner won: the ranking of candidates that fit, and the
-        fastest ones that did not.
-
-        Parameters
-        ----------
-        top : int
-            Rows of each list.
-
-        Returns
-        -------
-        str
-        """
-        rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
-        key = self.objective
-        fit = sorted((r for r in rows if r["fits"]), key=lambda r: (r[key], r["memory"]))
-        over = sorted((r for r in rows if not r["fits"]), key=lambda r: r[key])
-        skipped = [r for r in self.candidates.to_pylist() if r["makespan"] is None]
-        lim = "none" if math.isinf(self.memory_limit) else f"{self.memory_limit:g}"
-        best = fit[0]
-        lines = [f"winner ({key}): {self.label}  makespan {best['makespan']:.6g}  bubble rate "
-                 f"{best['bubble_rate']:.4f}  memory {best['memory']:.6g} (limit {lim})"]
-        if len(fit) > 1:
-            nxt = fit[1]
-            gap = (nxt[key] / best[key] - 1) * 100
-            lines.append(f"runner-up: {nxt['candidate']} is {gap:.2f}% slower ({key})")
-        if over:
-            lines.append(f"{len(over)} candidate(s) exceed the limit; the fastest of them, "
-                         f"{over[0]['candidate']}, would take {over[0][key]:.6g} ({key}) with "
-                         f"memory {over[0]['memory']:.6g}")
-        dup = sum(1 for r in skipped if r["note"].startswith("same schedule as"))
-        lines.append(f"{len(rows)} candidates simulated, {dup} duplicates dropped, "
-                     f"{len(skipped) - dup} not buildable for this shape, in {self.seconds:.2f} s")
-        lines.append("")
-        shown = fit[:top] + over[:top]
-        width = max([34] + [len(r["candidate"]) for r in shown])
-        lines.append(f"{'candidate':<{width}} {'makespan':>11} {'bubble':>7} {'memory':>9}  fits")
-        for r in shown:
-            lines.append(f"{r['candidate']:<{width}} {r['makespan']:>11.6g} "
-                         f"{r['bubble_rate']:>7.4f} {r['memory']:>9.5g}  "
-                         f"{'yes' if r['fits'] else 'no'}")
-        return "\n".join(lines)

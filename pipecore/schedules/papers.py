@@ -1,0 +1,86 @@
+"""Where each schedule family comes from: the publications its
+:class:`~pipecore.Family` cites as ``paper``.
+
+Titles and venues are as the papers appeared (checked against the
+proceedings or arXiv pages); the link is the open text. Where a family
+takes one schedule out of a paper, or where part of it is pipecore's own
+choice, the ``note`` says so. ``pipecore families`` and the docs' gallery
+print these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .registry import Paper
+
+__all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
+           "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
+           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V"]
+
+GPIPE = Paper(
+    "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
+    "NeurIPS 2019", 2019, "https://arxiv.org/abs/1811.06965")
+
+# PipeDream-2BW's paper; 1F1B is its PipeDream-Flush variant.
+PIPEDREAM_FLUSH = Paper(
+    "Narayanan et al.", "Memory-Efficient Pipeline-Parallel DNN Training", "ICML 2021", 2021,
+    "https://arxiv.org/abs/2006.09503", note="PipeDream-Flush: 1F1B with a pipeline flush")
+
+MEGATRON_INTERLEAVED = Paper(
+    "Narayanan et al.",
+    "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+    "SC 2021", 2021, "https://arxiv.org/abs/2104.04473", note="the interleaved 1F1B schedule")
+
+# The ICLR 2024 version (ZB-H1, ZB-H2) has a title of its own; ZB-V came
+# with the arXiv version.
+ZERO_BUBBLE = Paper(
+    "Qi et al.", "Zero Bubble (Almost) Pipeline Parallelism", "ICLR 2024", 2024,
+    "https://openreview.net/forum?id=tuzTN0eIO5", note="the handcrafted ZB-H1 and ZB-H2")
+ZERO_BUBBLE_V = Paper(
+    "Qi et al.", "Zero Bubble Pipeline Parallelism", "arXiv:2401.10241", 2024,
+    "https://arxiv.org/abs/2401.10241",
+    note="ZB-V (section 6 of the arXiv version); order as PyTorch's ScheduleZBVZeroBubble")
+ZERO_BUBBLE_INTERLEAVED = replace(
+    ZERO_BUBBLE_V, note="ZB-H1's split backward over v chunks, as PyTorch's "
+    "ScheduleInterleavedZeroBubble builds it")
+
+CONTROLLABLE_MEMORY = Paper(
+    "Qi et al.", "Pipeline Parallelism with Controllable Memory", "NeurIPS 2024", 2024,
+    "https://arxiv.org/abs/2405.15362")
+EAGER_1F1B = replace(CONTROLLABLE_MEMORY,
+                     note="eager 1F1B, an example of the paper's building blocks")
+V_MIN = replace(CONTROLLABLE_MEMORY, note="the V-Min building block")
+V_HALF = replace(CONTROLLABLE_MEMORY, note="the V-Half building block")
+V_ZB = replace(CONTROLLABLE_MEMORY, note="the V-ZB building block")
+
+BREADTH_FIRST = Paper(
+    "Lamy-Poirier", "Breadth-First Pipeline Parallelism", "MLSys 2023", 2023,
+    "https://arxiv.org/abs/2211.05953",
+    note="the looped schedule; backward order as PyTorch's ScheduleLoopedBFS")
+
+CHIMERA = Paper(
+    "Li and Hoefler",
+    "Chimera: Efficiently Training Large-Scale Neural Networks with Bidirectional Pipelines",
+    "SC 2021", 2021, "https://arxiv.org/abs/2107.06925",
+    note="order from the authors' runtime (github.com/Shigangli/Chimera)")
+
+HANAYO = Paper(
+    "Liu et al.",
+    "Hanayo: Harnessing Wave-like Pipeline Parallelism for Enhanced Large Model Training Efficiency",
+    "SC 2023", 2023, "https://arxiv.org/abs/2308.15762",
+    note="the wave placement; the per-device order is pipecore's own (earliest-start greedy)")
+
+BITPIPE = Paper(
+    "Wu et al.",
+    "BitPipe: Bidirectional Interleaved Pipeline Parallelism for Accelerating Large Models Training",
+    "arXiv:2410.19367", 2024, "https://arxiv.org/abs/2410.19367",
+    note="order from the authors' code (github.com/wuhouming/BitPipe)")
+
+DUALPIPE = Paper(
+    "DeepSeek-AI", "DeepSeek-V3 Technical Report", "arXiv:2412.19437", 2024,
+    "https://arxiv.org/abs/2412.19437",
+    note="DualPipe; each device runs the steps of DualPipeV (see dualpipev)")
+DUALPIPE_V = Paper(
+    "DeepSeek-AI", "DualPipe", "GitHub repository", 2025, "https://github.com/deepseek-ai/DualPipe",
+    note="DualPipeV, Sea AI Lab's cut-in-half of DualPipe; order as PyTorch's ScheduleDualPipeV")
