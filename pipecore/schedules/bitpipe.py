@@ -139,7 +139,7 @@ def formula_bitpipe(p, m, v, c):
     concatenation (the paper's figure for more microbatches, and the
     code's join), it idles (p - 2)/2 hi in one unit (p - 2 chunk slots, each
     as long as the longer chunk op, hi the larger of T_F and T_BW) plus
-    (p - 2)/2 |T_BW - T_F| at each of the K - 1 joins, where the next
+    (p - 2)/2 ``|T_BW - T_F|`` at each of the K - 1 joins, where the next
     unit's forwards pair with this unit's backwards. At T_F = T_BW the
     bubble ratio is (p-2)/(4m+p-2), half of Chimera's bubble time. Device d
     peaks at (3p+2)/4 + min(d, p-1-d)/2 microbatches. Both are derived from

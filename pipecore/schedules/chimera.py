@@ -8,7 +8,7 @@ pipeline runs its share 1F1B-style. The per-device order is the authors'
 generator on its main branch agree), restated in docs/research/bidirectional.md.
 
 More microbatches than devices (m = K p, K units) are joined as the paper
-does it: direct concatenation of units, which leaves (p - 2) |T_BW - T_F|
+does it: direct concatenation of units, which leaves (p - 2) ``|T_BW - T_F|``
 idle at every join, or forward doubling, which runs two units per step with
 their forwards in pairs: no idle time at the joins when T_F <= T_BW <= 2 T_F,
 at about twice the activation memory. The paper introduces forward doubling
@@ -502,7 +502,7 @@ def _chimera_programs(p, m, variant):
 
 def formula_chimera(p, m, v, c, variant=None, down=None, up_placement=None,
                     down_layers=None, up_layers=None, order=None):
-    """Makespan and peak of the order :func:`build_chimera` builds, for any
+    """Makespan and peak of the order ``build_chimera`` builds, for any
     T_F and T_BW = T_B + T_W (K = m / p units, hi and lo the larger and the
     smaller of T_F and T_BW).
 
@@ -526,9 +526,9 @@ def formula_chimera(p, m, v, c, variant=None, down=None, up_placement=None,
     c : Costs
         Scalar costs.
     variant : {None, "direct", "forward-doubling"}
-        As :func:`build_chimera` (None: the join it picks).
+        As ``build_chimera`` (None: the join it picks).
     down, up_placement, down_layers, up_layers, order
-        :func:`build_chimera`'s placement knobs; the closed form exists only
+        ``build_chimera``'s placement knobs; the closed form exists only
         for their symmetric values (the published Chimera).
 
     Returns

@@ -69,7 +69,7 @@ class Tuned:
         Returns
         -------
         fit, over : list of dict
-            Rows of :attr:`candidates` that were simulated; a row tied with
+            Rows of ``candidates`` that were simulated; a row tied with
             the winner (same objective and memory) has ``tied`` True.
         """
         rows = [r for r in self.candidates.to_pylist() if r["makespan"] is not None]
