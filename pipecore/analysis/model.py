@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from ..core.costs import Costs, Network
+from ..core.costs import Costs, Network, check_two_level
 from ..core.ops import InputError
 from ..core.sizes import check_size
 
@@ -105,17 +105,7 @@ class Hardware:
         if math.isinf(self.flops) and math.isinf(self.memory_bandwidth):
             raise InputError("Hardware 'flops' and 'memory_bandwidth' cannot both be inf")
         object.__setattr__(self, "link_latency", _number("Hardware", "link_latency", self.link_latency))
-        if self.devices_per_node is None:
-            if self.inter_bandwidth is not None or self.inter_latency is not None:
-                raise InputError("Hardware 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
-            return
-        _positive_int("Hardware", "devices_per_node", self.devices_per_node)
-        if self.inter_bandwidth is None:
-            raise InputError("Hardware 'inter_bandwidth' is required with 'devices_per_node'")
-        object.__setattr__(self, "inter_bandwidth", _number(
-            "Hardware", "inter_bandwidth", self.inter_bandwidth, positive=True, allow_inf=True))
-        lat = self.link_latency if self.inter_latency is None else self.inter_latency
-        object.__setattr__(self, "inter_latency", _number("Hardware", "inter_latency", lat))
+        check_two_level(self, "Hardware", self.link_latency)
 
     @classmethod
     def preset(cls, name: str) -> Hardware:
@@ -130,6 +120,7 @@ class Hardware:
         Returns
         -------
         Hardware
+            The preset (a frozen value, shared).
 
         Raises
         ------
@@ -162,6 +153,7 @@ class Hardware:
         Returns
         -------
         Hardware
+            A new value; this one is unchanged.
 
         Raises
         ------
@@ -221,6 +213,7 @@ class Hardware:
         Returns
         -------
         Network
+            This hardware's links, two-level when it has nodes.
 
         Raises
         ------
@@ -323,11 +316,12 @@ class Layer:
         Parameters
         ----------
         hardware : Hardware
+            Its FLOP/s and memory bandwidth are the two roofs.
 
         Returns
         -------
         tuple of float
-            ``(f, b, w)``.
+            ``(f, b, w)`` in seconds.
 
         Raises
         ------

@@ -98,10 +98,12 @@ class TransformerModel:
         Parameters
         ----------
         hw : Hardware
+            Timed with its roofline (:meth:`pipecore.Hardware.roofline`).
 
         Returns
         -------
         tuple of float
+            ``(f, b, w)`` in seconds.
         """
         s, b, h = self.seq, self.microbatch, self.hidden
         flops = (s * b * h * (24 * h + 4 * s), s * b * h * (24 * h + 8 * s), 24 * s * b * h * h)
@@ -130,10 +132,12 @@ class TransformerModel:
         Parameters
         ----------
         hw : Hardware
+            Its links' bandwidth and latency.
 
         Returns
         -------
         Network
+            Uniform links, or two levels when ``hw`` has nodes.
 
         Raises
         ------

@@ -92,10 +92,8 @@ class Jitter:
         ----------
         sigma : float
             Standard deviation of the factors' logarithm (0: no jitter).
-        seed : int
-            Seed of the draws; the same seed gives the same factors.
-        per : {"op", "microbatch"}
-            One factor per op, or one per microbatch shared by its ops.
+        seed, per : int, {"op", "microbatch"}
+            As :class:`Jitter`.
 
         Returns
         -------
@@ -117,10 +115,8 @@ class Jitter:
         ----------
         sigma : float
             Standard deviation of the factors around 1.
-        seed : int
-            Seed of the draws; the same seed gives the same factors.
-        per : {"op", "microbatch"}
-            One factor per op, or one per microbatch shared by its ops.
+        seed, per : int, {"op", "microbatch"}
+            As :class:`Jitter`.
 
         Returns
         -------

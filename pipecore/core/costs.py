@@ -249,6 +249,46 @@ class Costs:
         return out
 
 
+def check_two_level(obj, owner, latency):
+    """Check (and store, as floats) the links between nodes of a frozen
+    dataclass with ``devices_per_node``, ``inter_bandwidth`` and
+    ``inter_latency`` fields: :class:`Network` and :class:`pipecore.Hardware`.
+
+    Parameters
+    ----------
+    obj : dataclass instance
+        Its three fields are read and the two numbers written back.
+    owner : str
+        Its class name, for messages.
+    latency : float
+        The latency between nodes when ``inter_latency`` is None (the one
+        inside a node).
+
+    Raises
+    ------
+    ValueError
+        Naming the field and the rule: inter-node fields without
+        ``devices_per_node``, a node size that is not an int >= 1, a missing
+        ``inter_bandwidth``, or a value that is not a number >= 0 (> 0 for
+        the bandwidth).
+    """
+    if obj.devices_per_node is None:
+        if obj.inter_bandwidth is not None or obj.inter_latency is not None:
+            raise InputError(f"{owner} 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
+        return
+    n = obj.devices_per_node
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"{owner} 'devices_per_node' must be an int >= 1 (got {n!r})")
+    if obj.inter_bandwidth is None:
+        raise InputError(f"{owner} 'inter_bandwidth' is required with 'devices_per_node'")
+    object.__setattr__(obj, "inter_bandwidth", _check_value(
+        owner, "inter_bandwidth", obj.inter_bandwidth, allow_inf=True, positive=True))
+    lat = latency if obj.inter_latency is None else obj.inter_latency
+    object.__setattr__(obj, "inter_latency", _check_value(owner, "inter_latency", lat))
+    if np.ndim(obj.inter_bandwidth) or np.ndim(obj.inter_latency):
+        raise InputError(f"{owner} 'inter_bandwidth' and 'inter_latency' must be scalars")
+
+
 @dataclass(frozen=True)
 class Network:
     """Links between devices: per-transfer bytes, bandwidth and latency.
@@ -302,19 +342,7 @@ class Network:
         object.__setattr__(self, "latency", _check_value("Network", "latency", self.latency))
         if np.ndim(self.bandwidth) or np.ndim(self.latency):
             raise InputError("Network 'bandwidth' and 'latency' must be scalars")
-        if self.devices_per_node is None:
-            if self.inter_bandwidth is not None or self.inter_latency is not None:
-                raise InputError("Network 'inter_bandwidth'/'inter_latency' need 'devices_per_node'")
-            return
-        n = self.devices_per_node
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise InputError(f"Network 'devices_per_node' must be an int >= 1 (got {n!r})")
-        if self.inter_bandwidth is None:
-            raise InputError("Network 'inter_bandwidth' is required with 'devices_per_node'")
-        object.__setattr__(self, "inter_bandwidth", _check_value(
-            "Network", "inter_bandwidth", self.inter_bandwidth, allow_inf=True, positive=True))
-        lat = self.latency if self.inter_latency is None else self.inter_latency
-        object.__setattr__(self, "inter_latency", _check_value("Network", "inter_latency", lat))
+        check_two_level(self, "Network", self.latency)
 
     @classmethod
     def uniform(cls, bytes, bandwidth, latency=0.0) -> Network:
@@ -332,6 +360,7 @@ class Network:
         Returns
         -------
         Network
+            One level: every pair of devices linked alike.
 
         Raises
         ------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,8 @@ import pyarrow as pa
 from ..core.ops import InputError
 
 __all__ = ["PathLike", "OPS_COLUMNS", "TRANSFER_COLUMNS", "MEMORY_COLUMNS", "require_columns",
-           "floats", "ints", "strings", "device_count", "critical_table", "critical_rows"]
+           "floats", "ints", "strings", "device_count", "critical_table", "critical_rows",
+           "OpArrays", "op_arrays"]
 
 #: Where a writer writes: a path as a string or an os.PathLike.
 PathLike = Union[str, "os.PathLike[str]"]
@@ -64,6 +65,29 @@ def strings(table: pa.Table, name: str) -> np.ndarray:
     if not pa.types.is_string(col.type):
         col = col.cast(pa.string())
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+
+
+class OpArrays(NamedTuple):
+    """A result's op table as numpy arrays, one per column of :data:`OPS_COLUMNS`."""
+
+    device: np.ndarray
+    slot: np.ndarray
+    kind: np.ndarray
+    stage: np.ndarray
+    microbatch: np.ndarray
+    start: np.ndarray
+    finish: np.ndarray
+
+
+def op_arrays(result: Any) -> tuple[OpArrays, int]:
+    """The op table of *result* as arrays, after checking its columns, and the
+    number of devices to draw (see :func:`device_count`)."""
+    ops = result.ops
+    require_columns(ops, OPS_COLUMNS, "ops")
+    arrays = OpArrays(ints(ops, "device"), ints(ops, "slot"), strings(ops, "kind"),
+                      ints(ops, "stage"), ints(ops, "microbatch"), floats(ops, "start"),
+                      floats(ops, "finish"))
+    return arrays, device_count(result, arrays.device)
 
 
 def device_count(result: Any, device: np.ndarray) -> int:

@@ -29,16 +29,14 @@ from ..core.cpus import local_cpus
 from ..core.result import plug
 from .colours import op_styles
 from .columns import (
-    OPS_COLUMNS,
     TRANSFER_COLUMNS,
     PathLike,
     critical_rows,
     critical_table,
-    device_count,
     floats,
     ints,
+    op_arrays,
     require_columns,
-    strings,
 )
 from .errors import MissingDependencyError
 from .outlines import (
@@ -134,15 +132,10 @@ class _Scale:
 
 
 def _prepare(result: Any, title: str | None) -> _Chart:
-    ops = result.ops
-    require_columns(ops, OPS_COLUMNS, "ops")
-    device = ints(ops, "device")
-    stage = ints(ops, "stage")
-    mb = ints(ops, "microbatch")
-    kind = strings(ops, "kind")
-    start = floats(ops, "start")
-    finish = floats(ops, "finish")
-    n_dev = max(device_count(result, device), 1)
+    cols, n_dev = op_arrays(result)
+    device, stage, mb, kind = cols.device, cols.stage, cols.microbatch, cols.kind
+    start, finish = cols.start, cols.finish
+    n_dev = max(n_dev, 1)
     makespan = float(getattr(result, "makespan", 0.0) or 0.0)
     end = makespan
     if finish.size:
@@ -156,8 +149,8 @@ def _prepare(result: Any, title: str | None) -> _Chart:
     y1 = device + _BAR / 2
     # An overlapped F&B unit is two rows with the same device and slot: draw
     # its F in the top half of the bar and its backward in the bottom half.
-    if "slot" in ops.column_names and device.size > 1:
-        slot = ints(ops, "slot")
+    if device.size > 1:
+        slot = cols.slot
         second = np.zeros(device.size, dtype=bool)
         second[1:] = (device[1:] == device[:-1]) & (slot[1:] == slot[:-1])
         first = np.zeros(device.size, dtype=bool)

@@ -20,14 +20,13 @@ from ..core.ops import InputError
 from ..core.result import plug
 from .columns import (
     MEMORY_COLUMNS,
-    OPS_COLUMNS,
     TRANSFER_COLUMNS,
     PathLike,
     critical_rows,
     critical_table,
-    device_count,
     floats,
     ints,
+    op_arrays,
     require_columns,
     strings,
 )
@@ -199,17 +198,14 @@ def _critical_events(path_table: pa.Table, scale: float) -> list[dict[str, Any]]
 def _compute_events(result: Any, scale: float,
                     flagged: set[int] = frozenset()) -> list[dict[str, Any]]:
     """Metadata plus one "X" event per op, in pid 0 (the rows in ``flagged`` marked critical)."""
-    ops = result.ops
-    require_columns(ops, OPS_COLUMNS, "ops")
-    start = floats(ops, "start")
-    finish = floats(ops, "finish")
+    cols, n_dev = op_arrays(result)
+    start, finish = cols.start, cols.finish
     _check_finite(start, "ops.start")
     _check_finite(finish, "ops.finish")
     _check_ordered(start, finish, "ops")
 
-    device = ints(ops, "device")
     events = _process(_PID_COMPUTE, "compute")
-    for d in range(device_count(result, device)):
+    for d in range(n_dev):
         events.append(_metadata(_PID_COMPUTE, d, "thread_name", f"device {d}"))
         events.append(_metadata(_PID_COMPUTE, d, "thread_sort_index", d))
 
@@ -218,11 +214,11 @@ def _compute_events(result: Any, scale: float,
     ts = (start * scale).tolist()
     dur = np.maximum(finish * scale - start * scale, 0.0).tolist()
     rows = zip(
-        device.tolist(),
-        ints(ops, "slot").tolist(),
-        strings(ops, "kind").tolist(),
-        ints(ops, "stage").tolist(),
-        ints(ops, "microbatch").tolist(),
+        cols.device.tolist(),
+        cols.slot.tolist(),
+        cols.kind.tolist(),
+        cols.stage.tolist(),
+        cols.microbatch.tolist(),
         start.tolist(),
         finish.tolist(),
         ts,
