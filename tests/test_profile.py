@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+from wrapped import flat
 
 import pipecore as pc
 
@@ -274,7 +275,7 @@ def test_what_if_sets_the_profiled_prediction_beside_its_measurement(tmp_path):
     assert ranking.profiled["schedule"] == "1f1b"
     text = pt.format_what_if(ranking)
     assert ("profiled schedule (1f1b, 4 microbatches): predicted 15000.00 ms, measured "
-            "30000.00 ms (median of 3 profiled steps): prediction -50.0% (50.0% low)") in text
+            "30000.00 ms (median of 3 profiled steps): prediction -50.0% (50.0% low)") in flat(text)
     fast = pt.format_what_if(pt.what_if(dataclasses.replace(prof, measured=12.0)))
     assert "prediction +25.0% (25.0% high)" in fast
     # From the command line: the traces' own step, which the fit reproduces.
@@ -284,7 +285,7 @@ def test_what_if_sets_the_profiled_prediction_beside_its_measurement(tmp_path):
     assert data["predicted"] == pytest.approx(15.0) and data["measured"] == pytest.approx(15.0)
     out = io.StringIO()
     assert main(["what-if", str(tmp_path)], out=out) == 0
-    assert "prediction within 0.1% of the measurement" in out.getvalue()
+    assert "prediction within 0.1% of the measurement" in flat(out.getvalue())
 
 
 def _dilated(costs, factor):
@@ -316,8 +317,8 @@ def test_reference_steps_take_the_profilers_share_out(tmp_path):
     out = io.StringIO()
     assert main(["what-if", str(tmp_path)], out=out) == 0
     assert ("it made ops +37.5% longer in the median, +25.0% to +50.0% over 4 stage and kind "
-            "pairs") in out.getvalue()
-    assert "median of 3 unprofiled reference steps" in out.getvalue()
+            "pairs") in flat(out.getvalue())
+    assert "median of 3 unprofiled reference steps" in flat(out.getvalue())
     # reference=False keeps the traces' (profiled) times: 1.25 and 3.
     kept = pt.from_profile(tmp_path, reference=False)
     np.testing.assert_allclose(kept.costs.f, [1.25, 1.25], rtol=1e-9)

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from wrapped import flat
 
 import pipecore as pc
 from pipecore.scan import parts as parts_mod
@@ -241,7 +242,7 @@ def test_cli_scan_writes_dataset_and_plot(tmp_path):
     assert (out / "_pareto.png").stat().st_size > 10_000
     bad = subprocess.run(_cli("scan", str(tmp_path / "missing.toml"), "--out", str(out)),
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "does not exist" in bad.stderr
+    assert bad.returncode == 2 and "does not exist" in flat(bad.stderr)
 
 
 def test_progress_bar_when_asked(tmp_path, capsys):

@@ -75,7 +75,7 @@ def test_cli_study(tmp_path):
     assert set(table.column("family").to_pylist()) == set(pc.schedules())
     assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
     assert "communication changes the winner" in out.getvalue()
-    cells = [line for line in summarize(table).splitlines() if line.startswith("      4       8 ")]
+    cells = [line for line in summarize(table).splitlines() if line.startswith("   4     8  ")]
     assert len(cells) == 9  # one line per grid cell
 
 
@@ -100,7 +100,7 @@ def test_summary_marks_overturned_and_formula_ties():
         rows(8, {"a": 10, "b": 10}, {"a": 11, "b": 9})     # formula tie, sim picks b
         + rows(16, {"a": 10, "b": 12}, {"a": 11, "b": 9})  # sim overturns the formula
         + rows(32, {"a": 10, "b": 12}, {"a": 9, "b": 11}))  # both pick a
-    cells = [line for line in summarize(table).splitlines() if line.startswith("      4 ")]
+    cells = [line for line in summarize(table).splitlines() if line.startswith("   4  ")]
     marks = [line.split()[-1] if not line.endswith("(tie)") else "tie" for line in cells]
     assert marks == ["tie", "yes", "no"]
 
