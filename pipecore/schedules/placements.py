@@ -93,9 +93,16 @@ def _check(device_of):
     # S stages fill at most devices 0..S-1: a larger device number leaves a gap,
     # and the gaps are looked for among the first S + 8 numbers only (never a
     # range as long as the largest number, which the input bounds not at all).
-    n, top, used = len(device_of), max(device_of), set(device_of)
-    if top < n and len(used) == top + 1:
-        return
+    n, top = len(device_of), max(device_of)
+    if top < n:
+        # A byte per device, not a set (some 50 bytes an entry): laying out a
+        # named placement must stay within the size guard's bytes per stage.
+        held = bytearray(top + 1)
+        for d in device_of:
+            held[d] = 1
+        if held.count(0) == 0:
+            return
+    used = set(device_of)
     missing = [d for d in range(min(top + 1, n + 8)) if d not in used][:8]
     beyond = ""
     if top >= n:
@@ -107,9 +114,10 @@ def _check(device_of):
                      f"without gaps (devices used: {len(used)} of 0..{top}){beyond}")
 
 
-# Bytes one stage of a named placement takes while it is laid out (a tuple
-# slot and an int object, measured with tracemalloc): the size guard's estimate.
-_BYTES_PER_STAGE = 40
+# Bytes one stage of a named placement takes while it is laid out and checked
+# (a tuple slot, an int object, the check's byte; linear's peak, measured with
+# tracemalloc, is the most), with a margin: the size guard's estimate.
+_BYTES_PER_STAGE = 48
 
 
 def _lay_out(name, devices, *, back=False, chains=1, **laps):
