@@ -56,7 +56,8 @@ def complete(fn, parameters=None, returns=None, raises=None):
         if text is not None and title not in sections:
             sections[title] = textwrap.dedent(text).strip("\n")
     known = [t for t in _ORDER if t in sections] + [t for t in sections if t not in _ORDER]
-    fn.__doc__ = "\n\n".join([head] + [f"{t}\n{'-' * len(t)}\n{sections[t]}" for t in known])
+    fn.__doc__ = "\n\n".join([head] * bool(head) + [f"{t}\n{'-' * len(t)}\n{sections[t]}"
+                                                  for t in known])
     return fn
 
 
