@@ -20,7 +20,6 @@ holding stages d and 2p-1-d, unit op times and an interval of 6.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
 from .block_kernels import _squeeze
 from .block_squeeze import _KIND_ORDER, _layout_times
+from .docsections import complete
 
 __all__ = ["BuildingBlock", "Repeated", "repeat", "v_min", "v_half", "v_zb", "v_block"]
 
@@ -427,28 +427,10 @@ def v_block(devices: int, down: int, up: int, turn_bottom: int, turn_top: int, s
     return BuildingBlock(tuple(placement), o, 6.0, name=name)
 
 
-# The sections the catalogue's blocks share, appended to each one's docstring.
-_V_SECTIONS = """
-    Parameters
-    ----------
-    devices : int
-        p >= 1.
-
-    Returns
-    -------
-    BuildingBlock
-
-    Raises
-    ------
-    ValueError
-        If ``devices`` is not an int >= 1.
-    """
-
-
 def _v_catalogue(make):
     """Give a block of the V catalogue the shared Parameters, Returns and Raises."""
-    make.__doc__ = inspect.cleandoc(make.__doc__) + "\n\n" + inspect.cleandoc(_V_SECTIONS)
-    return make
+    return complete(make, {"devices": ("int", "p >= 1.")}, "BuildingBlock",
+                    "ValueError\n    If ``devices`` is not an int >= 1.")
 
 
 @_v_catalogue

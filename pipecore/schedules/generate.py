@@ -29,6 +29,7 @@ from ..kernels.codes import B as _B
 from ..kernels.codes import F as _F
 from ..kernels.codes import W as _W
 from . import placements as _placements
+from .docsections import complete
 from .registry import column_buffers
 
 __all__ = ["zbv_greedy", "greedy", "memory_greedy", "warmup_search"]
@@ -231,6 +232,18 @@ def _one_pass(p, m, cost, mem, comm, limit, fill_f, fill_b, allowance):
     return _KernelPass([(int(h) << 32) + int(lo) for h, lo in idle], *order, count)
 
 
+# The parameters and result the list schedulers here share, written once and
+# added to each one's docstring by _list_scheduler.
+_SHARED_PARAMETERS = {"microbatches": ("int", "m >= 1."), "name": ("str", "Label of the schedule.")}
+
+
+def _list_scheduler(make):
+    """Give a list scheduler the shared ``microbatches`` and ``name`` entries,
+    and the Returns where its docstring has none."""
+    return complete(make, _SHARED_PARAMETERS, "Schedule")
+
+
+@_list_scheduler
 def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
                memory_limit: float | None = None) -> Schedule:
     """The greedy ZB-V schedule for given costs and a memory limit.
@@ -249,8 +262,6 @@ def zbv_greedy(devices: int, microbatches: int, costs: Costs | None = None,
     ----------
     devices : int
         p >= 1.
-    microbatches : int
-        m >= 1.
     costs : Costs, optional
         Scalar per-device-share costs (each chunk takes half); memory from
         ``activation`` (M_B) and ``activation_w`` (M_W). Defaults to
@@ -366,6 +377,7 @@ def _exact_integers(values):
     return [num * (scale // den) for num, den in ratios]
 
 
+@_list_scheduler
 def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     """Earliest-start list scheduling of fused F/BW ops on any placement.
 
@@ -380,14 +392,6 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     ----------
     placement : sequence of int
         Device of each stage, stages in model order.
-    microbatches : int
-        m >= 1.
-    name : str
-        Label of the schedule.
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -467,6 +471,7 @@ def _greedy_python(placement, m, name):
     return Schedule.from_programs(programs, name=name, devices=p)
 
 
+@_list_scheduler
 def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
                   memory_limit: float | None = None, warmup=None, w_fill: float = 1.0,
                   name: str = "memory-greedy") -> Schedule:
@@ -490,8 +495,6 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
     placement : sequence of int
         Device of each stage, stages in model order (``range(p)`` for a
         linear pipeline, ``[0..p-1, p-1..0]`` for a V).
-    microbatches : int
-        m >= 1.
     costs : Costs, optional
         Scalars per device share or per-stage vectors (default
         ``Costs(f=1, b=1, w=1)``); memory from ``activation`` (held from F to
@@ -504,12 +507,6 @@ def memory_greedy(placement, microbatches: int, costs: Costs | None = None,
     w_fill : float, default 1.0
         How long a gap must be, in units of the W's duration, before a
         pending W fills it (0: any gap).
-    name : str
-        Label of the schedule.
-
-    Returns
-    -------
-    Schedule
 
     Raises
     ------
@@ -644,6 +641,7 @@ def _greedy_setup(placement, microbatches, costs, memory_limit, warmup):
                          stages_of=stages_of, static=static, limit=limit, reserve=reserve, cap=cap)
 
 
+@_list_scheduler
 def warmup_search(placement, microbatches: int, costs: Costs | None = None,
                   memory_limit: float | None = None, network=None, max_evals: int = 200,
                   name: str = "memory-greedy") -> Schedule:
@@ -661,8 +659,6 @@ def warmup_search(placement, microbatches: int, costs: Costs | None = None,
     ----------
     placement : sequence of int
         Device of each stage (as :func:`memory_greedy`).
-    microbatches : int
-        m >= 1.
     costs : Costs, optional
         As :func:`memory_greedy`.
     memory_limit : float, optional
@@ -671,8 +667,6 @@ def warmup_search(placement, microbatches: int, costs: Costs | None = None,
         Links for the simulation that scores each schedule.
     max_evals : int, default 200
         Most schedules built and simulated.
-    name : str
-        Label of the schedule.
 
     Returns
     -------

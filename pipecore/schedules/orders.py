@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.ops import InputError, check_int
+from .docsections import complete
 
 __all__ = ["Order", "one_f_one_b", "depth_first", "breadth_first", "greedy", "rotate",
            "WARMUPS", "POLICIES"]
@@ -155,6 +156,18 @@ def _counts(name, value, words):
         check_int(f"{name}[{d}]", x, minimum=1)
 
 
+def _constructor(refused):
+    """Give an order constructor the sections all of them share: the
+    ``inflight`` entry (for those that take it), the Returns, and a Raises
+    saying what ``Order`` refuses of its arguments."""
+    def add(make):
+        return complete(make, {"inflight": ("int or sequence of int, optional",
+                                            "Most microbatches in flight per device.")},
+                        "Order", f"ValueError\n    {refused}")
+    return add
+
+
+@_constructor("For a bad warm-up, cap or group.")
 def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False,
                 overlap=False) -> Order:
     """1F1B: a warm-up of forwards, then one backward, one forward, ...
@@ -171,8 +184,6 @@ def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False,
     warmup : str, int or sequence of int, default "short"
         Forwards before the first backward (see :class:`Order`); "short" is
         1F1B's p-d on a linear placement, "fill" the eager count.
-    inflight : int or sequence of int, optional
-        Most microbatches in flight per device.
     group : int, "all" or "ready", default "ready"
         Fixed streams in rounds of ``group`` microbatches over the chunks,
         or "ready" (see :class:`Order`).
@@ -181,20 +192,12 @@ def one_f_one_b(warmup="short", inflight=None, group="ready", strict=False,
     overlap : bool, default False
         Past the warm-up, run the next forward and the next backward as one
         overlapped F&B unit when both are ready (see :class:`Order`).
-
-    Returns
-    -------
-    Order
-
-    Raises
-    ------
-    ValueError
-        For a bad warm-up, cap or group.
     """
     return Order("alternate", group=group, warmup=warmup, inflight=inflight, strict=strict,
                  overlap=overlap)
 
 
+@_constructor("For a bad warm-up, cap or group.")
 def depth_first(group=None, warmup="fill", inflight=None) -> Order:
     """Depth-first: rounds of ``group`` microbatches through the chunks,
     forwards until the first backward is ready, then strict 1F1B over the
@@ -207,21 +210,11 @@ def depth_first(group=None, warmup="fill", inflight=None) -> Order:
         Microbatches per round (default p).
     warmup : str, int or sequence of int, default "fill"
         As :func:`one_f_one_b`.
-    inflight : int or sequence of int, optional
-        Most microbatches in flight per device.
-
-    Returns
-    -------
-    Order
-
-    Raises
-    ------
-    ValueError
-        For a bad warm-up, cap or group.
     """
     return Order("alternate", group=group, warmup=warmup, inflight=inflight)
 
 
+@_constructor('For a backward order other than "fifo" or "lifo".')
 def breadth_first(backward="lifo") -> Order:
     """Breadth-first: every microbatch through chunk 0, then chunk 1, ...;
     all forwards before any backward (looped BFS; GPipe with one chunk).
@@ -232,19 +225,11 @@ def breadth_first(backward="lifo") -> Order:
         "lifo": backwards in the reverse of the forwards (the newest
         activation first, as looped BFS); "fifo": chunks in reverse,
         microbatches in order (GPipe's order with one chunk).
-
-    Returns
-    -------
-    Order
-
-    Raises
-    ------
-    ValueError
-        For a backward order other than "fifo" or "lifo".
     """
     return Order("alternate", group="all", backward=backward, warmup="all")
 
 
+@_constructor("For a bad ``first`` or cap.")
 def greedy(first="backward", inflight=None, overlap=False) -> Order:
     """Earliest-start list scheduling: run whatever is ready.
 
@@ -255,24 +240,14 @@ def greedy(first="backward", inflight=None, overlap=False) -> Order:
     ----------
     first : str, default "backward"
         "backward" or "forward".
-    inflight : int or sequence of int, optional
-        Most microbatches in flight per device.
     overlap : bool, default False
         Run the best ready forward and the best ready backward as one
         overlapped F&B unit when both are ready (see :class:`Order`).
-
-    Returns
-    -------
-    Order
-
-    Raises
-    ------
-    ValueError
-        For a bad ``first`` or cap.
     """
     return Order("greedy", first=first, inflight=inflight, overlap=overlap)
 
 
+@_constructor("For a bad warm-up or cap.")
 def rotate(warmup=None, inflight=None) -> Order:
     """Per-chunk 1F1B: a device visits its chunks in turn after a warm-up.
 
@@ -293,16 +268,5 @@ def rotate(warmup=None, inflight=None) -> Order:
     warmup : int or sequence of int, optional
         Forwards before the first visit; default S - 1 (every stage but
         one), at most the device's forwards.
-    inflight : int or sequence of int, optional
-        Most microbatches in flight per device.
-
-    Returns
-    -------
-    Order
-
-    Raises
-    ------
-    ValueError
-        For a bad warm-up or cap.
     """
     return Order("rotate", warmup=warmup, inflight=inflight)

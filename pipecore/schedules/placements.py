@@ -9,12 +9,15 @@ pipeline; each pipeline carries half the microbatches.
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.ops import InputError, check_int
 from ..core.sizes import MAX_INT32, check_size
+from .docsections import complete
 
 __all__ = ["Placement", "linear", "looped", "v", "wave", "bidirectional", "NAMES", "resolve"]
 
@@ -90,9 +93,16 @@ def _check(device_of):
     # S stages fill at most devices 0..S-1: a larger device number leaves a gap,
     # and the gaps are looked for among the first S + 8 numbers only (never a
     # range as long as the largest number, which the input bounds not at all).
-    n, top, used = len(device_of), max(device_of), set(device_of)
-    if top < n and len(used) == top + 1:
-        return
+    n, top = len(device_of), max(device_of)
+    if top < n:
+        # A byte per device, not a set (some 50 bytes an entry): laying out a
+        # named placement must stay within the size guard's bytes per stage.
+        held = bytearray(top + 1)
+        for d in device_of:
+            held[d] = 1
+        if held.count(0) == 0:
+            return
+    used = set(device_of)
     missing = [d for d in range(min(top + 1, n + 8)) if d not in used][:8]
     beyond = ""
     if top >= n:
@@ -104,96 +114,70 @@ def _check(device_of):
                      f"without gaps (devices used: {len(used)} of 0..{top}){beyond}")
 
 
-# Bytes one stage of a named placement takes while it is laid out (a tuple
-# slot and an int object, measured with tracemalloc): the size guard's estimate.
-_BYTES_PER_STAGE = 40
+# Bytes one stage of a named placement takes while it is laid out and checked
+# (a tuple slot, an int object, the check's byte; linear's peak, measured with
+# tracemalloc, is the most), with a margin: the size guard's estimate.
+_BYTES_PER_STAGE = 48
 
 
-def _sized(call, stages):
-    """The size guard (core/sizes.py) on the stages a named placement lays out."""
-    check_size(call, stages, "stages", limit=MAX_INT32,
-               rule=f"an op table numbers stages with int32 (at most {MAX_INT32:,})",
-               bytes_each=_BYTES_PER_STAGE, purpose="to lay out")
+def _lay_out(name, devices, *, back=False, chains=1, **laps):
+    """Named placement ``name`` on p = ``devices``: the stages go down the
+    devices 0..p-1 and, with ``back``, up again p-1..0; the pattern repeats as
+    often as the one count in ``laps`` says (chunks or waves; once without).
 
-
-def linear(devices: int) -> Placement:
-    """Stage d on device d: one stage per device (GPipe, 1F1B, ZB-H1/H2).
-
-    Parameters
-    ----------
-    devices : int
-        p >= 1.
-
-    Returns
-    -------
-    Placement
-
-    Raises
-    ------
-    ValueError
-        If devices < 1, or the stages exceed int32.
-    MemoryError
-        (:class:`~pipecore.CapacityError`) if its stages would not fit in
-        the memory available (checked before any is laid out).
+    Every named placement is one of these. The counts are checked, and the
+    stages put to the size guard (core/sizes.py), before any is laid out.
     """
     p = check_int("devices", devices, minimum=1)
-    _sized(f"placements.linear(devices={p})", p)
-    return Placement(tuple(range(p)), "linear")
+    counts = {key: check_int(key, value, minimum=1) for key, value in laps.items()}
+    repeats = math.prod(counts.values())
+    shown = ", ".join(f"{key}={value}" for key, value in {"devices": p, **counts}.items())
+    check_size(f"placements.{name}({shown})", (2 if back else 1) * p * repeats, "stages",
+               limit=MAX_INT32, rule=f"an op table numbers stages with int32 (at most {MAX_INT32:,})",
+               bytes_each=_BYTES_PER_STAGE, purpose="to lay out")
+    down = tuple(range(p))
+    return Placement((down + down[::-1] if back else down) * repeats, name, chains=chains)
 
 
+def _named(make):
+    """Give a named placement the sections all of them share: ``devices``
+    first among its Parameters, the Returns, and the Raises naming its counts
+    (its parameters)."""
+    counts = " or ".join(inspect.signature(make).parameters)
+    return complete(make, {"devices": ("int", "p >= 1.")}, "Placement", f"""
+        ValueError
+            If {counts} < 1, or the stages exceed int32.
+        MemoryError
+            (:class:`~pipecore.CapacityError`) if its stages would not fit in
+            the memory available (checked before any is laid out).
+        """)
+
+
+@_named
+def linear(devices: int) -> Placement:
+    """Stage d on device d: one stage per device (GPipe, 1F1B, ZB-H1/H2)."""
+    return _lay_out("linear", devices)
+
+
+@_named
 def looped(devices: int, chunks: int = 2) -> Placement:
     """Stage s on device s mod p: v chunks per device in a loop (interleaved 1F1B, looped BFS).
 
     Parameters
     ----------
-    devices : int
-        p >= 1.
     chunks : int, default 2
         v >= 1 stages per device.
-
-    Returns
-    -------
-    Placement
-
-    Raises
-    ------
-    ValueError
-        If devices or chunks < 1, or the stages exceed int32.
-    MemoryError
-        (:class:`~pipecore.CapacityError`) if its stages would not fit in
-        the memory available (checked before any is laid out).
     """
-    p = check_int("devices", devices, minimum=1)
-    c = check_int("chunks", chunks, minimum=1)
-    _sized(f"placements.looped(devices={p}, chunks={c})", p * c)
-    return Placement(tuple(s % p for s in range(p * c)), "looped")
+    return _lay_out("looped", devices, chunks=chunks)
 
 
+@_named
 def v(devices: int) -> Placement:
-    """Stages d and 2p-1-d on device d: the V of ZB-V and DualPipeV.
-
-    Parameters
-    ----------
-    devices : int
-        p >= 1.
-
-    Returns
-    -------
-    Placement
-
-    Raises
-    ------
-    ValueError
-        If devices < 1, or the stages exceed int32.
-    MemoryError
-        (:class:`~pipecore.CapacityError`) if its stages would not fit in
-        the memory available (checked before any is laid out).
-    """
-    p = check_int("devices", devices, minimum=1)
-    _sized(f"placements.v(devices={p})", 2 * p)
-    return Placement(tuple(range(p)) + tuple(range(p - 1, -1, -1)), "v")
+    """Stages d and 2p-1-d on device d: the V of ZB-V and DualPipeV."""
+    return _lay_out("v", devices, back=True)
 
 
+@_named
 def wave(devices: int, waves: int = 1) -> Placement:
     """Hanayo's zig-zag: 2W stages per device, every turn on one device.
 
@@ -202,30 +186,13 @@ def wave(devices: int, waves: int = 1) -> Placement:
 
     Parameters
     ----------
-    devices : int
-        p >= 1.
     waves : int, default 1
         W >= 1.
-
-    Returns
-    -------
-    Placement
-
-    Raises
-    ------
-    ValueError
-        If devices or waves < 1, or the stages exceed int32.
-    MemoryError
-        (:class:`~pipecore.CapacityError`) if its stages would not fit in
-        the memory available (checked before any is laid out).
     """
-    p = check_int("devices", devices, minimum=1)
-    w = check_int("waves", waves, minimum=1)
-    _sized(f"placements.wave(devices={p}, waves={w})", 2 * w * p)
-    r = [s % (2 * p) for s in range(2 * w * p)]
-    return Placement(tuple(x if x < p else 2 * p - 1 - x for x in r), "wave")
+    return _lay_out("wave", devices, back=True, waves=waves)
 
 
+@_named
 def bidirectional(devices: int) -> Placement:
     """Chimera's two pipelines: stage s on device s going down and on device
     p-1-s going up, each pipeline with half the microbatches.
@@ -233,27 +200,8 @@ def bidirectional(devices: int) -> Placement:
     Every device holds two stage replicas (twice a linear device's weights);
     a stage's replicas synchronise their gradients with an all-reduce (AR)
     at the end of each device's program.
-
-    Parameters
-    ----------
-    devices : int
-        p >= 1.
-
-    Returns
-    -------
-    Placement
-
-    Raises
-    ------
-    ValueError
-        If devices < 1, or the stages exceed int32.
-    MemoryError
-        (:class:`~pipecore.CapacityError`) if its stages would not fit in
-        the memory available (checked before any is laid out).
     """
-    p = check_int("devices", devices, minimum=1)
-    _sized(f"placements.bidirectional(devices={p})", 2 * p)
-    return Placement(tuple(range(p)) + tuple(range(p - 1, -1, -1)), "bidirectional", chains=2)
+    return _lay_out("bidirectional", devices, back=True, chains=2)
 
 
 NAMES = ("linear", "looped", "v", "wave", "bidirectional")

@@ -8,7 +8,6 @@ for its makespan and peak activation, and the :class:`Paper` it comes from.
 from __future__ import annotations
 
 import gc
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
 from ..core.sizes import BYTES_PER_OP, MAX_OPS, OPS_RULE, check_size  # noqa: F401 (re-exported)
 from .construct import column_buffers  # noqa: F401  (blocks.py and generate.py import it here)
+from .docsections import complete
 
 __all__ = ["Family", "Paper", "register", "build", "schedules", "family"]
 
@@ -30,27 +30,6 @@ BUILDER_RETURNS = "Schedule"
 FORMULA_PARAMETERS = {"p, m, v": ("int", "Devices, microbatches, chunks."),
                       "c": ("Costs", "Scalar costs.")}
 FORMULA_RETURNS = "dict\n    ``makespan``, ``bubble_time``, ``peak_activation``, ``exact``."
-
-
-def _complete(fn, parameters, returns, notes):
-    """Put the shared parameters first in ``fn``'s Parameters section (its own
-    follow) and the shared Returns where it has none, before its Raises."""
-    doc = inspect.cleandoc(fn.__doc__ or "")
-    shared = "\n".join(f"{name} : {kind}\n    {notes.get(name, text)}"
-                       for name, (kind, text) in parameters.items())
-    head, sep, rest = doc.partition("\nParameters\n----------\n")
-    if sep:  # the function documents more parameters: the shared ones go first
-        doc = f"{head}{sep}{shared}\n{rest}"
-    else:
-        body, rsep, raises = doc.partition("\nRaises\n------")
-        doc = f"{body.rstrip()}\n\nParameters\n----------\n{shared}\n" + (
-            f"\n{rsep.strip()}{raises}" if rsep else "")
-    if "\nReturns\n-------" not in doc:
-        body, rsep, raises = doc.partition("\nRaises\n------")
-        doc = f"{body.rstrip()}\n\nReturns\n-------\n{returns}\n" + (
-            f"\n{rsep.strip()}{raises}" if rsep else "")
-    fn.__doc__ = doc
-    return fn
 
 
 def with_builder_doc(fn=None, **notes):
@@ -72,9 +51,10 @@ def with_builder_doc(fn=None, **notes):
     callable
         ``fn``, its docstring completed (or the decorator).
     """
+    parameters = {name: (kind, notes.get(name, text)) for name, (kind, text) in BUILDER_PARAMETERS.items()}
     if fn is None:
-        return lambda f: _complete(f, BUILDER_PARAMETERS, BUILDER_RETURNS, notes)
-    return _complete(fn, BUILDER_PARAMETERS, BUILDER_RETURNS, notes)
+        return lambda f: complete(f, parameters, BUILDER_RETURNS)
+    return complete(fn, parameters, BUILDER_RETURNS)
 
 
 def with_formula_doc(fn):
@@ -91,7 +71,7 @@ def with_formula_doc(fn):
     callable
         ``fn``, its docstring completed.
     """
-    return _complete(fn, FORMULA_PARAMETERS, FORMULA_RETURNS, {})
+    return complete(fn, FORMULA_PARAMETERS, FORMULA_RETURNS)
 
 
 @dataclass(frozen=True)

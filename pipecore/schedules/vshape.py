@@ -144,7 +144,7 @@ def _block_builder(name, make):
 
     build.__doc__ = (f"{name}: the paper's building block repeated for m microbatches, "
                      f"warm-up and cool-down reordered, then squeezed (see pipecore.blocks).")
-    return build
+    return with_builder_doc(build)
 
 
 def _v_formula(share, target):
