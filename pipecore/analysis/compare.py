@@ -448,7 +448,7 @@ def setting_differences(settings: list[dict]) -> dict:
     Parameters
     ----------
     settings : list of dict
-        From :func:`describe_setting`.
+        From :func:`describe_setting`, one per result compared.
 
     Returns
     -------
@@ -698,6 +698,7 @@ def format_compare(rows: list[dict], memory_limit: float | None = None,
     Returns
     -------
     str
+        Lines of at most 120 columns.
 
     Raises
     ------

@@ -345,6 +345,7 @@ def format_findings(items: list[dict]) -> str:
     Returns
     -------
     str
+        Lines of at most 120 columns.
     """
     def para(text, indent="   ", first=None):
         return textwrap.wrap(text, 120, initial_indent=indent if first is None else first,

@@ -178,10 +178,12 @@ class Hardware:
         Parameters
         ----------
         flops, bytes_moved : float
+            The kernel's FLOPs and the bytes it moves through HBM.
 
         Returns
         -------
         float
+            Seconds.
 
         Raises
         ------
@@ -477,6 +479,7 @@ class Model:
         Returns
         -------
         Model
+            Embedding, ``layers`` blocks and head, in model order.
 
         Raises
         ------
@@ -564,10 +567,12 @@ class Model:
         activation, activation_w, weights, output_bytes : float
             Bytes per layer.
         name : str, default "uniform"
+            Label.
 
         Returns
         -------
         Model
+            ``layers`` equal blocks.
 
         Raises
         ------
@@ -715,11 +720,14 @@ class Model:
         Parameters
         ----------
         stage_layers : sequence of int
+            Layers per stage, in model order.
         hardware : Hardware
+            Whose links carry the transfers.
 
         Returns
         -------
         Network
+            Bytes per transfer indexed by the sending stage.
 
         Raises
         ------

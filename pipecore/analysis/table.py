@@ -55,6 +55,7 @@ class IdealTable:
         Returns
         -------
         str
+            One line per device (per panel), each cell one op's label.
 
         Raises
         ------

@@ -103,7 +103,8 @@ class Jitter:
         Raises
         ------
         ValueError
-            As :class:`Jitter`.
+            As :class:`Jitter`: for a negative ``sigma`` or ``seed``, or an
+            unknown ``per``.
         """
         return cls("lognormal", sigma, seed, per)
 
@@ -291,6 +292,7 @@ class MonteCarlo:
         Returns
         -------
         float
+            The makespan below which that share of the draws fall.
 
         Raises
         ------

@@ -9,23 +9,20 @@ from pathlib import Path
 
 from .options import (
     check_limit,
-    cost_args,
     costs_from,
     int_list,
-    memory_args,
     network_from,
     progress_args,
-    shape_args,
+    schedule_args,
 )
 
 __all__ = ["compare_arguments", "compare_command", "study_arguments", "study_command"]
 
 
 def compare_arguments(p):
-    shape_args(p, 2)
-    cost_args(p)
-    memory_args(p, "the headline names the fastest schedule within it, the table marks the "
-                   "rows above it and report.html draws it")
+    schedule_args(p, 2, "the headline names the fastest schedule within it, the table marks "
+                        "the rows above it and report.html draws it",
+                  "print JSON instead of a table")
     p.add_argument("--out", default="pipecore_out", help="folder for Gantt charts (default pipecore_out)")
     p.add_argument("--no-gantt", action="store_true", help="do not write Gantt charts")
     p.add_argument("--no-report", action="store_true", help="do not write report.html")
@@ -33,7 +30,6 @@ def compare_arguments(p):
                    help="with --memory-limit: do not run pipecore tune for the headline (it "
                         "searches chunk counts, generated and recomputed schedules too)")
     progress_args(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def compare_command(args, out):

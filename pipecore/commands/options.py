@@ -11,9 +11,9 @@ from ..core.costs import Costs, Network
 from ..core.ops import InputError
 from ..schedules.registry import build, family
 
-__all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "progress_args", "check_limit",
-           "costs_from", "network_from", "schedule_from", "int_list", "output_file", "write_file",
-           "write_programs", "write_search", "say_error"]
+__all__ = ["positive_int", "shape_args", "cost_args", "memory_args", "schedule_args",
+           "progress_args", "check_limit", "costs_from", "network_from", "schedule_from",
+           "int_list", "output_file", "write_file", "write_programs", "write_search", "say_error"]
 
 
 def positive_int(text):
@@ -101,6 +101,24 @@ def check_limit(limit):
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise InputError(f"--memory-limit must be a finite number > 0 in M (got {limit:g})")
     return limit
+
+
+def schedule_args(p, chunks_default, limit_help, json_help):
+    """What a command about schedules at one shape takes: the shape, the
+    costs (and network), the memory options and ``--json``.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+    chunks_default : int or None
+        ``--chunks`` when not given (None: each family's own).
+    limit_help, json_help : str
+        What ``--memory-limit`` does and what ``--json`` prints in this command.
+    """
+    shape_args(p, chunks_default)
+    cost_args(p)
+    memory_args(p, limit_help)
+    p.add_argument("--json", action="store_true", help=json_help)
 
 
 def progress_args(p, lines=False):

@@ -17,6 +17,7 @@ from .options import (
     network_from,
     output_file,
     positive_int,
+    schedule_args,
     schedule_from,
     shape_args,
 )
@@ -33,10 +34,8 @@ def list_command(args, out):
 
 def simulate_arguments(p):
     p.add_argument("name", help="schedule name (see 'pipecore list')")
-    shape_args(p, None)
-    cost_args(p)
-    memory_args(p, "the output says whether the worst device fits")
-    p.add_argument("--json", action="store_true", help="print metrics as JSON")
+    schedule_args(p, None, "the output says whether the worst device fits",
+                  "print metrics as JSON")
     p.add_argument("--parquet", metavar="PATH", help="write the op table to Parquet")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome trace JSON (opens in Perfetto)")
     p.add_argument("--gantt", metavar="PATH", help="write a Gantt chart PNG")

@@ -388,6 +388,7 @@ class Network:
         Returns
         -------
         Network
+            Two levels: nodes of ``devices_per_node`` devices.
 
         Raises
         ------

@@ -49,6 +49,7 @@ def validate(schedule: Schedule) -> Schedule:
     Parameters
     ----------
     schedule : Schedule
+        Built, composed or read from a file.
 
     Returns
     -------

@@ -38,10 +38,12 @@ def size_text(nbytes: float) -> str:
     Parameters
     ----------
     nbytes : float
+        A size in bytes.
 
     Returns
     -------
     str
+        E.g. "42.8 GiB".
     """
     for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30)):
         if nbytes >= 2**power:

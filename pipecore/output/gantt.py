@@ -489,12 +489,8 @@ class _Agg:
         except ImportError as exc:
             raise MissingDependencyError(
                 f"{who} needs matplotlib: pip install 'pipecore[plot]'") from exc
-        self.RendererAgg = RendererAgg
-        self.to_rgb = to_rgb
-        self.Path = Path
-        self.Affine2D = Affine2D
-        self.Bbox = Bbox
-        self.IdentityTransform = IdentityTransform
+        vars(self).update(RendererAgg=RendererAgg, to_rgb=to_rgb, Path=Path, Affine2D=Affine2D,
+                          Bbox=Bbox, IdentityTransform=IdentityTransform)
 
 
 def _key_entries(chart: _Chart, x_max: float, extra: list) -> list:

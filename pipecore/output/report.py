@@ -50,7 +50,8 @@ def result_views(result: Any) -> dict:
     Parameters
     ----------
     result : pipecore.Result
-        A result of :func:`pipecore.simulate`.
+        A simulation whose schedule may come from any builder (its views
+        name what they cannot give).
 
     Returns
     -------
