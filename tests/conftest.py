@@ -20,6 +20,11 @@ _WARM_MIN_TESTS = 100
 _warm = None
 
 
+def pytest_report_header(config):
+    return ("tests marked heavy (minutes-long cases, real torch ranks, Ray) are left out "
+            "unless asked for: pytest -m heavy (CI runs them)")
+
+
 def pytest_collection_finish(session):
     global _warm
     # Under pytest-xdist the workers keep every core busy already.

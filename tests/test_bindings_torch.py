@@ -461,9 +461,13 @@ def _assert_grads_equal_plain(res, batch):
         assert float(gw.abs().max()) > 1e-4  # a real gradient, not zeros on both sides
 
 
+# Heavy (CI's `pytest -m heavy`) but zb-h1's: a real run each, 15-30 s on two cores;
+# zb-h1 keeps a split backward in the README's run.
 @pytest.mark.slow
-@pytest.mark.parametrize("name,p,m", [("interleaved-1f1b", 4, 4), ("zb-h1", 2, 4), ("zb-v", 2, 4),
-                                      ("dualpipev", 2, 4)])
+@pytest.mark.parametrize("name,p,m", [
+    pytest.param("interleaved-1f1b", 4, 4, marks=pytest.mark.heavy), ("zb-h1", 2, 4),
+    pytest.param("zb-v", 2, 4, marks=pytest.mark.heavy),
+    pytest.param("dualpipev", 2, 4, marks=pytest.mark.heavy)])
 def test_real_run_gradients_equal_the_unpipelined_model(name, p, m):
     sched = pc.build(name, p, m)
     res = pt.run(sched, model="mlp", batch=2 * m)
@@ -632,6 +636,7 @@ def test_a_failing_rank_is_reported_with_its_error(tmp_path):
                            timeout=30)
 
 
+@pytest.mark.heavy  # real ranks pinned and timed: 15 s on two cores
 def test_pinned_ranks_each_run_on_their_own_cpu():
     # Issue 39's protocol: rank r on the r-th CPU this process may use, gloo's threads too.
     import os

@@ -388,6 +388,7 @@ def test_what_if_check_needs_run_file(tmp_path, capsys):
         pt.what_if(tmp_path, ["no-such-family"])
 
 
+@pytest.mark.heavy  # a profiled real run (about 25 s); CI's heavy run and the docs' tutorial
 def test_real_run_profile_round_trip(tmp_path):
     # One short real run: torch writes PP: labels the parser maps, for every rank.
     # At pt.run's default of one step, that step is profiled (set-up included).
@@ -404,6 +405,7 @@ def test_real_run_profile_round_trip(tmp_path):
     assert json.loads((tmp_path / "pipecore-run.json").read_text())["model"] == "tiny-transformer"
 
 
+@pytest.mark.heavy  # real runs of the tiny transformer (about 20 s)
 def test_tiny_transformer_split_backward_gradients():
     # zb-v splits every backward into I and W, and puts embedding and head on rank 0.
     res = pt.run(pc.build("zb-v", 2, 4), model="tiny-transformer", hidden=16)

@@ -15,6 +15,9 @@ import pytest
 import pipecore as pc
 from pipecore.scan import scans as scan_mod
 
+# Heavy (CI's `pytest -m heavy`): each test starts a Ray instance (15-60 s on two cores).
+pytestmark = pytest.mark.heavy
+
 GRID = {
     "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipev", "chimera"],
     "devices": [2, 4, 6],

@@ -73,8 +73,12 @@ _SNIPPETS = [(path, line, code, reason) for path in SNIPPET_FILES
              for line, code, reason in python_blocks(path)]
 
 
-@pytest.mark.parametrize(("path", "line", "code", "reason"), _SNIPPETS,
-                         ids=[f"{p.name}:{line}" for p, line, _c, _r in _SNIPPETS])
+# A snippet that explores a whole space (20-30 s each on two cores) is heavy: CI's
+# `pytest -m heavy` runs it, and the docs build runs the explore tutorial.
+@pytest.mark.parametrize(("path", "line", "code", "reason"), [
+    pytest.param(*s, id=f"{s[0].name}:{s[1]}",
+                 marks=[pytest.mark.heavy] if "pc.explore(" in s[2] else [])
+    for s in _SNIPPETS])
 def test_each_python_snippet_runs_alone(path, line, code, reason, tmp_path, monkeypatch):
     if reason is not None:
         pytest.skip(f"{path.name}:{line}: not run: {reason}")

@@ -289,7 +289,8 @@ def test_the_search_runs_on_the_list_scheduler_alone(monkeypatch):
     assert all(r["error"] is None for r in table.to_pylist())
 
 
-@pytest.mark.parametrize("p,m", [(4, 8), (8, 8)])
+# p=8 shapes take 7-15 s each on two cores: CI's `pytest -m heavy` runs them.
+@pytest.mark.parametrize("p,m", [(4, 8), pytest.param(8, 8, marks=pytest.mark.heavy)])
 def test_shared_devices_are_known_before_building(p, m):
     from pipecore.search import asymmetric
 
@@ -355,7 +356,8 @@ def _greedy_by_scan(p, k, m, up_placement, ranges):
     return order, done
 
 
-@pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), (8, 8), (8, 16)])
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), pytest.param(8, 8, marks=pytest.mark.heavy),
+                                 pytest.param(8, 16, marks=pytest.mark.heavy)])
 def test_list_order_builds_equal_the_former_scan(p, m, monkeypatch):
     # A guard, not a new behaviour: the faster list order and column making
     # give the schedules they gave before, for the search's own variants.

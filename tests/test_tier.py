@@ -155,6 +155,7 @@ def _cold_run(tmp_path, **env):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.heavy  # the main job in a fresh process on an empty cache (about 25 s)
 def test_main_job_compiles_nothing_on_an_empty_cache(tmp_path):
     got = _cold_run(tmp_path / "a")
     assert not _KERNELS & set(got["compiled"]), got["compiled"]

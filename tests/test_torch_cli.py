@@ -200,7 +200,7 @@ def _readme_torch_lines():
 
 
 @needs_torch
-@pytest.mark.slow
+@pytest.mark.heavy  # a minute of real torch runs; tests/test_cli_width.py runs the lines too
 def test_readme_torch_lines_at_defaults(tmp_path, monkeypatch):
     from pipecore.bindings import torch as pt
 

@@ -50,7 +50,11 @@ def test_every_tutorial_is_expected_and_on_the_tutorials_page():
         assert f"{{doc}}`{name}`" in index, f"the tutorials page does not describe {name}"
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+# The torch round trip (real ranks) and compose-and-explore (a whole space) take
+# 30-40 s each on two cores: CI's `pytest -m heavy` and its docs build run them.
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=[pytest.mark.heavy] if n in ("torch-round-trip", "compose-and-explore")
+                 else []) for n in sorted(EXPECTED)])
 def test_tutorial_runs_and_makes_what_its_page_shows(name, tmp_path):
     if tutorials.needs_torch(SCRIPTS[name].read_text()):
         pytest.importorskip("torch", reason="the torch tutorial needs pip install -e '.[torch]'")
