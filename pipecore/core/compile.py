@@ -139,8 +139,8 @@ class Compiled:
         head = np.empty(p, dtype=np.int64)
         if self.units is None:
             self.units = tier.kernel(_kernels.make_units, n)(
-                self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
-                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
+                self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_after,
+                np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
         if op_scale is not None:
             op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
             if op_scale.shape != (n,):  # the kernel does not bounds-check
@@ -234,8 +234,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         shared = np.zeros(max(n_links, 1), dtype=np.uint8)
     if units_key not in st.memo:  # cost-independent: once per schedule (and host sharing)
         st.memo[units_key] = tier.kernel(_kernels.make_units, len(st.op_stage))(
-            st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link, st.x_dst_dev,
-            st.x_after, shared, n_links)
+            st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link, st.x_after, shared, n_links)
     return Compiled(
         dev_ptr=st.dev_ptr,
         op_kind=st.op_kind,

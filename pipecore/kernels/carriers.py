@@ -38,7 +38,6 @@ class Units(NamedTuple):
     wait_ptr: np.ndarray  # uint32 (nu + 1) or empty: unit u waits for waits[wait_ptr[u]..[u+1]-1]
     waits: np.ndarray  # uint32 (<= nx) or empty: remote inputs (transfer ids), row then slot order
     x_link: np.ndarray  # uint32 (nx): the link each transfer occupies
-    x_dst_dev: np.ndarray  # uint32 (nx): the device that receives each transfer
     x_after: np.ndarray  # int32 (nx) or empty: transfer x starts no earlier than transfer
     #                      x_after[x] arrives (an offload's copy back waits for its copy to
     #                      host); -1 or empty: no such wait
@@ -89,7 +88,6 @@ class ListScratch(NamedTuple):
 
     link_free: np.ndarray  # float64 (>= n_links): when each link is next free
     stack: np.ndarray  # uint32 (>= p): devices to visit
-    wait: np.ndarray  # uint32 (>= p): the transfer a blocked device waits for
     pend: np.ndarray  # uint32 (>= nx): transfers held for a shared link
 
 
@@ -144,7 +142,6 @@ class PackTransfers(NamedTuple):
     link: np.ndarray  # int32/uint32 (nx): the link it occupies
     code: np.ndarray  # int8/uint8 (nx): 2 * (feeds an all-reduce) + (crosses nodes)
     slot: np.ndarray  # int32 (nx): its row of the replay's arrival buffer
-    dst_dev: np.ndarray  # int32/uint32 (nx): the device that receives it
 
 
 class PackRows(NamedTuple):
