@@ -51,11 +51,13 @@ class Units(NamedTuple):
 class OpCosts(NamedTuple):
     """In: what each op row costs (``listsched.run_units``)."""
 
-    kind: np.ndarray  # int8 (n): the op's row of ``table`` (a cost class, kernels/codes.py)
-    stage: np.ndarray  # int32 (n): the op's column of ``table`` (its stage)
-    code: np.ndarray  # uint32 (n) or empty: kind * stages + stage, to read ``table`` flat
+    kind: np.ndarray  # int8 (n): the op's cost class (kernels/codes.py)
+    stage: np.ndarray  # int32 (n): the op's stage
+    code: np.ndarray  # uint32 (n) or empty: kind * stages + stage, its entry of ``table``
     scale: np.ndarray  # float64 (n) or empty: a factor on each op's time (stragglers, jitter)
-    table: np.ndarray  # float64 (classes, stages): the time of an op of each class and stage
+    table: np.ndarray  # float64 (classes * stages): the time of an op of class k and stage s
+    #                    at k * stages + s (a flat table: Numba compiles no ravel)
+    stages: int  # number of stages
     fb_factor: float  # an overlapped F&B pair takes (F + B) * fb_factor
 
 

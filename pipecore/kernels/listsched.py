@@ -36,75 +36,28 @@ WAITED = -2.0
 PREFETCH_AHEAD = 8
 
 
-@njit(cache=True)
-def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_after, link_shared, n_links):
-    """The cost-independent :class:`~pipecore.kernels.carriers.Units` of a
-    schedule, computed once and reused across simulations.
-
-    ``x_after[x]`` (or -1; empty: -1 for every transfer) is a transfer that
-    transfer x cannot start before the arrival of; ``link_shared[l]`` marks
-    a link with several senders (a host link shared by devices), served in
-    issue order (see ``list_units``).
-
-    Without overlapped pairs unit u is row u: the carrier then holds
-    ``xfer`` and ``out_ptr`` themselves and empty unit arrays, so nothing
-    of the schedule's size is allocated or copied.
-    """
-    p = dev_ptr.shape[0] - 1
-    n = xfer.shape[0]
-    nx = x_link.shape[0]
-    # Indices are never negative: the unsigned view lets Numba drop its
-    # negative-index fix-up without a copy.
-    x_link32 = x_link.view(np.uint32)
-    dev_units = np.empty(p + 1, dtype=np.uint32)
-    has_pairs = False
-    for r in range(n):
-        if paired[r]:
-            has_pairs = True
-            break
-    if not has_pairs:
-        for d in range(p + 1):
-            dev_units[d] = dev_ptr[d]
-        none = np.empty(0, dtype=np.uint32)
-        return Units(n, dev_units, np.empty(0, dtype=np.int64), none, none, none, x_link32,
-                     x_after, link_shared, n_links, xfer, out_ptr)
-    unit_rows = np.empty(n + 1, dtype=np.int64)
-    unit_sends = np.empty(n + 1, dtype=np.uint32)
-    wait_ptr = np.empty(n + 1, dtype=np.uint32)
-    waits = np.empty(nx, dtype=np.uint32)
-    nu = program_units(dev_ptr, xfer, out_ptr, paired, dev_units, unit_rows, unit_sends,
-                       wait_ptr, waits)
-    return Units(nu, dev_units, unit_rows, unit_sends, wait_ptr, waits, x_link32, x_after,
-                 link_shared, n_links, xfer[:0], out_ptr[:0])
-
-
 @njit(cache=True, nogil=True)
 def run_units(units, ops, transfers, out, keep):
-    """:func:`schedule_units` for a caller in Python; return a status code.
+    """The list scheduler on a schedule's units, for a caller in Python;
+    return a status code.
 
-    Takes the same carriers, each either as its NamedTuple or as the plain
-    tuple of its fields in order (``tuple(carrier)``), and names them again
-    here. Numba's dispatcher types a plain tuple argument in native code
-    but a NamedTuple through Python, at a cost per carrier per call that is
-    a visible share of a small schedule's simulation; inside compiled code
-    the carriers cost nothing.
-    """
-    return schedule_units(Units(*units), OpCosts(*ops), TransferCosts(*transfers), Times(*out),
-                          keep)
+    ``units`` is :func:`~pipecore.core.compile.make_units`' carrier, ``ops``
+    an ``OpCosts``, ``transfers`` a ``TransferCosts`` (``cls`` per transfer
+    or empty), ``out`` the ``Times`` to write, per op row; each may come as
+    its NamedTuple or as the plain tuple of its fields in order
+    (``tuple(carrier)``), and is named again here. Numba's dispatcher types
+    a plain tuple argument in native code but a NamedTuple through Python,
+    at a cost per carrier per call that is a visible share of a small
+    schedule's simulation; inside compiled code the carriers cost nothing.
+    (One function, not a wrapper around a second one: each level of
+    compiled calls optimises the code of the levels below it again when
+    Numba compiles it.)
 
-
-@njit(cache=True, nogil=True)
-def schedule_units(units, ops, transfers, out, keep):
-    """The list scheduler on a schedule's units; return a status code.
-
-    ``units`` is :func:`make_units`' carrier, ``ops`` an ``OpCosts``,
-    ``transfers`` a ``TransferCosts`` (``cls`` per transfer or empty),
-    ``out`` the ``Times`` to write, per op row. ``ops.kind`` indexes
-    ``ops.table``'s rows: the kind codes, or the cost classes of
-    ``core.rules`` with a matching table. Each op's time is multiplied by
-    ``ops.scale`` (empty for none, which skips a multiplication by one that
-    would not change a bit); an overlapped pair takes
-    ``(F * its scale + B * its scale) * fb_factor``.
+    ``ops.kind`` indexes ``ops.table``'s rows: the kind codes, or the cost
+    classes of ``core.rules`` with a matching table. Each op's time is
+    multiplied by ``ops.scale`` (empty for none, which skips a
+    multiplication by one that would not change a bit); an overlapped pair
+    takes ``(F * its scale + B * its scale) * fb_factor``.
 
     ``ops.code`` (or empty) is ``kind * stages + stage`` per row: then a
     schedule without pairs or scale reads its times from the table itself
@@ -116,6 +69,10 @@ def schedule_units(units, ops, transfers, out, keep):
     first op that did not run (the end of its rows when it finished). With
     ``keep`` false, ``out.start``, ``out.finish`` and ``out.x_start`` are
     not written and may be empty (a schedule without shared links only)."""
+    units = Units(*units)
+    ops = OpCosts(*ops)
+    transfers = TransferCosts(*transfers)
+    out = Times(*out)
     p = units.dev_units.shape[0] - 1
     n = ops.kind.shape[0]
     nu = units.n_units
@@ -142,16 +99,16 @@ def schedule_units(units, ops, transfers, out, keep):
     finish = out.finish
     head = out.head
     if by_code:
-        table = cost_table.ravel()
+        table = cost_table
     else:
         table = np.empty(nu)
         for u in range(nu):
             h = unit_rows[u] if rows else u
-            cost = _op_cost(cost_table, kind, stage, scale, h, scaled)
+            cost = _op_cost(cost_table, kind, stage, ops.stages, scale, h, scaled)
             if not rows or unit_rows[u + 1] - h == 1:
                 table[u] = cost
             else:
-                cost2 = _op_cost(cost_table, kind, stage, scale, h + 1, scaled)
+                cost2 = _op_cost(cost_table, kind, stage, ops.stages, scale, h + 1, scaled)
                 table[u] = (cost + cost2) * ops.fb_factor
     work = ListScratch(np.empty(units.n_links), np.empty(p, dtype=np.uint32),
                        np.empty(nx, dtype=np.uint32))
@@ -173,9 +130,9 @@ def schedule_units(units, ops, transfers, out, keep):
 
 
 @njit(cache=True, inline="always")
-def _op_cost(table, kind, stage, scale, r, scaled):
+def _op_cost(table, kind, stage, stages, scale, r, scaled):
     # Row r's time: its class and stage's entry of the table, times its scale.
-    cost = table[kind[r], stage[r]]
+    cost = table[kind[r] * stages + stage[r]]
     if scaled:
         cost = cost * scale[r]
     return cost
