@@ -142,7 +142,8 @@ class PackTransfers(NamedTuple):
     """In: each structure's transfers, concatenated (local ids)."""
 
     link: np.ndarray  # int32/uint32 (nx): the link it occupies
-    code: np.ndarray  # int8/uint8 (nx): 2 * (feeds an all-reduce) + (crosses nodes)
+    code: np.ndarray  # int8, or uint32 in list_groups (nx): 2 * (feeds an all-reduce)
+    #                   + (crosses nodes)
     slot: np.ndarray  # int32 (nx): its row of the replay's arrival buffer
 
 
@@ -166,7 +167,7 @@ class PackPrograms(NamedTuple):
     unit_sends: np.ndarray  # uint32 (n + 1 each, at ptr_lo): Units.unit_sends
     wait_ptr: np.ndarray  # uint32 (n + 1 each, at ptr_lo): Units.wait_ptr
     waits: np.ndarray  # uint32 (nx each, at xfer_lo): Units.waits
-    unit_code: np.ndarray  # uint8 (n + 1 each, at ptr_lo): each unit's row of the duration table
+    unit_code: np.ndarray  # uint32 (n + 1 each, at ptr_lo): each unit's row of the duration table
     n_units: np.ndarray  # int64 (S): nu
     x_after: np.ndarray  # int32 (max_transfers): all -1
     link_shared: np.ndarray  # uint8 (max_links): all 0

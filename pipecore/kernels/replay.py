@@ -500,7 +500,9 @@ def list_groups(structs, rows, transfers, c_struct, n_chunks, params, out, statu
     unit_sends = np.empty(out_ptr.shape[0], dtype=np.uint32)
     wait_ptr = np.empty(out_ptr.shape[0], dtype=np.uint32)
     waits = np.empty(max(transfers.link.shape[0], 1), dtype=np.uint32)
-    unit_code = np.empty(out_ptr.shape[0], dtype=np.uint8)
+    # uint32 codes, as the single-schedule list scheduler's: one compiled
+    # list_units serves both (its codes fit in a byte here).
+    unit_code = np.empty(out_ptr.shape[0], dtype=np.uint32)
     n_units = np.empty(n_struct, dtype=np.int64)
     for s in range(n_struct):
         p = structs.devices[s]
@@ -530,7 +532,7 @@ def list_groups(structs, rows, transfers, c_struct, n_chunks, params, out, statu
         np.empty(0, dtype=np.int64))
     # Unsigned views: Numba leaves out its negative-index fix-up.
     rows_u = PackRows(dev_ptr.view(np.uint64), op_class.view(np.uint8), xfer, out_ptr, paired)
-    transfers_u = PackTransfers(transfers.link.view(np.uint32), transfers.code.view(np.uint8),
+    transfers_u = PackTransfers(transfers.link.view(np.uint32), transfers.code.astype(np.uint32),
                                 transfers.slot)
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
@@ -603,7 +605,9 @@ def _list_one(k, s, structs, programs, rows, transfers, params, out, status, tim
                     TransferCosts(transfers.code[x0:x0 + nx], ser, lat),
                     Times(u_start, times.finish[:nu], times.x_start[:nx], times.x_arrival[:nx],
                           times.head[:p], busy, free, times.dev_first[:p]),
-                    work, True, True, True)
+                    # Flags as booleans, not literals: the signature of
+                    # listsched.run_units' call, so list_units compiles once.
+                    work, np.bool_(True), np.bool_(True), np.bool_(True))
     status[k] = st
     if st != STATUS_OK:
         return
