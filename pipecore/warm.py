@@ -35,7 +35,6 @@ def _thresholds_at_zero():
     for mod, name in ((construct, "SCATTER_MIN_OPS"), (rules, "FAST_MIN_OPS"),
                       (schedule_mod, "FAST_MIN_OPS"),
                       (generate, "ZBV_KERNEL_MIN_OPS"), (generate, "GREEDY_KERNEL_MIN_OPS"),
-                      (generate, "GREEDY_PYTHON_MAX_OPS"),
                       (bitpipe, "BITPIPE_KERNEL_MIN_OPS"), (chimera, "CHIMERA_KERNEL_MIN_OPS"),
                       (dualpipe, "DUALPIPE_KERNEL_MIN_OPS"),
                       (block_kernels, "_KERNEL_MIN_OPS"), (tier, "INTERPRET_MAX_OPS")):

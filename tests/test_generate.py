@@ -62,7 +62,6 @@ def test_greedy_kernel_equals_the_python_reference(placement, m, scan_max):
     placement = [used.index(d) for d in placement]  # every device holds a stage
     want = generate._greedy_python(placement, m, "greedy")
     with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
-            mock.patch.object(generate, "GREEDY_PYTHON_MAX_OPS", 0), \
             mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
         got = generate.greedy(placement, m)
     assert got.table.equals(want.table)
@@ -80,7 +79,6 @@ def test_greedy_kernel_equals_the_reference_on_longer_runs(placement, scan_max):
 
     want = generate._greedy_python(placement, 40, "greedy")
     with mock.patch.object(generate, "GREEDY_KERNEL_MIN_OPS", 0), \
-            mock.patch.object(generate, "GREEDY_PYTHON_MAX_OPS", 0), \
             mock.patch.object(generate, "GREEDY_SCAN_MAX", scan_max):
         got = generate.greedy(placement, 40)
         # The columns written by two threads, half of the devices each.

@@ -25,8 +25,8 @@ import types
 
 from .ops import InputError
 
-__all__ = ["kernel", "interpreted", "compiled", "ready", "prefer_compiled", "counted",
-           "INTERPRET_MAX_OPS", "INTERPRET_BUDGET", "INTERPRET_BUDGET_CACHED"]
+__all__ = ["kernel", "interpreted", "compiled", "ready", "INTERPRET_MAX_OPS", "INTERPRET_BUDGET",
+           "INTERPRET_BUDGET_CACHED"]
 
 
 def _max_ops_from_env() -> int:
@@ -192,51 +192,3 @@ def kernel(dispatcher, ops: int):
             or _spent >= _budget(dispatcher)):
         return dispatcher
     return _counting(dispatcher)
-
-
-def prefer_compiled(dispatcher, ops: int, python_max_ops: int) -> bool:
-    """Whether a caller that has a plain-Python way of its own (not the
-    kernel's ``py_func``) should call the kernel now: the same rent-or-buy
-    as :func:`kernel`, with the caller's own size limit.
-
-    The kernel when the call has more than ``python_max_ops`` ops, or when
-    this process has spent the kernel's budget (nothing when it is compiled
-    here, :data:`INTERPRET_BUDGET_CACHED` when Numba's cache holds it,
-    :data:`INTERPRET_BUDGET` when it would compile) in interpreted kernels
-    and in :func:`counted` blocks. A :func:`compiled` block does not change
-    the choice: it is for the simulation kernels, which a study calls
-    thousands of times.
-
-    Parameters
-    ----------
-    dispatcher : numba dispatcher
-        The kernel.
-    ops : int
-        Size of the call.
-    python_max_ops : int
-        The largest call the caller runs in Python while the kernel would
-        compile (0: always the kernel).
-
-    Returns
-    -------
-    bool
-    """
-    return ops > python_max_ops or _spent >= _budget(dispatcher)
-
-
-@contextlib.contextmanager
-def counted():
-    """Count the seconds of this block against the interpreted budget: for
-    a plain-Python way that a caller chose with :func:`prefer_compiled`.
-
-    Returns
-    -------
-    context manager
-    """
-    global _spent
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        with _lock:
-            _spent += time.perf_counter() - t0

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import tier
 from ..core.costs import Costs
 from ..core.cpus import local_cpus
 from ..core.ops import InputError
@@ -395,31 +394,21 @@ def greedy(placement, microbatches: int, name: str = "greedy") -> Schedule:
     m = check_int("microbatches", microbatches, minimum=1)
     S = len(placement)
     p = max(placement) + 1
-    n = 2 * S * m
-    if (n >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21  # the kernel's key packing
-            and tier.prefer_compiled(_greedy.earliest_first, n, GREEDY_PYTHON_MAX_OPS)):
-        cols = column_buffers(n)
+    if 2 * S * m >= GREEDY_KERNEL_MIN_OPS and m < 2**21 and S < 2**21:  # the kernel's key packing
+        cols = column_buffers(2 * S * m)
         status, dev_ptr = _greedy.earliest_first(np.asarray(placement, dtype=np.int64), m, p,
                                                  cols, GREEDY_SCAN_MAX)
         if status:  # pragma: no cover - the earliest-start rule never stalls
             raise RuntimeError("greedy: the kernel left ops unscheduled")
-        two = n >= GREEDY_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
+        two = 2 * S * m >= GREEDY_THREADS_MIN_OPS and p > 1 and local_cpus() >= 2
         _in_halves(_greedy.greedy_columns, two, p, dev_ptr, 2 * S, cols)
         return Schedule.from_arrays(*cols, name=name, devices=p, copy=False)
-    if n < GREEDY_KERNEL_MIN_OPS:
-        return _greedy_python(placement, m, name)
-    with tier.counted():  # instead of compiling the kernel: rent-or-buy
-        return _greedy_python(placement, m, name)
+    return _greedy_python(placement, m, name)
 
 
 # From this many ops on, greedy runs as a Numba kernel; smaller schedules
 # (compare's hanayo at p=8) keep the Python loop and compile nothing.
 GREEDY_KERNEL_MIN_OPS = 2_048
-# While the kernel would compile (nothing in Numba's cache), calls up to
-# this many ops run the Python loop (seconds that count against
-# core.tier's budget; past it the kernel compiles): the kernels take
-# seconds to compile, the loop tens of microseconds per op.
-GREEDY_PYTHON_MAX_OPS = 1 << 16
 # Devices with at most this many F and BW queues (two per stage) pick their
 # next op by a scan, not a heap: a scan of a few entries takes fewer
 # branches than a heap's pops and pushes.
