@@ -24,7 +24,7 @@ import numpy as np
 
 class Units(NamedTuple):
     """In: a schedule's programs cut into units, cost-independent
-    (``listsched.make_units``); ``list_units`` runs them.
+    (``core.compile.make_units``); ``listsched.list_units`` runs them.
 
     Without overlapped pairs unit u is row u: ``unit_rows``, ``unit_sends``,
     ``wait_ptr`` and ``waits`` are then empty and a unit's remote inputs
