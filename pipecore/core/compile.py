@@ -373,8 +373,8 @@ def _transfer_classes(st, per_node):
     per_node`` differs, with ``per_node`` > 0), 2 and 3 the same for a
     gradient feeding an all-reduce, 4 an offload copy over a host link.
     Numpy, a few passes over the transfers: no kernel to compile."""
-    stage = st.op_stage[st.x_src]
-    x_cls = stage.astype(np.uint32)
+    stage = st.op_stage.view(np.uint32)  # stages are >= 0
+    x_cls = stage[st.x_src]  # one array of the transfers' size, scaled in place
     x_cls *= np.uint32(X_CLASSES)
     if st.x_is_ar.any():
         x_cls += st.x_is_ar.astype(np.uint32) * np.uint32(2)
@@ -384,5 +384,5 @@ def _transfer_classes(st, per_node):
         x_cls += (st.x_src_dev // per_node != st.x_dst_dev // per_node).astype(np.uint32)
     host = np.flatnonzero(st.x_host > 0)
     if host.size:
-        x_cls[host] = stage[host].astype(np.uint32) * np.uint32(X_CLASSES) + np.uint32(4)
+        x_cls[host] = stage[st.x_src[host]] * np.uint32(X_CLASSES) + np.uint32(4)
     return x_cls
