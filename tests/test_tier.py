@@ -59,17 +59,16 @@ def test_interpreted_equals_reference_families(interpret_all, data, sched):
     c = data.draw(costs(stages=sched.stages))
     net = data.draw(networks(devices=sched.devices, allow_none=False))
     assert_same(sched, c, net)
-    assert {"run_units", "make_units", "transfer_classes"} <= set(interpret_all)
+    assert "run_units" in interpret_all
+    if sched._info().paired.any():  # overlapped pairs: the programs are cut into units
+        assert "program_units" in interpret_all
 
 
 def test_interpreted_kernels_call_interpreted_kernels():
     run = tier.interpreted(listsched.run_units)
     assert not hasattr(run, "py_func")
-    # run_units calls schedule_units, which calls list_units: each copy
-    # reads the interpreted one.
-    scheduled = tier.interpreted(listsched.schedule_units)
-    assert run.__globals__["schedule_units"] is scheduled
-    assert scheduled.__globals__["list_units"] is tier.interpreted(listsched.list_units)
+    # run_units calls list_units: the copy reads the interpreted one.
+    assert run.__globals__["list_units"] is tier.interpreted(listsched.list_units)
     assert listsched.run_units.py_func.__globals__["list_units"] is listsched.list_units
 
 
@@ -102,19 +101,19 @@ def test_choice(monkeypatch):
     assert _double(1) == 2  # compiled in this process now: always called
     assert tier.kernel(_double, 10) is _double
     monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 0)  # the switch the test suite uses
-    assert tier.kernel(listsched.make_units, 10) is listsched.make_units
+    assert tier.kernel(listsched.program_units, 10) is listsched.program_units
 
 
 def test_interpreted_seconds_count_against_the_budget(monkeypatch):
     monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 1 << 20)
     monkeypatch.setattr(tier, "_spent", 0.0)
     monkeypatch.setattr(tier, "_budget", lambda dispatcher: 1e-9)
-    fn = tier.kernel(listsched.make_units, 10)
-    assert fn is not listsched.make_units
+    fn = tier.kernel(listsched.run_units, 10)
+    assert fn is not listsched.run_units
     res = pc.simulate(pc.build("1f1b", 2, 2), pc.Costs(f=1.0, b=1.0))
     assert res.makespan == 6.0  # (m + p - 1)(f + b), closed form of 1F1B
     assert tier._spent > 0
-    assert tier.kernel(listsched.make_units, 10) is listsched.make_units
+    assert tier.kernel(listsched.run_units, 10) is listsched.run_units
 
 
 _COLD = """
@@ -143,7 +142,8 @@ print(json.dumps({"compiled": compiled, "makespan": res.makespan, "rows": len(ro
                                 if r["result"] is not None}}))
 """
 
-_KERNELS = {"run_units", "list_units", "make_units", "transfer_classes", "peak_memory"}
+# program_units: compare's dualpipe and dualpipev hold overlapped F&B pairs.
+_KERNELS = {"run_units", "list_units", "program_units", "peak_memory"}
 
 
 def _cold_run(tmp_path, **env):
@@ -201,20 +201,22 @@ def test_a_bad_environment_value_is_named(raw, monkeypatch):
 
 
 def test_interpreted_units_feed_the_compiled_scheduler(monkeypatch):
-    # A kernel may pass its budget while another has not: make_units
-    # interpreted, run_units compiled. Its units must have the compiled
-    # types (no new specialisation of run_units) and give the same times.
+    # A kernel may pass its budget while another has not: program_units
+    # (a schedule with overlapped pairs) interpreted, run_units compiled.
+    # Its units must have the compiled types (no new specialisation of
+    # run_units) and give the same times.
     net = pc.Network.uniform(bytes=1.0, bandwidth=2.0, latency=0.1)
-    c = pc.Costs(f=1.0, b=2.0, w=1.0, comm=0.1)
-    ref = pc.simulate(pc.build("zb-h1", 4, 8), c, network=net)  # all compiled (conftest)
+    c = pc.Costs(f=1.0, b=2.0, w=1.0, comm=0.1, fb_factor=0.8)
+    ref = pc.simulate(pc.build("dualpipe", 4, 8), c, network=net)  # all compiled (conftest)
     signatures = list(listsched.run_units.signatures)
     monkeypatch.setattr(tier, "INTERPRET_MAX_OPS", 1 << 20)
-    monkeypatch.setattr(tier, "_budget", lambda d: float("inf") if d is listsched.make_units else 0.0)
+    monkeypatch.setattr(tier, "_budget",
+                        lambda d: float("inf") if d is listsched.program_units else 0.0)
     plain = []
     real = tier._counting
     monkeypatch.setattr(tier, "_counting", lambda d: plain.append(d) or real(d))
-    got = pc.simulate(pc.build("zb-h1", 4, 8), c, network=net)
-    assert plain == [listsched.make_units]
+    got = pc.simulate(pc.build("dualpipe", 4, 8), c, network=net)
+    assert plain == [listsched.program_units]
     assert listsched.run_units.signatures == signatures
     np.testing.assert_array_equal(got.start, ref.start)
     np.testing.assert_array_equal(got.finish, ref.finish)

@@ -12,14 +12,13 @@ import numpy as np
 
 from ..kernels import listsched as _kernels
 from ..kernels.carriers import OpCosts, Times, TransferCosts, Units
-from ..kernels.codes import F_DROP, N_CLASSES
-from ..kernels.network import X_CLASSES, transfer_classes
+from ..kernels.codes import F_DROP, N_CLASSES, X_CLASSES
 from . import tier
 from .costs import Costs, Network, per_stage_direct
 from .ops import AR, BW, B, F, InputError, L, O, R, W, check_type  # noqa: E741 (kinds named by their letters)
 from .schedule import Schedule
 
-__all__ = ["compile_schedule", "Compiled", "Run"]
+__all__ = ["compile_schedule", "make_units", "Compiled", "Run"]
 
 
 class Run(NamedTuple):
@@ -77,7 +76,7 @@ class Compiled:
         """bool: some link has several senders (host links shared by devices)."""
         return self.units is not None and bool(self.units.link_shared.any())
 
-    # Transfer times are kept per class (see kernels.network.X_CLASSES); the
+    # Transfer times are kept per class (see kernels.codes.X_CLASSES); the
     # per-transfer arrays are made only when something asks for them.
     @property
     def x_ser(self) -> np.ndarray:
@@ -138,9 +137,9 @@ class Compiled:
             start = finish = x_start = np.empty(0)
         head = np.empty(p, dtype=np.int64)
         if self.units is None:
-            self.units = tier.kernel(_kernels.make_units, n)(
-                self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link, self.x_dst_dev,
-                self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8), self.n_links)
+            self.units = make_units(self.dev_ptr, self.xfer, self.out_ptr, self.paired, self.x_link,
+                                    self.x_after, np.zeros(max(self.n_links, 1), dtype=np.uint8),
+                                    self.n_links)
         if op_scale is not None:
             op_scale = np.ascontiguousarray(op_scale, dtype=np.float64)
             if op_scale.shape != (n,):  # the kernel does not bounds-check
@@ -153,7 +152,8 @@ class Compiled:
             inputs = (tuple(self.units),
                       tuple(OpCosts(self.op_class, self.op_stage, op_code,
                                     np.empty(0) if op_scale is None else op_scale,  # empty: none
-                                    self.stage_cost, self.fb_factor)),
+                                    self.stage_cost.reshape(-1), self.stage_cost.shape[1],
+                                    self.fb_factor)),
                       tuple(TransferCosts(self.x_cls, self.x_table[0], self.x_table[1])))
             if op_scale is None:
                 self._inputs = inputs
@@ -164,6 +164,53 @@ class Compiled:
             *inputs, tuple(Times(start, finish, x_start, x_arrival, head, busy, dev_free,
                                  dev_first)), keep)
         return Run(status, start, finish, x_start, x_arrival, head, busy, dev_free, dev_first)
+
+
+def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_after, link_shared, n_links) -> Units:
+    """The cost-independent :class:`~pipecore.kernels.carriers.Units` of a
+    schedule, made once and reused by every simulation of it.
+
+    Without overlapped pairs unit u is row u: the carrier then holds
+    ``xfer`` and ``out_ptr`` themselves and empty unit arrays, so nothing of
+    the schedule's size is allocated or copied (and no kernel compiles);
+    with pairs :func:`~pipecore.kernels.listsched.program_units` cuts the
+    programs into units.
+
+    Parameters
+    ----------
+    dev_ptr, xfer, out_ptr, paired : numpy.ndarray
+        The structure's arrays (:class:`~pipecore.core.structure.Structure`).
+    x_link : numpy.ndarray
+        int32 (nx): the link each transfer takes.
+    x_after : numpy.ndarray
+        int32 (nx) or empty: a transfer that transfer x cannot start before
+        the arrival of (-1 for none).
+    link_shared : numpy.ndarray
+        uint8 (>= n_links): a link with several senders (a host link shared
+        by devices), served in issue order (see ``listsched.list_units``).
+    n_links : int
+
+    Returns
+    -------
+    Units
+    """
+    n = xfer.shape[0]
+    # Indices are never negative: the unsigned views let Numba drop its
+    # negative-index fix-up without a copy.
+    dev_units = dev_ptr.astype(np.uint32)
+    x_link32 = x_link.view(np.uint32)
+    if not paired.any():
+        none = np.empty(0, dtype=np.uint32)
+        return Units(n, dev_units, np.empty(0, dtype=np.int64), none, none, none, x_link32,
+                     x_after, link_shared, n_links, xfer, out_ptr)
+    unit_rows = np.empty(n + 1, dtype=np.int64)
+    unit_sends = np.empty(n + 1, dtype=np.uint32)
+    wait_ptr = np.empty(n + 1, dtype=np.uint32)
+    waits = np.empty(x_link.shape[0], dtype=np.uint32)
+    nu = tier.kernel(_kernels.program_units, n)(dev_ptr, xfer, out_ptr, paired, dev_units,
+                                                unit_rows, unit_sends, wait_ptr, waits)
+    return Units(int(nu), dev_units, unit_rows, unit_sends, wait_ptr, waits, x_link32, x_after,
+                 link_shared, n_links, xfer[:0], out_ptr[:0])
 
 
 def _check_costs(costs):
@@ -232,9 +279,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     else:
         shared = np.zeros(max(n_links, 1), dtype=np.uint8)
     if units_key not in st.memo:  # cost-independent: once per schedule (and host sharing)
-        st.memo[units_key] = tier.kernel(_kernels.make_units, len(st.op_stage))(
-            st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link, st.x_dst_dev,
-            st.x_after, shared, n_links)
+        st.memo[units_key] = make_units(st.dev_ptr, st.xfer, st.out_ptr, st.paired, x_link,
+                                        st.x_after, shared, n_links)
     return Compiled(
         dev_ptr=st.dev_ptr,
         op_kind=st.op_kind,
@@ -299,14 +345,7 @@ def _transfer_arrays(st, network, stages, comm, offload):
         ilat = float(network.inter_latency) if per_node else lat
     key = f"x_cls_{per_node}"
     if key not in st.memo:
-        x_cls = np.empty(len(st.x_src), dtype=np.uint32)
-        # Source devices are read only across nodes (Structure.x_src_dev
-        # gathers them on first use).
-        src_dev = st.x_src_dev if per_node else st.x_dst_dev
-        tier.kernel(transfer_classes, len(x_cls))(
-            st.x_src, st.op_stage, st.x_is_ar, st.x_host, src_dev, st.x_dst_dev,
-            per_node, x_cls)
-        st.memo[key] = x_cls
+        st.memo[key] = _transfer_classes(st, per_node)
     nbytes = np.asarray(nbytes, dtype=np.float64)
     grads = np.asarray(grads, dtype=np.float64)
     comm = np.asarray(comm, dtype=np.float64)
@@ -325,3 +364,24 @@ def _transfer_arrays(st, network, stages, comm, offload):
     if offload is not None:
         ser[:, 4] = offload
     return st.memo[key], (ser.reshape(-1), x_lat.reshape(-1))
+
+
+def _transfer_classes(st, per_node):
+    """Every transfer's class, ``stage of its producer * X_CLASSES + k`` (uint32);
+    k: 0 an activation within a node, 1 between nodes (``device //
+    per_node`` differs, with ``per_node`` > 0), 2 and 3 the same for a
+    gradient feeding an all-reduce, 4 an offload copy over a host link.
+    Numpy, a few passes over the transfers: no kernel to compile."""
+    stage = st.op_stage.view(np.uint32)  # stages are >= 0
+    x_cls = stage[st.x_src]  # one array of the transfers' size, scaled in place
+    x_cls *= np.uint32(X_CLASSES)
+    if st.x_is_ar.any():
+        x_cls += st.x_is_ar.astype(np.uint32) * np.uint32(2)
+    if per_node > 0:
+        # Source devices are read only across nodes (Structure.x_src_dev
+        # gathers them on first use).
+        x_cls += (st.x_src_dev // per_node != st.x_dst_dev // per_node).astype(np.uint32)
+    host = np.flatnonzero(st.x_host > 0)
+    if host.size:
+        x_cls[host] = stage[st.x_src[host]] * np.uint32(X_CLASSES) + np.uint32(4)
+    return x_cls

@@ -108,7 +108,6 @@ class ReplayStructure:
         self.dep = st.dep
         self.xfer = xfer
         self.out_ptr = st.out_ptr
-        self.x_dst_dev32 = st.x_dst_dev
         self.paired = paired
         self.n_ops = n
         self.n_units = n_units
@@ -208,7 +207,6 @@ class Pack:
             link=_cat([s.x_link for s in structs], np.int32),
             code=_cat(codes, np.int8),
             slot=_cat([s.x_slot for s in structs], np.int32),
-            dst_dev=_cat([s.x_dst_dev32 for s in structs], np.int32),
         )
         self.rows = PackRows(
             dev_ptr=_cat([s.dev_ptr for s in structs], np.int64),

@@ -24,7 +24,7 @@ import numpy as np
 
 class Units(NamedTuple):
     """In: a schedule's programs cut into units, cost-independent
-    (``listsched.make_units``); ``list_units`` runs them.
+    (``core.compile.make_units``); ``listsched.list_units`` runs them.
 
     Without overlapped pairs unit u is row u: ``unit_rows``, ``unit_sends``,
     ``wait_ptr`` and ``waits`` are then empty and a unit's remote inputs
@@ -38,7 +38,6 @@ class Units(NamedTuple):
     wait_ptr: np.ndarray  # uint32 (nu + 1) or empty: unit u waits for waits[wait_ptr[u]..[u+1]-1]
     waits: np.ndarray  # uint32 (<= nx) or empty: remote inputs (transfer ids), row then slot order
     x_link: np.ndarray  # uint32 (nx): the link each transfer occupies
-    x_dst_dev: np.ndarray  # uint32 (nx): the device that receives each transfer
     x_after: np.ndarray  # int32 (nx) or empty: transfer x starts no earlier than transfer
     #                      x_after[x] arrives (an offload's copy back waits for its copy to
     #                      host); -1 or empty: no such wait
@@ -52,11 +51,13 @@ class Units(NamedTuple):
 class OpCosts(NamedTuple):
     """In: what each op row costs (``listsched.run_units``)."""
 
-    kind: np.ndarray  # int8 (n): the op's row of ``table`` (a cost class, kernels/codes.py)
-    stage: np.ndarray  # int32 (n): the op's column of ``table`` (its stage)
-    code: np.ndarray  # uint32 (n) or empty: kind * stages + stage, to read ``table`` flat
+    kind: np.ndarray  # int8 (n): the op's cost class (kernels/codes.py)
+    stage: np.ndarray  # int32 (n): the op's stage
+    code: np.ndarray  # uint32 (n) or empty: kind * stages + stage, its entry of ``table``
     scale: np.ndarray  # float64 (n) or empty: a factor on each op's time (stragglers, jitter)
-    table: np.ndarray  # float64 (classes, stages): the time of an op of each class and stage
+    table: np.ndarray  # float64 (classes * stages): the time of an op of class k and stage s
+    #                    at k * stages + s (a flat table: Numba compiles no ravel)
+    stages: int  # number of stages
     fb_factor: float  # an overlapped F&B pair takes (F + B) * fb_factor
 
 
@@ -89,7 +90,6 @@ class ListScratch(NamedTuple):
 
     link_free: np.ndarray  # float64 (>= n_links): when each link is next free
     stack: np.ndarray  # uint32 (>= p): devices to visit
-    wait: np.ndarray  # uint32 (>= p): the transfer a blocked device waits for
     pend: np.ndarray  # uint32 (>= nx): transfers held for a shared link
 
 
@@ -142,9 +142,9 @@ class PackTransfers(NamedTuple):
     """In: each structure's transfers, concatenated (local ids)."""
 
     link: np.ndarray  # int32/uint32 (nx): the link it occupies
-    code: np.ndarray  # int8/uint8 (nx): 2 * (feeds an all-reduce) + (crosses nodes)
+    code: np.ndarray  # int8, or uint32 in list_groups (nx): 2 * (feeds an all-reduce)
+    #                   + (crosses nodes)
     slot: np.ndarray  # int32 (nx): its row of the replay's arrival buffer
-    dst_dev: np.ndarray  # int32/uint32 (nx): the device that receives it
 
 
 class PackRows(NamedTuple):
@@ -167,7 +167,7 @@ class PackPrograms(NamedTuple):
     unit_sends: np.ndarray  # uint32 (n + 1 each, at ptr_lo): Units.unit_sends
     wait_ptr: np.ndarray  # uint32 (n + 1 each, at ptr_lo): Units.wait_ptr
     waits: np.ndarray  # uint32 (nx each, at xfer_lo): Units.waits
-    unit_code: np.ndarray  # uint8 (n + 1 each, at ptr_lo): each unit's row of the duration table
+    unit_code: np.ndarray  # uint32 (n + 1 each, at ptr_lo): each unit's row of the duration table
     n_units: np.ndarray  # int64 (S): nu
     x_after: np.ndarray  # int32 (max_transfers): all -1
     link_shared: np.ndarray  # uint8 (max_links): all 0

@@ -21,6 +21,13 @@ F, B, W, BW, AR, R, O, L = range(8)  # noqa: E741 (the kinds are named by their 
 F_DROP = 8
 N_CLASSES = 9
 
+#: Transfer classes: per sending stage s, class ``s * X_CLASSES + k`` with k:
+#: 0 an activation within a node, 1 an activation between nodes, 2 and 3 the
+#: same for a gradient feeding an all-reduce, 4 an offload copy over a host
+#: link. A table of X_CLASSES entries per stage gives serialisation and
+#: latency, so times are computed once per class, not once per transfer.
+X_CLASSES = 5
+
 #: Rows of the per-configuration parameter matrix (float64, one column per
 #: configuration) of the batched kernels: op costs, memory costs, network.
 P_F, P_B, P_W, P_COMM, P_FB, P_ACT, P_ACTW, P_WEIGHTS = range(8)

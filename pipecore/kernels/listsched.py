@@ -22,80 +22,42 @@ from numba import njit
 
 from .carriers import ListScratch, OpCosts, Times, TransferCosts, Units
 from .codes import STATUS_DEADLOCK, STATUS_OK
+from .prefetch import prefetch
 
-NOT_WAITING = 0xFFFFFFFF  # list_units' wait entry of a device not blocked
-
-
-@njit(cache=True)
-def make_units(dev_ptr, xfer, out_ptr, paired, x_link, x_dst_dev, x_after, link_shared, n_links):
-    """The cost-independent :class:`~pipecore.kernels.carriers.Units` of a
-    schedule, computed once and reused across simulations.
-
-    ``x_after[x]`` (or -1; empty: -1 for every transfer) is a transfer that
-    transfer x cannot start before the arrival of; ``link_shared[l]`` marks
-    a link with several senders (a host link shared by devices), served in
-    issue order (see ``list_units``).
-
-    Without overlapped pairs unit u is row u: the carrier then holds
-    ``xfer`` and ``out_ptr`` themselves and empty unit arrays, so nothing
-    of the schedule's size is allocated or copied.
-    """
-    p = dev_ptr.shape[0] - 1
-    n = xfer.shape[0]
-    nx = x_dst_dev.shape[0]
-    # Indices are never negative: the unsigned views let Numba drop its
-    # negative-index fix-up without a copy.
-    x_link32 = x_link.view(np.uint32)
-    x_dst32 = x_dst_dev.view(np.uint32)
-    dev_units = np.empty(p + 1, dtype=np.uint32)
-    has_pairs = False
-    for r in range(n):
-        if paired[r]:
-            has_pairs = True
-            break
-    if not has_pairs:
-        for d in range(p + 1):
-            dev_units[d] = dev_ptr[d]
-        none = np.empty(0, dtype=np.uint32)
-        return Units(n, dev_units, np.empty(0, dtype=np.int64), none, none, none, x_link32,
-                     x_dst32, x_after, link_shared, n_links, xfer, out_ptr)
-    unit_rows = np.empty(n + 1, dtype=np.int64)
-    unit_sends = np.empty(n + 1, dtype=np.uint32)
-    wait_ptr = np.empty(n + 1, dtype=np.uint32)
-    waits = np.empty(nx, dtype=np.uint32)
-    nu = program_units(dev_ptr, xfer, out_ptr, paired, dev_units, unit_rows, unit_sends,
-                       wait_ptr, waits)
-    return Units(nu, dev_units, unit_rows, unit_sends, wait_ptr, waits, x_link32, x_dst32,
-                 x_after, link_shared, n_links, xfer[:0], out_ptr[:0])
+# x_arrival of a transfer not yet sent: NOT_SENT, or WAITED - d while device
+# d waits for it (so no separate table says who waits for what, and the
+# sender finds the device to wake where it writes the arrival). Real
+# arrivals are >= 0.
+NOT_SENT = -1.0
+WAITED = -2.0
+# At each visit list_units asks for the cache lines this many units (and
+# transfers) ahead of the device's first unit to run: a device's next
+# visit starts there or near, after hundreds of other devices' visits.
+PREFETCH_AHEAD = 8
 
 
 @njit(cache=True, nogil=True)
 def run_units(units, ops, transfers, out, keep):
-    """:func:`schedule_units` for a caller in Python; return a status code.
+    """The list scheduler on a schedule's units, for a caller in Python;
+    return a status code.
 
-    Takes the same carriers, each either as its NamedTuple or as the plain
-    tuple of its fields in order (``tuple(carrier)``), and names them again
-    here. Numba's dispatcher types a plain tuple argument in native code
-    but a NamedTuple through Python, at a cost per carrier per call that is
-    a visible share of a small schedule's simulation; inside compiled code
-    the carriers cost nothing.
-    """
-    return schedule_units(Units(*units), OpCosts(*ops), TransferCosts(*transfers), Times(*out),
-                          keep)
+    ``units`` is :func:`~pipecore.core.compile.make_units`' carrier, ``ops``
+    an ``OpCosts``, ``transfers`` a ``TransferCosts`` (``cls`` per transfer
+    or empty), ``out`` the ``Times`` to write, per op row; each may come as
+    its NamedTuple or as the plain tuple of its fields in order
+    (``tuple(carrier)``), and is named again here. Numba's dispatcher types
+    a plain tuple argument in native code but a NamedTuple through Python,
+    at a cost per carrier per call that is a visible share of a small
+    schedule's simulation; inside compiled code the carriers cost nothing.
+    (One function, not a wrapper around a second one: each level of
+    compiled calls optimises the code of the levels below it again when
+    Numba compiles it.)
 
-
-@njit(cache=True, nogil=True)
-def schedule_units(units, ops, transfers, out, keep):
-    """The list scheduler on a schedule's units; return a status code.
-
-    ``units`` is :func:`make_units`' carrier, ``ops`` an ``OpCosts``,
-    ``transfers`` a ``TransferCosts`` (``cls`` per transfer or empty),
-    ``out`` the ``Times`` to write, per op row. ``ops.kind`` indexes
-    ``ops.table``'s rows: the kind codes, or the cost classes of
-    ``core.rules`` with a matching table. Each op's time is multiplied by
-    ``ops.scale`` (empty for none, which skips a multiplication by one that
-    would not change a bit); an overlapped pair takes
-    ``(F * its scale + B * its scale) * fb_factor``.
+    ``ops.kind`` indexes ``ops.table``'s rows: the kind codes, or the cost
+    classes of ``core.rules`` with a matching table. Each op's time is
+    multiplied by ``ops.scale`` (empty for none, which skips a
+    multiplication by one that would not change a bit); an overlapped pair
+    takes ``(F * its scale + B * its scale) * fb_factor``.
 
     ``ops.code`` (or empty) is ``kind * stages + stage`` per row: then a
     schedule without pairs or scale reads its times from the table itself
@@ -107,11 +69,15 @@ def schedule_units(units, ops, transfers, out, keep):
     first op that did not run (the end of its rows when it finished). With
     ``keep`` false, ``out.start``, ``out.finish`` and ``out.x_start`` are
     not written and may be empty (a schedule without shared links only)."""
+    units = Units(*units)
+    ops = OpCosts(*ops)
+    transfers = TransferCosts(*transfers)
+    out = Times(*out)
     p = units.dev_units.shape[0] - 1
     n = ops.kind.shape[0]
     nu = units.n_units
     unit_rows = units.unit_rows
-    nx = units.x_dst_dev.shape[0]
+    nx = units.x_link.shape[0]
     scaled = ops.scale.shape[0] > 0
     # Without overlapped pairs unit u is row u: write the outputs directly
     # (at millions of ops two fewer arrays to allocate and copy).
@@ -133,19 +99,19 @@ def schedule_units(units, ops, transfers, out, keep):
     finish = out.finish
     head = out.head
     if by_code:
-        table = cost_table.ravel()
+        table = cost_table
     else:
         table = np.empty(nu)
         for u in range(nu):
             h = unit_rows[u] if rows else u
-            cost = _op_cost(cost_table, kind, stage, scale, h, scaled)
+            cost = _op_cost(cost_table, kind, stage, ops.stages, scale, h, scaled)
             if not rows or unit_rows[u + 1] - h == 1:
                 table[u] = cost
             else:
-                cost2 = _op_cost(cost_table, kind, stage, scale, h + 1, scaled)
+                cost2 = _op_cost(cost_table, kind, stage, ops.stages, scale, h + 1, scaled)
                 table[u] = (cost + cost2) * ops.fb_factor
     work = ListScratch(np.empty(units.n_links), np.empty(p, dtype=np.uint32),
-                       np.empty(p, dtype=np.uint32), np.empty(nx, dtype=np.uint32))
+                       np.empty(nx, dtype=np.uint32))
     status = list_units(units, ops.code, table, transfers,
                         Times(u_start, u_finish, out.x_start, out.x_arrival, u_head, out.busy,
                               out.dev_free, out.dev_first),
@@ -164,9 +130,9 @@ def schedule_units(units, ops, transfers, out, keep):
 
 
 @njit(cache=True, inline="always")
-def _op_cost(table, kind, stage, scale, r, scaled):
+def _op_cost(table, kind, stage, stages, scale, r, scaled):
     # Row r's time: its class and stage's entry of the table, times its scale.
-    cost = table[kind[r], stage[r]]
+    cost = table[kind[r] * stages + stage[r]]
     if scaled:
         cost = cost * scale[r]
     return cost
@@ -237,9 +203,11 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
     producer comes earlier in its device's program (rule "order") and,
     durations being >= 0, finishes no later than the device is free, so it
     can neither block a unit nor delay it; deadlocks come from remote waits
-    only. A transfer not yet sent has arrival -1 (real ones are >= 0). A
-    blocked device records the transfer it waits for and is revisited once
-    that one is sent; times do not depend on the order of visits.
+    only. A transfer not yet sent has a negative arrival: ``NOT_SENT``, or
+    ``WAITED - d`` once device d is blocked on it; its sender reads that
+    where it writes the real arrival (>= 0) and revisits device d. Times do
+    not depend on the order of visits. On a deadlock the arrivals of the
+    transfers never sent are left negative.
     Transfer x starts no earlier than the arrival of ``units.x_after[x]``
     when that is >= 0 (an empty ``x_after``: never); such a transfer is
     always sent earlier by the same device (an offload's copy to host,
@@ -261,7 +229,6 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
     xfer = units.row_xfer
     out_ptr = units.row_sends
     x_link = units.x_link
-    x_dst_dev = units.x_dst_dev
     x_after = units.x_after
     link_shared = units.link_shared
     n_links = units.n_links
@@ -278,20 +245,25 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
     dev_first = out.dev_first
     link_free = work.link_free
     stack = work.stack
-    wait = work.wait
     pend = work.pend
     p = u_ptr.shape[0] - 1
     nx = x_link.shape[0]
     by_row = in_ptr.shape[0] == 0
     after = x_after.shape[0] > 0
-    x_arrival[:nx] = -1.0
+    # Without a shared link no transfer is held: the per-transfer test of
+    # link_shared is skipped (one load fewer per transfer).
+    any_shared = False
+    for link in range(n_links):
+        if link_shared[link]:
+            any_shared = True
+            break
+    x_arrival[:nx] = NOT_SENT
     link_free[:n_links] = 0.0
     top = 0
     for d in range(p - 1, -1, -1):
         head[d] = u_ptr[d]
         busy[d] = 0.0
         dev_free[d] = 0.0
-        wait[d] = NOT_WAITING
         stack[top] = d
         top += 1
 
@@ -304,42 +276,87 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
             end = u_ptr[d + 1]
             t_free = dev_free[d]
             total = busy[d]
+            first = u == u_ptr[d]
+            if u < end:
+                # Hundreds of devices' streams interleave, more than hardware
+                # prefetchers follow: ask for this device's next lines now.
+                v = u + PREFETCH_AHEAD
+                if by_row:
+                    prefetch(xfer, 2 * v)  # (n, 2): element 2v starts row v
+                    prefetch(out_ptr, v)
+                    w = out_ptr[u] + PREFETCH_AHEAD
+                else:
+                    prefetch(in_ptr, v)
+                    prefetch(in_x, in_ptr[u] + PREFETCH_AHEAD)
+                    prefetch(u_out, v)
+                    w = u_out[u] + PREFETCH_AHEAD
+                if u_coded:
+                    prefetch(unit_code, v)
+                if x_coded:
+                    prefetch(x_cls, w)
+                prefetch(x_link, w)
+                prefetch(x_arrival, w)
+                if keep:
+                    prefetch(u_start, v)
+                    prefetch(u_finish, v)
+                    prefetch(x_start, w)
+            # The two ways of reading a unit's remote inputs are written out
+            # apart: one loop over a (0, 2) or a CSR range was markedly slower
+            # (bench/test_bench_interleaved.py).
             while u < end:
                 t = t_free
-                blocked = False
-                j0, j1 = (0, 2) if by_row else (in_ptr[u], in_ptr[u + 1])
-                for j in range(j0, j1):
-                    x = xfer[u, j] if by_row else in_x[j]
-                    if x < 0:  # by_row only: no remote input in this column
-                        continue
-                    a = x_arrival[x]
-                    if a < 0.0:
-                        wait[d] = x
-                        blocked = True
+                if by_row:
+                    x = xfer[u, 0]
+                    if x >= 0:
+                        a = x_arrival[x]
+                        if a < 0.0:
+                            x_arrival[x] = WAITED - d
+                            break
+                        t = max(t, a)  # select(a > t, a, t), as the semantics' max
+                    x = xfer[u, 1]
+                    if x >= 0:
+                        a = x_arrival[x]
+                        if a < 0.0:
+                            x_arrival[x] = WAITED - d
+                            break
+                        t = max(t, a)
+                    o0 = out_ptr[u]
+                    o1 = out_ptr[u + 1]
+                else:
+                    blocked = False
+                    for j in range(in_ptr[u], in_ptr[u + 1]):
+                        x = in_x[j]
+                        a = x_arrival[x]
+                        if a < 0.0:
+                            x_arrival[x] = WAITED - d
+                            blocked = True
+                            break
+                        t = max(t, a)
+                    if blocked:
                         break
-                    t = max(t, a)  # select(a > t, a, t), as the semantics' max
-                if blocked:
-                    break
+                    o0 = u_out[u]
+                    o1 = u_out[u + 1]
                 f = t + dur[unit_code[u] if u_coded else u]
                 if keep:
                     u_start[u] = t
                     u_finish[u] = f
-                if u == u_ptr[d]:
+                if first:
                     dev_first[d] = t
+                    first = False
                 total += f - t
-                o0, o1 = (out_ptr[u], out_ptr[u + 1]) if by_row else (u_out[u], u_out[u + 1])
                 for x in range(o0, o1):
                     cls = x_cls[x] if x_coded else x
                     ser = x_ser[cls]
-                    if ser != 0.0 and link_shared[x_link[x]]:
+                    if any_shared and ser != 0.0 and link_shared[x_link[x]]:
                         x_start[x] = f  # its issue time, until it is placed below
                         pend[n_pend] = x
                         n_pend += 1
                         continue
                     s = f
-                    y = x_after[x] if after else -1
-                    if y >= 0:
-                        s = max(s, x_arrival[y])
+                    if after:
+                        y = x_after[x]
+                        if y >= 0:
+                            s = max(s, x_arrival[y])
                     if ser == 0.0:
                         e = s
                     else:
@@ -349,14 +366,13 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
                         link_free[link] = e
                     if keep:
                         x_start[x] = s
+                    waiting = x_arrival[x]
                     x_arrival[x] = e + x_lat[cls]
                     # Wake the receiver if it waits for this transfer. Written
                     # out here and below: an inlined helper returning the
                     # stack height made this loop markedly slower.
-                    c = x_dst_dev[x]
-                    if wait[c] == x:
-                        wait[c] = NOT_WAITING
-                        stack[top] = c
+                    if waiting < NOT_SENT:
+                        stack[top] = np.uint32(WAITED - waiting)
                         top += 1
                 t_free = f
                 u += 1
@@ -385,11 +401,10 @@ def list_units(units, unit_code, dur, transfers, out, work, u_coded, x_coded, ke
         e = s + x_ser[cls]
         link_free[link] = e
         x_start[x] = s
+        waiting = x_arrival[x]
         x_arrival[x] = e + x_lat[cls]
-        c = x_dst_dev[x]
-        if wait[c] == x:
-            wait[c] = NOT_WAITING
-            stack[top] = c
+        if waiting < NOT_SENT:
+            stack[top] = np.uint32(WAITED - waiting)
             top += 1
 
     for d in range(p):

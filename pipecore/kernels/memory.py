@@ -11,7 +11,8 @@ from .codes import BW, F_DROP, B, F, R, W
 
 @njit(cache=True, inline="always")
 def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
-    """Peak of one device's activation total over rows ``order[lo:hi]``.
+    """Peak of one device's activation total over rows ``order[lo:hi]``
+    (rows ``lo`` to ``hi - 1`` themselves when ``order`` is empty).
 
     Classes (``core.rules``): F +act, B -(act - act_w), W -act_w, BW -act,
     AR nothing, R +(act - ckpt), O and L nothing (offload memory moves at
@@ -19,8 +20,9 @@ def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
     """
     total = 0.0
     best = 0.0
+    by_order = order.shape[0] > 0
     for i in range(lo, hi):
-        r = order[i]
+        r = order[i] if by_order else i
         k = op_class[r]
         s = op_stage[r]
         if k == F or k == R or k == F_DROP:
@@ -46,7 +48,7 @@ def device_peak(order, lo, hi, op_class, op_stage, act, act_w, ckpt):
 def peak_memory(dev_ptr, op_class, op_stage, act, act_w, ckpt, peak):
     """Per-device peak of the activation total, rows in program order."""
     p = dev_ptr.shape[0] - 1
-    order = np.arange(op_class.shape[0])
+    order = np.empty(0, dtype=np.int64)  # rows in program order: no order array to fill
     for d in range(p):
         peak[d] = device_peak(order, dev_ptr[d], dev_ptr[d + 1], op_class, op_stage, act, act_w,
                               ckpt)

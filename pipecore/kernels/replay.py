@@ -500,7 +500,9 @@ def list_groups(structs, rows, transfers, c_struct, n_chunks, params, out, statu
     unit_sends = np.empty(out_ptr.shape[0], dtype=np.uint32)
     wait_ptr = np.empty(out_ptr.shape[0], dtype=np.uint32)
     waits = np.empty(max(transfers.link.shape[0], 1), dtype=np.uint32)
-    unit_code = np.empty(out_ptr.shape[0], dtype=np.uint8)
+    # uint32 codes, as the single-schedule list scheduler's: one compiled
+    # list_units serves both (its codes fit in a byte here).
+    unit_code = np.empty(out_ptr.shape[0], dtype=np.uint32)
     n_units = np.empty(n_struct, dtype=np.int64)
     for s in range(n_struct):
         p = structs.devices[s]
@@ -530,15 +532,15 @@ def list_groups(structs, rows, transfers, c_struct, n_chunks, params, out, statu
         np.empty(0, dtype=np.int64))
     # Unsigned views: Numba leaves out its negative-index fix-up.
     rows_u = PackRows(dev_ptr.view(np.uint64), op_class.view(np.uint8), xfer, out_ptr, paired)
-    transfers_u = PackTransfers(transfers.link.view(np.uint32), transfers.code.view(np.uint8),
-                                transfers.slot, transfers.dst_dev.view(np.uint32))
+    transfers_u = PackTransfers(transfers.link.view(np.uint32), transfers.code.astype(np.uint32),
+                                transfers.slot)
     for c in prange(n_chunks):
         # Work arrays sized for the largest structure, reused across configurations.
         times = Times(np.empty(max_n), np.empty(max_n), np.empty(max_nx), np.empty(max_nx),
                       np.empty(max_p, dtype=np.uint32), np.empty(max_p), np.empty(max_p),
                       np.empty(max_p))
         work = ListScratch(np.empty(max_nl), np.empty(max_p, dtype=np.uint32),
-                           np.empty(max_p, dtype=np.uint32), np.empty(max_nx, dtype=np.uint32))
+                           np.empty(max_nx, dtype=np.uint32))
         tables = ConfigTables(np.empty(N_CLS + N_CLS * N_CLS), np.empty(4), np.empty(4),
                               np.empty(N_CLS), np.full(1, -1, dtype=np.int64), np.empty(6))
         for k in range(c * N // n_chunks, (c + 1) * N // n_chunks):
@@ -597,14 +599,15 @@ def _list_one(k, s, structs, programs, rows, transfers, params, out, status, tim
     # list_units never reads unit_rows: an empty int64 array (row_sends) stands in.
     units = Units(nu, dev_units, programs.row_sends, programs.unit_sends[o0:o0 + nu + 1],
                   programs.wait_ptr[o0:o0 + nu + 1], programs.waits[x0:x0 + nx],
-                  transfers.link[x0:x0 + nx], transfers.dst_dev[x0:x0 + nx],
-                  programs.x_after[:nx], programs.link_shared, structs.links[s],
-                  programs.row_xfer, programs.row_sends)
+                  transfers.link[x0:x0 + nx], programs.x_after[:nx], programs.link_shared,
+                  structs.links[s], programs.row_xfer, programs.row_sends)
     st = list_units(units, programs.unit_code[o0:o0 + nu], dur,
                     TransferCosts(transfers.code[x0:x0 + nx], ser, lat),
                     Times(u_start, times.finish[:nu], times.x_start[:nx], times.x_arrival[:nx],
                           times.head[:p], busy, free, times.dev_first[:p]),
-                    work, True, True, True)
+                    # Flags as booleans, not literals: the signature of
+                    # listsched.run_units' call, so list_units compiles once.
+                    work, np.bool_(True), np.bool_(True), np.bool_(True))
     status[k] = st
     if st != STATUS_OK:
         return

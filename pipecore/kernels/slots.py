@@ -69,10 +69,11 @@ def scatter_slots(out, length, code, st, j, sl, d0, d1):
 
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _zb_v_steady(t, K, P4, early, late):
     """Slot of an op at offset early (late) of ZB-V's steady iteration t,
-    which starts at P4 + 6 min(t, K) + 5 max(0, t - K)."""
+    which starts at P4 + 6 min(t, K) + 5 max(0, t - K). Inlined: called
+    with five pairs of literal offsets, a kernel would compile five times."""
     if t < K:
         return P4 + 6 * t + early
     return P4 + 6 * K + 5 * (t - K) + late

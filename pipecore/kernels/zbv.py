@@ -161,7 +161,10 @@ def _put_w(d, p, m, cost, state):
 
 @njit(cache=True)
 def _w_while_over(d, limit, p, m, cost, state):
-    """Device d's pending Ws while its memory is above ``cost.mems[limit]``."""
+    """Device d's pending Ws while its memory is above ``cost.mems[limit]``.
+
+    Callers pass ``limit`` as an int64, not a literal: Numba compiles a
+    kernel once per literal value it is called with."""
     while _lt(cost.mems[limit, 0], cost.mems[limit, 1], state.acc[1, d, 0], state.acc[1, d, 1]):
         s = _put_w(d, p, m, cost, state)
         if s:
@@ -277,7 +280,7 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
 
     for _ in range(2 * m):
         for d in range(p):
-            s = _w_while_over(d, 3, p, m, cost, state)  # room for a B
+            s = _w_while_over(d, np.int64(3), p, m, cost, state)  # room for a B
             if s:
                 return s
         # Each device's backward chunk, all chosen before any is placed.
@@ -312,7 +315,7 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
                 c = zero
             else:
                 continue
-            s = _w_while_over(d, 4, p, m, cost, state)  # room for an F
+            s = _w_while_over(d, np.int64(4), p, m, cost, state)  # room for an F
             if s:
                 return s
             s = _fill_and_put(kf, c, d, fill_f, p, m, cost, state)
