@@ -25,7 +25,8 @@ PKG = ROOT / "pipecore"
 LAYERS = ["kernels", "core", "schedules", "analysis", "output", "scan", "search"]
 TOP = {"pipecore", "pipecore.cli", "pipecore.testing", "pipecore.warm"}
 TOP_PACKAGES = ("pipecore.commands",)  # cli's subcommands, one module per group
-NUMBA_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "stencil", "cfunc", "generated_jit"}
+NUMBA_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "stencil", "cfunc", "generated_jit",
+                    "intrinsic", "overload"}
 
 
 def _modules():
@@ -200,6 +201,14 @@ def _is_named_tuple(node):
     return any(isinstance(b, ast.Name) and b.id == "NamedTuple" for b in node.bases)
 
 
+def _overloaded(tree):
+    # A plain function named in @overload(f) is the interpreted face of a compiled one.
+    return {d.args[0].id for node in tree.body if isinstance(node, ast.FunctionDef)
+            for d in node.decorator_list
+            if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "overload"
+            and d.args and isinstance(d.args[0], ast.Name)}
+
+
 def test_kernels_hold_only_compiled_functions_and_plain_imports():
     for name, (path, is_pkg) in MODULES.items():
         if not name.startswith("pipecore.kernels"):
@@ -207,7 +216,7 @@ def test_kernels_hold_only_compiled_functions_and_plain_imports():
         for target, line in GRAPH[name]:
             assert target.startswith("pipecore.kernels"), f"{name}:{line} imports {target}"
         tree = ast.parse(path.read_text())
-        compiled = {n for n, _ in _numba_uses(path)}
+        compiled = {n for n, _ in _numba_uses(path)} | _overloaded(tree)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
                 assert node.name in compiled, f"{name}.{node.name} is not Numba-compiled"
