@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from .memory import device_peak
+from .visits import pop, push_all, push_once
 
 _INF = np.inf
 
@@ -130,19 +131,14 @@ def times(order, ops, transfers, objective, scratch, cut):
         x_arr[x] = -1.0
     for i in range(transfers.n_links):
         link_free[i] = 0.0
-    top = 0
     for d in range(p):
         head[d] = dev_ptr[d]
         dev_free[d] = 0.0
         first[d] = -1.0
         left[d] = scratch.dev_work[d]
-        queued[d] = True
-        stack[top] = p - 1 - d
-        top += 1
+    top = push_all(queued, stack)
     while top > 0:
-        top -= 1
-        d = stack[top]
-        queued[d] = False
+        top, d = pop(queued, stack, top)
         h = head[d]
         end = dev_ptr[d + 1]
         t_free = dev_free[d]
@@ -193,11 +189,7 @@ def times(order, ops, transfers, objective, scratch, cut):
                     e = s + ser
                     link_free[link] = e
                     x_arr[x] = e + x_lat[x]
-                c = row_dev[x_dst[x]]
-                if not queued[c]:
-                    queued[c] = True
-                    stack[top] = c
-                    top += 1
+                top = push_once(row_dev[x_dst[x]], queued, stack, top)
             t_free = f
             h += 1
         head[d] = h

@@ -71,7 +71,9 @@ from .codes import (
 )
 from .codes import N_CLASSES as N_CLS
 from .codes import L as L_KIND
+from .links import on_link
 from .listsched import list_units, program_units
+from .visits import pop, push_all, push_once
 
 LANES = 64  # one AVX-512 register of float64; also fine on AVX2 (two)
 
@@ -95,18 +97,14 @@ def execution_order(dev_ptr, dep, xfer, paired, out_ptr, x_dst_dev, order):
     done = np.zeros(n, dtype=np.bool_)
     x_done = np.zeros(nx, dtype=np.bool_)
     head = np.empty(p, dtype=np.int64)
-    stack = np.empty(p, dtype=np.int64)
-    queued = np.ones(p, dtype=np.bool_)
-    top = 0
-    for d in range(p - 1, -1, -1):
+    for d in range(p):
         head[d] = dev_ptr[d]
-        stack[top] = d
-        top += 1
+    queued = np.empty(p, dtype=np.bool_)
+    stack = np.empty(p, dtype=np.int64)
+    top = push_all(queued, stack)
     count = 0
     while top > 0:
-        top -= 1
-        d = stack[top]
-        queued[d] = False
+        top, d = pop(queued, stack, top)
         h = head[d]
         end = dev_ptr[d + 1]
         while h < end:
@@ -131,11 +129,7 @@ def execution_order(dev_ptr, dep, xfer, paired, out_ptr, x_dst_dev, order):
                 done[r] = True
                 for x in range(out_ptr[r], out_ptr[r + 1]):
                     x_done[x] = True
-                    c = x_dst_dev[x]
-                    if not queued[c]:
-                        queued[c] = True
-                        stack[top] = c
-                        top += 1
+                    top = push_once(x_dst_dev[x], queued, stack, top)
             h = last + 1
         head[d] = h
     return count
@@ -158,6 +152,18 @@ def _shares(params, row, col, cdiv, p, n_stages, dst):
     else:
         for lane in range(dst.shape[0]):
             dst[lane] = params[row, col[lane]] * p / n_stages
+
+
+@njit(cache=True, inline="always")
+def _unit_ready(t, free, d, arr, rows, lo, hi, L):
+    # Each lane's start of a unit of device d: when the device is free and the
+    # inputs in arrival rows rows[lo:hi] have arrived (a lane loop per row).
+    for lane in range(L):
+        t[lane] = free[d, lane]
+    for j in range(lo, hi):
+        x = rows[j]
+        for lane in range(L):
+            t[lane] = max(t[lane], arr[x, lane])
 
 
 # Monte Carlo's per-op-scaled replay is replay_scaled below, not a flag here:
@@ -343,12 +349,7 @@ def replay_groups(structs, units, transfers, groups, n_chunks, params, out, trac
             x0 = xfer_lo[s]
             for u in range(unit_lo[s], unit_hi[s]):
                 d = unit_dev[u]
-                for lane in range(L):
-                    t[lane] = dev_free[d, lane]
-                for j in range(in_ptr[u], in_ptr[u + 1]):
-                    x = in_slot[j]
-                    for lane in range(L):
-                        t[lane] = max(t[lane], arr[x, lane])
+                _unit_ready(t, dev_free, d, arr, in_slot, in_ptr[u], in_ptr[u + 1], L)
                 cls1 = unit_cls1[u]
                 cls2 = unit_cls2[u]
                 # Both stores in one loop: a separate copy loop into
@@ -380,9 +381,7 @@ def replay_groups(structs, units, transfers, groups, n_chunks, params, out, trac
                         if sr == 0.0:
                             arr[row, lane] = ff[lane] + lat[level, lane]
                         else:
-                            st = max(ff[lane], link_free[link, lane])
-                            e = st + sr
-                            link_free[link, lane] = e
+                            _, e = on_link(ff[lane], sr, link_free, (link, lane))
                             arr[row, lane] = e + lat[level, lane]
                 if not track_mem:
                     continue
@@ -721,12 +720,7 @@ def replay_scaled(order, x_ser, x_lat, cost, scale, fb, p, n_links, out):
         t = np.empty(L)
         for u in range(unit_dev.shape[0]):
             d = unit_dev[u]
-            for i in range(L):
-                t[i] = free[d, i]
-            for j in range(in_ptr[u], in_ptr[u + 1]):
-                x = inputs[j]
-                for i in range(L):
-                    t[i] = max(t[i], arr[x, i])
+            _unit_ready(t, free, d, arr, inputs, in_ptr[u], in_ptr[u + 1], L)
             r1 = row1[u]
             r2 = row2[u]
             for i in range(L):
@@ -742,9 +736,7 @@ def replay_scaled(order, x_ser, x_lat, cost, scale, fb, p, n_links, out):
                     if sr == 0.0:
                         arr[x, i] = t[i] + x_lat[x]
                     else:
-                        s = max(t[i], link_free[lk, i])
-                        e = s + sr
-                        link_free[lk, i] = e
+                        _, e = on_link(t[i], sr, link_free, (lk, i))
                         arr[x, i] = e + x_lat[x]
         for i in range(L):
             top = 0.0

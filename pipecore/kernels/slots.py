@@ -70,6 +70,29 @@ def scatter_slots(out, length, code, st, j, sl, d0, d1):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def zb_v_phases(p, n, d):
+    """Where device d's phases start in ZB-V's program of n >= 2p - 1
+    microbatches (``schedules.vshape.build_zb_v`` lists the phases).
+
+    Returns (a, K, T, P3, P4, P5, P5b, P5c, P5d): a warm-up forwards, K
+    steady iterations with a chunk-0 forward, T steady iterations in all;
+    phase 3 starts at P3, the steady iterations at P4, the cool-down at P5
+    (its pairs B, B), P5b (its pairs B, W), P5c (chunk 1's pending W) and
+    P5d (chunk 0's). Plain arithmetic: ``schedules.vshape`` calls the
+    Python form (``zb_v_phases.py_func``) with an array of devices."""
+    a = 2 * (p - d) - 1
+    K = n - 2 * p + d + 1
+    T = n - p
+    P3 = a + 2 * d
+    P4 = P3 + 3 * (p - d)
+    P5 = P4 + 6 * K + 5 * (T - K)
+    P5b = P5 + 2 * d
+    P5c = P5b + 2 * (p - d)
+    P5d = P5c + d
+    return a, K, T, P3, P4, P5, P5b, P5c, P5d
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _zb_v_steady(t, K, P4, early, late):
     """Slot of an op at offset early (late) of ZB-V's steady iteration t,
     which starts at P4 + 6 min(t, K) + 5 max(0, t - K). Inlined: called
@@ -88,18 +111,10 @@ def zb_v_columns(out, p, m, d0, d1):
     """
     n = m
     length = 6 * m
-    T = n - p
     # Slots of microbatch j's F, F, B, B, W, W (chunk 0, chunk 1 in turn).
     pos = np.empty(6, np.int64)
     for d in range(d0, d1):
-        a = 2 * (p - d) - 1
-        K = n - 2 * p + d + 1
-        P3 = a + 2 * d
-        P4 = P3 + 3 * (p - d)
-        P5 = P4 + 6 * K + 5 * (T - K)
-        P5b = P5 + 2 * d
-        P5c = P5b + 2 * (p - d)
-        P5d = P5c + d
+        a, K, T, P3, P4, P5, P5b, P5c, P5d = zb_v_phases(p, n, d)
         c1 = 2 * p - 1 - d
         for j in range(n):
             if j < a:

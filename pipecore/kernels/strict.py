@@ -186,46 +186,21 @@ def strict_kernel(layout, rules, streams, st):
             want[d] = w
             if kind == W:
                 kw_of[d] += 1
-            elif kind == F:
-                nf[s] += 1
-                kf_of[d] += 1
-                if wait_f[s] >= 0:
-                    stack[top] = wait_f[s]
-                    top += 1
-                    wait_f[s] = -1
-            else:
-                nb[s] += 1
-                kb_of[d] += 1
-                if wait_b[s] >= 0:
-                    stack[top] = wait_b[s]
-                    top += 1
-                    wait_b[s] = -1
+                continue
+            # A forward (backward) of stage s: count it, and wake the device
+            # waiting for the stage's next forward (backward).
+            fwd = kind == F
+            (nf if fwd else nb)[s] += 1
+            (kf_of if fwd else kb_of)[d] += 1
+            waiting = wait_f if fwd else wait_b
+            if waiting[s] >= 0:
+                stack[top] = waiting[s]
+                top += 1
+                waiting[s] = -1
     for d in range(p):
         if kf_of[d] + kb_of[d] + kw_of[d] < out_ptr[d + 1] - out_ptr[d]:
             return DEADLOCK
     return OK
-
-
-class Start(NamedTuple):
-    """Each device's counts when :func:`strict_kernel` started (a copy: that
-    check changes the State), from which :func:`strict_write_serial` writes.
-
-    Attributes
-    ----------
-    kf, kb, kw, want, limit, w_src : int64 (p,)
-        As the State's ``kf``, ``kb``, ``kw``, ``want_f``, ``limit`` and
-        ``w_src``.
-    held : int64 (p,)
-        Microbatches in flight on each device's first stage.
-    """
-
-    kf: np.ndarray
-    kb: np.ndarray
-    kw: np.ndarray
-    want: np.ndarray
-    held: np.ndarray
-    limit: np.ndarray
-    w_src: np.ndarray
 
 
 @njit(cache=True)
@@ -252,8 +227,8 @@ def _write_device(layout, rules, streams, start, out, d):
     kf = start.kf[d]
     kb = start.kb[d]
     kw = start.kw[d]
-    want = start.want[d]
-    inflight = start.held[d]
+    want = start.want_f[d]
+    inflight = start.nf[c0] - start.nb[c0]  # microbatches in flight on its first stage
     src = start.w_src[d]
     row = out_ptr[d] + kf + kb + kw
     end = out_ptr[d + 1]
@@ -303,7 +278,9 @@ def strict_write_serial(layout, rules, streams, start, out):
     layout : Layout
     rules : Rules
     streams : Streams
-    start : Start
+    start : State
+        A copy of the State as :func:`strict_kernel` found it (that check
+        changes the State): each device writes on from its counts there.
     out : Columns
         Output: every column of every row (``compose_kernel`` leaves device
         and slot to the caller).

@@ -172,6 +172,15 @@ def _w_while_over(d, limit, p, m, cost, state):
     return OK
 
 
+@njit(cache=True, inline="always")
+def _chunk1_due(count, kind, d, p):
+    """Whether device d runs its chunk 1 next among ops of this kind: that
+    chunk trails its chunk 0 and its input is there (d is the last device,
+    where the V turns, or device d + 1 ran that op of its chunk 1)."""
+    n1 = count[d, kind, 1]
+    return n1 < count[d, kind, 0] and (d == p - 1 or count[d + 1, kind, 1] > n1)
+
+
 @njit(cache=True)
 def _gap(kind, chunk, d, p, cost, state):
     """(known, hi, lo): how long device d would wait for its next op's input."""
@@ -285,14 +294,10 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
                 return s
         # Each device's backward chunk, all chosen before any is placed.
         for d in range(p):
+            # Chunk 1 when it is due, or when chunk 0 has no backward left.
             nb0 = count[d, _B, 0]
-            nb1 = count[d, _B, 1]
-            if nb1 >= nb0:
-                first[d] = 0
-            elif d == p - 1 or count[d + 1, _B, 1] > nb1 or nb0 >= m:
-                first[d] = 1
-            else:
-                first[d] = 0
+            due = _chunk1_due(count, kb, d, p) or (nb0 >= m and count[d, _B, 1] < nb0)
+            first[d] = 1 if due else 0
         # Chunk-1 devices from the last down, then chunk-0 devices upwards.
         for step in range(2 * p):
             d = p - 1 - step if step < p else step - p
@@ -307,11 +312,9 @@ def zbv_pass(p, m, times, mems, warm_thr, fill_f, fill_b, allow, idle, order, oc
             nf1 = count[d, _F, 1]
             if nf1 >= m:
                 continue
-            if nf1 >= nf0:
-                c = zero
-            elif d == p - 1 or count[d + 1, _F, 1] > nf1:
+            if _chunk1_due(count, kf, d, p):
                 c = one
-            elif nf0 < m and (d == 0 or count[d - 1, _F, 0] > nf0):
+            elif nf1 >= nf0 or (nf0 < m and (d == 0 or count[d - 1, _F, 0] > nf0)):
                 c = zero
             else:
                 continue

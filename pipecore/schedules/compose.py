@@ -514,10 +514,7 @@ def _run(pl, m, od, split, w_rule, tm, stepless=True):
         if rules.fill:
             status, steps = _k.compose_kernel(layout, rules, st, cols, tm, True)
         if status == _k.WARM_DONE or (status == _k.OK and not rules.fill):
-            first = layout.dev_stages[layout.dev_ptr[:-1]]
-            start = _strict.Start(kf=st.kf.copy(), kb=st.kb.copy(), kw=st.kw.copy(),
-                                  want=st.want_f.copy(), held=st.nf[first] - st.nb[first],
-                                  limit=st.limit.copy(), w_src=st.w_src.copy())
+            start = _k.State(*(a.copy() for a in st))  # the check changes st; the writer starts here
             streams = _streams(layout, rules)
             if len(cols.kind) >= PARALLEL_MIN_OPS:  # the check on one core, the writing on the other
                 status = _strict.check_beside_write(layout, rules, streams, st, start, cols)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.schedule import Schedule
 from ..kernels.codes import B, F, W
-from ..kernels.slots import zb_v_columns
+from ..kernels.slots import zb_v_columns, zb_v_phases
 from .blocks import repeat, v_half, v_min, v_zb
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
 from .papers import V_HALF, V_MIN, V_ZB, ZERO_BUBBLE_V
@@ -66,15 +66,7 @@ def _zb_v_slots(p, m):
                                   lambda out, d0, d1: zb_v_columns(out, p, m, d0, d1))
     d = np.arange(p, dtype=np.int32)[:, None]
     j = np.arange(n, dtype=np.int32)[None, :]
-    a = 2 * (p - d) - 1
-    K = n - 2 * p + d + 1
-    T = n - p
-    P3 = a + 2 * d
-    P4 = P3 + 3 * (p - d)
-    P5 = P4 + 6 * K + 5 * (T - K)
-    P5b = P5 + 2 * d
-    P5c = P5b + 2 * (p - d)
-    P5d = P5c + d
+    a, K, T, P3, P4, P5, P5b, P5c, P5d = zb_v_phases.py_func(p, n, d)
 
     def start(t):
         return P4 + 6 * np.minimum(t, K) + 5 * np.maximum(0, t - K)
