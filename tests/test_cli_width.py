@@ -3,10 +3,10 @@ over 120 columns (issue 52): the first screen a user meets fits a terminal.
 
 The examples are read from the Markdown itself (fenced ``bash``/``sh`` blocks
 and the README's indented commands), optional ``[...]`` parts and trailing
-``# comments`` dropped, and run in order in one folder, as a reader pastes
+``# comments`` dropped, and each reads what the examples before it made, as a reader pastes
 them: the scan the ``report results/`` line reads, the CSV ``run-torch``
-runs and the traces ``what-if`` reads are made by the examples before
-them. Examples that take long (a full study, real torch runs, Ray, the
+runs and the traces ``what-if`` reads are made, in the example's own
+folder, by the page's examples that make them. Examples that take long (a full study, real torch runs, Ray, the
 explore of p=8) are marked ``heavy``: CI runs them (``pytest -m heavy``);
 the README's test command leaves them out.
 """
@@ -106,6 +106,20 @@ def _maker(page, line, path):
     return before[-1] if before else next((c for n, c in mine if n > line), None)
 
 
+def _make_inputs(command, page, line, folder, capfd, monkeypatch):
+    """Make in ``folder`` each file ``command`` reads, by the example of
+    ``page`` that makes it (see :func:`_maker`), its own inputs first."""
+    for path, maker_prefix in NEEDS.items():
+        if path not in command.split() or command.startswith(maker_prefix):
+            continue
+        maker = _maker(page, line, path)
+        if maker is None or (folder / path).exists():
+            continue
+        _make_inputs(maker, page, line, folder, capfd, monkeypatch)
+        code, _out, err = _run(maker, folder, capfd, monkeypatch)
+        assert code == 0, f"pipecore {maker} (needed by pipecore {command}) failed: {err}"
+
+
 def _params():
     """One test per distinct command (per page where it reads what an earlier
     example made), named by the first place it stands."""
@@ -125,17 +139,14 @@ def test_example_fits_120_columns(where, command, folders, capfd, monkeypatch):
     if "--backend ray" in command:
         pytest.importorskip("ray", reason="the Ray example needs pipecore[ray]")
     page, line = where.split(":")
-    folder = folders(page)
-    makes = [path for path, maker in NEEDS.items() if command.startswith(maker)]
-    if any((folder / path).exists() for path in makes):
-        # Made already for a later example: make it again where it is new.
-        folder = folders(where)
-    for path in NEEDS:  # what this example reads, made by the example before it
-        reads = path in command.split() and path not in makes
-        maker = _maker(page, int(line), path) if reads else None
-        if maker is not None and not (folder / path).exists():
-            code, _out, err = _run(maker, folder, capfd, monkeypatch)
-            assert code == 0, f"pipecore {maker} (needed by pipecore {command}) failed: {err}"
+    # An example that reads or makes a file runs in a folder of its own, where
+    # what it reads is made first by the examples of its page that make it (in
+    # turn reading what they need): the result does not depend on which
+    # examples a pytest worker ran before.
+    touches = any(path in command.split() or command.startswith(maker)
+                  for path, maker in NEEDS.items())
+    folder = folders(where) if touches else folders(page)
+    _make_inputs(command, page, int(line), folder, capfd, monkeypatch)
     code, out, err = _run(command, folder, capfd, monkeypatch)
     assert code == 0, f"pipecore {command} exited {code}: {err[-2000:]}"
     assert out.strip(), f"pipecore {command} printed nothing"

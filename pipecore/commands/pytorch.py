@@ -155,9 +155,11 @@ def run_torch_command(args, out):
                          + " (timed without the profiler, to take out what it adds)")
             elif key == "profile_files":
                 key, value = "profile", ", ".join(value)
-            out.write(f"{key:<14} {value}\n")
+            out.write(textwrap.fill(f"{key:<14} {value}", 120, subsequent_indent=" " * 15,
+                                    break_long_words=False, break_on_hyphens=False) + "\n")
         for w in warnings:
-            out.write(f"warning: {w}\n")
+            out.write(textwrap.fill(f"warning: {w}", 120, subsequent_indent="  ",
+                                    break_long_words=False) + "\n")
         if args.profile:
             out.write(f"next: pipecore what-if {args.profile}   (ranks every schedule family "
                       f"on this run's profile)\n")
