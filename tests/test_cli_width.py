@@ -6,8 +6,8 @@ and the README's indented commands), optional ``[...]`` parts and trailing
 ``# comments`` dropped, and each reads what the examples before it made, as a reader pastes
 them: the scan the ``report results/`` line reads, the CSV ``run-torch``
 runs and the traces ``what-if`` reads are made, in the example's own
-folder, by the page's examples that make them. Examples that take long (a full study, real torch runs, Ray, the
-explore of p=8) are marked ``heavy``: CI runs them (``pytest -m heavy``);
+folder, by the page's examples that make them. Examples that take long
+(a full study, real torch runs, Ray, the explore of p=8) are marked ``heavy``: CI runs them (``pytest -m heavy``);
 the README's test command leaves them out.
 """
 
