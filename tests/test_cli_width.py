@@ -7,8 +7,9 @@ and the README's indented commands), optional ``[...]`` parts and trailing
 them: the scan the ``report results/`` line reads, the CSV ``run-torch``
 runs and the traces ``what-if`` reads are made, in the example's own
 folder, by the page's examples that make them. Examples that take long
-(a full study, real torch runs, Ray, the explore of p=8) are marked ``heavy``: CI runs them (``pytest -m heavy``);
-the README's test command leaves them out.
+(a full study, real torch runs, Ray, the explore of p=8) are marked
+``heavy``: CI runs them (``pytest -m heavy``); the README's test command
+leaves them out.
 """
 
 from __future__ import annotations
