@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "pipecore"
 
-LAYERS = ["kernels", "core", "schedules", "analysis", "output", "scan", "search"]
+LAYERS = ["kernels", "core", "schedules", "analysis", "output", "scan", "search", "plan"]
 TOP = {"pipecore", "pipecore.cli", "pipecore.testing", "pipecore.warm"}
 TOP_PACKAGES = ("pipecore.commands",)  # cli's subcommands, one module per group
 NUMBA_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "stencil", "cfunc", "generated_jit",
