@@ -23,6 +23,7 @@ import numpy as np
 from ..core.costs import Costs, Network, check_two_level
 from ..core.ops import InputError
 from ..core.sizes import check_size
+from .architecture import Architecture, _positive_int
 
 __all__ = ["Layer", "Model", "Hardware", "LAYER_KINDS", "HARDWARE_PRESETS"]
 
@@ -41,12 +42,6 @@ def _number(owner, name, value, positive=False, allow_inf=False):
         rule = "> 0" if positive else ">= 0"
         raise InputError(f"{owner} '{name}' must be finite and {rule} (got {value!r})")
     return x
-
-
-def _positive_int(owner, name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"{owner} '{name}' must be an int >= 1 (got {value!r})")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -375,6 +370,8 @@ class Model:
         Tokens per sequence (informational).
     name : str, default "model"
         Label.
+    architecture : Architecture, optional
+        What :meth:`transformer` and :meth:`preset` built the layers from.
 
     Raises
     ------
@@ -386,6 +383,7 @@ class Model:
     microbatch: int = 1
     seq: int | None = None
     name: str = "model"
+    architecture: Architecture | None = None
     _arrays: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -398,6 +396,9 @@ class Model:
                                  f"(got {type(layer).__name__})")
         object.__setattr__(self, "layers", layers)
         _positive_int("Model", "microbatch", self.microbatch)
+        if not isinstance(self.architecture, (Architecture, type(None))):
+            kind = type(self.architecture).__name__
+            raise InputError(f"Model 'architecture' must be an Architecture or None (got a {kind})")
         cols = ("activation", "activation_w", "param_bytes", "output_bytes", "params")
         object.__setattr__(self, "_arrays", {c: np.array([getattr(x, c) for x in layers]) for c in cols})
 
@@ -408,51 +409,61 @@ class Model:
     def transformer(cls, layers: int, hidden: int, heads: int, seq: int, vocab: int,
                     microbatch: int = 1, bytes_per_value: int = 2, state_bytes_per_param: float = 16,
                     selective_recompute: bool = True, embedding: bool = True,
-                    head: bool = True, name: str | None = None) -> Model:
+                    head: bool = True, name: str | None = None, ffn_hidden: int | None = None,
+                    kv_heads: int | None = None, gated_mlp: bool = False, tied_embeddings: bool = True,
+                    position_embedding: str = "rope", norm: str = "layernorm",
+                    biases: bool = True) -> Model:
         """A GPT-style decoder: embedding, ``layers`` transformer blocks, LM head with loss.
 
         With b = ``microbatch``, s = ``seq``, h = ``hidden``, a = ``heads``,
-        V = ``vocab``, q = ``bytes_per_value`` (2 for BF16):
+        V = ``vocab``, q = ``bytes_per_value`` (2 for BF16), f = ``ffn_hidden``,
+        kv = ``kv_heads * h / a``, and L = ``2 b s (h (h + 2 kv) + h^2 + 2 h f)``
+        the linear layers' FLOPs (gated: ``3 h f`` for ``2 h f``; ``24 b s h^2``
+        at the defaults). ``model.architecture`` (an
+        :class:`~pipecore.analysis.architecture.Architecture`) gives the general forms.
 
-        *Block* (a 4h MLP).
+        *Block*.
 
-        - F FLOPs ``24 b s h^2 + 4 b s^2 h`` [Megatron]_ (eq. 2's per-layer
-          term: QKV, projection and MLP matmuls, and the two attention
-          matmuls).
-        - B FLOPs ``24 b s h^2 + 8 b s^2 h`` and W FLOPs ``24 b s h^2`` [ZB]_
-          (Table 1: the input gradient of every matmul and the attention
-          core, twice the forward's; the weight gradients of the four
-          linear layers). With ``selective_recompute`` B also reruns the
-          attention core's forward, ``+ 4 b s^2 h`` [Korthikanti]_ (sec. 5).
+        - F FLOPs ``L + 4 b s^2 h`` [Megatron]_ (eq. 2's per-layer term
+          ``24 b s h^2 + 4 b s^2 h`` at the defaults: QKV, projection and
+          MLP matmuls, and the two attention matmuls).
+        - B FLOPs ``L + 8 b s^2 h`` and W FLOPs ``L`` [ZB]_ (Table 1: the
+          input gradient of every matmul and the attention core, twice the
+          forward's; the weight gradients of the linear layers). With
+          ``selective_recompute`` B also reruns the attention core's
+          forward, ``+ 4 b s^2 h`` [Korthikanti]_ (sec. 5).
         - Activation bytes [Korthikanti]_ (eq. 1, 16-bit values, 1-byte
           dropout masks): ``s b h (34 + 5 a s / h)``. Generalised to q
-          bytes per value: ``s b h (16 q + 2) + a s^2 b (2 q + 1)``. With
-          ``selective_recompute`` (Megatron's selective recompute, and what
-          FlashAttention stores) the ``a s^2 b`` term is gone: ``34 s b h``.
+          bytes per value: ``s b h (16 q + 2) + a s^2 b (2 q + 1)`` (GQA and
+          other MLPs: ``Architecture.activation_bytes_per_layer``).
+          With ``selective_recompute`` (Megatron's selective recompute, and
+          what FlashAttention stores) the ``a s^2 b`` term is gone: ``34 s b h``.
         - Bytes W still needs after B: the inputs and output gradients of
-          the four linear layers, ``16 s b h`` values, ``32 s b h`` bytes in
-          16-bit [ZB]_ (Table 1's M_W).
+          the linear layers, ``16 s b h`` values, ``32 s b h`` bytes in 16-bit
+          [ZB]_ (Table 1's M_W; ``Architecture.weight_grad_bytes_per_layer``).
         - Parameters ``12 h^2 + 13 h`` (weights, biases, two layer norms)
-          [Megatron]_; training state ``state_bytes_per_param`` each (16 with
-          mixed-precision Adam [ZeRO]_).
+          [Megatron]_ (``Architecture.block_params``); training state
+          ``state_bytes_per_param`` each (16 with mixed-precision Adam [ZeRO]_).
         - Output (transfer) ``s b h`` values.
         - Bytes moved: F and B read the weights (q bytes each) and write or
           read the activation; W reads what it needs and writes the weight
           gradients (q bytes each).
 
-        *Embedding*: ``V h`` parameters [Megatron]_; a lookup, so no matmul
-        FLOPs: F moves ``2 s b h q`` bytes (rows read, output written), B
-        nothing (token ids take no gradient), W scatter-adds the output
-        gradient (``s b h`` FLOPs, ``2 s b h q`` bytes). Activation: the
-        dropout mask, ``s b h`` bytes [Korthikanti]_ (sec. 4.3); W needs only
-        the token ids (not counted).
+        *Embedding*: ``V h`` parameters [Megatron]_ (``+ s h`` if learned
+        positions); a lookup, so no matmul FLOPs: F moves ``2 s b h q`` bytes
+        (rows read, output written), B nothing (token ids take no gradient),
+        W scatter-adds the output gradient (``s b h`` FLOPs, ``2 s b h q``
+        bytes). Activation: the dropout mask, ``s b h`` bytes [Korthikanti]_
+        (sec. 4.3); W needs only the token ids (not counted).
 
-        *Head* (final layer norm, output projection, cross-entropy loss):
-        ``V h + 2 h`` parameters (untied: a pipeline's last stage holds its
-        own copy); F, B and W each ``2 b s h V`` FLOPs [Megatron]_ (the
-        logit layer's ``6 b s h V`` split like a linear layer's); activation
-        ``2 s b h q + 4 s b V`` bytes (layer-norm and projection inputs,
-        and the FP32 logits the loss keeps [Korthikanti]_, sec. 4.3); W
+        *Head* (final norm, output projection, cross-entropy loss):
+        ``V h + 2 h`` parameters (RMSNorm: ``V h + h``; tied or not, the last
+        stage holds its copy of ``V h``, so ``totals()["params"]`` counts a
+        tied matrix twice, ``Architecture.params()`` once); F, B and W each
+        ``2 b s h V`` FLOPs [Megatron]_ (the logit layer's ``6 b s h V``
+        split like a linear layer's); activation ``2 s b h q + 4 s b V``
+        bytes (layer-norm and projection inputs, and the FP32 logits the
+        loss keeps [Korthikanti]_, sec. 4.3); W
         needs the projection input and the logit gradients,
         ``s b h q + s b V q`` bytes; bytes moved as for a block.
 
@@ -474,18 +485,27 @@ class Model:
         embedding, head : bool, default True
             Include the embedding and the LM head.
         name : str, optional
-            Label.
+            Label (of the model and its architecture).
+        ffn_hidden, kv_heads, gated_mlp, tied_embeddings, norm, biases
+            As :class:`~pipecore.analysis.architecture.Architecture`
+            (``tied_embeddings`` changes ``Architecture.params()``, not the
+            layers: see *Head*).
+        position_embedding : str, default "rope"
+            ``"rope"`` (no parameters, as these counts have always been) or
+            ``"learned"`` (adds the ``s h`` table of [Megatron]_ eq. 2).
 
         Returns
         -------
         Model
-            Embedding, ``layers`` blocks and head, in model order.
+            Embedding, ``layers`` blocks and head, in model order, with
+            ``architecture`` set.
 
         Raises
         ------
         ValueError
-            If a shape value is not a positive int, or ``hidden`` is not a
-            multiple of ``heads``.
+            If a shape value is not a positive int, ``hidden`` is not a
+            multiple of ``heads`` or ``heads`` of ``kv_heads``, or an
+            architecture option is unknown.
         MemoryError
             (:class:`~pipecore.CapacityError`) if the layers would not fit in
             the memory available (checked before any is made).
@@ -504,48 +524,58 @@ class Model:
            Training Trillion Parameter Models", SC'20, section 3.1 (16 bytes of
            training state per parameter with mixed-precision Adam).
         """
-        n = _positive_int("Model.transformer", "layers", layers)
-        h = _positive_int("Model.transformer", "hidden", hidden)
-        a = _positive_int("Model.transformer", "heads", heads)
-        s = _positive_int("Model.transformer", "seq", seq)
-        V = _positive_int("Model.transformer", "vocab", vocab)
+        try:  # checks layers, hidden, heads, seq, vocab and the options, naming Model.transformer
+            arch = Architecture(layers, hidden, heads, seq, vocab, ffn_hidden, kv_heads, gated_mlp,
+                                tied_embeddings, position_embedding, norm, biases, name or "custom")
+        except InputError as exc:
+            raise InputError(str(exc).replace("Architecture", "Model.transformer", 1)) from None
         b = _positive_int("Model.transformer", "microbatch", microbatch)
         q = _positive_int("Model.transformer", "bytes_per_value", bytes_per_value)
         state = _number("Model.transformer", "state_bytes_per_param", state_bytes_per_param, positive=True)
-        if h % a:
-            raise InputError(f"Model.transformer 'hidden' ({h}) must be a multiple of 'heads' ({a})")
+        n = arch.layers
         _check_layers("transformer", n, n + bool(embedding) + bool(head))
-        sbh = float(s * b * h)
-        out = []
-        if embedding:
-            p = float(V * h)
-            out.append(Layer("embedding", "embedding", flops_f=0.0, flops_b=0.0, flops_w=sbh,
-                             bytes_f=2 * sbh * q, bytes_b=0.0, bytes_w=2 * sbh * q,
-                             activation=sbh, activation_w=0.0, params=p, param_bytes=p * state,
-                             output_bytes=sbh * q))
-        attn = 4.0 * b * s * s * h
-        p = float(12 * h * h + 13 * h)
-        act = sbh * (16 * q + 2) + (0.0 if selective_recompute else float(a * s * s * b) * (2 * q + 1))
-        act_w = 16 * sbh * q
-        block_b = 24 * sbh * h + 2 * attn + (attn if selective_recompute else 0.0)
-        for i in range(n):
-            out.append(Layer(f"block {i}", "block", flops_f=24 * sbh * h + attn, flops_b=block_b,
-                             flops_w=24 * sbh * h, bytes_f=p * q + act, bytes_b=p * q + act,
-                             bytes_w=act_w + p * q, activation=act, activation_w=act_w,
-                             params=p, param_bytes=p * state, output_bytes=sbh * q))
-        if head:
-            p = float(V * h + 2 * h)
-            logits = 2.0 * b * s * h * V
-            act = 2 * sbh * q + 4.0 * s * b * V
-            act_w = sbh * q + float(s * b * V) * q
-            out.append(Layer("head", "head", flops_f=logits, flops_b=logits, flops_w=logits,
-                             bytes_f=p * q + act, bytes_b=p * q + act, bytes_w=act_w + p * q,
-                             activation=act, activation_w=act_w, params=p, param_bytes=p * state,
-                             output_bytes=0.0))
+        nums = arch.layer_costs(b, q, state, selective_recompute)
+        out = ([Layer("embedding", "embedding", **nums["embedding"])] if embedding else []) \
+            + [Layer(f"block {i}", "block", **nums["block"]) for i in range(n)] \
+            + ([Layer("head", "head", **nums["head"])] if head else [])
         if not out:
             raise InputError("Model.transformer needs at least one layer")
-        label = name or f"transformer L={n} h={h} a={a} s={s} V={V} b={b}"
-        return cls(tuple(out), microbatch=b, seq=s, name=label)
+        label = name or f"transformer L={n} h={hidden} a={heads} s={seq} V={vocab} b={b}"
+        return cls(tuple(out), microbatch=b, seq=arch.seq, name=label, architecture=arch)
+
+    @classmethod
+    def preset(cls, name: str, microbatch: int = 1, seq: int | None = None, bytes_per_value: int = 2,
+               state_bytes_per_param: float = 16, selective_recompute: bool = True, embedding: bool = True,
+               head: bool = True) -> Model:
+        """A published model (one of ``Architecture.presets()``) built by :meth:`transformer`.
+
+        Parameters
+        ----------
+        name : str
+            Preset name, case-insensitive (e.g. ``"gpt3-175b"``, ``"llama3-70b"``);
+            the sources are in ``pipecore.analysis.architecture``.
+        microbatch : int, default 1
+            Sequences per microbatch.
+        seq : int, optional
+            Sequence length; the preset's (its training context) by default.
+        bytes_per_value, state_bytes_per_param, selective_recompute, embedding, head
+            As in :meth:`transformer`.
+
+        Returns
+        -------
+        Model
+            Named after the preset, ``architecture`` set.
+
+        Raises
+        ------
+        ValueError
+            For an unknown name (the message lists the valid ones) or an invalid value.
+        """
+        arch = Architecture.preset(name)
+        shape = {f.name: getattr(arch, f.name) for f in fields(arch)} | ({} if seq is None else {"seq": seq})
+        return cls.transformer(**shape, microbatch=microbatch, bytes_per_value=bytes_per_value,
+                               state_bytes_per_param=state_bytes_per_param, embedding=embedding, head=head,
+                               selective_recompute=selective_recompute)
 
     @classmethod
     def uniform(cls, layers: int, f: float = 1.0, b: float = 2.0, w: float = 0.0,
