@@ -24,6 +24,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from . import output as _output  # noqa: F401  (its writers register Result.write_trace, ...)
 from . import search  # pc.search: the package, whose local_search is the entry point
 from .analysis import critical as _critical  # noqa: F401  (registers Result.critical_path)
+from .analysis.architecture import Architecture
 from .analysis.compare import compare
 from .analysis.critical import critical_path, device_share
 from .analysis.formulas import formula
@@ -35,6 +36,9 @@ from .core.ops import CapacityError, InputError, PipecoreError
 from .core.schedule import KINDS, Action, DeviceGapWarning, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
 from .output.report import report
+from .plan.estimate import Estimate, estimate
+from .plan.hardware import GPU, Cluster
+from .plan.strategy import Strategy
 from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan
 from .schedules import adaptive, blocks, generate, orders, placements
@@ -63,6 +67,7 @@ __all__ = [
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share", "report", "product",
     "compose", "orders", "placements", "explore",
+    "Architecture", "Strategy", "Estimate", "estimate", "GPU", "Cluster",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,

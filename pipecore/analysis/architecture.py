@@ -207,7 +207,7 @@ class Architecture:
         Returns
         -------
         Architecture
-            A frozen value; change a field with :func:`dataclasses.replace`
+            A frozen value; change a field with ``dataclasses.replace``
             (e.g. ``seq``).
 
         Raises
@@ -255,9 +255,9 @@ class Architecture:
         """Parameters of one block.
 
         QKV ``h (h + 2 kv_hidden)``, projection ``h^2``, MLP ``2 h f`` (gated:
-        ``3 h f`` [SwiGLU]_), with biases ``h + 2 kv_hidden``, ``h``, ``f``
+        ``3 h f`` SwiGLU), with biases ``h + 2 kv_hidden``, ``h``, ``f``
         (gated: ``2 f``) and ``h``, and two norms. A GPT's (f = 4h, kv = h,
-        LayerNorm, biases) is ``12 h^2 + 13 h``, [Megatron]_ eq. 2's per-layer
+        LayerNorm, biases) is ``12 h^2 + 13 h``, Megatron eq. 2's per-layer
         term.
 
         Returns
@@ -297,7 +297,7 @@ class Architecture:
     def params(self) -> int:
         """Distinct parameters of the model: embedding, ``layers`` blocks, head.
 
-        For a GPT this is [Megatron]_ eq. 2, ``12 l h^2 (1 + 13/(12h) +
+        For a GPT this is Megatron eq. 2, ``12 l h^2 (1 + 13/(12h) +
         (V + s)/(12 l h))``, plus the final LayerNorm's ``2h`` that eq. 2
         leaves out.
 
@@ -377,7 +377,7 @@ class Architecture:
         forward of the blocks (``"full"``) or of their attention core
         (``"selective"``); the head is never recomputed. With
         ``recompute="none"`` this is the model FLOPs of MFU. For a GPT it is
-        [Megatron]_ eq. 3: ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))``, and
+        Megatron eq. 3: ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))``, and
         with full recomputation ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``;
         the embedding's lookup is not counted.
 
@@ -423,7 +423,7 @@ class Architecture:
                                    recompute: str = "none", bytes_per_value: int = 2) -> float:
         """Bytes one block keeps from its forward for its backward, per tensor-parallel rank.
 
-        [Korthikanti]_ section 4 and Table 2, with 16-bit values and 1-byte
+        Korthikanti section 4 and Table 2, with 16-bit values and 1-byte
         dropout masks: ``s b h (34 + 5 a s / h)``; with tensor parallelism of
         degree t, ``s b h (10 + 24/t + 5 a s / (h t))``; with sequence
         parallelism too, ``s b h / t (34 + 5 a s / h)``; ``"selective"``
@@ -435,7 +435,7 @@ class Architecture:
         replicated ones (split only by sequence parallelism) are the two norm
         inputs, the QKV input and the fc1 input (``4h``) plus the two dropout
         masks (``2h`` bytes); the ones tensor parallelism splits are Q (h), K
-        and V (``2 kv_hidden`` [GQA]_: stored at their own width), the
+        and V (``2 kv_hidden`` GQA: stored at their own width), the
         projection input (h), and the MLP's activation-function input and fc2
         input (``2f``; gated, the gate and up outputs and the fc2 input,
         ``3f``); the scores are ``a s`` per token (softmax output, its dropout
@@ -485,7 +485,7 @@ class Architecture:
                                     bytes_per_value: int = 2) -> float:
         """Bytes the weight gradients (W) of one block still need once B is done, per rank.
 
-        The input and the output gradient of each linear layer [ZB]_ (Table
+        The input and the output gradient of each linear layer ZB (Table
         1's M_W, ``32 s b h`` for a GPT in 16-bit): inputs ``3h + f`` values
         per token (QKV, proj, fc1 or gate/up, fc2), output gradients ``3h +
         2 kv_hidden + f`` (gated: ``+ 2f``). The QKV and fc1 inputs (``2h``) are

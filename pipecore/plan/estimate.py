@@ -1,0 +1,293 @@
+"""One strategy's iteration time, throughput and memory per GPU.
+
+The pipeline is pipecore's own: the strategy's schedule is built for its
+``pp`` devices and microbatches, each stage's op times come from
+:mod:`pipecore.plan.costmodel`, and the simulator times it with the
+point-to-point transfers on their links. Around the pipeline: the
+data-parallel gradient reduction (after each device's last backward,
+overlapped with it when asked), the tied embedding's gradient all-reduce
+between the first and last stage, the optimizer step, and ZeRO's
+parameter all-gather.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.costs import Costs, Network
+from ..core.ops import InputError
+from ..core.simulate import simulate
+from ..schedules.registry import build
+from . import costmodel
+from .strategy import Strategy
+
+# Bytes per parameter of mixed-precision Adam (Megatron-LM, docs/source/api-guide/
+# dist_optimizer.md: 16-bit parameters, fp32 gradients, fp32 master weights and two
+# moments): 18 without sharding; the distributed optimizer shards the 12 of the optimizer.
+PARAM_BYTES = 2
+GRAD_BYTES = 4
+OPTIMIZER_BYTES = 12
+# An Adam step per parameter reads the fp32 gradient, master weight and two moments (16),
+# writes the master weight, moments (12) and the 16-bit copy (2); the gradient norm reads
+# the gradients once more (4) and zeroing them writes them (4).
+STEP_BYTES = 38
+# Memory a framework takes beside the model (CUDA context, NCCL buffers, allocator
+# fragmentation): a stated assumption, not a measurement; estimate(reserve=...) changes it.
+RESERVE_BYTES = 2e9
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one strategy predicts for one training iteration.
+
+    Attributes
+    ----------
+    strategy : Strategy
+    global_batch, microbatches : int
+        Sequences per iteration; microbatches per pipeline.
+    gpus : int
+    iteration_time : float
+        Seconds per iteration (lower is faster).
+    tokens_per_second : float
+        Tokens trained per second over the whole run (higher is faster).
+    tflops_per_gpu : float
+        Model FLOPs (no recomputation counted) per second per GPU, in
+        TFLOP/s.
+    hardware_tflops_per_gpu : float
+        FLOPs executed, recomputation included (Megatron SC21's eq. 3
+        counting with full recomputation), per second per GPU, in TFLOP/s.
+    mfu, hfu : float
+        ``tflops_per_gpu`` and ``hardware_tflops_per_gpu`` as a share of
+        the GPU's peak (0-1).
+    memory_per_gpu : float
+        Bytes on the fullest GPU.
+    memory : dict
+        That GPU's bytes by part: ``params``, ``grads``, ``optimizer``,
+        ``activations`` (the schedule's peak), ``transient`` (a layer
+        rebuilt by recomputation, the logits), ``reserve``.
+    breakdown : dict
+        Seconds of the iteration by cause, summing to ``iteration_time``:
+        ``compute``, ``tp_comm`` (tensor-parallel collectives on the
+        critical path), ``bubble`` (pipeline idle time with free
+        transfers), ``pp_comm`` (what the point-to-point transfers add),
+        ``dp_comm`` (exposed gradient reduction and parameter gathering),
+        ``embedding_sync``, ``optimizer``.
+    cost_per_million_tokens : float
+        US dollars per million tokens at the cluster's price per GPU-hour.
+    fits : bool
+        Whether ``memory_per_gpu`` fits the GPU's memory.
+    pipeline : pipecore.Result
+        The simulated pipeline (times in seconds, memory in bytes).
+    """
+
+    strategy: Strategy
+    global_batch: int
+    microbatches: int
+    gpus: int
+    iteration_time: float
+    tokens_per_second: float
+    tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    memory_per_gpu: float
+    memory: dict
+    breakdown: dict
+    cost_per_million_tokens: float
+    fits: bool
+    pipeline: object = field(repr=False)
+
+
+def _architecture(model):
+    arch = getattr(model, "architecture", model)
+    if arch is None or not hasattr(arch, "activation_bytes_per_layer"):
+        raise InputError("estimate needs a model with an architecture: pc.Model.preset(name) or "
+                         "pc.Model.transformer(...) (a Model.uniform or hand-built Model has none)")
+    return arch
+
+
+def _placement(cluster, strategy, pool):
+    """(ranks of a tp group per node, dp ranks per node, whether stages cross nodes)."""
+    per_node = cluster.pools[pool].gpus_per_node
+    t = strategy.tp
+    if t > per_node and t % per_node:
+        raise InputError(f"tp={t} does not fit nodes of {per_node} GPUs (a tensor-parallel group "
+                         f"spans whole nodes or part of one)")
+    if t <= per_node and per_node % t:
+        raise InputError(f"tp={t} does not divide the {per_node} GPUs of a node")
+    dp_per_node = max(1, min(strategy.dp, per_node // t))
+    stage_ranks = t * strategy.dp
+    return dp_per_node, stage_ranks >= per_node, max(1, per_node // stage_ranks)
+
+
+def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 0,
+             reserve: float = RESERVE_BYTES) -> Estimate:
+    """Predict one training iteration of ``model`` on ``cluster`` with ``strategy``.
+
+    Parameters
+    ----------
+    model : Model or Architecture
+        A model with its architecture (:meth:`pipecore.Model.preset`,
+        :meth:`pipecore.Model.transformer`).
+    cluster : pipecore.plan.hardware.Cluster
+        Where it runs (:meth:`Cluster.preset`).
+    strategy : Strategy
+        How it is split.
+    global_batch : int
+        Sequences per iteration.
+    pool : int, default 0
+        The cluster's GPU pool the whole run uses.
+    reserve : float, default 2e9
+        Bytes per GPU a framework takes beside the model (an assumption).
+
+    Returns
+    -------
+    Estimate
+
+    Raises
+    ------
+    ValueError
+        (:class:`~pipecore.InputError`) if the strategy needs more GPUs
+        than the pool has, its degrees do not divide the model or the
+        node, or the global batch does not split into microbatches.
+    """
+    if not isinstance(strategy, Strategy):
+        raise InputError(f"estimate 'strategy' must be a pipecore Strategy (got {type(strategy).__name__})")
+    arch = _architecture(model)
+    if not 0 <= pool < len(cluster.pools):
+        raise InputError(f"estimate 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
+    pl = cluster.pools[pool]
+    gpu = pl.gpu
+    if strategy.gpus > pl.count:
+        raise InputError(f"{strategy.label()} needs tp*pp*dp = {strategy.gpus} GPUs; the pool "
+                         f"{gpu.name} has {pl.count}")
+    costmodel.check_layout(arch, strategy)
+    m = strategy.microbatches(global_batch)
+    p, v = strategy.pp, strategy.chunks
+    stages = p * v
+    per_stage = arch.layers // stages
+    dp_per_node, cross_node, stages_per_node = _placement(cluster, strategy, pool)
+
+    blk = costmodel.block_times(arch, gpu, cluster, pool, strategy)
+    emb = costmodel.embedding_times(arch, gpu, cluster, pool, strategy)
+    head = costmodel.head_times(arch, gpu, cluster, pool, strategy)
+    kept, transient = costmodel.activation_bytes(arch, strategy)
+    f = np.full(stages, per_stage * blk.f)
+    b = np.full(stages, per_stage * blk.b)
+    w = np.full(stages, per_stage * blk.w)
+    tp = np.full(stages, per_stage * (blk.tp_f + blk.tp_b))
+    params = np.full(stages, per_stage * blk.params)
+    for arr, first, last in ((f, emb.f, head.f), (b, emb.b, head.b), (w, emb.w, head.w),
+                             (tp, emb.tp_f + emb.tp_b, head.tp_f + head.tp_b),
+                             (params, emb.params, head.params)):
+        arr[0] += first
+        arr[-1] += last
+    t, T, h = strategy.tp, strategy.microbatch_size * arch.seq, arch.hidden
+    act = np.full(stages, per_stage * kept)
+    act_w = np.minimum(act, np.full(stages, per_stage * 32.0 * T * h / t))
+    # The first stage keeps its embedding's dropout mask; the last its head's input.
+    act[0] += T * h / (t if strategy.sequence_parallel else 1)
+    act[-1] += 2.0 * T * h
+    act_w = np.minimum(act_w, act)
+    sched = build(strategy.schedule, devices=p, microbatches=m, chunks=v if v > 1 else None)
+    if len(sched.stage_devices) != stages:
+        raise InputError(f"schedule {strategy.schedule!r} with chunks={v} has "
+                         f"{len(sched.stage_devices)} stages; the strategy needs pp*chunks = {stages}")
+    h_model = arch.hidden
+    if arch.tied_embeddings and set(sched.stage_devices[0]) & set(sched.stage_devices[-1]):
+        # The head shares the embedding's table on a device that holds both.
+        params[-1] -= arch.vocab * h_model / strategy.tp
+    weight_bytes = params * (PARAM_BYTES + GRAD_BYTES + OPTIMIZER_BYTES)
+    costs = Costs(f=f, b=b, w=w, activation=act, activation_w=act_w, weights=weight_bytes)
+    # Megatron's scatter-gather: with tensor parallelism each rank sends its 1/t of a
+    # stage boundary's activation over its own link (an all-gather inside the node rebuilds it).
+    nbytes = np.full(stages, T * h * 2.0 / (t if cross_node and t > 1 else 1))
+    if cross_node or p == 1:
+        network = Network.uniform(nbytes, pl.p2p_inter_bandwidth, pl.inter_latency)
+    else:
+        network = Network.two_level(nbytes, stages_per_node, pl.p2p_intra_bandwidth,
+                                    pl.p2p_inter_bandwidth, pl.intra_latency, pl.inter_latency)
+    res = simulate(sched, costs, network)
+    free = simulate(sched, costs)
+
+    # After the pipeline: each device reduces its gradients once its last backward is done.
+    ops = res.ops
+    dev = ops.column("device").to_numpy()
+    fin = ops.column("finish").to_numpy()
+    last = np.zeros(p)
+    np.maximum.at(last, dev, fin)
+    dev_params = np.zeros(p)
+    for stage, devices in enumerate(sched.stage_devices):
+        for d in devices:
+            dev_params[d] += params[stage]
+    grad_bytes = 4 if strategy.precision == "bf16" else 2
+    dp = strategy.dp
+    reduce_kind = "all-reduce" if strategy.zero == 0 else "reduce-scatter"
+    dp_time = np.array([float(cluster.collective_time(reduce_kind, x * grad_bytes, dp, dp_per_node, pool))
+                        for x in dev_params])
+    gather = np.zeros(p)
+    if strategy.zero >= 1 and dp > 1:
+        gather = np.array([float(cluster.collective_time("all-gather", x * PARAM_BYTES, dp, dp_per_node,
+                                                         pool)) for x in dev_params])
+    if strategy.dp_overlap:
+        # Buckets reduce while the last microbatch's backward runs on that device.
+        window = np.zeros(p)
+        for stage, devices in enumerate(sched.stage_devices):
+            for d in devices:
+                window[d] += b[stage] + w[stage]
+        exposed = np.maximum(dp_time - window, 0.0)
+    else:
+        exposed = dp_time
+    end = last + exposed
+    crit = int(np.argmax(end))
+    makespan = float(res.makespan)
+    dp_exposed = float(end.max()) - makespan
+    emb_sync = 0.0
+    if arch.tied_embeddings and p > 1:
+        emb_sync = float(cluster.collective_time("all-reduce", arch.vocab * h / t * grad_bytes, 2, 1,
+                                                 pool))
+    shard = dp if strategy.zero >= 1 else 1
+    step = float(np.max([float(gpu.memory_time(x / shard * STEP_BYTES)) for x in dev_params]))
+    gather_exposed = float(gather.max()) if not strategy.dp_overlap else 0.0
+    iteration = makespan + dp_exposed + emb_sync + step + gather_exposed
+
+    tp_dev = np.zeros(p)
+    for stage, devices in enumerate(sched.stage_devices):
+        for d in devices:
+            tp_dev[d] += tp[stage] * m
+    busy = float(res.busy[crit])
+    breakdown = {"compute": busy - float(tp_dev[crit]), "tp_comm": float(tp_dev[crit]),
+                 "bubble": float(free.makespan) - busy, "pp_comm": makespan - float(free.makespan),
+                 "dp_comm": dp_exposed + gather_exposed, "embedding_sync": emb_sync, "optimizer": step}
+
+    # Memory of each device; the fullest one is reported.
+    z = strategy.zero
+    per_param = {"params": PARAM_BYTES / (dp if z >= 3 else 1),
+                 "grads": GRAD_BYTES / (dp if z >= 2 else 1),
+                 "optimizer": OPTIMIZER_BYTES / (dp if z >= 1 else 1)}
+    act_peak = np.asarray(res.peak_activation, dtype=float)
+    extra = np.full(p, transient)
+    last_dev = sched.stage_devices[-1][0]
+    extra[last_dev] += 2 * 4.0 * T * arch.vocab / t  # fp32 logits and their gradient
+    totals = dev_params * sum(per_param.values()) + act_peak + extra + reserve
+    full = int(np.argmax(totals))
+    memory = {k: float(dev_params[full] * v) for k, v in per_param.items()}
+    memory.update(activations=float(act_peak[full]), transient=float(extra[full]), reserve=float(reserve))
+
+    gpus = strategy.gpus
+    tokens = global_batch * arch.seq
+    model_flops = arch.flops_per_iteration(global_batch, recompute="none")
+    hw_flops = arch.flops_per_iteration(global_batch, recompute=strategy.recompute)
+    tflops = model_flops / iteration / gpus / 1e12
+    hw_tflops = hw_flops / iteration / gpus / 1e12
+    price = pl.price_per_gpu_hour * gpus * iteration / 3600.0
+    return Estimate(strategy=strategy, global_batch=int(global_batch), microbatches=m, gpus=gpus,
+                    iteration_time=iteration, tokens_per_second=tokens / iteration,
+                    tflops_per_gpu=tflops, hardware_tflops_per_gpu=hw_tflops,
+                    mfu=tflops * 1e12 / gpu.peak_flops, hfu=hw_tflops * 1e12 / gpu.peak_flops,
+                    memory_per_gpu=float(totals[full]), memory=memory, breakdown=breakdown,
+                    cost_per_million_tokens=price / tokens * 1e6,
+                    fits=bool(totals[full] <= gpu.hbm_bytes), pipeline=res)
+

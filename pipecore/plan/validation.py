@@ -1,0 +1,114 @@
+"""pipecore's predictions beside published measured runs.
+
+Each published run (:func:`pipecore.plan.published.published_runs`) is
+estimated with its own configuration on the cluster it ran on, and its
+throughput compared in the run's own FLOP counting (Megatron SC21's eq. 3
+counts recomputation; an MFU figure does not). Nothing here is fitted:
+the hardware constants come from hardware measurements
+(:mod:`pipecore.plan.hardware`), and these rows only check them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from ..analysis.architecture import Architecture
+from ..core.ops import InputError
+from .estimate import estimate
+from .hardware import Cluster
+from .published import published_runs
+from .strategy import Strategy
+
+# The cluster each published GPU ran on (8 GPUs a node, NVLink inside, one InfiniBand
+# NIC per GPU: Selene's DGX A100 nodes for SC21, BLOOM's Jean Zay A100 nodes; the H100
+# rows of Megatron-LM's README on DGX H100).
+CLUSTERS = {"a100-sxm4-80gb": "dgx-a100", "a100-80gb": "dgx-a100", "h100-sxm5-80gb": "dgx-h100",
+            "h100-80gb": "dgx-h100"}
+# Megatron-LM before FlashAttention (SC21, 2021) ran unfused attention kernels.
+UNFUSED_BEFORE = 2022
+
+
+def _cluster_name(run):
+    key = run.gpu.strip().lower()
+    for gpu, cluster in CLUSTERS.items():
+        if key == gpu or key.startswith(gpu.split("-")[0]) and "80" in key:
+            return cluster
+    return None
+
+
+def _attention(run):
+    year = [int(tok) for tok in run.source.replace(",", " ").split() if tok.isdigit() and len(tok) == 4]
+    sc21 = "sc21" in run.id or "2104.04473" in run.source
+    return "unfused" if sc21 or (year and min(year) < UNFUSED_BEFORE) else "flash"
+
+
+def check_published(role: str | None = "validation") -> pa.Table:
+    """Predict every published run of ``role`` and set it beside its measurement.
+
+    Parameters
+    ----------
+    role : {"validation", "held-back"} or None, default "validation"
+        Which runs; None for all.
+
+    Returns
+    -------
+    pyarrow.Table
+        One row per run: ``id``, ``gpus``, ``strategy`` (its label),
+        ``measured_tflops`` and ``predicted_tflops`` (TFLOP/s per GPU, in
+        the run's own FLOP counting, higher is faster),
+        ``measured_iteration_time`` and ``predicted_iteration_time``
+        (seconds; the measured one derived from its TFLOP/s when the
+        source gives none), ``error`` (predicted / measured throughput - 1:
+        positive means pipecore predicts the run faster than it was),
+        ``memory_gb`` (predicted bytes per GPU / 1e9) and ``note``
+        (placeholders the source leaves unpublished, or why a run was
+        left out).
+    """
+    rows = []
+    for run in published_runs(role):
+        row = {"id": run.id, "gpus": run.gpus, "strategy": "", "measured_tflops": run.measured_tflops_per_gpu,
+               "predicted_tflops": math.nan, "measured_iteration_time": math.nan,
+               "predicted_iteration_time": math.nan, "error": math.nan, "memory_gb": math.nan,
+               "note": ("unpublished: " + ", ".join(run.unpublished)) if run.unpublished else ""}
+        cluster_name = _cluster_name(run)
+        why = []
+        if cluster_name is None:
+            why.append(f"no cluster preset for GPU {run.gpu!r}")
+        if run.precision not in ("bf16", "fp16"):
+            why.append(f"precision {run.precision!r} is not modelled")
+        if run.unpublished:
+            why.append("unpublished: " + ", ".join(run.unpublished))
+        if cluster_name is None or run.precision not in ("bf16", "fp16"):
+            row["note"] = "left out: " + "; ".join(why)
+            rows.append(row)
+            continue
+        m = run.model
+        arch = Architecture(layers=m.layers, hidden=m.hidden, heads=m.heads, seq=m.seq, vocab=m.vocab,
+                            ffn_hidden=m.ffn_hidden, kv_heads=m.kv_heads, gated_mlp=m.gated_mlp,
+                            name=run.id)
+        strategy = Strategy(tp=run.tp, pp=run.pp, dp=run.dp, microbatch_size=run.microbatch_size,
+                            schedule=run.schedule, chunks=run.chunks, recompute=run.recompute,
+                            sequence_parallel=run.sequence_parallel, zero=run.zero,
+                            dp_overlap=run.dp_overlap, attention=_attention(run), precision=run.precision)
+        nodes = -(-run.gpus // run.gpus_per_node)
+        try:
+            est = estimate(arch, Cluster.preset(cluster_name, nodes=nodes), strategy, run.global_batch)
+        except InputError as exc:  # e.g. uneven layer splits, which pipecore's stages do not model yet
+            row["note"] = f"left out: {exc}"
+            rows.append(row)
+            continue
+        predicted = (est.hardware_tflops_per_gpu if run.flops_formula == "megatron-eq3"
+                     else est.tflops_per_gpu)
+        flops = arch.flops_per_iteration(run.global_batch, recompute=run.recompute
+                                         if run.flops_formula == "megatron-eq3" else "none")
+        measured_time = run.measured_iteration_time
+        if not np.isfinite(measured_time):
+            measured_time = flops / (run.measured_tflops_per_gpu * 1e12 * run.gpus)
+        row.update(strategy=strategy.label(), predicted_tflops=predicted,
+                   measured_iteration_time=measured_time, predicted_iteration_time=est.iteration_time,
+                   error=predicted / run.measured_tflops_per_gpu - 1.0, memory_gb=est.memory_per_gpu / 1e9)
+        rows.append(row)
+    return pa.Table.from_pylist(rows)
