@@ -38,6 +38,7 @@ from .core.simulate import Result, compile_schedule, simulate, validate
 from .output.report import report
 from .plan.estimate import Estimate, estimate
 from .plan.hardware import GPU, Cluster
+from .plan.search import Strategies, strategies
 from .plan.strategy import Strategy
 from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan
@@ -67,7 +68,7 @@ __all__ = [
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share", "report", "product",
     "compose", "orders", "placements", "explore",
-    "Architecture", "Strategy", "Estimate", "estimate", "GPU", "Cluster",
+    "Architecture", "Strategy", "Estimate", "estimate", "GPU", "Cluster", "Strategies", "strategies",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple, TextIO
 
 from . import __version__
-from .commands import catalog, explore, families, grid, pytorch, schedule
+from .commands import catalog, explore, families, grid, plan, pytorch, schedule
 from .commands.options import say_error
 from .core.ops import PipecoreError
 
@@ -68,6 +68,9 @@ COMMANDS = {
     "explore": Command("search composed schedules (placements x orders x caps x W rules) for "
                        "the fastest that fits a memory limit; never slower than tune",
                        explore.explore_arguments, explore.explore_command),
+    "plan": Command("plan a training run: every data x tensor x pipeline strategy for a model "
+                    "on a cluster, estimated and ranked (iteration time, memory, cost)",
+                    plan.plan_arguments, plan.plan_command),
     "list": Command("list schedule names", _no_arguments, schedule.list_command),
     "families": Command("every schedule family with its chunks, backward, options and the "
                         "paper it comes from (--json too)", catalog.families_arguments,

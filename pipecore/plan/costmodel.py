@@ -75,6 +75,9 @@ class OpTimes:
         tensor-parallel collectives and recomputation included.
     tp_f, tp_b : float
         The tensor-parallel collectives' part of ``f`` and ``b`` (seconds).
+    dp_f, dp_b : float
+        ZeRO-3's parameter all-gathers (and, in B, gradient reduce-scatter)
+        in ``f`` and ``b`` (seconds).
     compute : float
         Seconds of ``f + b + w`` spent computing (collectives out).
     params : float
@@ -88,6 +91,8 @@ class OpTimes:
     tp_b: float
     compute: float
     params: float
+    dp_f: float = 0.0
+    dp_b: float = 0.0
 
 
 def _gemm(gpu, m, n, k, batch=1):
@@ -169,8 +174,39 @@ def block_times(arch, gpu, cluster, pool, strategy) -> OpTimes:
     elif strategy.recompute == "selective" and unfused:
         b_compute += att_f + float(gpu.memory_time(att_mem)) + UNFUSED_ATTENTION_KERNELS * over
     params = arch.block_params() / t
-    return OpTimes(f=f_compute + tp_f, b=b_compute + tp_b, w=w_compute, tp_f=tp_f, tp_b=tp_b,
-                   compute=f_compute + b_compute + w_compute, params=params)
+    dp_f, dp_b = zero3_collectives(cluster, pool, strategy, params)
+    return OpTimes(f=f_compute + tp_f + dp_f, b=b_compute + tp_b + dp_b, w=w_compute, tp_f=tp_f,
+                   tp_b=tp_b, compute=f_compute + b_compute + w_compute, params=params,
+                   dp_f=dp_f, dp_b=dp_b)
+
+
+def zero3_collectives(cluster, pool, strategy, params):
+    """Seconds of ZeRO-3's collectives for a layer of ``params`` parameters per
+    tensor-parallel rank, for one microbatch: its 16-bit parameters all-gathered
+    before the forward and again before the backward, and its gradients
+    reduce-scattered after the backward (in the gradient precision). Counted on
+    the critical path (no prefetch overlap modelled).
+
+    Parameters
+    ----------
+    cluster, pool, strategy
+        As :func:`block_times`.
+    params : float
+        Parameters of the layer on one tensor-parallel rank.
+
+    Returns
+    -------
+    (float, float)
+        Seconds added to the forward and to the backward.
+    """
+    dp = strategy.dp
+    if strategy.zero < 3 or dp == 1:
+        return 0.0, 0.0
+    per_node = max(1, min(dp, cluster.pools[pool].gpus_per_node // strategy.tp))
+    gather = float(cluster.collective_time("all-gather", params * 2, dp, per_node, pool))
+    grad = 4 if strategy.precision == "bf16" else 2
+    scatter = float(cluster.collective_time("reduce-scatter", params * grad, dp, per_node, pool))
+    return gather, gather + scatter
 
 
 def embedding_times(arch, gpu, cluster, pool, strategy) -> OpTimes:

@@ -13,6 +13,7 @@ parameter all-gather.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -100,6 +101,13 @@ class Estimate:
     pipeline: object = field(repr=False)
 
 
+@lru_cache(maxsize=128)
+def _schedule(name, p, m, v):
+    # Strategies of a search share few pipeline shapes: a schedule is built and
+    # compiled once (a Schedule is immutable; simulate keeps its compiled form).
+    return build(name, devices=p, microbatches=m, chunks=v if v > 1 else None)
+
+
 def _architecture(model):
     arch = getattr(model, "architecture", model)
     if arch is None or not hasattr(arch, "activation_bytes_per_layer"):
@@ -178,6 +186,7 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     b = np.full(stages, per_stage * blk.b)
     w = np.full(stages, per_stage * blk.w)
     tp = np.full(stages, per_stage * (blk.tp_f + blk.tp_b))
+    zero3 = np.full(stages, per_stage * (blk.dp_f + blk.dp_b))
     params = np.full(stages, per_stage * blk.params)
     for arr, first, last in ((f, emb.f, head.f), (b, emb.b, head.b), (w, emb.w, head.w),
                              (tp, emb.tp_f + emb.tp_b, head.tp_f + head.tp_b),
@@ -191,7 +200,7 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     act[0] += T * h / (t if strategy.sequence_parallel else 1)
     act[-1] += 2.0 * T * h
     act_w = np.minimum(act_w, act)
-    sched = build(strategy.schedule, devices=p, microbatches=m, chunks=v if v > 1 else None)
+    sched = _schedule(strategy.schedule, p, m, v)
     if len(sched.stage_devices) != stages:
         raise InputError(f"schedule {strategy.schedule!r} with chunks={v} has "
                          f"{len(sched.stage_devices)} stages; the strategy needs pp*chunks = {stages}")
@@ -228,7 +237,16 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     dp_time = np.array([float(cluster.collective_time(reduce_kind, x * grad_bytes, dp, dp_per_node, pool))
                         for x in dev_params])
     gather = np.zeros(p)
-    if strategy.zero >= 1 and dp > 1:
+    if strategy.zero == 3:
+        # The blocks' gradients were reduce-scattered after each backward and their
+        # parameters are gathered before each use (costmodel.zero3_collectives):
+        # only the embedding's and head's remain for the end of the pipeline.
+        blocks = np.zeros(p)
+        for devices in sched.stage_devices:
+            for d in devices:
+                blocks[d] += per_stage * blk.params
+        dp_time = dp_time * np.clip(1.0 - blocks / np.maximum(dev_params, 1e-300), 0.0, 1.0)
+    if 1 <= strategy.zero <= 2 and dp > 1:
         gather = np.array([float(cluster.collective_time("all-gather", x * PARAM_BYTES, dp, dp_per_node,
                                                          pool)) for x in dev_params])
     if strategy.dp_overlap:
@@ -246,8 +264,9 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     dp_exposed = float(end.max()) - makespan
     emb_sync = 0.0
     if arch.tied_embeddings and p > 1:
-        emb_sync = float(cluster.collective_time("all-reduce", arch.vocab * h / t * grad_bytes, 2, 1,
-                                                 pool))
+        # First and last stage: on two nodes when stages span nodes, else in one.
+        emb_sync = float(cluster.collective_time("all-reduce", arch.vocab * h / t * grad_bytes, 2,
+                                                 1 if cross_node else 2, pool))
     shard = dp if strategy.zero >= 1 else 1
     step = float(np.max([float(gpu.memory_time(x / shard * STEP_BYTES)) for x in dev_params]))
     gather_exposed = float(gather.max()) if not strategy.dp_overlap else 0.0
@@ -257,10 +276,16 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     for stage, devices in enumerate(sched.stage_devices):
         for d in devices:
             tp_dev[d] += tp[stage] * m
+    zero_dev = np.zeros(p)
+    for stage, devices in enumerate(sched.stage_devices):
+        for d in devices:
+            zero_dev[d] += zero3[stage] * m
     busy = float(res.busy[crit])
-    breakdown = {"compute": busy - float(tp_dev[crit]), "tp_comm": float(tp_dev[crit]),
+    breakdown = {"compute": busy - float(tp_dev[crit]) - float(zero_dev[crit]),
+                 "tp_comm": float(tp_dev[crit]),
                  "bubble": float(free.makespan) - busy, "pp_comm": makespan - float(free.makespan),
-                 "dp_comm": dp_exposed + gather_exposed, "embedding_sync": emb_sync, "optimizer": step}
+                 "dp_comm": dp_exposed + gather_exposed + float(zero_dev[crit]), "embedding_sync": emb_sync,
+                 "optimizer": step}
 
     # Memory of each device; the fullest one is reported.
     z = strategy.zero

@@ -1,0 +1,123 @@
+"""``pipecore plan``: every data x tensor x pipeline strategy for a model on a
+cluster, estimated and ranked, best first (issue 53)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ..core.ops import InputError
+from ..core.progress import Progress, enabled
+from .options import output_file, write_file
+
+WIDTH = 120
+
+
+def plan_arguments(p):
+    p.add_argument("--model", required=True,
+                   help="a model preset (pipecore.Architecture.presets(): gpt3-175b, megatron-1.7b, "
+                        "llama3-70b, ...)")
+    p.add_argument("--cluster", required=True,
+                   help="a cluster preset (dgx-a100, dgx-h100) with --nodes, or a spec such as "
+                        "a100:64 (GPUs of a preset)")
+    p.add_argument("--nodes", type=int, default=None, help="nodes of the cluster preset")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per iteration")
+    p.add_argument("--objective", choices=("time", "cost"), default="time",
+                   help="rank by iteration time (default) or by cost per million tokens")
+    p.add_argument("--max-iteration-time", type=float, default=None,
+                   help="seconds; slower strategies are not ranked")
+    p.add_argument("--top", type=int, default=10, help="ranked strategies to print (default 10)")
+    p.add_argument("--out", default=None, help="write every strategy's row to this Parquet file")
+    p.add_argument("--progress", action="store_true", default=None,
+                   help="draw a progress bar (default: when stderr is a terminal)")
+
+
+def _cluster(args):
+    from ..plan.hardware import Cluster
+
+    if ":" in args.cluster:
+        if args.nodes is not None:
+            raise InputError(f"--nodes {args.nodes} with --cluster {args.cluster}: a spec gives "
+                             f"GPU counts itself; drop --nodes")
+        cluster = Cluster.parse(args.cluster)
+    else:
+        if args.nodes is None:
+            raise InputError(f"--cluster {args.cluster} needs --nodes (how many nodes)")
+        cluster = Cluster.preset(args.cluster, nodes=args.nodes)
+    if len(cluster.pools) > 1:
+        raise InputError(f"--cluster {args.cluster}: {len(cluster.pools)} GPU pools; pipecore plan "
+                         f"searches one pool of one GPU type so far (mixed pools are planned, issue 53 "
+                         f"part 5); give one pool")
+    return cluster
+
+
+def _gib(x):
+    return f"{x / 2**30:.1f}"
+
+
+def plan_command(args, out):
+    from ..analysis.architecture import Architecture
+    from ..plan.search import strategies
+
+    if args.top < 0:
+        raise InputError(f"--top must be >= 0 (got {args.top})")
+    arch = Architecture.preset(args.model)
+    cluster = _cluster(args)
+    output_file("--out", args.out)  # a missing folder is said now, not after the search
+    bar = None
+
+    def progress(done, total):
+        nonlocal bar
+        if bar is None:
+            bar = Progress(total, enabled(args.progress), unit="strategies")
+        bar.update(1, final=done == total)
+
+    res = strategies(arch, cluster, args.global_batch, objective=args.objective,
+                     max_iteration_time=args.max_iteration_time, progress=progress)
+    pool = cluster.pools[0]
+    table = res.table
+    rows = table.to_pylist()
+    ranked = [r for r in rows if r["rank"] is not None]
+    memory = sum(1 for r in rows if r["why"] and r["why"].startswith("needs "))
+    slow = sum(1 for r in rows if r["why"] and "max_iteration_time" in r["why"])
+    other = len(rows) - len(ranked) - memory - slow
+    lines = []
+    setting = (f"{arch.name} on {pool.count} x {pool.gpu.name} ({cluster.name}), global batch "
+               f"{args.global_batch} x {arch.seq} tokens, objective {args.objective}")
+    if res.best is None:
+        lines += textwrap.wrap(f"no strategy qualifies for {setting}: {memory} do not fit memory, "
+                               f"{slow} are slower than --max-iteration-time, {other} cannot run "
+                               f"(the table's 'why' column says which rule each breaks)", WIDTH)
+    else:
+        b = res.best
+        lines += textwrap.wrap(
+            f"best: {b.strategy.label()}: {b.iteration_time:.2f} s per iteration, "
+            f"{b.tflops_per_gpu:.0f} TFLOP/s per GPU ({b.mfu:.0%} MFU), "
+            f"{_gib(b.memory_per_gpu)} GiB per GPU, "
+            f"${b.cost_per_million_tokens:.3g} per million tokens", WIDTH, subsequent_indent="  ")
+        lines += textwrap.wrap(f"for {setting}", WIDTH, subsequent_indent="  ")
+    lines += textwrap.wrap(f"estimated {res.estimated} of {len(rows)} strategies in {res.seconds:.1f} s: "
+                           f"{len(ranked)} ranked, {memory} do not fit {_gib(pool.gpu.hbm_bytes)} GiB, "
+                           f"{slow} too slow, {other} cannot run", WIDTH)
+    if ranked and args.top:
+        lines.append("")
+        lines.append(f"{'rank':>4}  {'strategy':<62}{'s/iter':>8}{'TFLOP/s':>9}{'MFU':>6}"
+                     f"{'GiB/GPU':>9}{'$/Mtok':>8}")
+        lines.append(f"{'':>4}  (s/iter: lower is faster; TFLOP/s: model FLOPs per GPU; $/Mtok: USD per "
+                     f"million tokens)")
+        from ..plan.strategy import Strategy
+
+        for r in ranked[:args.top]:
+            s = Strategy(tp=r["tp"], pp=r["pp"], dp=r["dp"], microbatch_size=r["microbatch_size"],
+                         schedule=r["schedule"], chunks=r["chunks"], recompute=r["recompute"],
+                         sequence_parallel=r["sequence_parallel"], zero=r["zero"])
+            lines.append(f"{r['rank']:>4}  {s.label():<62}{r['iteration_time']:>8.2f}"
+                         f"{r['tflops_per_gpu']:>9.0f}{r['mfu']:>6.0%}{_gib(r['memory_per_gpu']):>9}"
+                         f"{r['cost_per_million_tokens']:>8.3g}")
+    if args.out:
+        import pyarrow.parquet as pq
+
+        write_file(args.out, "--out", lambda path: pq.write_table(table, path))
+        lines += textwrap.wrap(f"wrote {args.out} ({len(rows)} rows, one per strategy, with why a row is "
+                               f"not ranked)", WIDTH, break_long_words=False, break_on_hyphens=False)
+    out.write("\n".join(lines) + "\n")
+    return 0
