@@ -28,7 +28,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
 WIDTH = 120
 
 # Prefixes of examples that take tens of seconds or more, or real torch ranks.
-HEAVY = ("study", "plan --model gpt3-175b", "run-torch", "what-if", "warm", "explore -p 8", "explore -p 4 -m 16 --transformer",
+HEAVY = ("study", "plan --model gpt3-175b", "run-torch", "what-if", "warm", "explore -p 8",
+         "explore -p 4 -m 16 --transformer",
          "scan grid.toml --out results/ --backend ray", "tune -p 8 -m 32 --memory-limit 2 --offload")
 # What an example reads, made by an earlier one.
 NEEDS = {"results/": "scan grid.toml --out results/", "traces/": "run-torch sched.csv --ranks 2 "

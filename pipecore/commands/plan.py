@@ -104,13 +104,8 @@ def plan_command(args, out):
                      f"{'GiB/GPU':>9}{'$/Mtok':>8}")
         lines.append(f"{'':>4}  (s/iter: lower is faster; TFLOP/s: model FLOPs per GPU; $/Mtok: USD per "
                      f"million tokens)")
-        from ..plan.strategy import Strategy
-
         for r in ranked[:args.top]:
-            s = Strategy(tp=r["tp"], pp=r["pp"], dp=r["dp"], microbatch_size=r["microbatch_size"],
-                         schedule=r["schedule"], chunks=r["chunks"], recompute=r["recompute"],
-                         sequence_parallel=r["sequence_parallel"], zero=r["zero"])
-            lines.append(f"{r['rank']:>4}  {s.label():<62}{r['iteration_time']:>8.2f}"
+            lines.append(f"{r['rank']:>4}  {r['strategy']:<62}{r['iteration_time']:>8.2f}"
                          f"{r['tflops_per_gpu']:>9.0f}{r['mfu']:>6.0%}{_gib(r['memory_per_gpu']):>9}"
                          f"{r['cost_per_million_tokens']:>8.3g}")
     if args.out:

@@ -227,34 +227,32 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     fin = ops.column("finish").to_numpy()
     last = np.zeros(p)
     np.maximum.at(last, dev, fin)
-    dev_params = np.zeros(p)
-    for stage, devices in enumerate(sched.stage_devices):
-        for d in devices:
-            dev_params[d] += params[stage]
+    pairs = [(stage, d) for stage, devices in enumerate(sched.stage_devices) for d in devices]
+    stage_of, device_of = (np.array(x, dtype=np.int64) for x in zip(*pairs))
+
+    def per_device(values):
+        """Sum a per-stage quantity over the stages each device holds."""
+        return np.bincount(device_of, weights=np.asarray(values, dtype=float)[stage_of], minlength=p)
+
+    dev_params = per_device(params)
     grad_bytes = 4 if strategy.precision == "bf16" else 2
     dp = strategy.dp
     reduce_kind = "all-reduce" if strategy.zero == 0 else "reduce-scatter"
-    dp_time = np.array([float(cluster.collective_time(reduce_kind, x * grad_bytes, dp, dp_per_node, pool))
-                        for x in dev_params])
+    dp_time = np.asarray(cluster.collective_time(reduce_kind, dev_params * grad_bytes, dp, dp_per_node, pool),
+                         dtype=float)
     gather = np.zeros(p)
     if strategy.zero == 3:
         # The blocks' gradients were reduce-scattered after each backward and their
         # parameters are gathered before each use (costmodel.zero3_collectives):
         # only the embedding's and head's remain for the end of the pipeline.
-        blocks = np.zeros(p)
-        for devices in sched.stage_devices:
-            for d in devices:
-                blocks[d] += per_stage * blk.params
+        blocks = per_device(np.full(stages, per_stage * blk.params))
         dp_time = dp_time * np.clip(1.0 - blocks / np.maximum(dev_params, 1e-300), 0.0, 1.0)
     if 1 <= strategy.zero <= 2 and dp > 1:
-        gather = np.array([float(cluster.collective_time("all-gather", x * PARAM_BYTES, dp, dp_per_node,
-                                                         pool)) for x in dev_params])
+        gather = np.asarray(cluster.collective_time("all-gather", dev_params * PARAM_BYTES, dp, dp_per_node,
+                                                    pool), dtype=float)
     if strategy.dp_overlap:
         # Buckets reduce while the last microbatch's backward runs on that device.
-        window = np.zeros(p)
-        for stage, devices in enumerate(sched.stage_devices):
-            for d in devices:
-                window[d] += b[stage] + w[stage]
+        window = per_device(b + w)
         exposed = np.maximum(dp_time - window, 0.0)
     else:
         exposed = dp_time
@@ -268,18 +266,12 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
         emb_sync = float(cluster.collective_time("all-reduce", arch.vocab * h / t * grad_bytes, 2,
                                                  1 if cross_node else 2, pool))
     shard = dp if strategy.zero >= 1 else 1
-    step = float(np.max([float(gpu.memory_time(x / shard * STEP_BYTES)) for x in dev_params]))
+    step = float(np.max(gpu.memory_time(dev_params / shard * STEP_BYTES)))
     gather_exposed = float(gather.max()) if not strategy.dp_overlap else 0.0
     iteration = makespan + dp_exposed + emb_sync + step + gather_exposed
 
-    tp_dev = np.zeros(p)
-    for stage, devices in enumerate(sched.stage_devices):
-        for d in devices:
-            tp_dev[d] += tp[stage] * m
-    zero_dev = np.zeros(p)
-    for stage, devices in enumerate(sched.stage_devices):
-        for d in devices:
-            zero_dev[d] += zero3[stage] * m
+    tp_dev = per_device(tp * m)
+    zero_dev = per_device(zero3 * m)
     busy = float(res.busy[crit])
     breakdown = {"compute": busy - float(tp_dev[crit]) - float(zero_dev[crit]),
                  "tp_comm": float(tp_dev[crit]),

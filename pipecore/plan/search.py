@@ -26,7 +26,7 @@ DEFAULT_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1")
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_CHUNKS = (2, 3, 4)
 
-_COLUMNS = ("rank", "tp", "pp", "dp", "microbatch_size", "microbatches", "schedule", "chunks",
+_COLUMNS = ("rank", "strategy", "tp", "pp", "dp", "microbatch_size", "microbatches", "schedule", "chunks",
             "recompute", "sequence_parallel", "zero", "iteration_time", "tokens_per_second",
             "tflops_per_gpu", "mfu", "memory_per_gpu", "cost_per_million_tokens", "fits", "why")
 
@@ -40,7 +40,8 @@ class Strategies:
     table : pyarrow.Table
         One row per strategy of the space: ``rank`` (1 = best; null for a
         strategy that cannot run, does not fit or breaks the time bound),
-        its degrees and settings, ``iteration_time`` (s, lower is faster),
+        ``strategy`` (:meth:`Strategy.label`), its degrees and settings,
+        ``iteration_time`` (s, lower is faster),
         ``tokens_per_second``, ``tflops_per_gpu`` (model FLOP/s, TFLOP/s),
         ``mfu`` (0-1), ``memory_per_gpu`` (bytes), ``cost_per_million_tokens``
         (USD), ``fits`` and ``why`` (null, or why the row is not ranked).
@@ -188,7 +189,8 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     rows, estimates = [], {}
     key = "iteration_time" if objective == "time" else "cost_per_million_tokens"
     for i, s in enumerate(candidates):
-        row = {"tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatch_size": s.microbatch_size,
+        row = {"strategy": s.label(), "tp": s.tp, "pp": s.pp, "dp": s.dp,
+               "microbatch_size": s.microbatch_size,
                "microbatches": global_batch // (s.microbatch_size * s.dp), "schedule": s.schedule,
                "chunks": s.chunks, "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                "zero": s.zero}

@@ -23,26 +23,12 @@ from .published import published_runs
 from .strategy import Strategy
 
 # The cluster each published GPU ran on (8 GPUs a node, NVLink inside, one InfiniBand
-# NIC per GPU: Selene's DGX A100 nodes for SC21, BLOOM's Jean Zay A100 nodes; the H100
-# rows of Megatron-LM's README on DGX H100).
-CLUSTERS = {"a100-sxm4-80gb": "dgx-a100", "a100-80gb": "dgx-a100", "h100-sxm5-80gb": "dgx-h100",
-            "h100-80gb": "dgx-h100"}
-# Megatron-LM before FlashAttention (SC21, 2021) ran unfused attention kernels.
-UNFUSED_BEFORE = 2022
-
-
-def _cluster_name(run):
-    key = run.gpu.strip().lower()
-    for gpu, cluster in CLUSTERS.items():
-        if key == gpu or key.startswith(gpu.split("-")[0]) and "80" in key:
-            return cluster
-    return None
-
-
-def _attention(run):
-    year = [int(tok) for tok in run.source.replace(",", " ").split() if tok.isdigit() and len(tok) == 4]
-    sc21 = "sc21" in run.id or "2104.04473" in run.source
-    return "unfused" if sc21 or (year and min(year) < UNFUSED_BEFORE) else "flash"
+# NIC per GPU: Selene's DGX A100 nodes for SC21, BLOOM's Jean Zay A100 nodes). A GPU
+# named without its variant ("h100") has no preset: the run is left out, saying so.
+CLUSTERS = {"a100-sxm4-80gb": "dgx-a100", "h100-sxm5-80gb": "dgx-h100"}
+# Runs that predate FlashAttention in their framework ran unfused attention kernels:
+# Megatron-LM in 2021 (SC21) and Megatron-DeepSpeed for BLOOM (2022).
+UNFUSED_RUNS = ("megatron-sc21-", "bloom-")
 
 
 def check_published(role: str | None = "validation") -> pa.Table:
@@ -73,7 +59,7 @@ def check_published(role: str | None = "validation") -> pa.Table:
                "predicted_tflops": math.nan, "measured_iteration_time": math.nan,
                "predicted_iteration_time": math.nan, "error": math.nan, "memory_gb": math.nan,
                "note": ("unpublished: " + ", ".join(run.unpublished)) if run.unpublished else ""}
-        cluster_name = _cluster_name(run)
+        cluster_name = CLUSTERS.get(run.gpu.strip().lower())
         why = []
         if cluster_name is None:
             why.append(f"no cluster preset for GPU {run.gpu!r}")
@@ -92,7 +78,8 @@ def check_published(role: str | None = "validation") -> pa.Table:
         strategy = Strategy(tp=run.tp, pp=run.pp, dp=run.dp, microbatch_size=run.microbatch_size,
                             schedule=run.schedule, chunks=run.chunks, recompute=run.recompute,
                             sequence_parallel=run.sequence_parallel, zero=run.zero,
-                            dp_overlap=run.dp_overlap, attention=_attention(run), precision=run.precision)
+                            dp_overlap=run.dp_overlap, precision=run.precision,
+                            attention="unfused" if run.id.startswith(UNFUSED_RUNS) else "flash")
         nodes = -(-run.gpus // run.gpus_per_node)
         try:
             est = estimate(arch, Cluster.preset(cluster_name, nodes=nodes), strategy, run.global_batch)
