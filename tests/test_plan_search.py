@@ -27,7 +27,7 @@ NODE = pc.Cluster.preset("dgx-a100", nodes=1)
 def _brute_force(batch):
     feasible = {}
     for tp, pp, mb, sched, chunks, rc, zero, sp in itertools.product(
-            (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8), ("1f1b", "interleaved-1f1b", "zb-h1"),
+            (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8, 16), ("1f1b", "interleaved-1f1b", "zb-h1"),
             (1, 2, 3, 4), ("none", "selective", "full"), (0, 1, 2, 3), (False, True)):
         if 8 % (tp * pp):
             continue
@@ -113,7 +113,8 @@ def test_plan_command_headline_first_within_120_columns(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "words"), [
     (["--model", "gpt-9", "--cluster", "dgx-a100", "--nodes", "1"], ["gpt-9", "gpt3-175b"]),
     (["--model", "megatron-1.7b", "--cluster", "dgx-a100"], ["needs --nodes"]),
-    (["--model", "megatron-1.7b", "--cluster", "a100:8,h100:8"], ["2 GPU pools"]),
+    (["--model", "megatron-1.7b", "--cluster", "a100:8,h100:8", "--nodes", "2"], ["drop --nodes"]),
+    (["--model", "megatron-1.7b", "--cluster", "a100:12"], ["do not fill whole nodes of 8"]),
 ])
 def test_plan_command_errors_name_the_option(argv, words, capsys):
     code = main(["plan", *argv, "--global-batch", "32"])

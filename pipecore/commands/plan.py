@@ -43,11 +43,13 @@ def _cluster(args):
         if args.nodes is None:
             raise InputError(f"--cluster {args.cluster} needs --nodes (how many nodes)")
         cluster = Cluster.preset(args.cluster, nodes=args.nodes)
-    if len(cluster.pools) > 1:
-        raise InputError(f"--cluster {args.cluster}: {len(cluster.pools)} GPU pools; pipecore plan "
-                         f"searches one pool of one GPU type so far (mixed pools are planned, issue 53 "
-                         f"part 5); give one pool")
     return cluster
+
+
+def _mixed(rows, best):
+    """' on <GPUs of each pool>' for the best row of a cluster of several pools."""
+    row = next((r for r in rows if r["rank"] == 1), None)
+    return f" on {row['pools']}" if row and best.strategy.pools is not None else ""
 
 
 def _gib(x):
@@ -73,7 +75,6 @@ def plan_command(args, out):
 
     res = strategies(arch, cluster, args.global_batch, objective=args.objective,
                      max_iteration_time=args.max_iteration_time, progress=progress)
-    pool = cluster.pools[0]
     table = res.table
     rows = table.to_pylist()
     ranked = [r for r in rows if r["rank"] is not None]
@@ -81,7 +82,9 @@ def plan_command(args, out):
     slow = sum(1 for r in rows if r["why"] and "max_iteration_time" in r["why"])
     other = len(rows) - len(ranked) - memory - slow
     lines = []
-    setting = (f"{arch.name} on {pool.count} x {pool.gpu.name} ({cluster.name}), global batch "
+    gpus = " + ".join(f"{pl.count} x {pl.gpu.name}" for pl in cluster.pools)
+    hbm = "/".join(sorted({_gib(pl.gpu.hbm_bytes) for pl in cluster.pools}))
+    setting = (f"{arch.name} on {gpus} ({cluster.name}), global batch "
                f"{args.global_batch} x {arch.seq} tokens, objective {args.objective}")
     if res.best is None:
         lines += textwrap.wrap(f"no strategy qualifies for {setting}: {memory} do not fit memory, "
@@ -90,13 +93,13 @@ def plan_command(args, out):
     else:
         b = res.best
         lines += textwrap.wrap(
-            f"best: {b.strategy.label()}: {b.iteration_time:.2f} s per iteration, "
+            f"best: {b.strategy.label()}{_mixed(rows, b)}: {b.iteration_time:.2f} s per iteration, "
             f"{b.tflops_per_gpu:.0f} TFLOP/s per GPU ({b.mfu:.0%} MFU), "
             f"{_gib(b.memory_per_gpu)} GiB per GPU, "
             f"${b.cost_per_million_tokens:.3g} per million tokens", WIDTH, subsequent_indent="  ")
         lines += textwrap.wrap(f"for {setting}", WIDTH, subsequent_indent="  ")
     lines += textwrap.wrap(f"estimated {res.estimated} of {len(rows)} strategies in {res.seconds:.1f} s: "
-                           f"{len(ranked)} ranked, {memory} do not fit {_gib(pool.gpu.hbm_bytes)} GiB, "
+                           f"{len(ranked)} ranked, {memory} do not fit {hbm} GiB, "
                            f"{slow} too slow, {other} cannot run", WIDTH)
     if ranked and args.top:
         lines.append("")
@@ -105,9 +108,13 @@ def plan_command(args, out):
         lines.append(f"{'':>4}  (s/iter: lower is faster; TFLOP/s: model FLOPs per GPU; $/Mtok: USD per "
                      f"million tokens)")
         for r in ranked[:args.top]:
-            lines.append(f"{r['rank']:>4}  {r['strategy']:<62}{r['iteration_time']:>8.2f}"
+            core = r["strategy"].split(" pools ")[0].split(" layers ")[0]
+            lines.append(f"{r['rank']:>4}  {core[:62]:<62}{r['iteration_time']:>8.2f}"
                          f"{r['tflops_per_gpu']:>9.0f}{r['mfu']:>6.0%}{_gib(r['memory_per_gpu']):>9}"
                          f"{r['cost_per_million_tokens']:>8.3g}")
+            if len(cluster.pools) > 1:  # which GPUs, and the layer split of a pipeline across pools
+                where = f"on {r['pools']}" + (f", layers {r['layers']}" if r["layers"] else "")
+                lines += textwrap.wrap(where, WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 10)
     if args.out:
         import pyarrow.parquet as pq
 

@@ -30,6 +30,7 @@ The first stage adds the embedding, the last the final norm, the LM head
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..core.ops import InputError
 
@@ -95,7 +96,9 @@ class OpTimes:
     dp_b: float = 0.0
 
 
+@lru_cache(maxsize=65536)
 def _gemm(gpu, m, n, k, batch=1):
+    # A search asks for the same few shapes thousands of times (GPU is frozen, so hashable).
     return float(gpu.gemm_time(m, n, k, batch))
 
 
@@ -320,7 +323,11 @@ def check_layout(arch, strategy):
         if value % t:
             raise InputError(f"tp={t} does not divide the model's {name} ({value}): each "
                              f"tensor-parallel rank needs a whole share")
-    if arch.layers % stages:
+    if strategy.layers is not None:
+        if sum(strategy.layers) != arch.layers:
+            raise InputError(f"Strategy 'layers' {list(strategy.layers)} sum to {sum(strategy.layers)}; "
+                             f"the model has {arch.layers} layers")
+    elif arch.layers % stages:
         raise InputError(f"pp * chunks = {strategy.pp} * {strategy.chunks} = {stages} stages do "
-                         f"not divide the model's {arch.layers} layers (each stage needs the same "
-                         f"number of layers)")
+                         f"not divide the model's {arch.layers} layers (give Strategy(layers=...) "
+                         f"for an uneven split)")

@@ -78,7 +78,12 @@ class Estimate:
     cost_per_million_tokens : float
         US dollars per million tokens at the cluster's price per GPU-hour.
     fits : bool
-        Whether ``memory_per_gpu`` fits the GPU's memory.
+        Whether every GPU's memory holds its share (``memory_per_gpu`` is
+        the fullest one's, relative to its own GPU's memory).
+    memory_gpu : str
+        The fullest GPU's type.
+    memory_capacity : float
+        Its memory in bytes.
     pipeline : pipecore.Result
         The simulated pipeline (times in seconds, memory in bytes).
     """
@@ -99,6 +104,8 @@ class Estimate:
     cost_per_million_tokens: float
     fits: bool
     pipeline: object = field(repr=False)
+    memory_gpu: str = ""
+    memory_capacity: float = 0.0
 
 
 @lru_cache(maxsize=128)
@@ -128,6 +135,34 @@ def _placement(cluster, strategy, pool):
     dp_per_node = max(1, min(strategy.dp, per_node // t))
     stage_ranks = t * strategy.dp
     return dp_per_node, stage_ranks >= per_node, max(1, per_node // stage_ranks)
+
+
+def _network(cluster, strategy, sched, rank_pool, place, boundary_bytes):
+    """The point-to-point network between the pipeline's stages."""
+    t = strategy.tp
+    stage_pool = [int(rank_pool[devs[0]]) for devs in sched.stage_devices]
+    stages = len(stage_pool)
+    if len(set(stage_pool)) == 1:
+        pl = cluster.pools[stage_pool[0]]
+        _, cross_node, stages_per_node = place[stage_pool[0]]
+        # Megatron's scatter-gather: with tensor parallelism each rank sends its 1/t of a
+        # stage boundary's activation over its own link (an all-gather inside the node rebuilds it).
+        nbytes = np.full(stages, boundary_bytes / (t if cross_node and t > 1 else 1))
+        if cross_node or strategy.pp == 1:
+            return Network.uniform(nbytes, pl.p2p_inter_bandwidth, pl.inter_latency)
+        return Network.two_level(nbytes, stages_per_node, pl.p2p_intra_bandwidth, pl.p2p_inter_bandwidth,
+                                 pl.intra_latency, pl.inter_latency)
+    # Mixed pools: pools sit on different nodes, so every link between stages is treated as
+    # inter-node; a link between two pools runs at the slower pool's NIC. A transfer's size is
+    # indexed by its sender, which sends both ways: each stage's bytes are scaled to the slower
+    # of its two links (conservative on a pool's link next to a boundary).
+    bw = np.array([cluster.pools[k].p2p_inter_bandwidth for k in stage_pool])
+    link = np.minimum(bw[:-1], bw[1:])
+    slowest = np.minimum(np.append(link, np.inf), np.insert(link, 0, np.inf)) if stages > 1 else bw
+    ref = float(bw.max())
+    nbytes = boundary_bytes / (t if t > 1 else 1) * ref / slowest
+    latency = max(cluster.pools[k].inter_latency for k in set(stage_pool))
+    return Network.uniform(nbytes, ref, latency)
 
 
 def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 0,
@@ -166,58 +201,67 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     arch = _architecture(model)
     if not 0 <= pool < len(cluster.pools):
         raise InputError(f"estimate 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
-    pl = cluster.pools[pool]
-    gpu = pl.gpu
-    if strategy.gpus > pl.count:
-        raise InputError(f"{strategy.label()} needs tp*pp*dp = {strategy.gpus} GPUs; the pool "
-                         f"{gpu.name} has {pl.count}")
+    p, v = strategy.pp, strategy.chunks
+    rank_pool = np.array(strategy.pools if strategy.pools is not None else (pool,) * p, dtype=np.int64)
+    used = sorted(set(rank_pool.tolist()))
+    for k in used:
+        if k >= len(cluster.pools):
+            raise InputError(f"{strategy.label()}: pool {k} does not exist; the cluster has pools "
+                             f"0..{len(cluster.pools) - 1}")
+        need = int(np.sum(rank_pool == k)) * strategy.tp * strategy.dp
+        have, name = cluster.pools[k].count, cluster.pools[k].gpu.name
+        if need > have and strategy.pools is None:
+            raise InputError(f"{strategy.label()} needs tp*pp*dp = {need} GPUs; the pool {name} has {have}")
+        if need > have:
+            raise InputError(f"{strategy.label()} needs {need} GPUs of pool {k} ({name}: tp*dp for each "
+                             f"pipeline rank on it); the pool has {have}")
     costmodel.check_layout(arch, strategy)
     m = strategy.microbatches(global_batch)
-    p, v = strategy.pp, strategy.chunks
     stages = p * v
-    per_stage = arch.layers // stages
-    dp_per_node, cross_node, stages_per_node = _placement(cluster, strategy, pool)
-
-    blk = costmodel.block_times(arch, gpu, cluster, pool, strategy)
-    emb = costmodel.embedding_times(arch, gpu, cluster, pool, strategy)
-    head = costmodel.head_times(arch, gpu, cluster, pool, strategy)
+    sched = _schedule(strategy.schedule, p, m, v)
+    if len(sched.stage_devices) != stages:
+        raise InputError(f"schedule {strategy.schedule!r} with chunks={v} has "
+                         f"{len(sched.stage_devices)} stages; the strategy needs pp*chunks = {stages}")
+    stage_pool = np.array([rank_pool[devs[0]] for devs in sched.stage_devices], dtype=np.int64)
+    for s_, devs in enumerate(sched.stage_devices):
+        if len({int(rank_pool[d]) for d in devs}) > 1:
+            raise InputError(f"{strategy.label()}: stage {s_} runs on devices {list(devs)} of "
+                             f"different pools; a replicated stage needs one GPU type")
+    layers = np.array(strategy.layers if strategy.layers is not None else (arch.layers // stages,) * stages,
+                      dtype=float)
+    place = {k: _placement(cluster, strategy, k) for k in used}
+    times = {k: (costmodel.block_times(arch, cluster.pools[k].gpu, cluster, k, strategy),
+                 costmodel.embedding_times(arch, cluster.pools[k].gpu, cluster, k, strategy),
+                 costmodel.head_times(arch, cluster.pools[k].gpu, cluster, k, strategy)) for k in used}
     kept, transient = costmodel.activation_bytes(arch, strategy)
-    f = np.full(stages, per_stage * blk.f)
-    b = np.full(stages, per_stage * blk.b)
-    w = np.full(stages, per_stage * blk.w)
-    tp = np.full(stages, per_stage * (blk.tp_f + blk.tp_b))
-    zero3 = np.full(stages, per_stage * (blk.dp_f + blk.dp_b))
-    params = np.full(stages, per_stage * blk.params)
+
+    def per_layer(attr):
+        return np.array([getattr(times[k][0], attr) for k in stage_pool]) * layers
+
+    f, b, w = per_layer("f"), per_layer("b"), per_layer("w")
+    tp = per_layer("tp_f") + per_layer("tp_b")
+    zero3 = per_layer("dp_f") + per_layer("dp_b")
+    params = per_layer("params")
+    emb, head = times[int(stage_pool[0])][1], times[int(stage_pool[-1])][2]
     for arr, first, last in ((f, emb.f, head.f), (b, emb.b, head.b), (w, emb.w, head.w),
                              (tp, emb.tp_f + emb.tp_b, head.tp_f + head.tp_b),
                              (params, emb.params, head.params)):
         arr[0] += first
         arr[-1] += last
     t, T, h = strategy.tp, strategy.microbatch_size * arch.seq, arch.hidden
-    act = np.full(stages, per_stage * kept)
-    act_w = np.minimum(act, np.full(stages, per_stage * 32.0 * T * h / t))
+    act = layers * kept
+    act_w = np.minimum(act, layers * 32.0 * T * h / t)
     # The first stage keeps its embedding's dropout mask; the last its head's input.
     act[0] += T * h / (t if strategy.sequence_parallel else 1)
     act[-1] += 2.0 * T * h
     act_w = np.minimum(act_w, act)
-    sched = _schedule(strategy.schedule, p, m, v)
-    if len(sched.stage_devices) != stages:
-        raise InputError(f"schedule {strategy.schedule!r} with chunks={v} has "
-                         f"{len(sched.stage_devices)} stages; the strategy needs pp*chunks = {stages}")
     h_model = arch.hidden
     if arch.tied_embeddings and set(sched.stage_devices[0]) & set(sched.stage_devices[-1]):
         # The head shares the embedding's table on a device that holds both.
         params[-1] -= arch.vocab * h_model / strategy.tp
     weight_bytes = params * (PARAM_BYTES + GRAD_BYTES + OPTIMIZER_BYTES)
     costs = Costs(f=f, b=b, w=w, activation=act, activation_w=act_w, weights=weight_bytes)
-    # Megatron's scatter-gather: with tensor parallelism each rank sends its 1/t of a
-    # stage boundary's activation over its own link (an all-gather inside the node rebuilds it).
-    nbytes = np.full(stages, T * h * 2.0 / (t if cross_node and t > 1 else 1))
-    if cross_node or p == 1:
-        network = Network.uniform(nbytes, pl.p2p_inter_bandwidth, pl.inter_latency)
-    else:
-        network = Network.two_level(nbytes, stages_per_node, pl.p2p_intra_bandwidth,
-                                    pl.p2p_inter_bandwidth, pl.intra_latency, pl.inter_latency)
+    network = _network(cluster, strategy, sched, rank_pool, place, T * h * 2.0)
     res = simulate(sched, costs, network)
     free = simulate(sched, costs)
 
@@ -238,18 +282,27 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     grad_bytes = 4 if strategy.precision == "bf16" else 2
     dp = strategy.dp
     reduce_kind = "all-reduce" if strategy.zero == 0 else "reduce-scatter"
-    dp_time = np.asarray(cluster.collective_time(reduce_kind, dev_params * grad_bytes, dp, dp_per_node, pool),
-                         dtype=float)
+
+    def on_pools(fn):
+        """A per-device quantity, each device's from its own pool."""
+        out = np.zeros(p)
+        for k in used:
+            sel = rank_pool == k
+            out[sel] = np.asarray(fn(k, sel), dtype=float)
+        return out
+
+    dp_time = on_pools(lambda k, sel: cluster.collective_time(reduce_kind, dev_params[sel] * grad_bytes, dp,
+                                                              place[k][0], k))
     gather = np.zeros(p)
     if strategy.zero == 3:
         # The blocks' gradients were reduce-scattered after each backward and their
         # parameters are gathered before each use (costmodel.zero3_collectives):
         # only the embedding's and head's remain for the end of the pipeline.
-        blocks = per_device(np.full(stages, per_stage * blk.params))
+        blocks = per_device(per_layer("params"))
         dp_time = dp_time * np.clip(1.0 - blocks / np.maximum(dev_params, 1e-300), 0.0, 1.0)
     if 1 <= strategy.zero <= 2 and dp > 1:
-        gather = np.asarray(cluster.collective_time("all-gather", dev_params * PARAM_BYTES, dp, dp_per_node,
-                                                    pool), dtype=float)
+        gather = on_pools(lambda k, sel: cluster.collective_time("all-gather", dev_params[sel] * PARAM_BYTES,
+                                                                 dp, place[k][0], k))
     if strategy.dp_overlap:
         # Buckets reduce while the last microbatch's backward runs on that device.
         window = per_device(b + w)
@@ -262,11 +315,19 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     dp_exposed = float(end.max()) - makespan
     emb_sync = 0.0
     if arch.tied_embeddings and p > 1:
-        # First and last stage: on two nodes when stages span nodes, else in one.
-        emb_sync = float(cluster.collective_time("all-reduce", arch.vocab * h / t * grad_bytes, 2,
-                                                 1 if cross_node else 2, pool))
+        # First and last stage: on two nodes when stages span nodes or pools, else in one.
+        k0, k1 = int(stage_pool[0]), int(stage_pool[-1])
+        nbytes = arch.vocab * h / t * grad_bytes
+        if k0 == k1:
+            emb_sync = float(cluster.collective_time("all-reduce", nbytes, 2, 1 if place[k0][1] else 2, k0))
+        else:
+            # Two ranks on two pools' NICs: a ring all-reduce of 2 ranks moves the buffer
+            # once each way, at the slower NIC.
+            ends = (cluster.pools[k0], cluster.pools[k1])
+            emb_sync = max(e.inter_latency for e in ends) + nbytes / min(e.inter_bus_bandwidth for e in ends)
     shard = dp if strategy.zero >= 1 else 1
-    step = float(np.max(gpu.memory_time(dev_params / shard * STEP_BYTES)))
+    step = float(np.max(on_pools(lambda k, sel: cluster.pools[k].gpu.memory_time(
+        dev_params[sel] / shard * STEP_BYTES))))
     gather_exposed = float(gather.max()) if not strategy.dp_overlap else 0.0
     iteration = makespan + dp_exposed + emb_sync + step + gather_exposed
 
@@ -279,7 +340,7 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
                  "dp_comm": dp_exposed + gather_exposed + float(zero_dev[crit]), "embedding_sync": emb_sync,
                  "optimizer": step}
 
-    # Memory of each device; the fullest one is reported.
+    # Memory of each device against its own GPU's; the fullest (largest share) is reported.
     z = strategy.zero
     per_param = {"params": PARAM_BYTES / (dp if z >= 3 else 1),
                  "grads": GRAD_BYTES / (dp if z >= 2 else 1),
@@ -289,7 +350,8 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     last_dev = sched.stage_devices[-1][0]
     extra[last_dev] += 2 * 4.0 * T * arch.vocab / t  # fp32 logits and their gradient
     totals = dev_params * sum(per_param.values()) + act_peak + extra + reserve
-    full = int(np.argmax(totals))
+    hbm = np.array([cluster.pools[k].gpu.hbm_bytes for k in rank_pool])
+    full = int(np.argmax(totals / hbm))
     memory = {k: float(dev_params[full] * v) for k, v in per_param.items()}
     memory.update(activations=float(act_peak[full]), transient=float(extra[full]), reserve=float(reserve))
 
@@ -299,12 +361,16 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     hw_flops = arch.flops_per_iteration(global_batch, recompute=strategy.recompute)
     tflops = model_flops / iteration / gpus / 1e12
     hw_tflops = hw_flops / iteration / gpus / 1e12
-    price = pl.price_per_gpu_hour * gpus * iteration / 3600.0
+    # A mixed run's peak is its GPUs' mean peak; its price the sum over its GPUs.
+    per_rank = t * dp
+    peak = per_rank * sum(cluster.pools[k].gpu.peak_flops for k in rank_pool) / gpus
+    price = per_rank * sum(cluster.pools[k].price_per_gpu_hour for k in rank_pool) * iteration / 3600.0
     return Estimate(strategy=strategy, global_batch=int(global_batch), microbatches=m, gpus=gpus,
                     iteration_time=iteration, tokens_per_second=tokens / iteration,
                     tflops_per_gpu=tflops, hardware_tflops_per_gpu=hw_tflops,
-                    mfu=tflops * 1e12 / gpu.peak_flops, hfu=hw_tflops * 1e12 / gpu.peak_flops,
+                    mfu=tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak,
                     memory_per_gpu=float(totals[full]), memory=memory, breakdown=breakdown,
                     cost_per_million_tokens=price / tokens * 1e6,
-                    fits=bool(totals[full] <= gpu.hbm_bytes), pipeline=res)
+                    fits=bool(np.all(totals <= hbm)), pipeline=res,
+                    memory_gpu=cluster.pools[int(rank_pool[full])].gpu.name, memory_capacity=float(hbm[full]))
 

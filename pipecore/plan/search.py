@@ -11,24 +11,27 @@ that cannot run keeps its row with the reason.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
 from ..core.ops import InputError
-from .estimate import Estimate, estimate
+from . import layout
+from .estimate import Estimate, _schedule, estimate
 from .strategy import RECOMPUTE, Strategy
 
 OBJECTIVES = ("time", "cost")
 DEFAULT_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1")
-DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
+DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_CHUNKS = (2, 3, 4)
 
-_COLUMNS = ("rank", "strategy", "tp", "pp", "dp", "microbatch_size", "microbatches", "schedule", "chunks",
-            "recompute", "sequence_parallel", "zero", "iteration_time", "tokens_per_second",
-            "tflops_per_gpu", "mfu", "memory_per_gpu", "cost_per_million_tokens", "fits", "why")
+_COLUMNS = ("rank", "strategy", "gpus", "pools", "layers", "tp", "pp", "dp", "microbatch_size",
+            "microbatches", "schedule", "chunks", "recompute", "sequence_parallel", "zero", "iteration_time",
+            "tokens_per_second", "tflops_per_gpu", "mfu", "memory_per_gpu", "cost_per_million_tokens", "fits",
+            "why")
 
 
 @dataclass
@@ -40,7 +43,10 @@ class Strategies:
     table : pyarrow.Table
         One row per strategy of the space: ``rank`` (1 = best; null for a
         strategy that cannot run, does not fit or breaks the time bound),
-        ``strategy`` (:meth:`Strategy.label`), its degrees and settings,
+        ``strategy`` (:meth:`Strategy.label`), ``gpus``, ``pools`` (GPUs
+        used of each pool, e.g. ``a100-sxm4-80gb 64 + h100-sxm5-80gb 32``),
+        ``layers`` (per stage, comma-separated; null for an even split),
+        its degrees and settings,
         ``iteration_time`` (s, lower is faster),
         ``tokens_per_second``, ``tflops_per_gpu`` (model FLOP/s, TFLOP/s),
         ``mfu`` (0-1), ``memory_per_gpu`` (bytes), ``cost_per_million_tokens``
@@ -66,10 +72,55 @@ def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def space(model, cluster, global_batch: int, pool: int = 0, schedules=DEFAULT_SCHEDULES,
+def _pools_text(cluster, s, pool):
+    """GPUs of each pool a strategy uses, e.g. ``a100-sxm4-80gb 256 + h100-sxm5-80gb 128``."""
+    ranks = s.pools if s.pools is not None else (pool or 0,) * s.pp
+    counts = {}
+    for k in ranks:
+        counts[k] = counts.get(k, 0) + s.tp * s.dp
+    return " + ".join(f"{cluster.pools[k].gpu.name} {n}" for k, n in counts.items())
+
+
+def _values(name, value):
+    """A setting's values: one value or a non-empty sequence of them."""
+    values = (value,) if isinstance(value, (str, bool, int)) else tuple(value)
+    if not values:
+        raise InputError(f"strategies '{name}' is empty: give at least one value")
+    return values
+
+
+def _layouts(arch, cluster, pool):
+    """(tp, pp, pool of each pipeline rank or None, dp) of the space."""
+    pools = range(len(cluster.pools)) if pool is None else (pool,)
+    per_node = math.gcd(*(cluster.pools[k].gpus_per_node for k in pools))
+    for tp in _divisors(per_node):
+        if arch.heads % tp or arch.kv_heads % tp or arch.ffn_hidden % tp:
+            continue
+        for k in pools:
+            gpus = cluster.pools[k].count
+            for pp in _divisors(arch.layers):
+                if gpus % (tp * pp) == 0:
+                    yield tp, pp, (None if len(pools) == 1 else (k,) * pp), gpus // (tp * pp)
+        if len(pools) > 1:
+            for ranks, dp in layout.spanning(cluster, tp, arch.layers):
+                yield tp, len(ranks), ranks, dp
+
+
+def _pipelines(arch, pp, m, schedules, chunks):
+    """(schedule, chunks) pairs for ``pp`` ranks and ``m`` microbatches."""
+    from ..schedules.registry import family
+
+    for name in schedules:
+        if not family(name).chunks:
+            yield name, 1
+        elif pp > 1 and m % pp == 0:  # interleaving needs whole rounds of pp microbatches
+            yield from ((name, c) for c in chunks if arch.layers % (pp * c) == 0)
+
+
+def space(model, cluster, global_batch: int, pool: int | None = None, schedules=DEFAULT_SCHEDULES,
           microbatch_sizes=DEFAULT_MICROBATCH_SIZES, chunks=DEFAULT_CHUNKS, recompute=RECOMPUTE,
-          zero=(0, 1, 2, 3), sequence_parallel=(False, True),
-          attention="flash") -> list[Strategy]:
+          zero=(0, 1, 2, 3), sequence_parallel=(False, True), attention="flash", precision="bf16",
+          dp_overlap=True) -> list[Strategy]:
     """The strategies :func:`strategies` estimates, in a fixed order.
 
     Parameters
@@ -79,70 +130,68 @@ def space(model, cluster, global_batch: int, pool: int = 0, schedules=DEFAULT_SC
     schedules, microbatch_sizes, chunks, recompute, zero, sequence_parallel
         The values of each setting to try (``chunks`` for schedules that take
         several; a schedule without chunks runs with 1).
-    attention : {"flash", "unfused"}, default "flash"
-        The attention kernels every strategy uses. With FlashAttention,
-        selective recomputation changes nothing (no ``s^2`` tensor is kept)
-        and is left out of the space.
+    attention : str or sequence of str, default "flash"
+        The attention kernels (``"flash"``, ``"unfused"``). With
+        FlashAttention, selective recomputation changes nothing (no ``s^2``
+        tensor is kept) and is left out of the space.
+    precision : str or sequence of str, default "bf16"
+        ``"bf16"``, ``"fp16"``.
+    dp_overlap : bool or sequence of bool, default True
+        Whether the gradient reduction overlaps the last backward.
 
     Returns
     -------
     list of Strategy
         Every combination whose degrees divide the node, the model and the
-        GPUs and whose microbatches split the global batch.
+        GPUs and whose microbatches split the global batch, using every GPU
+        of the pools it runs on. On a cluster of several pools: each pool
+        alone (as on one pool), and pipelines spanning every pool, each
+        pipeline rank's GPUs from one pool, the pools in contiguous blocks
+        in every order (:func:`pipecore.plan.layout.spanning`), with the
+        layers balanced to each stage's speed
+        (:func:`pipecore.plan.layout.balance`).
 
     Raises
     ------
     ValueError
         If a setting's values are empty or malformed.
     """
-    from ..schedules.registry import family
-
     arch = getattr(model, "architecture", model)
-    pl = cluster.pools[pool]
-    gpus, per_node = pl.count, pl.gpus_per_node
-    for name, values in (("schedules", schedules), ("microbatch_sizes", microbatch_sizes),
-                         ("recompute", recompute), ("zero", zero),
-                         ("sequence_parallel", sequence_parallel)):
-        if len(tuple(values)) == 0:
-            raise InputError(f"strategies '{name}' is empty: give at least one value")
+    named = {"schedules": schedules, "microbatch_sizes": microbatch_sizes, "chunks": chunks,
+             "recompute": recompute, "zero": zero, "sequence_parallel": sequence_parallel,
+             "attention": attention, "precision": precision, "dp_overlap": dp_overlap}
+    v = {name: _values(name, value) for name, value in named.items()}
+    if pool is not None and not 0 <= pool < len(cluster.pools):
+        raise InputError(f"strategies 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
+    if pool is None and len(cluster.pools) == 1:
+        pool = 0
     out = []
-    for tp in _divisors(per_node):
-        if arch.heads % tp or arch.kv_heads % tp or arch.ffn_hidden % tp:
-            continue
-        for pp in _divisors(arch.layers):
-            if gpus % (tp * pp):
+    for tp, pp, ranks, dp in _layouts(arch, cluster, pool):
+        for mb in v["microbatch_sizes"]:
+            if global_batch % (mb * dp):
                 continue
-            dp = gpus // (tp * pp)
-            for mb in microbatch_sizes:
-                if global_batch % (mb * dp):
-                    continue
-                m = global_batch // (mb * dp)
-                for name in schedules:
-                    fam = family(name)
-                    options = [c for c in chunks if arch.layers % (pp * c) == 0] if fam.chunks else [1]
-                    if fam.chunks and pp == 1:
-                        continue
-                    for c in options:
-                        if fam.chunks and m % pp:
-                            continue  # interleaving needs whole rounds of pp microbatches
-                        for rc in recompute:
-                            if rc == "selective" and attention == "flash":
-                                continue  # FlashAttention keeps no s^2 tensor: selective = none
-                            for z in zero:
-                                if z and dp == 1:
-                                    continue
-                                for sp in sequence_parallel:
-                                    if sp and tp == 1:
-                                        continue
-                                    out.append(Strategy(tp=tp, pp=pp, dp=dp, microbatch_size=mb,
-                                                        schedule=name, chunks=c, recompute=rc,
-                                                        sequence_parallel=sp, zero=z, dp_overlap=True,
-                                                        attention=attention))
+            m = global_batch // (mb * dp)
+            for name, c in _pipelines(arch, pp, m, v["schedules"], v["chunks"]):
+                for rc, att, z, sp, prec, overlap in itertools.product(
+                        v["recompute"], v["attention"], v["zero"], v["sequence_parallel"], v["precision"],
+                        v["dp_overlap"]):
+                    if rc == "selective" and att == "flash":
+                        continue  # FlashAttention keeps no s^2 tensor: selective = none
+                    if (z and dp == 1) or (sp and tp == 1):
+                        continue  # the same strategy as zero=0 / sequence_parallel=False
+                    s = Strategy(tp=tp, pp=pp, dp=dp, microbatch_size=mb, schedule=name, chunks=c,
+                                 recompute=rc, sequence_parallel=sp, zero=z, dp_overlap=overlap,
+                                 attention=att, precision=prec, pools=ranks)
+                    if ranks is not None and len(set(ranks)) > 1:
+                        devices = _schedule(name, pp, m, c).stage_devices
+                        stage_pools = [ranks[d[0]] for d in devices]
+                        s = replace(s, layers=layout.balanced_layers(arch, cluster, s, stage_pools))
+                    out.append(s)
     return out
 
 
 def strategies(model, cluster, global_batch: int, objective: str = "time",
-               max_iteration_time: float | None = None, pool: int = 0, progress=None,
+               max_iteration_time: float | None = None, pool: int | None = None, progress=None,
                **space_options) -> Strategies:
     """Estimate every strategy of the declared space and rank them.
 
@@ -158,13 +207,16 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     max_iteration_time : float, optional
         Seconds; strategies slower than this are not ranked (with
         ``objective="cost"``, the time bound of the cheapest plan).
-    pool : int, default 0
-        The cluster's pool to use (all of its GPUs).
+    pool : int, optional
+        The cluster's pool to use (all of its GPUs). None: the only pool of
+        a one-pool cluster; on several pools, plans on each pool alone and
+        plans whose pipeline spans pools (see :func:`space`).
     progress : callable, optional
         Called as ``progress(done, total)`` after each strategy.
     **space_options
         ``schedules``, ``microbatch_sizes``, ``chunks``, ``recompute``,
-        ``zero``, ``sequence_parallel``, ``attention``: see
+        ``zero``, ``sequence_parallel``, ``attention``, ``precision``,
+        ``dp_overlap``: see
         ``pipecore.plan.search.space``.
 
     Returns
@@ -182,20 +234,20 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     if max_iteration_time is not None and not (isinstance(max_iteration_time, (int, float))
                                                and max_iteration_time > 0):
         raise InputError(f"strategies 'max_iteration_time' must be seconds > 0 (got {max_iteration_time!r})")
-    if not 0 <= pool < len(cluster.pools):
-        raise InputError(f"strategies 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
     start = time.perf_counter()
     candidates = space(model, cluster, global_batch, pool, **space_options)
     rows, estimates = [], {}
     key = "iteration_time" if objective == "time" else "cost_per_million_tokens"
     for i, s in enumerate(candidates):
-        row = {"strategy": s.label(), "tp": s.tp, "pp": s.pp, "dp": s.dp,
+        row = {"strategy": s.label(), "gpus": s.gpus, "pools": _pools_text(cluster, s, pool),
+               "layers": None if s.layers is None else ",".join(map(str, s.layers)),
+               "tp": s.tp, "pp": s.pp, "dp": s.dp,
                "microbatch_size": s.microbatch_size,
                "microbatches": global_batch // (s.microbatch_size * s.dp), "schedule": s.schedule,
                "chunks": s.chunks, "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
                "zero": s.zero}
         try:
-            est = estimate(model, cluster, s, global_batch, pool=pool)
+            est = estimate(model, cluster, s, global_batch, pool=pool or 0)
         except InputError as exc:
             row.update(iteration_time=math.nan, tokens_per_second=math.nan, tflops_per_gpu=math.nan,
                        mfu=math.nan, memory_per_gpu=math.nan, cost_per_million_tokens=math.nan,
@@ -204,7 +256,7 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
             why = None
             if not est.fits:
                 why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; "
-                       f"{cluster.pools[pool].gpu.name} has {cluster.pools[pool].gpu.hbm_bytes / 1e9:.0f} GB")
+                       f"{est.memory_gpu} has {est.memory_capacity / 1e9:.0f} GB")
             elif max_iteration_time is not None and est.iteration_time > max_iteration_time:
                 why = f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
             row.update(iteration_time=est.iteration_time, tokens_per_second=est.tokens_per_second,
@@ -222,6 +274,9 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
         rows[i]["rank"] = n
     order = ranked + [i for i, r in enumerate(rows) if r["why"] is not None]
     table = pa.Table.from_pylist([{c: rows[i][c] for c in _COLUMNS} for i in order])
+    if table.num_rows and pa.types.is_null(table.schema.field("layers").type):
+        table = table.set_column(table.schema.get_field_index("layers"), "layers",
+                                 table.column("layers").cast(pa.string()))
     best = estimates[ranked[0]] if ranked else None
     return Strategies(table=table, best=best, objective=objective, estimated=len(estimates),
                       seconds=time.perf_counter() - start, estimates=estimates)

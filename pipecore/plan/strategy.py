@@ -69,6 +69,15 @@ class Strategy:
     precision : {"bf16", "fp16"}, default "bf16"
         Training precision; with bf16 gradients are reduced in fp32 (as
         Megatron does), with fp16 in fp16.
+    layers : tuple of int, optional
+        Transformer layers of each pipeline stage, in model order
+        (``pp * chunks`` entries, each at least 1, summing to the model's
+        layers). None: the same number on every stage.
+    pools : tuple of int, optional
+        The cluster pool (GPU type) of each pipeline rank, in pipeline
+        order (``pp`` entries): every stage of rank ``i`` runs its ``tp *
+        dp`` GPUs from pool ``pools[i]``. None: every rank on the pool
+        :func:`pipecore.estimate` is given.
 
     Raises
     ------
@@ -89,6 +98,8 @@ class Strategy:
     dp_overlap: bool = False
     attention: str = "flash"
     precision: str = "bf16"
+    layers: tuple | None = None
+    pools: tuple | None = None
 
     def __post_init__(self):
         for name in ("tp", "pp", "dp", "microbatch_size", "chunks"):
@@ -106,6 +117,15 @@ class Strategy:
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"Strategy '{name}' must be True or False "
                                  f"(got {getattr(self, name)!r})")
+        for name, size, minimum in (("layers", self.pp * self.chunks, 1), ("pools", self.pp, 0)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != size:
+                raise InputError(f"Strategy '{name}' must be a sequence of {size} ints "
+                                 f"({'pp * chunks' if name == 'layers' else 'pp'}; got {value!r})")
+            checked = tuple(_int(f"{name}[{i}]", v, minimum) for i, v in enumerate(value))
+            object.__setattr__(self, name, checked)
 
     @property
     def gpus(self) -> int:
@@ -148,4 +168,19 @@ class Strategy:
             parts.append("sp")
         if self.zero:
             parts.append(f"zero{self.zero}")
+        if self.pools is not None and len(set(self.pools)) > 1:
+            parts.append("pools " + ",".join(f"{k}x{n}" for k, n in _runs(self.pools)))
+        if self.layers is not None and len(set(self.layers)) > 1:
+            parts.append("layers " + ",".join(f"{k}x{n}" if n > 1 else str(k) for k, n in _runs(self.layers)))
         return " ".join(parts)
+
+
+def _runs(values):
+    """Run-length pairs (value, count) of a sequence, in order."""
+    out = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return out
