@@ -41,6 +41,7 @@ extensions = [
     "cliref",
     "gallery",
     "tutorials",
+    "validationpage",
 ]
 
 # A tutorial's page is its script, docs/tutorials/NAME.py: the tutorials
@@ -85,5 +86,5 @@ html_theme_options = {
 }
 # Pages with no section navigation of their own use the full width.
 html_sidebars = {page: [] for page in ("index", "getting-started", "generated/gallery/index",
-                                        "generated/cli", "guide", "tutorials/index")}
+                                        "generated/cli", "guide", "tutorials/index", "validation")}
 html_show_sourcelink = False
