@@ -35,6 +35,10 @@ EXPECTED = {
     "straggler-what-if": (["no straggler: 33.00; device 3 at 1.3x: 40.20 (+21.8%)",
                            "without stragglers: 33 (17.9% less)", "p50 ", "p99 "],
                           ["straggler-gantt.png", "monte-carlo.png"]),
+    "plan-a-training-run": (["39.1 billion parameters", "s per iteration", "layouts estimated in",
+                             "best: ", "paper's layout: rank ", "published megatron-sc21-table1-39.1b: "
+                             "outside the searched space"],
+                            ["plans.parquet", "plan.html"]),
     "compose-and-explore": (["same programs as pc.build: True", "zb-v preset",
                              "fastest within the memory limit", "layers per stage:", "GB of 40 GB"],
                             ["v-capped.png"]),

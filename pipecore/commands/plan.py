@@ -3,6 +3,7 @@ cluster, estimated and ranked, best first (issue 53)."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 from ..core.ops import InputError
@@ -29,6 +30,13 @@ def plan_arguments(p):
     p.add_argument("--out", default=None, help="write every strategy's row to this Parquet file")
     p.add_argument("--progress", action="store_true", default=None,
                    help="draw a progress bar (default: when stderr is a terminal)")
+    p.add_argument("--strategy", default=None, metavar="SPEC",
+                   help="also say where this strategy ranks, e.g. 'tp=8,pp=8,mb=1,schedule=interleaved-1f1b,"
+                        "chunks=3,recompute=selective,sp,zero=1' (dp defaults to the GPUs left; a row's "
+                        "label from the table reads too); estimated if the search did not hold it")
+    p.add_argument("--report", default=None, metavar="HTML",
+                   help="write the report page: time against memory per GPU with the Pareto frontier, "
+                        "the best plan's timeline and memory, the top plans' breakdowns")
 
 
 def _cluster(args):
@@ -58,6 +66,7 @@ def _gib(x):
 
 def plan_command(args, out):
     from ..analysis.architecture import Architecture
+    from ..plan.ranking import mark_line
     from ..plan.search import strategies
 
     if args.top < 0:
@@ -65,6 +74,15 @@ def plan_command(args, out):
     arch = Architecture.preset(args.model)
     cluster = _cluster(args)
     output_file("--out", args.out)  # a missing folder is said now, not after the search
+    output_file("--report", args.report)
+    mine = None
+    if args.strategy is not None:
+        from ..plan.ranking import parse_strategy
+
+        try:
+            mine = parse_strategy(args.strategy, gpus=cluster.pools[0].count)
+        except InputError as exc:
+            raise InputError(f"--strategy: {exc}") from None
     bar = None
 
     def progress(done, total):
@@ -98,6 +116,9 @@ def plan_command(args, out):
             f"{_gib(b.memory_per_gpu)} GiB per GPU, "
             f"${b.cost_per_million_tokens:.3g} per million tokens", WIDTH, subsequent_indent="  ")
         lines += textwrap.wrap(f"for {setting}", WIDTH, subsequent_indent="  ")
+    marks = _marks(res, mine, arch, cluster, args)
+    for name, mark in marks.items():
+        lines += textwrap.wrap(mark_line(name, mark), WIDTH, subsequent_indent="  ", break_on_hyphens=False)
     lines += textwrap.wrap(f"estimated {res.estimated} of {len(rows)} strategies in {res.seconds:.1f} s: "
                            f"{len(ranked)} ranked, {memory} do not fit {hbm} GiB, "
                            f"{slow} too slow, {other} cannot run", WIDTH)
@@ -121,5 +142,32 @@ def plan_command(args, out):
         write_file(args.out, "--out", lambda path: pq.write_table(table, path))
         lines += textwrap.wrap(f"wrote {args.out} ({len(rows)} rows, one per strategy, with why a row is "
                                f"not ranked)", WIDTH, break_long_words=False, break_on_hyphens=False)
+    if args.report:
+        from ..output import MissingDependencyError
+        from ..plan.report import plan_report
+
+        try:
+            write_file(args.report, "--report", lambda path: plan_report(
+                res, path, arch, cluster, args.global_batch, top=max(args.top, 1), marks=marks,
+                max_iteration_time=args.max_iteration_time))
+        except MissingDependencyError as exc:
+            print(f"--report {args.report} not written: {exc}", file=sys.stderr)
+        else:
+            lines += textwrap.wrap(f"wrote {args.report} (the report page: open it in a browser)", WIDTH,
+                                   break_long_words=False, break_on_hyphens=False)
     out.write("\n".join(lines) + "\n")
     return 0
+
+
+def _marks(res, mine, arch, cluster, args):
+    """Name -> Ranking: the user's strategy, and each published run of this very setting."""
+    from ..plan.ranking import published_rankings
+
+    marks = {}
+    if mine is not None:
+        marks["yours"] = res.rank_of(mine, arch, cluster, args.global_batch,
+                                     max_iteration_time=args.max_iteration_time)
+    for run, ranking in published_rankings(res, arch, cluster, args.global_batch,
+                                           max_iteration_time=args.max_iteration_time):
+        marks[f"published {run.id}"] = ranking
+    return marks

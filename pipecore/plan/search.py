@@ -67,6 +67,39 @@ class Strategies:
     seconds: float
     estimates: dict = field(default_factory=dict, repr=False)
 
+    def rank_of(self, strategy, model, cluster, global_batch: int, pool: int = 0,
+                max_iteration_time: float | None = None):
+        """Where ``strategy`` ranks among these strategies, searched or not.
+
+        A strategy of the searched space takes its rank (or its reason for
+        having none) from ``table``; any other is estimated and placed
+        where the search's order (the objective, then memory per GPU) puts
+        it, saying which of its settings the space did not hold.
+
+        Parameters
+        ----------
+        strategy : Strategy
+            E.g. ``pipecore.plan.ranking.parse_strategy("tp=8,pp=8,mb=1,sp,zero=1", gpus)``.
+        model, cluster, global_batch, pool, max_iteration_time
+            As given to :func:`strategies` for this search.
+
+        Returns
+        -------
+        pipecore.plan.ranking.Ranking
+            ``rank`` (or the rank it would take), ``estimate``, ``why`` it
+            has no rank, ``in_space``, ``outside``; ``describe()`` says it
+            in one sentence.
+
+        Raises
+        ------
+        ValueError
+            (:class:`~pipecore.InputError`) if ``strategy`` is not a
+            Strategy, or the model, cluster or batch are not the search's.
+        """
+        from .ranking import rank_of
+
+        return rank_of(self, strategy, model, cluster, global_batch, pool, max_iteration_time)
+
 
 def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]

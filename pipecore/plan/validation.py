@@ -84,15 +84,7 @@ def check_published(role: str | None = "validation") -> pa.Table:
             row["note"] = "left out: " + "; ".join(why)
             rows.append(row)
             continue
-        m = run.model
-        arch = Architecture(layers=m.layers, hidden=m.hidden, heads=m.heads, seq=m.seq, vocab=m.vocab,
-                            ffn_hidden=m.ffn_hidden, kv_heads=m.kv_heads, gated_mlp=m.gated_mlp,
-                            name=run.id)
-        strategy = Strategy(tp=run.tp, pp=run.pp, dp=run.dp, microbatch_size=run.microbatch_size,
-                            schedule=run.schedule, chunks=run.chunks, recompute=run.recompute,
-                            sequence_parallel=run.sequence_parallel, zero=run.zero,
-                            dp_overlap=run.dp_overlap, precision=run.precision,
-                            attention="unfused" if run.id.startswith(UNFUSED_RUNS) else "flash")
+        arch, strategy = run_architecture(run), run_strategy(run)
         nodes = -(-run.gpus // run.gpus_per_node)
         try:
             est = estimate(arch, Cluster.preset(cluster_name, nodes=nodes), strategy, run.global_batch)
@@ -374,3 +366,49 @@ def validation_figure(table: pa.Table, path, held_back: pa.Table | None = None,
     fig = _draw(val, held, median_bar, worst_bar)
     fig.savefig(path)
     return str(path)
+
+
+def run_architecture(run) -> Architecture:
+    """A published run's model as a pipecore Architecture (Megatron's GPT defaults).
+
+    Parameters
+    ----------
+    run : PublishedRun
+        From :func:`pipecore.plan.published.published_runs`.
+
+    Returns
+    -------
+    Architecture
+        Its dimensions as published, named by the run's id.
+    """
+    m = run.model
+    return Architecture(layers=m.layers, hidden=m.hidden, heads=m.heads, seq=m.seq, vocab=m.vocab,
+                        ffn_hidden=m.ffn_hidden, kv_heads=m.kv_heads, gated_mlp=m.gated_mlp, name=run.id)
+
+
+def run_strategy(run) -> Strategy:
+    """The strategy a published run ran with, as pipecore estimates it.
+
+    Parameters
+    ----------
+    run : PublishedRun
+        From :func:`pipecore.plan.published.published_runs`.
+
+    Returns
+    -------
+    Strategy
+        Its degrees, microbatch size, schedule, recomputation, ZeRO stage,
+        overlap and precision; unfused attention for runs whose framework
+        predates FlashAttention (``UNFUSED_RUNS``).
+
+    Raises
+    ------
+    ValueError
+        (:class:`~pipecore.InputError`) if its precision is not one pipecore
+        models (bf16 or fp16).
+    """
+    return Strategy(tp=run.tp, pp=run.pp, dp=run.dp, microbatch_size=run.microbatch_size,
+                    schedule=run.schedule, chunks=run.chunks, recompute=run.recompute,
+                    sequence_parallel=run.sequence_parallel, zero=run.zero, dp_overlap=run.dp_overlap,
+                    precision=run.precision,
+                    attention="unfused" if run.id.startswith(UNFUSED_RUNS) else "flash")
