@@ -53,14 +53,19 @@ FLASH_BACKWARD_FLOPS = 2.5
 
 # Bytes each memory-bound op moves per value (16-bit activations, 1-byte dropout masks):
 # a layer norm reads and writes its input (4); bias-dropout-add reads two inputs and writes
-# the output and the mask (7); bias-GeLU reads and writes (4; a gated unit reads two, 6);
-# the fused scale-mask-softmax reads and writes (4) and the dropout after it reads, writes
-# and keeps its mask (5).
+# the output and the mask (7); bias-GeLU reads and writes (4; a gated unit reads two, 6).
+# Megatron's causal fused softmax (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h,
+# used for s <= 2048) reads a row only up to the diagonal, half the scores on average, and
+# writes the whole row (1 + 2); the dropout after it reads, writes and keeps its mask (5).
 LAYER_NORM_BYTES = 4
 DROPOUT_ADD_BYTES = 7
 GELU_BYTES = 4
 GATED_BYTES = 6
-SOFTMAX_DROPOUT_BYTES = 9
+SOFTMAX_DROPOUT_BYTES = 8
+# Their backward: the dropout's reads the gradient and the mask and writes (5); the
+# softmax's reads its output and the gradient up to the diagonal and writes the row
+# (1 + 1 + 2), in the same kernel file; PyTorch's dropout backward is a masked scale.
+SOFTMAX_DROPOUT_BACKWARD_BYTES = 9
 # The backward of an element-wise op reads the saved input and the output gradient and
 # writes the input gradient: about twice the forward's traffic.
 BACKWARD_BYTES_FACTOR = 2.0
@@ -166,16 +171,17 @@ def block_times(arch, gpu, cluster, pool, strategy) -> OpTimes:
         att_f = _gemm(gpu, s, s, d, heads) + _gemm(gpu, s, d, s, heads)
         att_b = 2 * att_f
         att_mem = SOFTMAX_DROPOUT_BYTES * heads * s * s
+        att_mem_b = SOFTMAX_DROPOUT_BACKWARD_BYTES * heads * s * s
     else:
         causal_flops = 0.5 * 4 * b * s * s * h / t
         att_f = causal_flops / (gpu.peak_flops * FLASH_FORWARD_EFFICIENCY)
         att_b = FLASH_BACKWARD_FLOPS * causal_flops / (gpu.peak_flops * FLASH_BACKWARD_EFFICIENCY)
-        att_mem = 0.0
+        att_mem = att_mem_b = 0.0
     rows = T / t if sp else T
     mem_f = ((2 * LAYER_NORM_BYTES + 2 * DROPOUT_ADD_BYTES) * rows * h
              + (GATED_BYTES if arch.gated_mlp else GELU_BYTES) * T * ffn / t + att_mem)
     mem_tf = float(gpu.memory_time(mem_f))
-    mem_tb = float(gpu.memory_time(BACKWARD_BYTES_FACTOR * mem_f))
+    mem_tb = float(gpu.memory_time(BACKWARD_BYTES_FACTOR * (mem_f - att_mem) + att_mem_b))
     kernels_f = len(shapes) + ELEMENTWISE_KERNELS + (UNFUSED_ATTENTION_KERNELS if unfused else 1)
     over = gpu.kernel_overhead
     nbytes = T * h * 2
