@@ -204,16 +204,17 @@ def test_figure_bad_input(tables, tmp_path):
 
 def test_the_pages_reading_of_the_breakdown_still_holds(tables):
     # docs/validation.md, "What the breakdown suggests", says in words (so not generated):
-    # the runs without a pipeline are mostly compute yet already optimistic; the interleaved
-    # runs are the furthest off; their point-to-point transfers cost almost nothing in the
-    # prediction. When the cost model changes so that one of these no longer holds, this
-    # fails: rewrite that paragraph.
+    # the runs without a pipeline are mostly compute yet the furthest off, their error
+    # growing as the hidden size shrinks; the pipelined runs' transfers cost under 3%.
+    # When the cost model changes so that one of these no longer holds, this fails:
+    # rewrite that paragraph.
     validation, _ = tables
     runs = {r.id: r for r in published_runs("validation")}
     rows = validation.to_pylist()
-    flat = [r for r in rows if runs[r["id"]].pp == 1]
-    interleaved = [r for r in rows if runs[r["id"]].chunks > 1]
-    assert flat and interleaved
+    flat = sorted((r for r in rows if runs[r["id"]].pp == 1), key=lambda r: runs[r["id"]].model.hidden)
+    piped = [r for r in rows if runs[r["id"]].pp > 1]
+    assert flat and piped
     assert all(r["share_compute"] > 0.8 and r["error"] > 0 for r in flat)
-    assert max(r["error"] for r in interleaved) == max(r["error"] for r in rows)
-    assert all(r["share_pp_comm"] < 0.01 for r in interleaved)
+    assert max(r["error"] for r in flat) == max(r["error"] for r in rows)
+    assert [r["error"] for r in flat] == sorted((r["error"] for r in flat), reverse=True)
+    assert all(r["share_pp_comm"] < 0.03 for r in piped)

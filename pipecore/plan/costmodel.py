@@ -21,16 +21,26 @@ through one transformer block on one tensor-parallel rank of ``t``:
   all-gather of the same volume.
 - Recomputation: full reruns the forward (its collectives too) inside B;
   selective reruns the unfused attention core (FlashAttention recomputes
-  inside its own backward, counted there).
+  inside its own backward, counted there). Only the transformer blocks
+  are recomputed: Megatron checkpoints its layers, not the embedding, the
+  final norm, the LM head or the loss.
 
 The first stage adds the embedding, the last the final norm, the LM head
 (vocabulary split over ``t``) and the cross-entropy loss in fp32.
+
+Around the ops (:func:`grad_accumulation_time`, :func:`p2p_exchange`):
+without gradient-accumulation fusion each microbatch's weight gradients
+are added to the accumulated ones by a separate pass over memory; a
+pipeline send split over the tensor-parallel ranks (Megatron's
+scatter-gather) is rebuilt by an all-gather inside the receiving node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from ..core.ops import InputError
 
@@ -44,25 +54,36 @@ FLASH_BACKWARD_FLOPS = 2.5
 
 # Bytes each memory-bound op moves per value (16-bit activations, 1-byte dropout masks):
 # a layer norm reads and writes its input (4); bias-dropout-add reads two inputs and writes
-# the output and the mask (7); bias-GeLU reads and writes (4; a gated unit reads two, 6);
-# the fused scale-mask-softmax reads and writes (4) and the dropout after it reads, writes
-# and keeps its mask (5).
+# the output and the mask (7); bias-GeLU reads and writes (4; a gated unit reads two, 6).
+# Megatron's causal fused softmax (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h,
+# used for s <= 2048) reads a row only up to the diagonal, half the scores on average, and
+# writes the whole row (1 + 2); the dropout after it reads, writes and keeps its mask (5).
 LAYER_NORM_BYTES = 4
 DROPOUT_ADD_BYTES = 7
 GELU_BYTES = 4
 GATED_BYTES = 6
-SOFTMAX_DROPOUT_BYTES = 9
+SOFTMAX_DROPOUT_BYTES = 8
+# Their backward: the dropout's reads the gradient and the mask and writes (5); the
+# softmax's reads its output and the gradient up to the diagonal and writes the row
+# (1 + 1 + 2), in the same kernel file; PyTorch's dropout backward is a masked scale.
+SOFTMAX_DROPOUT_BACKWARD_BYTES = 9
 # The backward of an element-wise op reads the saved input and the output gradient and
 # writes the input gradient: about twice the forward's traffic.
 BACKWARD_BYTES_FACTOR = 2.0
-# Cross-entropy on fp32 logits: the cast (2 read, 4 written), max, exp-sum and the loss
-# read them (12): 18 bytes per logit forward; the backward reads and writes (8).
-LOSS_FORWARD_BYTES = 18
-LOSS_BACKWARD_BYTES = 8
+# Megatron's vocab-parallel cross-entropy (megatron/mpu/cross_entropy.py, unchanged in its
+# steps since 2020) on logits cast to fp32: the cast (2 read, 4 written), the max (4 read),
+# subtracting it in place (8), exp in place (8), the sum (4) and dividing by it in place (8):
+# 38 bytes per logit forward. The backward scales the saved softmax in place (8) and casts
+# the gradient back to 16 bits (4 read, 2 written): 14.
+LOSS_FORWARD_BYTES = 38
+LOSS_BACKWARD_BYTES = 14
 # Kernels of one block's forward besides its GEMMs and collectives: 2 layer norms,
 # 2 bias-dropout-adds, bias-GeLU, and with unfused attention the softmax and its dropout.
 ELEMENTWISE_KERNELS = 5
 UNFUSED_ATTENTION_KERNELS = 2
+# Parameter tensors of one block (weights and biases of its four linear layers and two
+# layer norms): one gradient-accumulation kernel each.
+BLOCK_PARAM_TENSORS = 12
 
 
 @dataclass(frozen=True)
@@ -153,16 +174,17 @@ def block_times(arch, gpu, cluster, pool, strategy) -> OpTimes:
         att_f = _gemm(gpu, s, s, d, heads) + _gemm(gpu, s, d, s, heads)
         att_b = 2 * att_f
         att_mem = SOFTMAX_DROPOUT_BYTES * heads * s * s
+        att_mem_b = SOFTMAX_DROPOUT_BACKWARD_BYTES * heads * s * s
     else:
         causal_flops = 0.5 * 4 * b * s * s * h / t
         att_f = causal_flops / (gpu.peak_flops * FLASH_FORWARD_EFFICIENCY)
         att_b = FLASH_BACKWARD_FLOPS * causal_flops / (gpu.peak_flops * FLASH_BACKWARD_EFFICIENCY)
-        att_mem = 0.0
+        att_mem = att_mem_b = 0.0
     rows = T / t if sp else T
     mem_f = ((2 * LAYER_NORM_BYTES + 2 * DROPOUT_ADD_BYTES) * rows * h
              + (GATED_BYTES if arch.gated_mlp else GELU_BYTES) * T * ffn / t + att_mem)
     mem_tf = float(gpu.memory_time(mem_f))
-    mem_tb = float(gpu.memory_time(BACKWARD_BYTES_FACTOR * mem_f))
+    mem_tb = float(gpu.memory_time(BACKWARD_BYTES_FACTOR * (mem_f - att_mem) + att_mem_b))
     kernels_f = len(shapes) + ELEMENTWISE_KERNELS + (UNFUSED_ATTENTION_KERNELS if unfused else 1)
     over = gpu.kernel_overhead
     nbytes = T * h * 2
@@ -226,10 +248,12 @@ def embedding_times(arch, gpu, cluster, pool, strategy) -> OpTimes:
     """
     t, T, h = strategy.tp, strategy.microbatch_size * arch.seq, arch.hidden
     sp = strategy.sequence_parallel and t > 1
-    # Lookup (read and write a row), dropout (read, write, mask); the backward
-    # scatter-adds the gradient into the fp32 gradient of the table.
+    # Lookup (read and write a row), dropout (read, write, mask). PyTorch's dense embedding
+    # backward (aten/src/ATen/native/cuda/Embedding.cu, embedding_dense_backward_cuda)
+    # zero-fills a gradient of the whole table shard (16-bit), then adds each token's
+    # gradient row into it (2 read, 4 read and written with fp32 accumulation).
     f = float(gpu.memory_time(4 * T * h + 5 * (T / t if sp else T) * h)) + 2 * gpu.kernel_overhead
-    w = float(gpu.memory_time(10 * T * h)) + gpu.kernel_overhead
+    w = float(gpu.memory_time(2 * arch.vocab / t * h + 6 * T * h)) + 2 * gpu.kernel_overhead
     tp_f = _tp_collectives(cluster, pool, T * h * 2, t, sp, 1) if t > 1 else 0.0
     return OpTimes(f=f + tp_f, b=0.0, w=w, tp_f=tp_f, tp_b=0.0, compute=f + w,
                    params=arch.embedding_params() / t)
@@ -263,12 +287,138 @@ def head_times(arch, gpu, cluster, pool, strategy) -> OpTimes:
     if t > 1:
         tp_f = 3 * float(cluster.collective_time("all-reduce", T * 4, t, t, pool))
         tp_b = _tp_collectives(cluster, pool, T * h * 2, t, sp, 1)
-    if strategy.recompute == "full":
-        b += f
-        tp_b += tp_f
+    # Full recomputation leaves the head alone: Megatron checkpoints transformer layers only
+    # (ParallelTransformer._checkpointed_forward; the final norm and the logits run outside).
     # A pipeline's last stage keeps its own copy of a tied table; the final norm is whole.
     return OpTimes(f=f + tp_f, b=b + tp_b, w=w, tp_f=tp_f, tp_b=tp_b, compute=f + b + w,
                    params=arch.vocab * arch.hidden / t + arch.norm_params())
+
+
+def grad_accumulation_time(gpu, strategy, params, tensors, microbatches):
+    """Seconds per microbatch of adding new weight gradients to the accumulated ones.
+
+    Without gradient-accumulation fusion (Megatron-LM before Feb 2022, its
+    commit 83b1e42f30 "gradient accumulation fusion"), a weight-gradient
+    GEMM writes a fresh gradient and a separate kernel adds it in: with
+    16-bit gradients PyTorch's ``AccumulateGrad`` runs ``grad += new``
+    (torch/csrc/autograd/functions/accumulate_grad.h: read both, write one,
+    6 bytes per parameter) from the second microbatch on, the first one's
+    gradient being kept as it is; with fp32 main gradients (bf16) Megatron's
+    DDP hook runs ``main_grad.add_(grad)`` on every microbatch (2 + 4 read,
+    4 written). One kernel per parameter tensor.
+
+    Parameters
+    ----------
+    gpu : pipecore.plan.hardware.GPU
+    strategy : pipecore.plan.strategy.Strategy
+    params : float or numpy.ndarray
+        Parameters whose gradients are accumulated (per stage).
+    tensors : float or numpy.ndarray
+        Parameter tensors they are held in (per stage).
+    microbatches : int
+        Microbatches per iteration.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Seconds added to each microbatch's W op (0 with fusion), the
+        iteration's total spread evenly over its microbatches.
+    """
+    params = np.asarray(params, dtype=float)
+    if strategy.grad_accumulation_fusion:
+        return np.zeros_like(params)
+    if strategy.precision == "bf16":
+        share, nbytes = 1.0, 10.0
+    else:
+        share, nbytes = (microbatches - 1) / microbatches, 6.0
+    return share * (gpu.memory_time(nbytes * params) + np.asarray(tensors, dtype=float) * gpu.kernel_overhead)
+
+
+def p2p_exchange(cluster, pool, strategy, nbytes, inter_node, scatter):
+    """Seconds of one pipeline send between neighbouring stages and of rebuilding it.
+
+    Megatron's scatter-gather (``--no-scatter-gather-tensors-in-pipeline``
+    turns it off): with tensor parallelism each rank of a stage sends only
+    its ``1/t`` of the activation to its peer in the next stage, and the
+    receiving ranks all-gather the pieces over NVLink before using them
+    (megatron/p2p_communication.py, ``_communicate``).
+
+    Parameters
+    ----------
+    cluster : pipecore.plan.hardware.Cluster
+    pool : int
+    strategy : pipecore.plan.strategy.Strategy
+    nbytes : float
+        Bytes of the whole activation (or its gradient) crossing the boundary.
+    inter_node : bool
+        Whether the two stages sit on different nodes.
+    scatter : bool
+        Whether the send is split over the tensor-parallel ranks.
+
+    Returns
+    -------
+    send : float
+        Seconds of the send: latency plus the piece over the link.
+    gather : float
+        Seconds of the all-gather that rebuilds the activation (0 without scatter).
+    """
+    t = strategy.tp
+    piece = nbytes / t if scatter and t > 1 else nbytes
+    send = float(cluster.p2p_time(piece, bool(inter_node), pool))
+    gather = 0.0
+    if scatter and t > 1:
+        gather = float(cluster.collective_time("all-gather", nbytes, t, t, pool))
+    return send, gather
+
+
+def pipeline_comm(cluster, pool, strategy, stage_device, nbytes, cross_node, stages_per_node):
+    """Seconds the pipeline's point-to-point traffic adds to each stage's F and B.
+
+    A boundary between stages on two devices carries the activation forward
+    and its gradient back (:func:`p2p_exchange`). With ``p2p_overlap`` the
+    send itself is simulated on its link beside compute, and only the
+    receiver's all-gather is added, to the op that needs the tensor. Without
+    it each exchange blocks both GPUs until done (megatron/p2p_communication.py
+    waits on its requests and, in 2021, called ``torch.cuda.synchronize()``),
+    so the send and the all-gather are added to the op that produces the
+    tensor: in a steady 1F1B step each device runs F, an exchange, B and an
+    exchange, and the schedule's lock-step pairs every exchange with the
+    neighbour's.
+
+    Parameters
+    ----------
+    cluster, pool, strategy
+        As :func:`block_times`.
+    stage_device : sequence of int
+        The device of each stage, in model order.
+    nbytes : float
+        Bytes of the activation crossing each boundary.
+    cross_node : bool
+        Whether every pipeline device is on its own node(s).
+    stages_per_node : int
+        Pipeline devices per node when they share nodes.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Seconds added to each stage's F and to its B.
+    """
+    stages = len(stage_device)
+    f_add, b_add = np.zeros(stages), np.zeros(stages)
+    scatter = cross_node and strategy.tp > 1
+    for s in range(stages - 1):
+        a, b = stage_device[s], stage_device[s + 1]
+        if a == b:
+            continue
+        inter = cross_node or a // stages_per_node != b // stages_per_node
+        send, gather = p2p_exchange(cluster, pool, strategy, nbytes, inter, scatter)
+        if strategy.p2p_overlap:
+            f_add[s + 1] += gather
+            b_add[s] += gather
+        else:
+            f_add[s] += send + gather
+            b_add[s + 1] += send + gather
+    return f_add, b_add
 
 
 def activation_bytes(arch, strategy) -> tuple[float, float]:

@@ -12,7 +12,7 @@ parameter all-gather.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -34,6 +34,11 @@ OPTIMIZER_BYTES = 12
 # writes the master weight, moments (12) and the 16-bit copy (2); the gradient norm reads
 # the gradients once more (4) and zeroing them writes them (4).
 STEP_BYTES = 38
+# With fp16, Megatron's Float16Optimizer first copies the 16-bit gradients to fp32 (2 read,
+# 4 written) and unscales them while checking for infinities (4 read, 4 written):
+# megatron/optimizer/optimizer.py, _copy_model_grads_to_main_grads and
+# _unscale_main_grads_and_check_for_nan.
+FP16_STEP_BYTES = 14
 # Memory a framework takes beside the model (CUDA context, NCCL buffers, allocator
 # fragmentation): a stated assumption, not a measurement; estimate(reserve=...) changes it.
 RESERVE_BYTES = 2e9
@@ -259,10 +264,32 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
     if arch.tied_embeddings and set(sched.stage_devices[0]) & set(sched.stage_devices[-1]):
         # The head shares the embedding's table on a device that holds both.
         params[-1] -= arch.vocab * h_model / strategy.tp
+    # Unfused gradient accumulation: a pass over each stage's gradients per microbatch.
+    tensors = layers * costmodel.BLOCK_PARAM_TENSORS
+    tensors[0] += 2  # word and position embeddings
+    tensors[-1] += 3  # the head's table and the final norm
+    for k in used:
+        sel = stage_pool == k
+        gpu_k = cluster.pools[k].gpu
+        w[sel] += costmodel.grad_accumulation_time(gpu_k, strategy, params[sel], tensors[sel], m)
     weight_bytes = params * (PARAM_BYTES + GRAD_BYTES + OPTIMIZER_BYTES)
     costs = Costs(f=f, b=b, w=w, activation=act, activation_w=act_w, weights=weight_bytes)
-    network = _network(cluster, strategy, sched, rank_pool, place, T * h * 2.0)
-    res = simulate(sched, costs, network)
+    # Megatron's scatter-gather: with tensor parallelism each rank sends its 1/t of a
+    # stage boundary's activation over its own link (an all-gather inside the node rebuilds it).
+    # A pipeline over several pools is costed at its slowest pool's links, all across nodes.
+    if len(used) == 1:
+        comm_pool, (_, cross_node, stages_per_node) = used[0], place[used[0]]
+    else:
+        comm_pool = min(used, key=lambda k: cluster.pools[k].p2p_inter_bandwidth)
+        cross_node, stages_per_node = True, 1
+    f_comm, b_comm = costmodel.pipeline_comm(cluster, comm_pool, strategy,
+                                             [devs[0] for devs in sched.stage_devices],
+                                             T * h * 2.0, cross_node, stages_per_node)
+    comm_costs = replace(costs, f=f + f_comm, b=b + b_comm)
+    if not strategy.p2p_overlap:
+        res = simulate(sched, comm_costs)  # blocking exchanges are folded into the ops
+    else:
+        res = simulate(sched, comm_costs, _network(cluster, strategy, sched, rank_pool, place, T * h * 2.0))
     free = simulate(sched, costs)
 
     # After the pipeline: each device reduces its gradients once its last backward is done.
@@ -326,14 +353,15 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
             ends = (cluster.pools[k0], cluster.pools[k1])
             emb_sync = max(e.inter_latency for e in ends) + nbytes / min(e.inter_bus_bandwidth for e in ends)
     shard = dp if strategy.zero >= 1 else 1
+    step_bytes = STEP_BYTES + (FP16_STEP_BYTES if strategy.precision == "fp16" else 0)
     step = float(np.max(on_pools(lambda k, sel: cluster.pools[k].gpu.memory_time(
-        dev_params[sel] / shard * STEP_BYTES))))
+        dev_params[sel] / shard * step_bytes))))
     gather_exposed = float(gather.max()) if not strategy.dp_overlap else 0.0
     iteration = makespan + dp_exposed + emb_sync + step + gather_exposed
 
     tp_dev = per_device(tp * m)
     zero_dev = per_device(zero3 * m)
-    busy = float(res.busy[crit])
+    busy = float(free.busy[crit])  # compute only: pipeline traffic is in pp_comm
     breakdown = {"compute": busy - float(tp_dev[crit]) - float(zero_dev[crit]),
                  "tp_comm": float(tp_dev[crit]),
                  "bubble": float(free.makespan) - busy, "pp_comm": makespan - float(free.makespan),

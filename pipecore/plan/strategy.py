@@ -69,6 +69,19 @@ class Strategy:
     precision : {"bf16", "fp16"}, default "bf16"
         Training precision; with bf16 gradients are reduced in fp32 (as
         Megatron does), with fp16 in fp16.
+    p2p_overlap : bool, default True
+        Pipeline sends and receives run beside compute. False: each
+        exchange between neighbouring stages blocks both GPUs until it
+        (and the tensor-parallel all-gather that rebuilds a scattered
+        activation) is done, as Megatron-LM's pipeline communication does
+        without ``--overlap-p2p-communication`` (in 2021 it also
+        synchronised the device after each exchange).
+    grad_accumulation_fusion : bool, default True
+        Weight-gradient GEMMs add into the accumulated gradient
+        (Megatron's ``--gradient-accumulation-fusion``). False: from the
+        second microbatch on, each gradient is added to the accumulated one
+        by a separate pass over memory (PyTorch's ``grad += new``), as in
+        Megatron-LM before 2022.
     layers : tuple of int, optional
         Transformer layers of each pipeline stage, in model order
         (``pp * chunks`` entries, each at least 1, summing to the model's
@@ -98,6 +111,8 @@ class Strategy:
     dp_overlap: bool = False
     attention: str = "flash"
     precision: str = "bf16"
+    p2p_overlap: bool = True
+    grad_accumulation_fusion: bool = True
     layers: tuple | None = None
     pools: tuple | None = None
 
@@ -113,7 +128,7 @@ class Strategy:
         _choice("recompute", self.recompute, RECOMPUTE)
         _choice("attention", self.attention, ATTENTION)
         _choice("precision", self.precision, PRECISION)
-        for name in ("sequence_parallel", "dp_overlap"):
+        for name in ("sequence_parallel", "dp_overlap", "p2p_overlap", "grad_accumulation_fusion"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"Strategy '{name}' must be True or False "
                                  f"(got {getattr(self, name)!r})")
@@ -168,6 +183,10 @@ class Strategy:
             parts.append("sp")
         if self.zero:
             parts.append(f"zero{self.zero}")
+        if not self.p2p_overlap:
+            parts.append("p2p=blocking")
+        if not self.grad_accumulation_fusion:
+            parts.append("grad-acc=unfused")
         if self.pools is not None and len(set(self.pools)) > 1:
             parts.append("pools " + ",".join(f"{k}x{n}" for k, n in _runs(self.pools)))
         if self.layers is not None and len(set(self.layers)) > 1:

@@ -37,6 +37,11 @@ CLUSTERS = {"a100-sxm4-80gb": "dgx-a100", "h100-sxm5-80gb": "dgx-h100"}
 # Runs that predate FlashAttention in their framework ran unfused attention kernels:
 # Megatron-LM in 2021 (SC21) and Megatron-DeepSpeed for BLOOM (2022).
 UNFUSED_RUNS = ("megatron-sc21-", "bloom-")
+# Megatron-LM as the SC21 runs used it (the code of commit 50a4b5fa02, 2021-04-08, which
+# published Table 1): pipeline exchanges that block both GPUs (req.wait() then
+# torch.cuda.synchronize() in p2p_communication.py) and gradient accumulation by
+# PyTorch's AccumulateGrad (gradient-accumulation fusion arrived in Feb 2022).
+MEGATRON_2021_RUNS = ("megatron-sc21-",)
 
 
 def check_published(role: str | None = "validation") -> pa.Table:
@@ -411,4 +416,6 @@ def run_strategy(run) -> Strategy:
                     schedule=run.schedule, chunks=run.chunks, recompute=run.recompute,
                     sequence_parallel=run.sequence_parallel, zero=run.zero, dp_overlap=run.dp_overlap,
                     precision=run.precision,
-                    attention="unfused" if run.id.startswith(UNFUSED_RUNS) else "flash")
+                    attention="unfused" if run.id.startswith(UNFUSED_RUNS) else "flash",
+                    p2p_overlap=not run.id.startswith(MEGATRON_2021_RUNS),
+                    grad_accumulation_fusion=not run.id.startswith(MEGATRON_2021_RUNS))
