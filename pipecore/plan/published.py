@@ -94,6 +94,9 @@ class PublishedRun:
         Fractions (0..1) of peak as published; nan when not published.
     unpublished : tuple of str
         Fields whose value is a placeholder because the source does not publish it.
+    stage_layers : tuple of int or None
+        Transformer layers of each pipeline stage when the run split them
+        unevenly (``pp * chunks`` entries); None for an even split.
     """
 
     id: str
@@ -127,6 +130,7 @@ class PublishedRun:
     measured_hfu: float
     unpublished: tuple[str, ...]
     notes: str
+    stage_layers: tuple[int, ...] | None = None
 
     @property
     def complete(self) -> bool:
@@ -242,6 +246,12 @@ def _run(raw: dict, index: int) -> PublishedRun:
     if not isinstance(unpublished, list) or any(u not in names for u in unpublished):
         raise _fail(run_id, "unpublished", f"must list field names of a run, got {unpublished!r}")
     kw["unpublished"] = tuple(unpublished)
+    stages = raw.get("stage_layers")
+    if stages is not None:
+        if (not isinstance(stages, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                     for n in stages)):
+            raise _fail(run_id, "stage_layers", f"must be a list of positive ints, got {stages!r}")
+        kw["stage_layers"] = tuple(stages)
     run = PublishedRun(**kw)
     _check_layout(run)
     return run
@@ -271,6 +281,10 @@ def _check_layout(r: PublishedRun) -> None:
                         f"multiple of pp ({r.pp})")
     if r.sequence_parallel and r.tp == 1:
         raise _fail(r.id, "sequence_parallel", "needs tp > 1")
+    if r.stage_layers is not None and (len(r.stage_layers) != r.pp * r.chunks
+                                       or sum(r.stage_layers) != r.model.layers):
+        raise _fail(r.id, "stage_layers", f"needs pp*chunks = {r.pp * r.chunks} entries summing to the "
+                    f"{r.model.layers} layers, got {list(r.stage_layers)}")
 
 
 def parse_runs(doc: dict) -> list[PublishedRun]:

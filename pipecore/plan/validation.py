@@ -418,4 +418,5 @@ def run_strategy(run) -> Strategy:
                     precision=run.precision,
                     attention="unfused" if run.id.startswith(UNFUSED_RUNS) else "flash",
                     p2p_overlap=not run.id.startswith(MEGATRON_2021_RUNS),
-                    grad_accumulation_fusion=not run.id.startswith(MEGATRON_2021_RUNS))
+                    grad_accumulation_fusion=not run.id.startswith(MEGATRON_2021_RUNS),
+                    layers=run.stage_layers)
