@@ -28,7 +28,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
 WIDTH = 120
 
 # Prefixes of examples that take tens of seconds or more, or real torch ranks.
-HEAVY = ("study", "plan --model gpt3-175b", "run-torch", "what-if", "warm", "explore -p 8",
+HEAVY = ("study", "plan --model gpt3-175b", "plan --model megatron-1.7b --cluster a100:8,h100:8",
+         "run-torch", "what-if", "warm", "explore -p 8",
          "explore -p 4 -m 16 --transformer",
          "scan grid.toml --out results/ --backend ray", "tune -p 8 -m 32 --memory-limit 2 --offload")
 # What an example reads, made by an earlier one.

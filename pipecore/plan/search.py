@@ -153,7 +153,7 @@ def _pipelines(arch, pp, m, schedules, chunks):
 def space(model, cluster, global_batch: int, pool: int | None = None, schedules=DEFAULT_SCHEDULES,
           microbatch_sizes=DEFAULT_MICROBATCH_SIZES, chunks=DEFAULT_CHUNKS, recompute=RECOMPUTE,
           zero=(0, 1, 2, 3), sequence_parallel=(False, True), attention="flash", precision="bf16",
-          dp_overlap=True) -> list[Strategy]:
+          dp_overlap=True, p2p_overlap=True, grad_accumulation_fusion=True) -> list[Strategy]:
     """The strategies :func:`strategies` estimates, in a fixed order.
 
     Parameters
@@ -171,6 +171,8 @@ def space(model, cluster, global_batch: int, pool: int | None = None, schedules=
         ``"bf16"``, ``"fp16"``.
     dp_overlap : bool or sequence of bool, default True
         Whether the gradient reduction overlaps the last backward.
+    p2p_overlap, grad_accumulation_fusion : bool or sequence of bool, default True
+        As :class:`pipecore.Strategy` (False: Megatron-LM's 2021 behaviour).
 
     Returns
     -------
@@ -192,7 +194,8 @@ def space(model, cluster, global_batch: int, pool: int | None = None, schedules=
     arch = getattr(model, "architecture", model)
     named = {"schedules": schedules, "microbatch_sizes": microbatch_sizes, "chunks": chunks,
              "recompute": recompute, "zero": zero, "sequence_parallel": sequence_parallel,
-             "attention": attention, "precision": precision, "dp_overlap": dp_overlap}
+             "attention": attention, "precision": precision, "dp_overlap": dp_overlap,
+             "p2p_overlap": p2p_overlap, "grad_accumulation_fusion": grad_accumulation_fusion}
     v = {name: _values(name, value) for name, value in named.items()}
     if pool is not None and not 0 <= pool < len(cluster.pools):
         raise InputError(f"strategies 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
@@ -205,16 +208,17 @@ def space(model, cluster, global_batch: int, pool: int | None = None, schedules=
                 continue
             m = global_batch // (mb * dp)
             for name, c in _pipelines(arch, pp, m, v["schedules"], v["chunks"]):
-                for rc, att, z, sp, prec, overlap in itertools.product(
+                for rc, att, z, sp, prec, overlap, p2p, fusion in itertools.product(
                         v["recompute"], v["attention"], v["zero"], v["sequence_parallel"], v["precision"],
-                        v["dp_overlap"]):
+                        v["dp_overlap"], v["p2p_overlap"], v["grad_accumulation_fusion"]):
                     if rc == "selective" and att == "flash":
                         continue  # FlashAttention keeps no s^2 tensor: selective = none
                     if (z and dp == 1) or (sp and tp == 1):
                         continue  # the same strategy as zero=0 / sequence_parallel=False
                     s = Strategy(tp=tp, pp=pp, dp=dp, microbatch_size=mb, schedule=name, chunks=c,
                                  recompute=rc, sequence_parallel=sp, zero=z, dp_overlap=overlap,
-                                 attention=att, precision=prec, pools=ranks)
+                                 attention=att, precision=prec, pools=ranks, p2p_overlap=p2p,
+                                 grad_accumulation_fusion=fusion)
                     if ranks is not None and len(set(ranks)) > 1:
                         devices = _schedule(name, pp, m, c).stage_devices
                         stage_pools = [ranks[d[0]] for d in devices]
@@ -249,7 +253,7 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     **space_options
         ``schedules``, ``microbatch_sizes``, ``chunks``, ``recompute``,
         ``zero``, ``sequence_parallel``, ``attention``, ``precision``,
-        ``dp_overlap``: see
+        ``dp_overlap``, ``p2p_overlap``, ``grad_accumulation_fusion``: see
         ``pipecore.plan.search.space``.
 
     Returns
