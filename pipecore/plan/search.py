@@ -247,7 +247,7 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     pool : int, optional
         The cluster's pool to use (all of its GPUs). None: the only pool of
         a one-pool cluster; on several pools, plans on each pool alone and
-        plans whose pipeline spans pools (see :func:`space`).
+        plans whose pipeline spans pools (see ``pipecore.plan.search.space``).
     progress : callable, optional
         Called as ``progress(done, total)`` after each strategy.
     **space_options
