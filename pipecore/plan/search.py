@@ -184,6 +184,9 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
         raise InputError(f"strategies 'max_iteration_time' must be seconds > 0 (got {max_iteration_time!r})")
     if not 0 <= pool < len(cluster.pools):
         raise InputError(f"strategies 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
+    if objective == "cost" and math.isnan(cluster.pools[pool].price_per_gpu_hour):
+        raise InputError(f"strategies objective='cost' needs a price: {cluster.name}'s price_per_gpu_hour is "
+                         f"not given (NaN; pipecore calibrate --price-per-gpu-hour USD sets one)")
     start = time.perf_counter()
     candidates = space(model, cluster, global_batch, pool, **space_options)
     rows, estimates = [], {}
