@@ -449,6 +449,56 @@ _LAUNCH = ("import runpy, sys\n"
            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
+def launch_ranks(script, cfg_path, ranks, timeout, what):
+    """Run ``script`` as ``ranks`` fresh processes (arguments CONFIG RANK) and wait for them.
+
+    Each runs the file as ``__main__`` (``_LAUNCH``); a rank that fails or
+    a run that outlasts ``timeout`` seconds ends every process started here.
+
+    Parameters
+    ----------
+    script : str or os.PathLike
+        The file each rank runs.
+    cfg_path : str or os.PathLike
+        Its configuration (the ranks' first argument).
+    ranks : int
+        Processes.
+    timeout : float
+        Seconds for all of them.
+    what : str
+        The run, for messages (``"the torch run"``).
+
+    Raises
+    ------
+    TimeoutError
+        If they do not finish in time.
+    RuntimeError
+        If a rank exits with an error (the end of its traceback included).
+    """
+    procs = [subprocess.Popen([sys.executable, "-c", _LAUNCH, str(script), str(cfg_path), str(r)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for r in range(ranks)]
+    errors = {}
+    try:
+        deadline = time.monotonic() + timeout
+        for r, proc in enumerate(procs):
+            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+            if proc.returncode != 0:
+                errors[r] = err
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"{what} did not finish in {timeout:.0f} s") from None
+    finally:
+        for proc in procs:  # only the processes started here, by their handles
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if errors:
+        # The rank that failed first explains it; the others usually fail on the lost peer.
+        rank, err = min(errors.items(), key=lambda kv: ("Traceback" not in kv[1], kv[0]))
+        tail = "\n".join(err.strip().splitlines()[-15:])
+        raise RuntimeError(f"rank {rank} of {what} failed (exit {procs[rank].returncode}):\n{tail}")
+
+
 def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidden=32, layers=None,
             batch=None, steps=1, seed=0, timeout=120.0, check=True,
             measure_transfer=False, profile=None, cpus=None) -> RunResult:
@@ -466,29 +516,7 @@ def run_csv(csv_path, stages_of_rank, *, stages, microbatches, model="mlp", hidd
                "profile": None if profile is None else str(Path(profile).resolve())}
         cfg_path = Path(out) / "config.json"
         cfg_path.write_text(json.dumps(cfg))
-        procs = [subprocess.Popen([sys.executable, "-c", _LAUNCH, __file__, str(cfg_path), str(r)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for r in range(ranks)]
-        errors = {}
-        try:
-            deadline = time.monotonic() + timeout + 60
-            for r, proc in enumerate(procs):
-                _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
-                if proc.returncode != 0:
-                    errors[r] = err
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"the run did not finish in {timeout + 60:.0f} s") from None
-        finally:
-            for proc in procs:  # only the processes started here, by their handles
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if errors:
-            # The rank that failed first explains it; the others usually fail on the lost peer.
-            rank, err = min(errors.items(), key=lambda kv: ("Traceback" not in kv[1], kv[0]))
-            tail = "\n".join(err.strip().splitlines()[-15:])
-            raise RuntimeError(f"rank {rank} of the torch run failed (exit {procs[rank].returncode}):\n"
-                               f"{tail}")
+        launch_ranks(__file__, cfg_path, ranks, timeout + 60, "the torch run")
         parts = [torch.load(Path(out) / f"rank{r}.pt") for r in range(ranks)]
     grads = {s: g for part in parts for s, g in part["grads"].items()}
     # A step spans from the first rank's start to the last rank's end (one clock for all processes).

@@ -32,7 +32,9 @@ practice only replicated schedules hold ``AR`` ops and they are refused.
 Beyond the formats: :func:`run` (and ``pipecore run-torch``) runs a
 schedule for real on CPU ranks with torch's runtime and checks the gradients
 against the unpipelined model; :func:`calibrate` and :func:`costs_from_run`
-turn measured stage times into :class:`pipecore.Costs`; :func:`timed_runs`
+turn measured stage times into :class:`pipecore.Costs`; :func:`measure_hardware`
+(and ``pipecore calibrate``) times GEMMs, memory, kernels and collectives for
+:meth:`pipecore.Hardware.calibrate` and :meth:`pipecore.Cluster.calibrate`; :func:`timed_runs`
 times schedules over repeated runs with their spread, and :func:`fidelity`
 compares pipecore's predicted iteration times with measured ones.
 
@@ -45,8 +47,9 @@ one idea each: ``_export`` (``pipeline_order`` and its CSV, both ways),
 ``_torch_schedules`` (torch's own schedule classes), ``_run`` and
 ``_torch_run`` (real runs on CPU ranks), ``_calibrate`` (costs from
 measured times), ``_fidelity`` (predicted against measured, with spreads),
-``_trace`` and ``_profile`` (profiler traces read and costs fitted) and
-``_what_if`` (every family ranked on a profile).
+``_trace`` and ``_profile`` (profiler traces read and costs fitted),
+``_what_if`` (every family ranked on a profile) and ``_hardware`` with
+``_bench_rank`` (the machine's measurements).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without torch
 from ._calibrate import calibrate, costs_from_run
 from ._export import from_actions, from_csv, read_csv, to_actions, to_csv, validate
 from ._fidelity import fidelity, format_fidelity, ranking_agreement, timed_runs
+from ._hardware import measure_hardware
 from ._profile import Profile, from_profile
 from ._run import run
 from ._torch_run import RunResult
@@ -71,7 +75,7 @@ __all__ = [
     "TESTED_TORCH", "TORCH_SCHEDULES", "to_actions", "from_actions", "validate", "to_csv",
     "from_csv", "read_csv", "from_torch", "run", "RunResult", "calibrate", "costs_from_run", "fidelity",
     "format_fidelity", "ranking_agreement", "from_profile", "Profile", "what_if",
-    "format_what_if", "WhatIfRanking", "timed_runs",
+    "format_what_if", "WhatIfRanking", "timed_runs", "measure_hardware",
 ]
 
 #: The torch release these bindings were written and tested against.

@@ -36,6 +36,7 @@ from .core.ops import CapacityError, InputError, PipecoreError
 from .core.schedule import KINDS, Action, DeviceGapWarning, Schedule, ScheduleError, from_actions
 from .core.simulate import Result, compile_schedule, simulate, validate
 from .output.report import report
+from .plan import calibrate as _calibrate  # noqa: F401  (adds GPU.calibrate, Cluster.calibrate and .from_file)
 from .plan.estimate import Estimate, estimate
 from .plan.hardware import GPU, Cluster
 from .plan.search import Strategies, strategies

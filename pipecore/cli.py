@@ -1,6 +1,6 @@
 """Command line: ``pipecore compare``, ``simulate``, ``report``, ``table``, ``study``,
-``scan``, ``verify``, ``tune``, ``explore``, ``run-torch``, ``what-if``, ``list``,
-``families`` and ``warm``.
+``scan``, ``verify``, ``tune``, ``explore``, ``plan``, ``calibrate``, ``run-torch``,
+``what-if``, ``list``, ``families`` and ``warm``.
 
 :data:`COMMANDS` is the table of subcommands: each row names the function
 that adds the subcommand's arguments to its parser and the one that runs
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple, TextIO
 
 from . import __version__
-from .commands import catalog, explore, families, grid, plan, pytorch, schedule
+from .commands import calibrate, catalog, explore, families, grid, plan, pytorch, schedule
 from .commands.options import say_error
 from .core.ops import PipecoreError
 
@@ -71,6 +71,9 @@ COMMANDS = {
     "plan": Command("plan a training run: every data x tensor x pipeline strategy for a model "
                     "on a cluster, estimated and ranked (iteration time, memory, cost)",
                     plan.plan_arguments, plan.plan_command),
+    "calibrate": Command("measure this machine's GEMMs, memory, kernels and collectives with torch "
+                         "(needs pipecore[torch]) and write a hardware file for plan --hardware",
+                         calibrate.calibrate_arguments, calibrate.calibrate_command),
     "list": Command("list schedule names", _no_arguments, schedule.list_command),
     "families": Command("every schedule family with its chunks, backward, options and the "
                         "paper it comes from (--json too)", catalog.families_arguments,

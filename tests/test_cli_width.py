@@ -29,12 +29,13 @@ WIDTH = 120
 
 # Prefixes of examples that take tens of seconds or more, or real torch ranks.
 HEAVY = ("study", "plan --model gpt3-175b", "plan --model megatron-1.7b --cluster a100:8,h100:8",
-         "run-torch", "what-if", "warm", "explore -p 8",
+         "run-torch", "what-if", "warm", "explore -p 8", "calibrate", "plan --model megatron-1.7b --hardware",
          "explore -p 4 -m 16 --transformer",
          "scan grid.toml --out results/ --backend ray", "tune -p 8 -m 32 --memory-limit 2 --offload")
 # What an example reads, made by an earlier one.
 NEEDS = {"results/": "scan grid.toml --out results/", "traces/": "run-torch sched.csv --ranks 2 "
-         "--model tiny-transformer --profile traces/", "sched.csv": "export"}
+         "--model tiny-transformer --profile traces/", "sched.csv": "export",
+         "my-hardware.toml": "calibrate --out my-hardware.toml"}
 
 
 def examples() -> list[tuple[str, str]]:
@@ -137,7 +138,7 @@ def _params():
 
 @pytest.mark.parametrize(("where", "command"), _params())
 def test_example_fits_120_columns(where, command, folders, capfd, monkeypatch):
-    if command.startswith(("run-torch", "what-if")):
+    if command.startswith(("run-torch", "what-if", "calibrate")) or "my-hardware.toml" in command.split():
         pytest.importorskip("torch", reason="torch examples need pipecore[torch]")
     if "--backend ray" in command:
         pytest.importorskip("ray", reason="the Ray example needs pipecore[ray]")

@@ -17,9 +17,12 @@ def plan_arguments(p):
     p.add_argument("--model", required=True,
                    help="a model preset (pipecore.Architecture.presets(): gpt3-175b, megatron-1.7b, "
                         "llama3-70b, ...)")
-    p.add_argument("--cluster", required=True,
+    p.add_argument("--cluster", default=None,
                    help="a cluster preset (dgx-a100, dgx-h100) with --nodes, or a spec such as "
                         "a100:64 (GPUs of a preset)")
+    p.add_argument("--hardware", default=None, metavar="FILE",
+                   help="instead of --cluster: a hardware file (pipecore calibrate --out FILE, or one of "
+                        "its form); --nodes defaults to 1")
     p.add_argument("--nodes", type=int, default=None, help="nodes of the cluster preset")
     p.add_argument("--global-batch", type=int, required=True, help="sequences per iteration")
     p.add_argument("--objective", choices=("time", "cost"), default="time",
@@ -42,6 +45,11 @@ def plan_arguments(p):
 def _cluster(args):
     from ..plan.hardware import Cluster
 
+    if (args.cluster is None) == (args.hardware is None):
+        raise InputError("give --cluster (a preset or spec) or --hardware FILE (pipecore calibrate's), "
+                         "one of the two")
+    if args.hardware is not None:
+        return Cluster.from_file(args.hardware, nodes=1 if args.nodes is None else args.nodes)
     if ":" in args.cluster:
         if args.nodes is not None:
             raise InputError(f"--nodes {args.nodes} with --cluster {args.cluster}: a spec gives "

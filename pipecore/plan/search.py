@@ -271,6 +271,12 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     if max_iteration_time is not None and not (isinstance(max_iteration_time, (int, float))
                                                and max_iteration_time > 0):
         raise InputError(f"strategies 'max_iteration_time' must be seconds > 0 (got {max_iteration_time!r})")
+    priced = range(len(cluster.pools)) if pool is None else (pool,)
+    unpriced = [cluster.pools[k].gpu.name for k in priced if math.isnan(cluster.pools[k].price_per_gpu_hour)]
+    if objective == "cost" and unpriced:
+        raise InputError(f"strategies objective='cost' needs a price: {cluster.name}'s price_per_gpu_hour is "
+                         f"not given for {', '.join(unpriced)} (NaN; pipecore calibrate --price-per-gpu-hour "
+                         f"USD sets one)")
     start = time.perf_counter()
     candidates = space(model, cluster, global_batch, pool, **space_options)
     rows, estimates = [], {}
