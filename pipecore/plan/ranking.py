@@ -202,8 +202,8 @@ class Ranking:
         Returns
         -------
         str
-            E.g. ``rank 12 of 845: 1.23 s per iteration, 12% slower than the best
-            (1.10 s)``.
+            E.g. ``rank R of N: T s per iteration, X% slower than the best
+            (T0 s)``.
         """
         where = "" if self.in_space else f"outside the searched space ({self.outside}); "
         if self.strategy is None:
