@@ -30,9 +30,9 @@ The table (units: bytes, seconds)::
     compute_units = 1                # SMs of a GPU, threads of a CPU rank
     memory_bytes = 1.2e10            # memory of one device (a CPU rank: its share)
     kernel_seconds = 3e-6            # one tiny kernel
-    gemm = [{m = 512, n = 512, k = 512, batch = 1, seconds = T}, ...]      # T: the median
-    memory = [{op = "copy", bytes = 1.3e8, seconds = T}, ...]       # bytes read + written
-    collectives = [{kind = "all-reduce", ranks = 2, bytes = 8, seconds = T}, ...]
+    gemm = [{seconds = T, m = 512, n = 512, k = 512, batch = 1}, ...]      # T: the median
+    memory = [{seconds = T, op = "copy", bytes = 1.3e8}, ...]       # bytes read + written
+    collectives = [{seconds = T, kind = "all-reduce", ranks = 2, bytes = 8}, ...]
 
 Rows may carry ``samples`` (every repetition's seconds; ``seconds`` is their
 median).

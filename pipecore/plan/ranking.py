@@ -203,7 +203,7 @@ class Ranking:
         -------
         str
             E.g. ``rank R of N: T s per iteration, X% slower than the best
-            (T0 s)``.
+            (B s)``.
         """
         where = "" if self.in_space else f"outside the searched space ({self.outside}); "
         if self.strategy is None:
