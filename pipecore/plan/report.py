@@ -208,17 +208,33 @@ def _gantt(result):
     return fig, note
 
 
-def _facts(est, pl, arch):
+def _prices(cluster, strategy, pool):
+    """``$4.1 per GPU-hour x 16 GPUs`` for each pool a strategy uses."""
+    ranks = strategy.pools if strategy.pools is not None else (pool,) * strategy.pp
+    counts = {}
+    for k in ranks:
+        counts[k] = counts.get(k, 0) + strategy.tp * strategy.dp
+    return " + ".join(f"${cluster.pools[k].price_per_gpu_hour:g} per GPU-hour x {n} GPUs"
+                      for k, n in counts.items())
+
+
+def _facts(est, pl, arch, cluster, pool):
+    from .search import _pools_text
+
     b = est.breakdown
+    gpus = _pools_text(cluster, est.strategy, pool)
     rows = [("iteration time", f"{est.iteration_time:.3g} s (lower is faster)"),
             ("throughput", f"{est.tokens_per_second:,.0f} tokens/s over the run"),
             ("model FLOP/s per GPU", f"{est.tflops_per_gpu:.0f} TFLOP/s ({est.mfu:.1%} MFU)"),
             ("hardware FLOP/s per GPU", f"{est.hardware_tflops_per_gpu:.0f} TFLOP/s ({est.hfu:.1%} HFU, "
                                         "recomputation counted)"),
             ("memory, fullest GPU",
-             f"{est.memory_per_gpu / GIB:.1f} GiB of {pl.gpu.hbm_bytes / GIB:.0f} GiB"),
+             f"{est.memory_per_gpu / GIB:.1f} GiB of "
+             f"{(est.memory_capacity or pl.gpu.hbm_bytes) / GIB:.0f} GiB"
+             + (f" ({est.memory_gpu})" if len(cluster.pools) > 1 else "")),
+            ("GPUs", gpus),
             ("cost", f"${est.cost_per_million_tokens:.3g} per million tokens "
-                     f"(${pl.price_per_gpu_hour:g} per GPU-hour, {est.gpus} GPUs)"),
+                     f"({_prices(cluster, est.strategy, pool)})"),
             ("pipeline", f"{est.strategy.pp} device{'s' if est.strategy.pp > 1 else ''} x "
                          f"{est.strategy.chunks} chunk{'s' if est.strategy.chunks > 1 else ''}, "
                          f"{est.microbatches} microbatches of {est.strategy.microbatch_size} x {arch.seq} "
@@ -320,13 +336,15 @@ def plan_report(plans, path, model, cluster, global_batch: int, *, pool: int = 0
     rows = plans.table.to_pylist()
     ranked = [r for r in rows if r["rank"] is not None]
     by_label = _estimates_by_label(plans)
-    setting = (f"{arch.name} on {pl.count} x {pl.gpu.name} ({cluster.name}), global batch {global_batch} "
-               f"x {arch.seq} tokens")
+    gpus = " + ".join(f"{p.count} x {p.gpu.name}" for p in cluster.pools)
+    setting = f"{arch.name} on {gpus} ({cluster.name}), global batch {global_batch} x {arch.seq} tokens"
     page_title = title or f"pipecore plan: {setting}"
     objective = ("iteration time (lower is faster)" if plans.objective == "time"
                  else "cost per million tokens (lower is cheaper)")
     sub = (f"Ranked by {objective}; ties by memory per GPU. Times in seconds, memory in GiB (2^30 bytes) "
-           f"on the fullest GPU, cost in US dollars at ${pl.price_per_gpu_hour:g} per GPU-hour.")
+           f"on the fullest GPU, cost in US dollars at "
+           + " and ".join(f"${p.price_per_gpu_hour:g} per {p.gpu.name} GPU-hour"
+                          for p in cluster.pools) + ".")
     best = plans.best
     head = []
     if best is not None:
@@ -385,7 +403,7 @@ def plan_report(plans, path, model, cluster, global_batch: int, *, pool: int = 0
                         "cheapest." if same else "") + "</p>")
     if best is not None:
         parts.append(f"<h2 id='best'>The best plan: {html.escape(full_label(best.strategy))}</h2>")
-        parts.append(_facts(best, pl, arch))
+        parts.append(_facts(best, pl, arch, cluster, pool))
         gantt, note = _gantt(best.pipeline)
         parts.append("<p class='foot'>One iteration's pipeline on one data-parallel replica, as pipecore "
                      "simulated it (bars: forward F, backward B and W per microbatch, numbered; the "
