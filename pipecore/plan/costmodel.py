@@ -131,6 +131,7 @@ def _weight_gemms(gpu, shapes):
     return f, b, w
 
 
+@lru_cache(maxsize=4096)
 def _tp_collectives(cluster, pool, nbytes, t, sp, count):
     """Seconds of ``count`` tensor-parallel reductions of ``nbytes`` each."""
     if t == 1:
@@ -362,9 +363,14 @@ def p2p_exchange(cluster, pool, strategy, nbytes, inter_node, scatter):
     gather : float
         Seconds of the all-gather that rebuilds the activation (0 without scatter).
     """
-    t = strategy.tp
+    return _exchange(cluster, pool, strategy.tp, float(nbytes), bool(inter_node), bool(scatter))
+
+
+@lru_cache(maxsize=4096)
+def _exchange(cluster, pool, t, nbytes, inter_node, scatter):
+    # A search asks for the same few boundaries thousands of times (Cluster is frozen).
     piece = nbytes / t if scatter and t > 1 else nbytes
-    send = float(cluster.p2p_time(piece, bool(inter_node), pool))
+    send = float(cluster.p2p_time(piece, inter_node, pool))
     gather = 0.0
     if scatter and t > 1:
         gather = float(cluster.collective_time("all-gather", nbytes, t, t, pool))
