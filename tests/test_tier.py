@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kernel import assert_same
+from test_kernel import assert_same, flat, run_both
 
 import pipecore as pc
 from pipecore.core import tier
 from pipecore.kernels import listsched
+from pipecore.schedules.recompute import recompute
 from pipecore.testing import costs, family_schedules, networks, schedules
 
 # Interpreted kernels are ~20x slower than compiled: fewer examples than test_kernel.
@@ -62,6 +63,48 @@ def test_interpreted_equals_reference_families(interpret_all, data, sched):
     assert "run_units" in interpret_all
     if sched._info().paired.any():  # overlapped pairs: the programs are cut into units
         assert "program_units" in interpret_all
+
+
+# (devices, microbatches, stages recomputed: "none", "all" or a list)
+_PAST_INT8 = [(8, 16, [0]), (8, 16, "all"), (24, 48, "none")]
+
+
+@pytest.mark.parametrize("p, m, chosen", _PAST_INT8, ids=["p8-m16-r0", "p8-m16-rall", "p24-m48"])
+def test_interpreted_dualpipev_past_int8_equals_reference(interpret_all, p, m, chosen):
+    # Found by test_interpreted_equals_reference_families: DualPipeV p=8 m=16
+    # (16 stages) with recompute. An overlapped pair's unit time is read from
+    # the (cost class, stage) table at class * stages + stage; a recomputed F
+    # is class F_DROP = 8, at 8 * 16 + stage >= 128. The interpreted kernel
+    # multiplied the int8 class in int8, wrapped to -128 and read another
+    # class's time (makespan 85.5 against the oracle's 78.0); the compiled
+    # kernel widened it and agreed. Without recompute the same wrap hits from
+    # 17 devices on (BW = 3, 34 stages: 3 * 34 + 26 = 128).
+    sched = pc.build("dualpipev", p, m)
+    if chosen != "none":
+        sched = recompute(sched, stages=None if chosen == "all" else chosen)
+    c = pc.Costs(f=1, b=2, w=1, comm=0.0, activation=1, weights=1.0)
+    net = pc.Network(bytes=0.0, bandwidth=0.5)
+    assert_same(sched, c, net)  # bit for bit against tests/reference.py
+    assert {"run_units", "program_units"} <= set(interpret_all)
+
+
+def test_interpreted_scaled_costs_past_int8_equal_reference(interpret_all):
+    # The same wrap without pairs: op scales (stragglers) take the per-row
+    # cost path, and 1F1B over 16 stages recomputed everywhere has every F in
+    # class F_DROP = 8 (table index 8 * 16 + stage >= 128). A straggler factor
+    # on device 0 multiplies every op time there, so the oracle gets stage 0's
+    # f, b and w times 1.5 (1F1B: stage 0 alone on device 0); the products
+    # are exact in binary, so the times must agree bit for bit.
+    sched = recompute(pc.build("1f1b", 16, 16))
+    base, slow = pc.Costs(f=1.0, b=2.0, w=1.0), 1.5
+    scaled = pc.Costs(f=np.r_[slow, np.ones(15)], b=np.r_[2.0 * slow, np.full(15, 2.0)],
+                      w=np.r_[slow, np.ones(15)])
+    ref = run_both(sched, scaled, None)
+    got = pc.simulate(sched, base, stragglers={0: slow})
+    assert "run_units" in interpret_all
+    np.testing.assert_array_equal(got.start, flat(ref["start"]))
+    np.testing.assert_array_equal(got.finish, flat(ref["finish"]))
+    assert got.makespan == ref["makespan"]
 
 
 def test_interpreted_kernels_call_interpreted_kernels():

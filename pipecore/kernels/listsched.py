@@ -132,7 +132,10 @@ def run_units(units, ops, transfers, out, keep):
 @njit(cache=True, inline="always")
 def _op_cost(table, kind, stage, stages, scale, r, scaled):
     # Row r's time: its class and stage's entry of the table, times its scale.
-    cost = table[kind[r] * stages + stage[r]]
+    # The int8 class is widened first: interpreted (core.tier), NumPy keeps
+    # int8 * int in int8 and wraps past 127 (class 8 at stage 0 of 16
+    # stages read table[-128]); compiled, Numba widens it anyway.
+    cost = table[np.int64(kind[r]) * stages + stage[r]]
     if scaled:
         cost = cost * scale[r]
     return cost
