@@ -122,3 +122,25 @@ def test_plan_command_errors_name_the_option(argv, words, capsys):
     assert code != 0
     for word in words:
         assert word in err, err
+
+
+def test_reference_batches_come_from_each_presets_own_run():
+    from pipecore.plan.published import reference_batch
+
+    # GPT-3: 1536 x 2048 tokens (Megatron-LM examples/gpt3, the paper's 3.2M); Llama 2:
+    # 4M tokens of 4096 (Touvron et al. 2023, sec. 2.2); SC21 Table 1: its rows' batches.
+    assert reference_batch("gpt3-175b") == 1536
+    assert reference_batch("llama2-70b") == 4 * 2**20 // 4096
+    assert reference_batch("megatron-1.7b") == 512
+    assert reference_batch("megatron-39.1b") == 1536
+    assert reference_batch("megatron-1t") == 3072
+    for name in pc.Architecture.presets():  # every preset has one
+        assert reference_batch(name) >= 1
+    with pytest.raises(pc.InputError, match="unknown architecture preset 'gpt-9'"):
+        reference_batch("gpt-9")
+
+
+def test_plan_command_without_a_batch_takes_the_presets_own(capsys):
+    rc = main(["plan", "--model", "megatron-1.7b", "--cluster", "dgx-a100", "--nodes", "4", "--top", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "global batch 512 x 2048 tokens" in out

@@ -24,7 +24,9 @@ def plan_arguments(p):
                    help="instead of --cluster: a hardware file (pipecore calibrate --out FILE, or one of "
                         "its form); --nodes defaults to 1")
     p.add_argument("--nodes", type=int, default=None, help="nodes of the cluster preset")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per iteration")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per iteration (default: the batch the preset's own published run used; "
+                        "pipecore.plan.published.reference_batch)")
     p.add_argument("--objective", choices=("time", "cost"), default="time",
                    help="rank by iteration time (default) or by cost per million tokens")
     p.add_argument("--max-iteration-time", type=float, default=None,
@@ -80,6 +82,10 @@ def plan_command(args, out):
     if args.top < 0:
         raise InputError(f"--top must be >= 0 (got {args.top})")
     arch = Architecture.preset(args.model)
+    if args.global_batch is None:
+        from ..plan.published import reference_batch
+
+        args.global_batch = reference_batch(args.model)
     cluster = _cluster(args)
     output_file("--out", args.out)  # a missing folder is said now, not after the search
     output_file("--report", args.report)
@@ -116,6 +122,12 @@ def plan_command(args, out):
         lines += textwrap.wrap(f"no strategy qualifies for {setting}: {memory} do not fit memory, "
                                f"{slow} are slower than --max-iteration-time, {other} cannot run "
                                f"(the table's 'why' column says which rule each breaks)", WIDTH)
+        fitting = [r for r in rows if r["fits"]]
+        if fitting:  # what the bound would have to be
+            quick = min(fitting, key=lambda r: r["iteration_time"])
+            lines += textwrap.wrap(f"the fastest that fits: {quick['strategy']} on {quick['pools']}: "
+                                   f"{quick['iteration_time']:.1f} s per iteration", WIDTH,
+                                   subsequent_indent="  ")
     else:
         b = res.best
         lines += textwrap.wrap(

@@ -349,3 +349,47 @@ def published_runs(role: str | None = None) -> list[PublishedRun]:
     if role is not None and role not in ROLES:
         raise InputError(f"published_runs: role must be None or one of {', '.join(ROLES)}, got {role!r}")
     return [r for r in _load() if role is None or r.role == role]
+
+
+# Sequences per iteration of each model preset's own training run, for a plan that names
+# no batch: GPT-3 175B, 3.2M tokens (Brown et al. 2020, Table 2.1) as Megatron-LM's
+# examples/gpt3 script runs it, 1536 sequences of 2048; Llama 2, 4M
+# tokens of 4096 (Touvron et al. 2023, sec. 2.2); Llama 3, 4M tokens of 8192 (Llama Team
+# 2024, sec. 3.4.1: the 405B's initial batch; the paper gives none for 8B and 70B).
+# Megatron's Table 1 sizes take their row's batch from published.toml.
+_REFERENCE_BATCHES = {"gpt3-175b": 1536, "llama2-7b": 1024, "llama2-13b": 1024, "llama2-70b": 1024,
+                      "llama3-8b": 512, "llama3-70b": 512, "llama3-405b": 512}
+
+
+def reference_batch(preset: str) -> int:
+    """The global batch a model preset's own training run used, in sequences.
+
+    Parameters
+    ----------
+    preset : str
+        A model preset name (:meth:`pipecore.Architecture.presets`).
+
+    Returns
+    -------
+    int
+        Sequences per iteration, from the source cited beside the value.
+
+    Raises
+    ------
+    ValueError
+        (:class:`~pipecore.InputError`) if no published batch is known for
+        the preset.
+    """
+    from ..analysis.architecture import Architecture
+
+    key = str(preset).strip().lower()
+    if key in _REFERENCE_BATCHES:
+        return _REFERENCE_BATCHES[key]
+    arch = Architecture.preset(key)
+    for run in published_runs("validation"):
+        m = run.model
+        if (m.layers, m.hidden, m.heads, m.seq, m.vocab) == (arch.layers, arch.hidden, arch.heads, arch.seq,
+                                                              arch.vocab):
+            return run.global_batch
+    raise InputError(f"no published global batch for model preset {preset!r}: give one "
+                     f"(--global-batch); known for {', '.join(sorted(_REFERENCE_BATCHES))} and megatron-*")
