@@ -35,6 +35,9 @@ def plan_arguments(p):
     p.add_argument("--out", default=None, help="write every strategy's row to this Parquet file")
     p.add_argument("--progress", action="store_true", default=None,
                    help="draw a progress bar (default: when stderr is a terminal)")
+    p.add_argument("--ray", action="store_true", help="estimate the strategies as Ray tasks (pipecore[ray])")
+    p.add_argument("--address", default=None,
+                   help="with --ray: Ray cluster address ('auto' for a running one; default: start one)")
     p.add_argument("--strategy", default=None, metavar="SPEC",
                    help="also say where this strategy ranks, e.g. 'tp=8,pp=8,mb=1,schedule=interleaved-1f1b,"
                         "chunks=3,recompute=selective,sp,zero=1' (dp defaults to the GPUs left; a row's "
@@ -103,10 +106,11 @@ def plan_command(args, out):
         nonlocal bar
         if bar is None:
             bar = Progress(total, enabled(args.progress), unit="strategies")
-        bar.update(1, final=done == total)
+        bar.update(done - bar.done, final=done == total)  # --ray: a task's strategies at once
 
     res = strategies(arch, cluster, args.global_batch, objective=args.objective,
-                     max_iteration_time=args.max_iteration_time, progress=progress)
+                     max_iteration_time=args.max_iteration_time, progress=progress, ray=args.ray,
+                     address=args.address)
     table = res.table
     rows = table.to_pylist()
     ranked = [r for r in rows if r["rank"] is not None]

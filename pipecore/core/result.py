@@ -139,6 +139,13 @@ class Result:
         # finish is its largest: the same number as finish.max().
         self.makespan = float(dev_free.max()) if compiled.op_kind.size else 0.0
 
+    def __getstate__(self):
+        # Cached views (the ops table, peak activation, ...) are rebuilt on first use, the
+        # same bit for bit: a pickled Result (a Ray task's answer) leaves them out.
+        cached = {k for cls in type(self).__mro__ for k, v in vars(cls).items()
+                  if isinstance(v, cached_property)}
+        return {k: v for k, v in self.__dict__.items() if k not in cached}
+
     def _all_times(self):
         if self._times is None:
             run = self._c.run(self._scale)

@@ -11,6 +11,7 @@ that cannot run keeps its row with the reason.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -227,9 +228,37 @@ def space(model, cluster, global_batch: int, pool: int | None = None, schedules=
     return out
 
 
+def _row(s, model, cluster, global_batch, pool, max_iteration_time):
+    """One strategy's table row (without its rank) and its Estimate (None if it cannot run)."""
+    row = {"strategy": s.label(), "gpus": s.gpus, "pools": _pools_text(cluster, s, pool),
+           "layers": None if s.layers is None else ",".join(map(str, s.layers)),
+           "tp": s.tp, "pp": s.pp, "dp": s.dp,
+           "microbatch_size": s.microbatch_size,
+           "microbatches": global_batch // (s.microbatch_size * s.dp), "schedule": s.schedule,
+           "chunks": s.chunks, "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
+           "zero": s.zero}
+    try:
+        est = estimate(model, cluster, s, global_batch, pool=pool or 0)
+    except InputError as exc:
+        row.update(iteration_time=math.nan, tokens_per_second=math.nan, tflops_per_gpu=math.nan,
+                   mfu=math.nan, memory_per_gpu=math.nan, cost_per_million_tokens=math.nan,
+                   fits=False, why=str(exc))
+        return row, None
+    why = None
+    if not est.fits:
+        why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; "
+               f"{est.memory_gpu} has {est.memory_capacity / 1e9:.0f} GB")
+    elif max_iteration_time is not None and est.iteration_time > max_iteration_time:
+        why = f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
+    row.update(iteration_time=est.iteration_time, tokens_per_second=est.tokens_per_second,
+               tflops_per_gpu=est.tflops_per_gpu, mfu=est.mfu, memory_per_gpu=est.memory_per_gpu,
+               cost_per_million_tokens=est.cost_per_million_tokens, fits=est.fits, why=why)
+    return row, est
+
+
 def strategies(model, cluster, global_batch: int, objective: str = "time",
                max_iteration_time: float | None = None, pool: int | None = None, progress=None,
-               **space_options) -> Strategies:
+               ray: bool = False, address: str | None = None, **space_options) -> Strategies:
     """Estimate every strategy of the declared space and rank them.
 
     Parameters
@@ -249,7 +278,16 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
         a one-pool cluster; on several pools, plans on each pool alone and
         plans whose pipeline spans pools (see ``pipecore.plan.search.space``).
     progress : callable, optional
-        Called as ``progress(done, total)`` after each strategy.
+        Called as ``progress(done, total)`` after each strategy (with
+        ``ray``: as each task's strategies come back).
+    ray : bool, default False
+        Estimate the strategies as Ray tasks (the ``pipecore[ray]`` extra),
+        a few consecutive ones per task; the result is the same as without.
+    address : str, optional
+        With ``ray``: a running Ray cluster's address (``"auto"`` finds one
+        on this machine); by default a local Ray instance is started for
+        this call and shut down after it. A Ray already initialised in this
+        process is used as it is. On a cluster, every node needs pipecore.
     **space_options
         ``schedules``, ``microbatch_sizes``, ``chunks``, ``recompute``,
         ``zero``, ``sequence_parallel``, ``attention``, ``precision``,
@@ -263,7 +301,10 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
     Raises
     ------
     ValueError
-        For an unknown objective, a bad bound or a bad pool.
+        For an unknown objective, a bad bound or a bad pool, an ``address``
+        without ``ray``, or ``ray`` without Ray installed.
+    ray.exceptions.RayError
+        With ``ray``: if Ray cannot start or connect, or a task fails.
     """
     if objective not in OBJECTIVES:
         raise InputError(f"strategies 'objective' must be one of {', '.join(OBJECTIVES)} "
@@ -277,38 +318,32 @@ def strategies(model, cluster, global_batch: int, objective: str = "time",
         raise InputError(f"strategies objective='cost' needs a price: {cluster.name}'s price_per_gpu_hour is "
                          f"not given for {', '.join(unpriced)} (NaN; pipecore calibrate --price-per-gpu-hour "
                          f"USD sets one)")
+    if address is not None and not ray:
+        raise InputError(f"strategies 'address' {address!r} is a Ray cluster's address: pass ray=True "
+                         f"(--ray) too")
+    if ray:
+        from ..core.raysession import import_ray, missing_ray
+
+        ray_module = import_ray(InputError(missing_ray("a search on Ray (ray=True, --ray)",
+                                                       "search without it")))
     start = time.perf_counter()
     candidates = space(model, cluster, global_batch, pool, **space_options)
-    rows, estimates = [], {}
+    if ray:
+        from .ray import estimate_all
+
+        row = functools.partial(_row, model=model, cluster=cluster, global_batch=global_batch, pool=pool,
+                                max_iteration_time=max_iteration_time)
+        rows, estimates = estimate_all(ray_module, address, row, candidates, progress)
+    else:
+        rows, estimates = [], {}
+        for i, s in enumerate(candidates):
+            row, est = _row(s, model, cluster, global_batch, pool, max_iteration_time)
+            rows.append(row)
+            if est is not None:
+                estimates[i] = est
+            if progress is not None:
+                progress(i + 1, len(candidates))
     key = "iteration_time" if objective == "time" else "cost_per_million_tokens"
-    for i, s in enumerate(candidates):
-        row = {"strategy": s.label(), "gpus": s.gpus, "pools": _pools_text(cluster, s, pool),
-               "layers": None if s.layers is None else ",".join(map(str, s.layers)),
-               "tp": s.tp, "pp": s.pp, "dp": s.dp,
-               "microbatch_size": s.microbatch_size,
-               "microbatches": global_batch // (s.microbatch_size * s.dp), "schedule": s.schedule,
-               "chunks": s.chunks, "recompute": s.recompute, "sequence_parallel": s.sequence_parallel,
-               "zero": s.zero}
-        try:
-            est = estimate(model, cluster, s, global_batch, pool=pool or 0)
-        except InputError as exc:
-            row.update(iteration_time=math.nan, tokens_per_second=math.nan, tflops_per_gpu=math.nan,
-                       mfu=math.nan, memory_per_gpu=math.nan, cost_per_million_tokens=math.nan,
-                       fits=False, why=str(exc))
-        else:
-            why = None
-            if not est.fits:
-                why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; "
-                       f"{est.memory_gpu} has {est.memory_capacity / 1e9:.0f} GB")
-            elif max_iteration_time is not None and est.iteration_time > max_iteration_time:
-                why = f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
-            row.update(iteration_time=est.iteration_time, tokens_per_second=est.tokens_per_second,
-                       tflops_per_gpu=est.tflops_per_gpu, mfu=est.mfu, memory_per_gpu=est.memory_per_gpu,
-                       cost_per_million_tokens=est.cost_per_million_tokens, fits=est.fits, why=why)
-            estimates[i] = est
-        rows.append(row)
-        if progress is not None:
-            progress(i + 1, len(candidates))
     ranked = sorted((i for i, r in enumerate(rows) if r["why"] is None),
                     key=lambda i: (rows[i][key], rows[i]["memory_per_gpu"], i))
     for r in rows:

@@ -10,7 +10,6 @@ only when this backend is used.
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import os
 from collections.abc import Iterable, Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.cpus import local_cpus as _local_cpus
+from ..core.raysession import TASK_ENV, import_ray, missing_ray, session
 from .grid import Grid, ScanError, _part_table, _StructureCache
 
 __all__ = ["run_parts"]
@@ -135,11 +134,7 @@ def run_parts(grid: Grid, parts: Iterable[int], address: str | None = None
         If Ray cannot start or connect, or a task still fails after its
         retries (the exception of its last attempt).
     """
-    try:
-        import ray
-    except ImportError:
-        raise ScanError('the Ray backend needs Ray: pip install "pipecore[ray]" '
-                        '(or use the local backend)') from None
+    ray = import_ray(ScanError(missing_ray("the Ray backend", "use the local backend")))
     parts = [int(k) for k in parts]
     for k in parts:
         if not 0 <= k < grid.parts:
@@ -152,20 +147,8 @@ def run_parts(grid: Grid, parts: Iterable[int], address: str | None = None
     shipped = copy.copy(grid)
     shipped._sample = None
 
-    started = False
-    if not ray.is_initialized():
-        quiet = {"include_dashboard": False, "log_to_driver": False,
-                 "logging_level": logging.WARNING}
-        if address is None:
-            # A local instance lives for this scan only: Ray's notices about how a
-            # cluster is secured or reached speak of nothing the user runs.
-            ray.init(num_cpus=_local_cpus(), **dict(quiet, logging_level=logging.ERROR))
-        else:
-            ray.init(address=address, **quiet)
-        started = True
-    try:
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        env = {"NUMBA_NUM_THREADS": "1"}  # one kernel thread per task: no oversubscription
+    with session(ray, address) as cpus:
+        env = dict(TASK_ENV)  # one kernel thread per task: no oversubscription
         if os.environ.get(FAIL_ONCE_ENV):
             env[FAIL_ONCE_ENV] = os.environ[FAIL_ONCE_ENV]
         task = ray.remote(_evaluate).options(
@@ -186,6 +169,3 @@ def run_parts(grid: Grid, parts: Iterable[int], address: str | None = None
                 break
             done, pending = ray.wait(pending, num_returns=1)
             yield from ray.get(done[0])
-    finally:
-        if started:
-            ray.shutdown()

@@ -185,9 +185,10 @@ def write_scan(grid, out, resume: bool = False, backend: str = "local", address=
     if backend == "ray":
         import importlib.util
 
+        from ..core.raysession import missing_ray
+
         if importlib.util.find_spec("ray") is None:  # before anything is written to ``out``
-            raise ScanError('the Ray backend needs Ray: pip install "pipecore[ray]" '
-                            '(or use the local backend)')
+            raise ScanError(missing_ray("the Ray backend", "use the local backend"))
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise ScanError(f"'out' {str(folder)!r} is a file, not a folder")
