@@ -146,7 +146,7 @@ def test_uneven_layers_on_one_pool_move_time_to_the_heavier_stage():
 
 def test_plan_command_on_a_mixed_cluster_with_the_cost_objective(tmp_path, capsys):
     # The command, on a small model and cluster so it runs in seconds here.
-    rc = main(["plan", "--model", "megatron-1.7b", "--cluster", "a100:8,h100:8", "--global-batch", "64",
+    rc = main(["plan", "--model", "megatron-1.7b", "--cluster", "a100:8,h100:8", "--global-batch", "16",
                "--objective", "cost", "--max-iteration-time", "20", "--top", "5"])
     out = capsys.readouterr().out
     assert rc == 0
