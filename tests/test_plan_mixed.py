@@ -154,3 +154,15 @@ def test_plan_command_on_a_mixed_cluster_with_the_cost_objective(tmp_path, capsy
     assert lines[0].startswith("best: ") and "per million tokens" in out
     assert "8 x a100-sxm4-80gb + 8 x h100-sxm5-80gb" in out
     assert max(map(len, lines)) <= 120
+
+
+def test_every_row_of_a_mixed_search_has_its_own_label_and_ranks_back():
+    cluster = _cluster(fast_price=5.0)
+    res = strategies(ARCH, cluster, 32, schedules=("1f1b",), microbatch_sizes=(1, 2), zero=(0,),
+                     sequence_parallel=(False,), recompute=("none",))
+    labels = res.table.column("strategy").to_pylist()
+    assert len(labels) == len(set(labels))  # "pool 0" and "pool 1" tell the single-pool plans apart
+    for e in list(res.estimates.values())[::7]:
+        got = res.rank_of(e.strategy, ARCH, cluster, 32)
+        row = next(r for r in res.table.to_pylist() if r["strategy"] == e.strategy.label())
+        assert got.in_space and got.rank == row["rank"]

@@ -153,7 +153,7 @@ def plan_command(args, out):
         lines.append(f"{'':>4}  (s/iter: lower is faster; TFLOP/s: model FLOPs per GPU; $/Mtok: USD per "
                      f"million tokens)")
         for r in ranked[:args.top]:
-            core = r["strategy"].split(" pools ")[0].split(" layers ")[0]
+            core = r["strategy"].split(" pool")[0].split(" layers ")[0]
             lines.append(f"{r['rank']:>4}  {core[:62]:<62}{r['iteration_time']:>8.2f}"
                          f"{r['tflops_per_gpu']:>9.0f}{r['mfu']:>6.0%}{_gib(r['memory_per_gpu']):>9}"
                          f"{r['cost_per_million_tokens']:>8.3g}")

@@ -233,8 +233,8 @@ class Ranking:
         return f"{where}{verb} {self.rank} of {self.ranked}: {value}{versus}"
 
 
-def _check_setting(plans, arch, pool, global_batch):
-    """The search was run for this model, pool and batch (a silent mismatch would rank nonsense)."""
+def _check_setting(plans, arch, cluster, pool, global_batch):
+    """The search was run for this model, cluster and batch (a silent mismatch would rank nonsense)."""
     for est in list(plans.estimates.values())[:1]:
         if est.global_batch != global_batch:
             raise InputError(f"rank_of: global_batch {global_batch} is not the search's "
@@ -244,11 +244,17 @@ def _check_setting(plans, arch, pool, global_batch):
         if not math.isclose(flops, want, rel_tol=1e-6):
             raise InputError(f"rank_of: model {arch.name!r} is not the searched model (its "
                              f"{want:.4g} FLOPs per iteration differ from the search's {flops:.4g})")
+        s = est.strategy
+        ranks = s.pools if s.pools is not None else (pool,) * s.pp
+        if max(ranks) >= len(cluster.pools):
+            raise InputError(f"rank_of: the search used pool {max(ranks)}; the cluster has "
+                             f"{len(cluster.pools)}")
+        expected = sum(cluster.pools[k].price_per_gpu_hour for k in ranks) / len(ranks)
         price = est.cost_per_million_tokens / 1e6 * global_batch * arch.seq * 3600.0 / (
             est.gpus * est.iteration_time)
-        if not math.isclose(price, pool.price_per_gpu_hour, rel_tol=1e-6):
-            raise InputError(f"rank_of: the cluster's {pool.gpu.name} at ${pool.price_per_gpu_hour} per "
-                             f"GPU-hour is not the searched one (${price:.4g})")
+        if not math.isclose(price, expected, rel_tol=1e-6):
+            raise InputError(f"rank_of: the cluster's price of ${expected:.4g} per GPU-hour for "
+                             f"{s.label()} is not the searched one (${price:.4g})")
 
 
 def _outside(plans, strategy):
@@ -302,8 +308,7 @@ def rank_of(plans, strategy: Strategy, model, cluster, global_batch: int, pool: 
     arch = _architecture(model)
     if not 0 <= pool < len(cluster.pools):
         raise InputError(f"rank_of 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
-    pl = cluster.pools[pool]
-    _check_setting(plans, arch, pl, global_batch)
+    _check_setting(plans, arch, cluster, pool, global_batch)
     key = "iteration_time" if plans.objective == "time" else "cost_per_million_tokens"
     rows = plans.table.to_pylist()
     ranked = [r for r in rows if r["rank"] is not None]
@@ -331,8 +336,8 @@ def rank_of(plans, strategy: Strategy, model, cluster, global_batch: int, pool: 
                        why=str(exc), **common)
     why = None
     if not est.fits:
-        why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; {pl.gpu.name} has "
-               f"{pl.gpu.hbm_bytes / 1e9:.0f} GB")
+        why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; {est.memory_gpu} has "
+               f"{est.memory_capacity / 1e9:.0f} GB")
     elif max_iteration_time is not None and est.iteration_time > max_iteration_time:
         why = f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
     rank = None

@@ -59,7 +59,7 @@ def _arch_and_pool(plans, model, cluster, pool, global_batch):
     if not 0 <= pool < len(cluster.pools):
         raise InputError(f"plan_report 'pool' must be 0..{len(cluster.pools) - 1} (got {pool})")
     pl = cluster.pools[pool]
-    _check_setting(plans, arch, pl, global_batch)
+    _check_setting(plans, arch, cluster, pool, global_batch)
     return arch, pl
 
 

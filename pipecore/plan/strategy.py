@@ -189,6 +189,8 @@ class Strategy:
             parts.append("grad-acc=unfused")
         if self.pools is not None and len(set(self.pools)) > 1:
             parts.append("pools " + ",".join(f"{k}x{n}" for k, n in _runs(self.pools)))
+        elif self.pools is not None:
+            parts.append(f"pool {self.pools[0]}")
         if self.layers is not None and len(set(self.layers)) > 1:
             parts.append("layers " + ",".join(f"{k}x{n}" if n > 1 else str(k) for k, n in _runs(self.layers)))
         return " ".join(parts)
