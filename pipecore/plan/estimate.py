@@ -402,3 +402,24 @@ def estimate(model, cluster, strategy: Strategy, global_batch: int, pool: int = 
                     fits=bool(np.all(totals <= hbm)), pipeline=res,
                     memory_gpu=cluster.pools[int(rank_pool[full])].gpu.name, memory_capacity=float(hbm[full]))
 
+
+def why_not_ranked(est, max_iteration_time=None):
+    """Why an estimated strategy is left out of the ranking, or None.
+
+    Parameters
+    ----------
+    est : Estimate
+    max_iteration_time : float, optional
+        Seconds per iteration above which a strategy is not ranked.
+
+    Returns
+    -------
+    str or None
+        Its memory against its fullest GPU's, or its time against the bound.
+    """
+    if not est.fits:
+        return (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; "
+                f"{est.memory_gpu} has {est.memory_capacity / 1e9:.0f} GB")
+    if max_iteration_time is not None and est.iteration_time > max_iteration_time:
+        return f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
+    return None

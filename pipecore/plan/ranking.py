@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, fields
 
 from ..core.ops import InputError
-from .estimate import Estimate, estimate
+from .estimate import Estimate, estimate, why_not_ranked
 from .strategy import Strategy
 
 __all__ = ["Ranking", "full_label", "mark_line", "parse_strategy", "rank_of", "published_matches",
@@ -334,12 +334,7 @@ def rank_of(plans, strategy: Strategy, model, cluster, global_batch: int, pool: 
     except InputError as exc:
         return Ranking(rank=None, in_space=False, outside=outside, estimate=None,
                        why=str(exc), **common)
-    why = None
-    if not est.fits:
-        why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; {est.memory_gpu} has "
-               f"{est.memory_capacity / 1e9:.0f} GB")
-    elif max_iteration_time is not None and est.iteration_time > max_iteration_time:
-        why = f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
+    why = why_not_ranked(est, max_iteration_time)
     rank = None
     if why is None:
         mine = (getattr(est, key), est.memory_per_gpu)

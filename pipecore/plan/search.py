@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..core.ops import InputError
 from . import layout
-from .estimate import Estimate, _schedule, estimate
+from .estimate import Estimate, _schedule, estimate, why_not_ranked
 from .strategy import RECOMPUTE, Strategy
 
 OBJECTIVES = ("time", "cost")
@@ -244,12 +244,7 @@ def _row(s, model, cluster, global_batch, pool, max_iteration_time):
                    mfu=math.nan, memory_per_gpu=math.nan, cost_per_million_tokens=math.nan,
                    fits=False, why=str(exc))
         return row, None
-    why = None
-    if not est.fits:
-        why = (f"needs {est.memory_per_gpu / 1e9:.1f} GB per GPU; "
-               f"{est.memory_gpu} has {est.memory_capacity / 1e9:.0f} GB")
-    elif max_iteration_time is not None and est.iteration_time > max_iteration_time:
-        why = f"{est.iteration_time:.2f} s per iteration > max_iteration_time {max_iteration_time} s"
+    why = why_not_ranked(est, max_iteration_time)
     row.update(iteration_time=est.iteration_time, tokens_per_second=est.tokens_per_second,
                tflops_per_gpu=est.tflops_per_gpu, mfu=est.mfu, memory_per_gpu=est.memory_per_gpu,
                cost_per_million_tokens=est.cost_per_million_tokens, fits=est.fits, why=why)
