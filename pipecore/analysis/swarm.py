@@ -257,7 +257,8 @@ def _number(name, value, positive=False):
 
 def _check_failures(failures, speeds):
     if isinstance(failures, (str, bytes)) or not isinstance(failures, Sequence):
-        raise InputError(f"'failures' must be a list of (stage, replica, leave, rejoin) (got {failures!r:.60})")
+        raise InputError(f"'failures' must be a list of (stage, replica, leave, rejoin) "
+                         f"(got {failures!r:.60})")
     out = []
     for i, item in enumerate(failures):
         if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 4:
@@ -267,7 +268,8 @@ def _check_failures(failures, speeds):
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < len(speeds):
             raise InputError(f"failures[{i}]: stage {s!r} is not one of 0..{len(speeds) - 1}")
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < len(speeds[s]):
-            raise InputError(f"failures[{i}]: replica {r!r} is not one of stage {s}'s 0..{len(speeds[s]) - 1}")
+            raise InputError(f"failures[{i}]: replica {r!r} is not one of stage {s}'s "
+                             f"0..{len(speeds[s]) - 1}")
         leave = _number(f"failures[{i}] leave time", leave)
         if math.isinf(leave):
             raise InputError(f"failures[{i}] leave time must be finite (got {leave})")
@@ -343,7 +345,6 @@ def _simulate(speeds, fwd, bwd, comm, microbatches, in_flight, routing, avail, r
     events, seq = [], 0
     lost_work, lost_requests = 0.0, 0
     completions = []
-    started = 0
     token = 0
 
     def push(t, kind, payload):
@@ -394,11 +395,9 @@ def _simulate(speeds, fwd, bwd, comm, microbatches, in_flight, routing, avail, r
                      ("lost", lost)):
             rows[k].append(v)
 
-    limit = None if in_flight is None else in_flight
-    first = microbatches if limit is None else min(limit, microbatches)
-    for mb in range(first):
+    started = min(in_flight, microbatches)
+    for mb in range(started):
         new_request(mb, 0, F, 0.0)
-    started = first
     for s in range(S):
         for r in range(len(speeds[s])):
             schedule_next_failure(s, r)
@@ -497,13 +496,11 @@ def _fixed(schedule, mode, speeds, costs_vec, microbatches, iterations, avail):
                              f"{[len(x) for x in speeds]}); use fixed_mode='split'")
         groups = [[(s, k) for s in range(S)] for k in range(R)]
         factors = [[1.0 / speeds[s][k] for s in range(S)] for k in range(R)]
-        f_stage, b_stage = fwd, bwd
     elif mode == "split":
         # One pipeline; stage s splits each microbatch evenly over its replicas
         # and waits for the slowest share.
         groups = [[(s, r) for s in range(S) for r in range(len(speeds[s]))]]
         factors = [[1.0 / (len(speeds[s]) * speeds[s].min()) for s in range(S)]]
-        f_stage, b_stage = fwd, bwd
     else:
         raise InputError(f"'fixed_mode' must be 'auto', 'pipelines' or 'split' (got {mode!r})")
     per = microbatches // (iterations * len(groups))
