@@ -146,13 +146,27 @@ def test_a_rejoining_replica_takes_requests_again():
 def test_fixed_pipelines_follow_the_1f1b_closed_form():
     # 2 pipelines of 4 stages, 10 iterations of 10 microbatches each:
     # (10 + 4 - 1) x 3 = 39 per iteration, 200 microbatches in 390.
-    res = pc.swarm(stages=4, replicas=2, costs=pc.Costs(f=1, b=2), microbatches=200)
+    res = pc.swarm(stages=4, replicas=2, costs=pc.Costs(f=1, b=2), microbatches=200, fixed_mode="pipelines")
     fx = res.fixed
-    assert fx["mode"] == "pipelines" and fx["schedule"] == "1f1b"
+    assert fx["mode"] == "pipelines" and fx["schedule"] == "1f1b" and fx["shares"] == [10, 10]
     assert fx["iteration"] == 39.0
     assert fx["makespan"] == 390.0
     assert fx["throughput"] == pytest.approx(200 / 390)
     assert res.speedup == pytest.approx(res.throughput / fx["throughput"])
+
+
+def test_weighted_pipelines_share_the_microbatches_by_speed():
+    # One stage, replicas at speeds 1 and 0.5, f + b = 3: they take 3 and 6 per
+    # microbatch. 300 microbatches in 10 iterations of 30: equal shares (15, 15)
+    # wait for the slow one, 90 per iteration (throughput 1/3); shares by rate
+    # (20, 10) take 60 on both (throughput 1/2, the capacity).
+    kw = dict(costs=pc.Costs(f=1, b=2), microbatches=300)
+    equal = pc.swarm([[1.0, 0.5]], fixed_mode="pipelines", **kw).fixed
+    weighted = pc.swarm([[1.0, 0.5]], **kw).fixed
+    assert equal["shares"] == [15, 15] and equal["iteration"] == 90.0
+    assert equal["throughput"] == pytest.approx(1 / 3)
+    assert weighted["mode"] == "weighted" and weighted["shares"] == [20, 10]
+    assert weighted["iteration"] == 60.0 and weighted["throughput"] == pytest.approx(0.5)
 
 
 def test_a_fixed_pipeline_restarts_the_iteration_a_departure_cuts():
@@ -273,8 +287,8 @@ def test_replicas_serve_their_queue_first_in_first_out_without_idling(speeds, ro
     (dict(speeds=[[1.0]], churn=(0.0, 1.0)), "churn mean_uptime must be > 0"),
     (dict(speeds=[[1.0]], churn=(5.0, 1.0), failures=[(0, 0, 1.0, 2.0)]), "not both"),
     (dict(speeds=[[1.0]], retry=-1.0), "'retry' must be >= 0"),
-    (dict(speeds=[[1.0]], fixed_mode="ring"), "'fixed_mode' must be"),
-    (dict(speeds=[[1.0, 1.0]], microbatches=15), "needs microbatches >= iterations x pipelines = 20"),
+    (dict(speeds=[[1.0]], fixed_mode="ring"), "'fixed_mode' must be 'auto', 'pipelines', 'weighted'"),
+    (dict(speeds=[[1.0, 1.0]], microbatches=15), "at least iterations x pipelines = 20"),
     (dict(speeds=[[1.0], [1.0]], fixed="interleaved-1f1b", microbatches=40), "one stage per device"),
     (dict(speeds=[[1.0]], fixed="pipedream"), "unknown schedule .pipedream."),
     (dict(speeds=[[1.0]], costs=pc.Costs(f=[1.0, 2.0])), "2 entries but the schedule has 1 stages"),

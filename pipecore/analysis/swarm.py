@@ -71,9 +71,11 @@ class Swarm:
     throughput : float
         ``microbatches / makespan``.
     steady_throughput : float
-        Microbatches completed per unit of time between the completions of
-        the first and last 10% of them (the fill and the drain left out);
-        ``throughput`` when fewer than 10 microbatches ran.
+        Microbatches completed per unit of time once the pipeline is full:
+        the least-squares slope of completions against time, the first and
+        last 10% of them (fill and drain) left out; ``throughput`` when fewer
+        than 10 microbatches ran. An estimate: it may pass ``capacity`` by a
+        little when completions come in bursts.
     capacity : float
         The bound no routing beats: the least, over stages, of the stage's
         summed replica speeds over its work per microbatch (every replica up).
@@ -93,7 +95,8 @@ class Swarm:
         Per stage, per replica: the (leave, rejoin) intervals the run saw.
     fixed : dict
         The fixed pipeline of the same devices under the same failures:
-        ``schedule`` (family), ``mode`` (``"pipelines"`` or ``"split"``),
+        ``schedule`` (family), ``mode`` (``"pipelines"``, ``"weighted"`` or
+        ``"split"``), ``shares`` (microbatches per pipeline per iteration),
         ``iteration`` (time of one iteration without failures),
         ``microbatches`` (run), ``makespan`` (``inf`` when a device it needs
         never comes back), ``throughput`` and ``lost_work``. Empty when
@@ -487,36 +490,48 @@ def _fixed(schedule, mode, speeds, costs_vec, microbatches, iterations, avail):
 
     fwd, bwd, comm = costs_vec
     S = len(speeds)
+    counts = [len(x) for x in speeds]
     if mode == "auto":
-        mode = "pipelines" if len({len(x) for x in speeds}) == 1 else "split"
-    if mode == "pipelines":
-        R = len(speeds[0])
-        if any(len(x) != R for x in speeds):
-            raise InputError(f"fixed_mode='pipelines' needs the same replica count in every stage (got "
-                             f"{[len(x) for x in speeds]}); use fixed_mode='split'")
+        mode = "weighted" if len(set(counts)) == 1 else "split"
+    if mode in ("pipelines", "weighted"):
+        R = counts[0]
+        if len(set(counts)) != 1:
+            raise InputError(f"fixed_mode={mode!r} needs the same replica count in every stage (got "
+                             f"{counts}); use fixed_mode='split'")
         groups = [[(s, k) for s in range(S)] for k in range(R)]
         factors = [[1.0 / speeds[s][k] for s in range(S)] for k in range(R)]
     elif mode == "split":
         # One pipeline; stage s splits each microbatch evenly over its replicas
         # and waits for the slowest share.
-        groups = [[(s, r) for s in range(S) for r in range(len(speeds[s]))]]
-        factors = [[1.0 / (len(speeds[s]) * speeds[s].min()) for s in range(S)]]
+        groups = [[(s, r) for s in range(S) for r in range(counts[s])]]
+        factors = [[1.0 / (counts[s] * speeds[s].min()) for s in range(S)]]
     else:
-        raise InputError(f"'fixed_mode' must be 'auto', 'pipelines' or 'split' (got {mode!r})")
-    per = microbatches // (iterations * len(groups))
-    if per < 1:
-        raise InputError(f"the fixed pipeline needs microbatches >= iterations x pipelines = "
-                         f"{iterations * len(groups)} (got microbatches={microbatches}, "
-                         f"fixed_iterations={iterations})")
-    sched = build(schedule, S, per)
-    if sched.stages != S:
-        raise InputError(f"fixed schedule {schedule!r} has {sched.stages} stages on {S} devices; "
-                         f"give a family with one stage per device (e.g. '1f1b', 'gpipe')")
+        raise InputError(f"'fixed_mode' must be 'auto', 'pipelines', 'weighted' or 'split' (got {mode!r})")
+    per_iteration = microbatches // iterations
+    if mode == "weighted":
+        # Shares in proportion to each pipeline's rate at its slowest stage,
+        # rounded by largest remainder.
+        work = np.asarray(fwd) + np.asarray(bwd)
+        rate = np.array([1.0 / max(work[s] * fac[s] for s in range(S)) for fac in factors])
+        exact = per_iteration * rate / rate.sum()
+        shares = np.floor(exact).astype(int)
+        for k in np.argsort(-(exact - shares), kind="stable")[:per_iteration - shares.sum()]:
+            shares[k] += 1
+    else:
+        shares = np.full(len(groups), per_iteration // len(groups))
+    if shares.min() < 1:
+        raise InputError(f"the fixed pipeline gives pipeline {int(shares.argmin())} no microbatch per "
+                         f"iteration: it needs more than microbatches={microbatches} over "
+                         f"fixed_iterations={iterations} (at least iterations x pipelines = "
+                         f"{iterations * len(groups)})")
     costs = Costs(f=np.asarray(fwd), b=np.asarray(bwd), w=0.0, comm=np.asarray(comm))
-    dev = sched._column("device")
     times = []
-    for fac in factors:
-        strag = np.asarray(fac)[dev]
+    for fac, share in zip(factors, shares):
+        sched = build(schedule, S, int(share))
+        if sched.stages != S:
+            raise InputError(f"fixed schedule {schedule!r} has {sched.stages} stages on {S} devices; "
+                             f"give a family with one stage per device (e.g. '1f1b', 'gpipe')")
+        strag = np.asarray(fac)[sched._column("device")]
         times.append(simulate(sched, costs, stragglers=strag).makespan)
 
     def run(group, t, length):
@@ -558,8 +573,9 @@ def _fixed(schedule, mode, speeds, costs_vec, microbatches, iterations, avail):
         t = max(ends)
         if math.isinf(t):
             break
-    done = iterations * len(groups) * per
+    done = iterations * int(shares.sum())
     return {"schedule": schedule, "mode": mode, "iteration": max(times), "microbatches": done,
+            "shares": [int(x) for x in shares],
             "makespan": t, "throughput": 0.0 if math.isinf(t) else done / t, "lost_work": lost}
 
 
@@ -618,16 +634,19 @@ def swarm(speeds=None, costs: Costs | None = None, microbatches: int = 64, *, st
     fixed : str or None, default "1f1b"
         A registered family with one stage per device to compare with
         (``None``: no comparison).
-    fixed_mode : {"auto", "pipelines", "split"}
+    fixed_mode : {"auto", "weighted", "pipelines", "split"}
         ``pipelines``: replica k of every stage forms pipeline k, each takes
-        an equal share of the microbatches and iterations end together (needs
-        equal replica counts); ``split``: one pipeline whose stage s splits
-        each microbatch evenly over its replicas and waits for the slowest.
-        ``auto`` picks ``pipelines`` when it can.
+        an equal share of an iteration's microbatches and iterations end
+        together (needs equal replica counts); ``weighted``: the same
+        pipelines with shares in proportion to each one's rate at its slowest
+        stage (the best static split); ``split``: one pipeline whose stage s
+        splits each microbatch evenly over its replicas and waits for the
+        slowest. ``auto``: ``weighted`` when the counts are equal, else
+        ``split``.
     fixed_iterations : int, default 10
-        Iterations of the fixed pipeline (it flushes after each); it runs
-        ``microbatches // (fixed_iterations * pipelines)`` microbatches per
-        pipeline per iteration. A departure of any of a pipeline's devices
+        Iterations of the fixed pipeline (it flushes after each), of
+        ``microbatches // fixed_iterations`` microbatches over all its
+        pipelines. A departure of any of a pipeline's devices
         interrupts that pipeline's iteration, which restarts once every device
         of it is back (its work so far is lost).
 
@@ -664,8 +683,9 @@ def swarm(speeds=None, costs: Costs | None = None, microbatches: int = 64, *, st
     churn = _check_churn(churn)
     if churn is not None and fails:
         raise InputError("give 'failures' or 'churn', not both")
-    if fixed_mode not in ("auto", "pipelines", "split"):
-        raise InputError(f"'fixed_mode' must be 'auto', 'pipelines' or 'split' (got {fixed_mode!r})")
+    if fixed_mode not in ("auto", "pipelines", "weighted", "split"):
+        raise InputError(f"'fixed_mode' must be 'auto', 'pipelines', 'weighted' or 'split' "
+                         f"(got {fixed_mode!r})")
     fixed_iterations = check_int("fixed_iterations", fixed_iterations, minimum=1)
     avail = _Availability([len(x) for x in spd], fails, churn, seed)
 
@@ -676,10 +696,13 @@ def swarm(speeds=None, costs: Costs | None = None, microbatches: int = 64, *, st
     capacity = min(float(spd[s].sum()) / (fwd[s] + bwd[s]) for s in range(S))
     done.sort()
     throughput = microbatches / makespan
-    lo, hi = math.ceil(0.1 * microbatches), math.floor(0.9 * microbatches) - 1
     steady = throughput
-    if microbatches >= 10 and hi > lo and done[hi] > done[lo]:
-        steady = (hi - lo) / (done[hi] - done[lo])
+    mid = done[math.ceil(0.1 * microbatches):math.floor(0.9 * microbatches)]
+    if microbatches >= 10 and mid.size >= 2 and mid[-1] > mid[0]:
+        # Least-squares slope of completions over time: completions come in
+        # bursts, and a rate between two of them depends on where they fall.
+        x = mid - mid.mean()
+        steady = float((x * (np.arange(mid.size) - (mid.size - 1) / 2)).sum() / (x * x).sum())
     fx = {}
     if fixed is not None:
         fx = _fixed(fixed, fixed_mode, spd, (fwd, bwd, comm), microbatches, fixed_iterations, avail)
