@@ -612,7 +612,11 @@ def swarm(speeds=None, costs: Costs | None = None, microbatches: int = 64, *, st
     replicas : int or list of int, optional
         Replicas per stage (all stages, or one count each).
     routing : {"throughput", "proportional", "uniform", "queue"}
-        See :data:`ROUTINGS`. ``throughput`` follows SWARM's balancer
+        ``throughput``: the live replica with the least virtual load, which
+        then grows by the request's time there; ``proportional``: a random
+        replica, chance in proportion to speed; ``uniform``: a random live
+        replica; ``queue``: the replica that would finish the request first
+        given its queue. ``throughput`` follows SWARM's balancer
         (yandex-research/swarm, ``moe/client/balancer.py``: a heap of
         accumulated expected time per peer), with exact speeds where SWARM
         measures them.
