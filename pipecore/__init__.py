@@ -29,6 +29,7 @@ from .analysis.compare import compare
 from .analysis.critical import critical_path, device_share
 from .analysis.formulas import formula
 from .analysis.model import Hardware, Layer, Model
+from .analysis.swarm import Swarm, swarm
 from .analysis.table import IdealTable, ideal_table
 from .analysis.variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
 from .core.costs import Costs, Network
@@ -65,7 +66,7 @@ __all__ = [
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
     "adaptive", "recompute", "offload",
     "Grid", "ScanError", "ScanWarning", "scan", "write_scan", "verify_scan", "tune", "Tuned", "TuneError",
-    "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
+    "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if", "Swarm", "swarm",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share", "report", "product",
     "compose", "orders", "placements", "explore",
