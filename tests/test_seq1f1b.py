@@ -1,0 +1,150 @@
+"""Seq1F1B (Sun et al., arXiv:2406.03488): order, closed forms, the paper's claims.
+
+The reference order below is written from the description of the authors'
+Megatron-LM loop (github.com/thunlp/Seq1F1B,
+megatron/core/pipeline_parallel/schedules.py,
+``forward_backward_pipelining_without_interleaving`` with
+``config.seq1f1b_splits = k``, and the ``sequence_1f1b_queue`` of
+sequence_split.py): p - rank + k - 2 warm-up forwards, then one forward and
+one backward per step, then the cool-down backwards; the queue hands the
+backward the last chunk of the oldest sequence not yet done.
+"""
+
+import numpy as np
+import pytest
+
+import pipecore as pc
+from pipecore.core.ops import ScheduleError
+from pipecore.schedules import seq1f1b
+from pipecore.schedules.registry import family
+
+
+def reference_programs(p, n, k):
+    """Per-device actions of the authors' loop, replayed step by step."""
+    programs = []
+    for d in range(p):
+        warm = min(p - d + k - 2, n)
+        queue = []  # [sequence, its units still waiting], the oldest first
+        out = []
+        fwd = 0
+
+        def forward():
+            nonlocal fwd
+            out.append(f"{d}F{fwd}")
+            # A forward fills its own sequence's group (fwd // k), whatever
+            # the backwards already took from the older groups.
+            if not queue or queue[-1][0] != fwd // k:
+                queue.append([fwd // k, []])
+            queue[-1][1].append(fwd)
+            fwd += 1
+
+        def backward():
+            unit = queue[0][1].pop()  # the last chunk of the oldest sequence
+            if not queue[0][1]:
+                queue.pop(0)
+            out.append(f"{d}BW{unit}")
+
+        for _ in range(warm):
+            forward()
+        for _ in range(n - warm):
+            forward()
+            backward()
+        for _ in range(warm):
+            backward()
+        programs.append(out)
+    return programs
+
+
+SHAPES = [(1, 4, 2), (2, 4, 2), (4, 8, 2), (4, 16, 4), (3, 6, 3), (5, 20, 4), (4, 4, 4),
+          (4, 12, 1), (2, 8, 4), (8, 8, 8), (6, 12, 2), (4, 2, 2)]
+
+
+@pytest.mark.parametrize("p,n,k", SHAPES)
+def test_order_is_the_authors_loop(p, n, k):
+    sched = pc.build("seq1f1b", p, n, seq_chunks=k)
+    assert list(sched.to_actions().values()) == reference_programs(p, n, k)
+    assert sched.microbatches == n and sched.params["seq_chunks"] == k
+
+
+def test_one_chunk_is_1f1b():
+    for p, m in [(4, 8), (3, 2), (6, 12)]:
+        assert pc.build("seq1f1b", p, m, seq_chunks=1).table.equals(pc.build("1f1b", p, m).table)
+
+
+def test_kernel_path_equals_numpy_path(monkeypatch):
+    small = {(p, n, k): pc.build("seq1f1b", p, n, seq_chunks=k).table for p, n, k in SHAPES}
+    monkeypatch.setattr(seq1f1b, "at_scale", lambda devices, length: True)
+    for (p, n, k), table in small.items():
+        assert pc.build("seq1f1b", p, n, seq_chunks=k).table.equals(table)
+
+
+COSTS = [pc.Costs(f=1, b=1, w=0, comm=0), pc.Costs(f=1, b=2, w=1, comm=0),
+         pc.Costs(f=1.3, b=0.7, w=0.2, comm=0, activation=2.5), pc.Costs(f=1, b=3, w=0, comm=0)]
+
+
+@pytest.mark.parametrize("p,n,k", SHAPES)
+def test_closed_forms_match_simulation_and_table(p, n, k):
+    # The three views: formula_seq1f1b (1F1B's makespan over n units, warm-up
+    # peak min(p - d + k - 1, n)) against the simulation and the ideal table.
+    sched = pc.build("seq1f1b", p, n, seq_chunks=k)
+    for c in COSTS:
+        res = pc.simulate(sched, c)
+        fm = family("seq1f1b").formula(p, n, 1, c, seq_chunks=k)
+        assert res.makespan == pytest.approx(fm["makespan"])
+        np.testing.assert_allclose(res.peak_activation, fm["peak_activation"])
+    row = pc.analysis.compare.three_views(sched, pc.simulate(sched, COSTS[1]), COSTS[1], None)
+    assert row["flags"] == []
+    # F one slot, BW two (B + W): 1F1B's 3 (n + p - 1) slots.
+    assert pc.ideal_table(sched).length == 3 * (n + p - 1)
+
+
+@pytest.mark.parametrize("p,m,k", [(4, 8, 2), (8, 16, 4), (4, 4, 8), (16, 32, 2)])
+def test_paper_bubble_and_memory_against_1f1b(p, m, k):
+    # m sequences of time T_F + T_B each: 1F1B's bubble ratio (p-1)/(m+p-1);
+    # Seq1F1B runs k m units of T/k, so (p-1)/(k m + p - 1) (the paper's claim
+    # that finer units shrink the bubble, section 3; the formula is the 1F1B
+    # one over units). Memory: device 0 holds p sequences' activations in
+    # 1F1B and p + k - 1 chunks of 1/k of one in Seq1F1B.
+    seq = pc.Costs(f=1.0, b=2.0, w=0.0, comm=0.0, activation=1.0)
+    unit = pc.Costs(f=1.0 / k, b=2.0 / k, w=0.0, comm=0.0, activation=1.0 / k)
+    one = pc.simulate(pc.build("1f1b", p, m), seq)
+    ours = pc.simulate(pc.build("seq1f1b", p, k * m, seq_chunks=k), unit)
+    assert one.bubble_ratio == pytest.approx((p - 1) / (m + p - 1))
+    assert ours.bubble_ratio == pytest.approx((p - 1) / (k * m + p - 1))
+    assert one.peak_activation.max() == pytest.approx(min(p, m))
+    assert ours.peak_activation.max() == pytest.approx(min(p + k - 1, k * m) / k)
+    # Same work: the busy time of every device is equal.
+    np.testing.assert_allclose(ours.busy, one.busy)
+
+
+def test_half_the_memory_of_1f1b_at_two_chunks():
+    # The abstract's "half memory footprint" at k = 2: (p + 1) / (2p) of
+    # 1F1B's peak, which tends to one half as p grows.
+    for p in (4, 8, 16, 32):
+        seq = pc.Costs(comm=0.0)
+        unit = pc.Costs(f=0.5, b=1.0, w=0.0, comm=0.0, activation=0.5)
+        one = pc.simulate(pc.build("1f1b", p, 2 * p), seq).peak_activation.max()
+        ours = pc.simulate(pc.build("seq1f1b", p, 4 * p, seq_chunks=2), unit).peak_activation.max()
+        assert ours / one == pytest.approx((p + 1) / (2 * p))
+
+
+def test_chunk_order_is_checked():
+    sched = pc.build("seq1f1b", 2, 4, seq_chunks=2)
+    assert seq1f1b.check_chunk_order(sched, 2) is sched
+    # Plain 1F1B's backward runs chunk 0 before chunk 1: not causal-safe.
+    with pytest.raises(ScheduleError, match=r"chunk-order: device 0 slot \d+: 0BW0 comes before "
+                                            r"0BW1.*seq_chunks=2"):
+        seq1f1b.check_chunk_order(pc.build("1f1b", 2, 4), 2)
+    # A forward of chunk 1 before chunk 0 on stage 0.
+    swapped = pc.from_actions([["0F1", "0F0", "0BW1", "0BW0"], ["1F0", "1F1", "1BW1", "1BW0"]])
+    with pytest.raises(ScheduleError, match=r"device 0 slot 0: 0F1 comes before 0F0 \(slot 1\)"):
+        seq1f1b.check_chunk_order(swapped, 2)
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match=r"multiple of seq_chunks=4 \(got 6\)"):
+        pc.build("seq1f1b", 2, 6, seq_chunks=4)
+    with pytest.raises(ValueError, match=r"'seq_chunks' must be >= 1 \(got 0\)"):
+        pc.build("seq1f1b", 2, 4, seq_chunks=0)
+    with pytest.raises(ValueError, match=r"'seq1f1b' takes no option 'chunks_per_seq'"):
+        pc.build("seq1f1b", 2, 4, chunks_per_seq=2)
