@@ -148,3 +148,107 @@ def test_bad_options():
         pc.build("seq1f1b", 2, 4, seq_chunks=0)
     with pytest.raises(ValueError, match=r"'seq1f1b' takes no option 'chunks_per_seq'"):
         pc.build("seq1f1b", 2, 4, chunks_per_seq=2)
+
+
+# -- per-chunk work: Schedule.with_factors and with_chunk_costs --------------
+
+def test_token_split_factors_are_the_causal_closed_form():
+    # Even token split: chunk j of k does (1-a)/k of the linear work and
+    # a (2j+1)/k^2 of the attention (token t reads t keys: the area of a
+    # triangle's strip), i.e. k times that relative to the mean chunk.
+    for k, a in [(2, 0.3), (4, 0.5), (8, 0.1)]:
+        j = np.arange(k)
+        got = seq1f1b.chunk_factors(seq1f1b.chunk_bounds(k, a, "tokens"), a)
+        np.testing.assert_allclose(got, k * ((1 - a) / k + a * (2 * j + 1) / k**2))
+
+
+def test_compute_split_balances_work_and_unbalances_tokens():
+    # The paper's computation-wise partition: equal work per chunk, so the
+    # later chunks hold fewer tokens. Work up to x is (1-a) x + a x^2.
+    b = seq1f1b.chunk_bounds(4, 0.4, "compute")
+    work = 0.6 * b + 0.4 * b**2
+    np.testing.assert_allclose(work, np.arange(5) / 4)
+    np.testing.assert_allclose(seq1f1b.chunk_factors(b, 0.4), 1.0)
+    assert np.all(np.diff(np.diff(b)) < 0)
+
+
+def test_factors_are_the_same_as_per_op_stragglers():
+    # simulate applies time factors through the per-op factor path the
+    # stragglers already use: the same times, bit for bit.
+    sched = pc.build("seq1f1b", 4, 16, seq_chunks=4)
+    heavy = seq1f1b.with_chunk_costs(sched, 0.4, 0.5)
+    c = pc.Costs(f=1.0, b=2.0, w=0.0, comm=0.1)
+    a = pc.simulate(heavy, c)
+    b = pc.simulate(sched, c, stragglers=heavy.factors.time)
+    assert a.makespan == b.makespan
+    np.testing.assert_array_equal(a.finish, b.finish)
+    # Total work kept: factors average 1 per sequence.
+    np.testing.assert_allclose(a.busy, pc.simulate(sched, c).busy)
+    # With stragglers as well, both multiply.
+    slow = pc.simulate(heavy, c, stragglers={0: 2.0})
+    assert slow.makespan > a.makespan
+
+
+def reference_peaks(sched, costs, act):
+    """Running activation total per device in program order, factor by factor."""
+    peaks = []
+    for prog in sched.programs():
+        total = best = 0.0
+        for kind, s, u in prog:
+            row = act[(s, u)]
+            if kind == "F":
+                total += costs.activation * row
+                best = max(best, total)
+            elif kind == "BW":
+                total -= costs.activation * row
+        peaks.append(best)
+    return np.array(peaks)
+
+
+def test_activation_factors_give_the_memory_of_uneven_chunks():
+    sched = pc.build("seq1f1b", 4, 16, seq_chunks=4)
+    heavy = seq1f1b.with_chunk_costs(sched, 0.4, 0.5, split="compute")
+    tokens = 4 * np.diff(seq1f1b.chunk_bounds(4, 0.45, "compute"))
+    act = {(s, u): tokens[u % 4] for s in range(4) for u in range(16)}
+    c = pc.Costs(comm=0.0, activation=3.0)
+    res = pc.simulate(heavy, c)
+    np.testing.assert_allclose(res.peak_activation, reference_peaks(sched, c, act))
+    # The timed memory curve reaches the same peaks and ends at zero.
+    table = res.memory.table
+    dev = table.column("device").to_numpy()
+    total = table.column("activation").to_numpy()
+    for d in range(4):
+        assert total[dev == d].max() == pytest.approx(res.peak_activation[d])
+        assert total[dev == d][-1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_paths_that_would_ignore_factors_refuse():
+    heavy = seq1f1b.with_chunk_costs(pc.build("seq1f1b", 2, 4, seq_chunks=2), 0.3, 0.3)
+    rule = r"carries per-op work factors \(Schedule.with_factors\), which .* would ignore"
+    with pytest.raises(ValueError, match=rule):
+        pc.ideal_table(heavy)
+    with pytest.raises(ValueError, match=rule):
+        pc.simulate_many(heavy, {"f": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=rule):
+        pc.recompute(heavy, stages=[0])
+    with pytest.raises(ValueError, match=rule):
+        pc.compile_schedule(heavy, pc.Costs())
+    pc.validate(heavy)  # the rules do not depend on the work
+
+
+def test_bad_factors():
+    sched = pc.build("seq1f1b", 2, 4, seq_chunks=2)
+    with pytest.raises(ValueError, match=r"'time' factors need one entry per op \(16\)"):
+        sched.with_factors(time=[1.0])
+    bad = np.ones(sched.num_ops)
+    bad[3] = 0.0
+    with pytest.raises(ValueError, match=r"'time' factor of op row 3 \(device 0 slot 3 .*\) must "
+                                         r"be a finite number > 0 \(got 0.0\)"):
+        sched.with_factors(time=bad)
+    with pytest.raises(ValueError, match=r"but its forward's .* must be equal"):
+        sched.with_factors(activation=np.where(sched.kind_codes == 0, 1.0, 2.0))
+    with pytest.raises(ValueError, match=r"'attention_f' must be in \[0, 1\)"):
+        seq1f1b.with_chunk_costs(sched, 1.0, 0.2)
+    with pytest.raises(ValueError, match=r"needs a schedule built by pipecore.build\('seq1f1b'"):
+        seq1f1b.with_chunk_costs(pc.build("1f1b", 2, 4), 0.1, 0.1)
+    assert sched.with_factors(time=np.ones(16)) != sched

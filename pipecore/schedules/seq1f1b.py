@@ -36,13 +36,19 @@ import numpy as np
 
 from ..core.ops import InputError, ScheduleError
 from ..core.schedule import Schedule, check_int, op_label
-from ..kernels.codes import BW, B, F
+from ..kernels.codes import BW, B, F, W
 from ..kernels.seqchunks import seq1f1b_columns
 from .construct import at_scale, kernel_to_schedule, slots_to_schedule
 from .papers import SEQ1F1B
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
-__all__ = ["build_seq1f1b", "formula_seq1f1b", "check_chunk_order", "warmup"]
+__all__ = ["build_seq1f1b", "formula_seq1f1b", "check_chunk_order", "warmup", "chunk_bounds",
+           "chunk_factors", "with_chunk_costs", "SPLITS"]
+
+#: How a sequence is cut: "tokens" (k equal token counts: equal memory, the
+#: later chunks slower) or "compute" (the paper's computation-wise partition:
+#: equal work, the later chunks shorter and lighter in memory).
+SPLITS = ("tokens", "compute")
 
 #: Chunks per sequence when ``seq_chunks`` is not given (the paper's figure 1 splits in two).
 DEFAULT_SEQ_CHUNKS = 2
@@ -198,6 +204,135 @@ def formula_seq1f1b(p, m, v, c, seq_chunks=DEFAULT_SEQ_CHUNKS):
     t = c.f + c.b + c.w
     return {"makespan": (m + p - 1) * t, "bubble_time": (p - 1) * t,
             "peak_activation": warmup(p, m, k) * c.activation, "exact": True}
+
+
+def _share(name, value):
+    try:
+        a = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"'{name}' must be a number in [0, 1) (got {value!r})") from None
+    if not 0.0 <= a < 1.0:
+        raise InputError(f"'{name}' must be in [0, 1): the share of the work in causal attention "
+                         f"(got {value!r})")
+    return a
+
+
+def chunk_bounds(seq_chunks, attention=0.0, split="tokens"):
+    """Where the k chunks of a sequence start and end, as fractions of its tokens.
+
+    A sequence's work is ``(1 - a) x + a x^2`` up to token fraction x: the
+    linear layers' part grows with the tokens, causal attention's with the
+    square (token t reads t keys). ``"tokens"`` cuts at j / k;
+    ``"compute"`` where the work reaches j / k (the paper's
+    computation-wise partition).
+
+    Parameters
+    ----------
+    seq_chunks : int
+        k.
+    attention : float, default 0
+        a, the share of the sequence's work in causal attention, in [0, 1).
+    split : {"tokens", "compute"}
+
+    Returns
+    -------
+    numpy.ndarray
+        k + 1 increasing fractions from 0 to 1.
+
+    Raises
+    ------
+    ValueError
+        For k < 1, a share outside [0, 1) or an unknown split.
+    """
+    k = _check_chunks(seq_chunks)
+    a = _share("attention", attention)
+    if split not in SPLITS:
+        raise InputError(f"'split' must be one of {', '.join(SPLITS)} (got {split!r})")
+    c = np.arange(k + 1) / k
+    if split == "tokens" or a == 0.0:
+        return c
+    # The root in [0, 1] of a x^2 + (1 - a) x = c.
+    return (-(1 - a) + np.sqrt((1 - a) ** 2 + 4 * a * c)) / (2 * a)
+
+
+def chunk_factors(bounds, attention):
+    """Each chunk's work for an op kind, relative to the mean chunk (k of them average 1).
+
+    Parameters
+    ----------
+    bounds : array_like of float
+        :func:`chunk_bounds`.
+    attention : float
+        The kind's share of its work in causal attention, in [0, 1) (0 for
+        W, which has none).
+
+    Returns
+    -------
+    numpy.ndarray
+        k factors, ``k ((1 - a) (x[j+1] - x[j]) + a (x[j+1]^2 - x[j]^2))``.
+
+    Raises
+    ------
+    ValueError
+        For a share outside [0, 1).
+    """
+    x = np.asarray(bounds, dtype=np.float64)
+    a = _share("attention", attention)
+    k = len(x) - 1
+    return k * ((1 - a) * np.diff(x) + a * np.diff(x * x))
+
+
+def with_chunk_costs(schedule, attention_f, attention_b, attention_w=0.0, split="tokens"):
+    """A Seq1F1B schedule whose ops carry their chunk's work (:meth:`Schedule.with_factors`).
+
+    With costs per unit (a sequence's divided by k), chunk j's F takes
+    ``chunk_factors(bounds, attention_f)[j]`` times the unit's F, its
+    backward likewise (a BW weighs B and W by the unit's ``b`` and ``w``
+    is not known here, so it takes B's share: pass the share of B + W), and
+    its activation the chunk's share of the tokens (activations grow with
+    the tokens when attention keeps no s^2 scores, as with FlashAttention).
+
+    Parameters
+    ----------
+    schedule : Schedule
+        Built by ``pipecore.build("seq1f1b", ...)``.
+    attention_f, attention_b : float
+        Shares of causal attention in a sequence's F and backward work
+        (B, or B + W for a fused BW), in [0, 1).
+    attention_w : float, default 0
+        The share in W (0: the weight gradients are linear in the tokens).
+    split : {"tokens", "compute"}
+        How the sequence is cut; ``"compute"`` balances the total work with
+        the share ``(attention_f + attention_b) / 2`` (equal F and B weight).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        If the schedule was not built by the seq1f1b family, or for a bad
+        share or split.
+    """
+    k = schedule.params.get("seq_chunks")
+    if schedule.params.get("family") != "seq1f1b" or k is None:
+        raise InputError(f"with_chunk_costs needs a schedule built by pipecore.build('seq1f1b', "
+                         f"...) (got {schedule.name!r})")
+    a_f = _share("attention_f", attention_f)
+    a_b = _share("attention_b", attention_b)
+    a_w = _share("attention_w", attention_w)
+    bounds = chunk_bounds(k, (a_f + a_b) / 2, split)
+    j = schedule._column("microbatch") % k
+    kinds = schedule.kind_codes
+    per_kind = {F: chunk_factors(bounds, a_f), B: chunk_factors(bounds, a_b),
+                BW: chunk_factors(bounds, a_b), W: chunk_factors(bounds, a_w)}
+    time = np.ones(schedule.num_ops)
+    for code, factors in per_kind.items():
+        rows = kinds == code
+        time[rows] = factors[j[rows]]
+    tokens = k * np.diff(bounds)
+    return schedule.with_factors(time=time, activation=tokens[j])
 
 
 register(Family("seq1f1b", build_seq1f1b, formula_seq1f1b, options=("seq_chunks",),
