@@ -24,34 +24,25 @@ def reference_programs(p, n, k):
     programs = []
     for d in range(p):
         warm = min(p - d + k - 2, n)
-        queue = []  # [sequence, its units still waiting], the oldest first
-        out = []
-        fwd = 0
-
-        def forward():
-            nonlocal fwd
-            out.append(f"{d}F{fwd}")
-            # A forward fills its own sequence's group (fwd // k), whatever
-            # the backwards already took from the older groups.
-            if not queue or queue[-1][0] != fwd // k:
-                queue.append([fwd // k, []])
-            queue[-1][1].append(fwd)
-            fwd += 1
-
-        def backward():
-            unit = queue[0][1].pop()  # the last chunk of the oldest sequence
-            if not queue[0][1]:
-                queue.pop(0)
-            out.append(f"{d}BW{unit}")
-
-        for _ in range(warm):
-            forward()
-        for _ in range(n - warm):
-            forward()
-            backward()
-        for _ in range(warm):
-            backward()
-        programs.append(out)
+        state = {"queue": [], "out": [], "fwd": 0}  # queue: [sequence, its waiting units]
+        steps = ["F"] * warm + ["F", "B"] * (n - warm) + ["B"] * warm
+        for step in steps:
+            queue, out = state["queue"], state["out"]
+            if step == "F":
+                fwd = state["fwd"]
+                out.append(f"{d}F{fwd}")
+                # A forward fills its own sequence's group (fwd // k), whatever
+                # the backwards already took from the older groups.
+                if not queue or queue[-1][0] != fwd // k:
+                    queue.append([fwd // k, []])
+                queue[-1][1].append(fwd)
+                state["fwd"] = fwd + 1
+            else:
+                unit = queue[0][1].pop()  # the last chunk of the oldest sequence
+                if not queue[0][1]:
+                    queue.pop(0)
+                out.append(f"{d}BW{unit}")
+        programs.append(state["out"])
     return programs
 
 
@@ -252,3 +243,37 @@ def test_bad_factors():
     with pytest.raises(ValueError, match=r"needs a schedule built by pipecore.build\('seq1f1b'"):
         seq1f1b.with_chunk_costs(pc.build("1f1b", 2, 4), 0.1, 0.1)
     assert sched.with_factors(time=np.ones(16)) != sched
+
+
+# -- the long-sequence study --------------------------------------------------
+
+def test_attention_share_is_megatrons_closed_form():
+    # Llama-2 7B block, b = 1: linear FLOPs 2 s (4 h^2 + 3 h f) (gated MLP,
+    # kv heads = heads) and attention 4 s^2 h (the Model.transformer docstring,
+    # Megatron eq. 2's terms): share 4 s^2 h / (that + 4 s^2 h).
+    from pipecore.analysis.longseq import attention_shares
+    h, f = 4096, 11008
+    for s in (8192, 32768):
+        got = attention_shares(pc.Model.preset("llama2-7b", seq=s),
+                               pc.Model.preset("llama2-7b", seq=s // 2))
+        linear = 2 * s * (4 * h * h + 3 * h * f)
+        assert got["f"] == pytest.approx(4 * s * s * h / (linear + 4 * s * s * h), rel=1e-9)
+        assert got["w"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_study_memory_is_the_closed_form_and_the_compute_split_wins_long():
+    from pipecore.analysis.longseq import seq1f1b_study
+    rows = seq1f1b_study(seq_lengths=(8192, 65536), seq_chunks=(2, 4))
+    by = {(r["seq"], r["schedule"]): r for r in rows}
+    p = 8
+    for s in (8192, 65536):
+        assert by[(s, "1f1b")]["speedup"] == 1.0
+        for k in (2, 4):
+            # Equal tokens per chunk: device 0 holds (p + k - 1)/(k p) of 1F1B's activations.
+            assert by[(s, f"seq1f1b k={k} tokens")]["memory_ratio"] == pytest.approx(
+                (p + k - 1) / (k * p))
+    # At 64k tokens attention is most of the work: equal-work chunks beat
+    # equal-token chunks and every other schedule here.
+    long = [r for r in rows if r["seq"] == 65536]
+    assert max(long, key=lambda r: r["speedup"])["schedule"] == "seq1f1b k=4 compute"
+    assert by[(65536, "seq1f1b k=4 tokens")]["speedup"] < 1.0
