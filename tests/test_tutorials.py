@@ -46,6 +46,7 @@ EXPECTED = {
     "compose-and-explore": (["same programs as pc.build: True", "zb-v preset",
                              "fastest within the memory limit", "layers per stage:", "GB of 40 GB"],
                             ["v-capped.png"]),
+    "long-sequences": (["seq1f1b k=4 compute", "131072 zb-v"], ["long-sequences.png"]),
 }
 
 

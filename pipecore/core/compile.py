@@ -16,7 +16,7 @@ from ..kernels.codes import F_DROP, N_CLASSES, X_CLASSES
 from . import tier
 from .costs import Costs, Network, per_stage_direct
 from .ops import AR, BW, B, F, InputError, L, O, R, W, check_type  # noqa: E741 (kinds named by their letters)
-from .schedule import Schedule
+from .schedule import Schedule, refuse_factors
 
 __all__ = ["compile_schedule", "make_units", "Compiled", "Run"]
 
@@ -222,7 +222,7 @@ def _check_costs(costs):
 
 
 def compile_schedule(schedule: Schedule, costs: Costs | None = None,
-                     network: Network | None = None) -> Compiled:
+                     network: Network | None = None, factors: bool = False) -> Compiled:
     """Turn a schedule, costs and network into flat kernel arrays.
 
     Parameters
@@ -233,6 +233,9 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         Defaults to ``Costs()``.
     network : Network, optional
         Without one, transfers take ``costs.comm`` and never contend.
+    factors : bool, default False
+        Whether the caller applies the schedule's per-op work factors
+        (:meth:`Schedule.with_factors`) itself; the arrays here leave them out.
 
     Returns
     -------
@@ -241,9 +244,12 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     Raises
     ------
     ValueError
-        If costs or network do not fit the schedule (vector lengths).
+        If costs or network do not fit the schedule (vector lengths), or the
+        schedule carries work factors and ``factors`` is False.
     """
     check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    if not factors:
+        refuse_factors(schedule, "this path (compile_schedule)")
     costs = _check_costs(costs)
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")

@@ -21,7 +21,7 @@ from ..kernels.carriers import (
     Structures,
 )
 from .ops import InputError
-from .schedule import Schedule
+from .schedule import Schedule, refuse_factors
 
 __all__ = ["ReplayStructure", "Pack", "structure_of"]
 
@@ -35,6 +35,7 @@ class ReplayStructure:
         from .simulate import validate
 
         validate(schedule)  # deadlock and every structural rule, with a clear error
+        refuse_factors(schedule, "the batched kernels (simulate_many, scan, tune)")
         st = schedule._info()
         if st.x_host.any():
             raise InputError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "

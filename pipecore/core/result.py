@@ -266,7 +266,7 @@ class Result:
         """
         c = self._c
         peak = np.zeros(len(c.dev_ptr) - 1)
-        if c.x_host is not None and c.x_host.any():
+        if (c.x_host is not None and c.x_host.any()) or self._act_factor is not None:
             dev, _time, total = self._events()
             np.maximum.at(peak, dev, total)
             return peak
@@ -285,6 +285,8 @@ class Result:
             [kind == F, kind == B, kind == W, kind == BW, kind == R, kind == F_DROP],
             [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
              c.ckpt[s]], default=0.0)
+        if self._act_factor is not None:
+            delta = delta * self._act_factor
         time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
         return delta, time
 
@@ -302,6 +304,8 @@ class Result:
         host = c.x_host if c.x_host is not None else np.zeros(len(c.x_src), np.int8)
         out, back = np.flatnonzero(host == 1), np.flatnonzero(host == 2)
         amount = c.act[c.op_stage[c.x_src]]
+        if self._act_factor is not None:
+            amount = amount * self._act_factor[c.x_src]
         ev_dev = np.concatenate([dev[c.x_src[out]], dev[rows], dev[c.x_src[back]]])
         ev_time = np.concatenate([self._x_arrival[out], time[rows], self._x_start[back]])
         ev_delta = np.concatenate([-amount[out], delta[rows], amount[back]])
@@ -315,6 +319,12 @@ class Result:
             a, b = bounds[d], bounds[d + 1]
             total[a:b] = np.cumsum(ev_delta[a:b])
         return ev_dev, ev_time, total
+
+    @property
+    def _act_factor(self):
+        """The schedule's per-op activation factors, or None."""
+        factors = getattr(self.schedule, "factors", None)
+        return None if factors is None else factors.activation
 
     @cached_property
     def static_memory(self) -> np.ndarray:

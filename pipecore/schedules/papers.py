@@ -16,7 +16,8 @@ from .registry import Paper
 
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
-           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V"]
+           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
+           "SEQ1F1B"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -84,3 +85,9 @@ DUALPIPE = Paper(
 DUALPIPE_V = Paper(
     "DeepSeek-AI", "DualPipe", "GitHub repository", 2025, "https://github.com/deepseek-ai/DualPipe",
     note="DualPipeV, Sea AI Lab's cut-in-half of DualPipe; order as PyTorch's ScheduleDualPipeV")
+
+SEQ1F1B = Paper(
+    "Sun et al.",
+    "Seq1F1B: Efficient Sequence-Level Pipeline Parallelism for Large Language Model Training",
+    "arXiv:2406.03488", 2024, "https://arxiv.org/abs/2406.03488",
+    note="order from the authors' Megatron-LM code (github.com/thunlp/Seq1F1B)")
