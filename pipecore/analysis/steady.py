@@ -216,10 +216,10 @@ class SteadyState:
                  f"  time per iteration {self.iteration_time:.6g} (lower is better); "
                  f"{self.samples_per_time:.6g} samples per time unit (higher is better)",
                  f"  staleness per stage (steps): {_short(self.staleness)}",
-                 f"  weight versions per stage: {_short(self.versions)}; copies held: "
-                 f"{_short(self.weight_copies)}",
+                 f"  weight versions needed per stage: {_short(self.versions)}",
+                 f"  weight copies held per stage: {_short(self.weight_copies)}",
                  f"  peak memory per device (activation + weights, M): {_short(self.peak_memory)}"]
-        if "speedup" in self.formula:
+        if self.formula.get("speedup") is not None:
             lines.append(f"  closed form: {self.formula['speedup']:.4g}x the samples per time of "
                          f"1F1B with a flush every step (higher is better)")
         lines += [f"  differs from the closed form: {flag}" for flag in self.flags]
@@ -280,9 +280,13 @@ def steady_state(result: Result, microbatch_size: float = 1.0) -> SteadyState:
             raise InputError(f"{sched.name!r} streams {m} microbatches: steady state needs "
                              f"{MIN_ITERATIONS} iterations clear of the fill and drain, "
                              f"microbatches >= {need} with {k} per step on {p} devices")
+        # Communication makes the cycle of 1F1B's steady state span p
+        # microbatches (device 0's round trip): whole cycles only, if enough.
+        cycle = p // math.gcd(p, k)
+        whole = (hi - lo) // cycle * cycle
+        iterations = whole if whole >= MIN_ITERATIONS else hi - lo
         ends = _step_ends(result, k)
-        iteration_time = float(ends[hi] - ends[lo]) / (hi - lo)
-        iterations = hi - lo
+        iteration_time = float(ends[lo + iterations] - ends[lo]) / iterations
         staleness = wv.staleness[:, lo * k:(hi + 1) * k].max(axis=1)
         versions = wv.held
     else:
@@ -335,8 +339,8 @@ def _flags(state, forms):
         return flags
     time, want = state["iteration_time"], forms["iteration_time"]
     if abs(time - want) > 1e-9 * max(1.0, abs(want)):
-        flags.append(f"iteration_time {time:.6g} vs closed form {want:.6g} (communication, "
-                     f"jitter or stragglers lengthen the cycle)")
+        flags.append(f"iteration_time {time:.6g} vs closed form {want:.6g} (a network, jitter "
+                     f"or stragglers change the cycle)")
     for key in ("staleness", "versions", "weight_copies"):
         if not np.array_equal(state[key], forms[key]):
             flags.append(f"{key} {_short(state[key])} vs closed form {_short(forms[key])}")

@@ -149,12 +149,16 @@ def steady_forms(name: str, devices: int, accumulation: int | None = None,
     Returns
     -------
     dict
-        ``accumulation``; ``iteration_time`` = k (T_F + T_BW), time per
-        optimizer step (lower is better); ``samples_per_time`` = k *
+        ``accumulation``; ``iteration_time`` = k (T + 2 (p - 1) c / p) with
+        T = T_F + T_BW and c = ``costs.comm``, time per optimizer step
+        (lower is better: device 0 keeps p microbatches in flight, and each
+        one's round trip takes p T + 2 (p - 1) c); ``samples_per_time`` = k *
         microbatch_size / iteration_time (higher is better);
-        ``flush_iteration_time`` = (k + p - 1)(T_F + T_BW), 1F1B's step with
-        its flush; ``speedup`` = their ratio (k + p - 1) / k (times faster
-        than 1F1B); ``staleness`` and ``versions`` per stage (steps,
+        ``flush_iteration_time`` = (k + p - 1) T, 1F1B's step with its
+        flush, and ``speedup`` = (k + p - 1) / k, their ratio (times the
+        samples per time of 1F1B), both None when c > 0 (1F1B's flush with
+        communication has no closed form here); ``staleness`` and
+        ``versions`` per stage (steps,
         versions); ``weight_copies`` per stage (copies held: the versions,
         or 2 with a moving average where a stage has a delay);
         ``weight_memory`` per device, in the unit of ``Costs.weights``.
@@ -176,21 +180,22 @@ def steady_forms(name: str, devices: int, accumulation: int | None = None,
                          f"None (got {accumulation!r})")
     _check_history(history)
     c = Costs() if costs is None else costs
-    for field in ("f", "b", "w", "weights") + (("bw",) if c.bw is not None else ()):
+    for field in ("f", "b", "w", "comm", "weights") + (("bw",) if c.bw is not None else ()):
         if np.ndim(getattr(c, field)) != 0:
             raise InputError(f"closed forms assume equal stages: Costs '{field}' must be a scalar")
     size = float(microbatch_size)
     if not math.isfinite(size) or size <= 0:
         raise InputError(f"'microbatch_size' must be a finite number > 0 (got {microbatch_size!r})")
     op = c.f + (c.b + c.w if c.bw is None else c.bw)
-    period = k * op
-    flush = (k + p - 1) * op
+    period = k * (op + 2 * (p - 1) * c.comm / p)
+    flush = (k + p - 1) * op if c.comm == 0 else None
     staleness = stage_staleness(p, k, sync)
     versions = stage_versions(p, k, sync)
     copies = _copies(versions, staleness, history if key == "layerpipe2" else "stash")
     return {"accumulation": k, "iteration_time": period,
             "samples_per_time": k * size / period if period else math.inf,
-            "flush_iteration_time": flush, "speedup": flush / period if period else 1.0,
+            "flush_iteration_time": flush,
+            "speedup": None if flush is None else (flush / period if period else 1.0),
             "staleness": staleness, "versions": versions, "weight_copies": copies,
             "weight_memory": copies * float(c.weights)}
 
