@@ -17,8 +17,10 @@ and which version each microbatch uses. A schedule records that in its
 stage when it reaches that stage; ``"input"``: the newest version on the
 input stage when the step enters the pipeline, used on every stage) and
 ``weight_versions`` (copies of each stage's weights held, which
-``Result.static_memory`` counts). :func:`pipecore.steady_state` reads the
-versions back from the op order and measures the steady-state throughput.
+``Result.static_memory`` counts for the whole run: their steady-state
+number, which the first steps of the stream do not reach yet).
+:func:`pipecore.steady_state` reads the versions back from the op order and
+measures the steady-state throughput.
 """
 
 from __future__ import annotations
