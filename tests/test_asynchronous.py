@@ -4,11 +4,11 @@ LayerPipe2 stream microbatches without a flush.
 Golden values come from the papers' update rules and from hand-worked
 schedules, never from pipecore's own closed forms:
 
-- PipeDream (SOSP 2019, section 3, weight stashing): the update with n stages is
+- PipeDream (SOSP 2019, weight stashing): the update with n stages is
   W^(t+1) = W^(t) - lr grad f(W_1^(t-n+1), W_2^(t-n+2), ..., W_n^(t)), so stage s
   (0-based) computes on weights p - 1 - s steps old, and stashes one version per
   microbatch in flight: p - s on stage s under 1F1B (p - s in flight).
-- PipeDream-2BW (ICML 2021, section 3.1): W^(t+1) = W^(t) - lr grad f(W^(t-1)),
+- PipeDream-2BW (ICML 2021, its 2BW update semantics): W^(t+1) = W^(t) - lr grad f(W^(t-1)),
   one step stale on every stage, with two weight versions.
 - LayerPipe2 (arXiv:2512.08160, abstract; the issue's text): the delay of a
   layer is the number of pipeline stages downstream of it, p - 1 - s; storing

@@ -90,7 +90,7 @@ DUALPIPE_V = Paper(
 PIPEDREAM = Paper(
     "Narayanan et al.", "PipeDream: Generalized Pipeline Parallelism for DNN Training", "SOSP 2019",
     2019, "https://doi.org/10.1145/3341301.3359646",
-    note="1F1B without flushes and weight stashing (section 3); no vertical sync")
+    note="1F1B without flushes and weight stashing; no vertical sync")
 PIPEDREAM_2BW = replace(PIPEDREAM_FLUSH, note="PipeDream-2BW: double-buffered weight updates; which "
                         "version a step uses is pipecore's reading of the one-step delay")
 LAYERPIPE2 = Paper(
