@@ -29,6 +29,7 @@ from .analysis.compare import compare
 from .analysis.critical import critical_path, device_share
 from .analysis.formulas import formula
 from .analysis.model import Hardware, Layer, Model
+from .analysis.steady import SteadyState, steady_state
 from .analysis.swarm import Swarm, swarm
 from .analysis.table import IdealTable, ideal_table
 from .analysis.variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
@@ -71,6 +72,7 @@ __all__ = [
     "critical_path", "device_share", "report", "product",
     "compose", "orders", "placements", "explore",
     "Architecture", "Strategy", "Estimate", "estimate", "GPU", "Cluster", "Strategies", "strategies",
+    "SteadyState", "steady_state",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,

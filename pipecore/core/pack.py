@@ -98,9 +98,10 @@ class ReplayStructure:
         self.x_src_dev = np.asarray(st.x_src_dev, dtype=np.int64)
         self.x_dst_dev = np.asarray(st.x_dst_dev, dtype=np.int64)
         copies = np.zeros(p, dtype=np.int32)
-        for devices in st.stage_devices:
+        versions = schedule.weight_versions  # stashed weight versions count as copies
+        for stage, devices in enumerate(st.stage_devices):
             for d in devices:
-                copies[d] += 1
+                copies[d] += versions[stage]
         self.d_copies = copies
         self.d_has = np.diff(dev_ptr) > 0
         # Row arrays for the full list scheduler.

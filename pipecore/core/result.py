@@ -329,8 +329,9 @@ class Result:
     @cached_property
     def static_memory(self) -> np.ndarray:
         """numpy.ndarray: weight memory of each device (distinct stages it holds,
-        a replicated stage counted on each of its devices)."""
-        weights = self._c.stage_arrays["weights"]
+        a replicated stage counted on each of its devices, each stage once per
+        weight version the schedule stashes: ``Schedule.weight_versions``)."""
+        weights = self._c.stage_arrays["weights"] * self.schedule.weight_versions
         out = np.zeros(self.devices)
         for stage, devices in enumerate(self.schedule.stage_devices):
             for d in devices:  # each replica holds its own copy of the weights

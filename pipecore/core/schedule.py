@@ -430,6 +430,27 @@ class Schedule:
         """list of tuple: the devices each stage runs on (two for a replica pair)."""
         return self._info().stage_devices
 
+    @property
+    def weight_versions(self) -> np.ndarray:
+        """numpy.ndarray: copies of each stage's weights that a device running
+        it holds (int64, one per stage): 1, unless ``params['weight_versions']``
+        declares more, as the asynchronous families do for the versions they
+        stash. Static memory (``Result.static_memory``) counts each copy.
+
+        Raises
+        ------
+        ValueError
+            If the declared list does not hold one int >= 1 per stage.
+        """
+        declared = self.params.get("weight_versions")
+        if declared is None:
+            return np.ones(self.stages, dtype=np.int64)
+        arr = np.asarray(declared)
+        if arr.shape != (self.stages,) or arr.dtype.kind not in "iu" or (arr < 1).any():
+            raise InputError(f"schedule {self.name!r}: params['weight_versions'] must hold one "
+                             f"int >= 1 per stage ({self.stages}) (got {declared!r:.80})")
+        return arr.astype(np.int64)
+
     def _info(self):
         """The schedule's :class:`~pipecore.core.structure.Structure`,
         validated and derived on first use, then kept."""

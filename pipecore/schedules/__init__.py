@@ -10,6 +10,7 @@ order into a Schedule with the helpers of :mod:`.construct`
 """
 
 from . import (  # noqa: F401  (importing a family module registers it)
+    asynchronous,
     bfs,
     bitpipe,
     chimera,
