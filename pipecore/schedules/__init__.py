@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (importing a family module registers it)
     bitpipe,
     chimera,
     dualpipe,
+    freeze,
     gpipe,
     hanayo,
     interleaved,

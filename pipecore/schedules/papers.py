@@ -16,7 +16,8 @@ from .registry import Paper
 
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
-           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V"]
+           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
+           "TIMELY_FREEZE"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -84,3 +85,9 @@ DUALPIPE = Paper(
 DUALPIPE_V = Paper(
     "DeepSeek-AI", "DualPipe", "GitHub repository", 2025, "https://github.com/deepseek-ai/DualPipe",
     note="DualPipeV, Sea AI Lab's cut-in-half of DualPipe; order as PyTorch's ScheduleDualPipeV")
+
+TIMELY_FREEZE = Paper(
+    "Cho et al.", "TimelyFreeze: Adaptive Parameter Freezing Mechanism for Pipeline Parallelism",
+    "arXiv:2602.05754", 2026, "https://arxiv.org/abs/2602.05754",
+    note="freezing skips backward work; pipecore freezes whole stages (pipecore.freeze), not "
+         "the paper's per-microbatch freeze ratios chosen by a linear program")
