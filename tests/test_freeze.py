@@ -209,3 +209,21 @@ def test_batched_kernels_refuse_frozen_schedules():
     s = pc.build("1f1b", 4, 8, frozen=[0])
     with pytest.raises(ValueError, match="frozen stages \\[0\\].*use pipecore.simulate"):
         pc.simulate_many(s, {"f": [1.0]})
+
+
+@pytest.mark.parametrize("name,frozen", [("1f1b", [0, 1]), ("zb-h1", [1, 3]), ("gpipe", [2]),
+                                         ("interleaved-1f1b", [0, 5]), ("zb-h1", [0, 2, 3])])
+def test_fast_structure_equals_numpy_rules(name, frozen):
+    from pipecore.core.rules import structure
+
+    s = pc.build(name, 4, 8, frozen=frozen)
+    fast, slow = structure(s, fast=True), structure(s, fast=False)
+    for field in ("placement", "dev_ptr", "op_kind", "op_stage", "dep", "xfer", "out_ptr",
+                  "x_src", "x_dst", "x_dst_dev", "x_link"):
+        np.testing.assert_array_equal(getattr(fast, field), getattr(slow, field), err_msg=field)
+    assert fast.n_links == slow.n_links
+    # A broken frozen schedule is refused by the kernel too; the numpy rules name it.
+    progs = {0: ["0F0", "0B0", "0W0"], 1: ["1F0", "1B0", "1W0"]}
+    with pytest.raises(pc.ScheduleError, match="stage 1 is frozen"):
+        structure(pc.Schedule(pc.from_actions(progs).table, frozen=[1], validate=False),
+                  fast=True)

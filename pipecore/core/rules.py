@@ -533,7 +533,7 @@ def _structure_fast(schedule):
     """The kernel path of :func:`structure`, or None where it does not apply
     or a rule is broken (the numpy path then finds and names it)."""
     n = schedule.num_ops
-    if n == 0 or getattr(schedule, "frozen", ()):  # frozen stages: the numpy rules
+    if n == 0:
         return None
     kind = schedule.kind_codes
     top = int(kind.max())
@@ -564,11 +564,18 @@ def _structure_fast(schedule):
     ops = OpColumns(dev=dev, slot=slot, kind=kind, stage=stage, mb=mb)
     deps = Dependencies(paired=paired, dep=dep, out_ptr=out_ptr)
     first_dev = np.empty(S, dtype=np.int32)
+    stage_mode = np.zeros(S, dtype=np.int8)
+    frozen = getattr(schedule, "frozen", ())
+    if frozen:
+        if frozen[-1] >= S or len(frozen) == S:  # the numpy rules name it
+            return None
+        stage_mode[list(frozen)] = 1
+        stage_mode[:int(np.argmin(stage_mode))] = 2
     replicated = bool(schedule.replicated)
     for guess in (True, False):  # status 2: the sample missed a kind, so a column for each
         col = _index_columns(kind, top, guess)
         index = KeyIndex(col=col, idx=np.full((S * m, int(col.max()) + 1), -1, np.int32),
-                         first_dev=first_dev)
+                         first_dev=first_dev, stage_mode=stage_mode)
         status = structure_fbw_index(ops, p, S, m, replicated, index, deps)
         if status != 2:
             break

@@ -162,8 +162,11 @@ def freeze(schedule: Schedule, frozen=None, fraction=None, adapt: bool = False, 
     head = np.ones(dev.size, dtype=bool)
     head[1:] = (dev[1:] != dev[:-1]) | (slot[1:] != slot[:-1])
     unit = np.cumsum(head) - 1
-    first = np.searchsorted(dev, dev)
-    new_slot = (unit - unit[first]).astype(np.int32)
+    counts = np.bincount(dev, minlength=schedule.devices)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    # Rows are sorted by device: each row's device's first unit, repeated.
+    first_unit = np.repeat(unit[np.minimum(starts, max(unit.size - 1, 0))], counts)
+    new_slot = (unit - first_unit).astype(np.int32)
     params = dict(getattr(schedule, "params", {}) or {})
     params["frozen"] = list(every)
     out = Schedule.from_arrays(dev, new_slot, kind, stage.astype(np.int32), mb,
