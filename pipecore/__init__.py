@@ -47,6 +47,7 @@ from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan
 from .schedules import adaptive, blocks, generate, orders, placements
 from .schedules.compose import compose
+from .schedules.freeze import freeze
 from .schedules.offload import offload
 from .schedules.recompute import recompute
 from .schedules.registry import Family, Paper, build, family, register, schedules
@@ -65,7 +66,7 @@ __all__ = [
     "Family", "Paper", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
-    "adaptive", "recompute", "offload",
+    "adaptive", "recompute", "offload", "freeze",
     "Grid", "ScanError", "ScanWarning", "scan", "write_scan", "verify_scan", "tune", "Tuned", "TuneError",
     "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if", "Swarm", "swarm",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",

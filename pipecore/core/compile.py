@@ -257,6 +257,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     S = st.stages
     p = schedule.devices
     arrays = costs.stage_arrays(S, p)
+    if getattr(schedule, "frozen", ()):
+        arrays = frozen_memory(arrays, schedule.frozen)
     # Rows by cost class (core.rules.op_class): the kinds, then a dropped F.
     # Compute classes take their time plus the per-op overhead (x + 0.0 == x,
     # so the default leaves every time bit-identical).
@@ -314,6 +316,44 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         units=st.memo[units_key],
         op_code=st.op_code,
     )
+
+
+def frozen_memory(arrays, frozen):
+    """The per-stage memory arrays of a schedule with frozen stages.
+
+    Autograd keeps, for each op, only what the gradients it must compute
+    need. A frozen stage computes no weight gradient, so its F keeps
+    ``activation - activation_w`` (the part B needs) and nothing is left
+    for a W; a frozen stage below the lowest trainable one runs no
+    backward, so its F keeps nothing. Times are untouched: the schedule
+    itself has no W (and no backward) for those stages.
+
+    Parameters
+    ----------
+    arrays : dict
+        :meth:`Costs.stage_arrays`' output.
+    frozen : tuple of int
+        The schedule's frozen stages (valid: at least one stage trains).
+
+    Returns
+    -------
+    dict
+        A copy of ``arrays`` with ``activation``, ``activation_w`` and
+        ``checkpoint`` changed on the frozen stages.
+    """
+    out = dict(arrays)
+    act = arrays["activation"].copy()
+    act_w = arrays["activation_w"].copy()
+    ckpt = arrays["checkpoint"].copy()
+    is_frozen = np.zeros(act.shape[0], dtype=bool)
+    is_frozen[list(frozen)] = True
+    dead = np.arange(act.shape[0]) < int(np.argmin(is_frozen))
+    act[is_frozen] -= act_w[is_frozen]
+    act_w[is_frozen] = 0.0
+    act[dead] = 0.0
+    np.minimum(ckpt, act, out=ckpt)
+    out.update(activation=act, activation_w=act_w, checkpoint=ckpt)
+    return out
 
 
 def _shared_host_links(st, p, group):

@@ -45,6 +45,8 @@ class ReplayStructure:
         n = st.op_kind.shape[0]
         p = schedule.devices
         S = st.stages
+        self.name = schedule.name
+        self.frozen = tuple(getattr(schedule, "frozen", ()))
         self.devices = p
         self.stages = S
         self.microbatches = st.microbatches
@@ -157,6 +159,12 @@ class Pack:
     def __init__(self, entries):
         self.entries = list(entries)
         structs = [s for s, _ in self.entries]
+        for s in structs:
+            if getattr(s, "frozen", ()):
+                raise InputError(f"schedule {s.name!r} has frozen stages {list(s.frozen)}, whose "
+                                 f"activations differ from their costs' (core.compile."
+                                 f"frozen_memory); the batched kernels take one activation per "
+                                 f"configuration, so use pipecore.simulate for it")
         codes = [s.x_code(dpn) for s, dpn in self.entries]
 
         def offsets(sizes):

@@ -102,6 +102,11 @@ class Schedule:
         own microbatches), as Chimera and DualPipe do; weights then count
         once per replica. Without it a stage split across devices is an
         error.
+    frozen : iterable of int, default ()
+        Stages whose weights are frozen (take no gradient): such a stage has
+        no W (its backward is a B alone), and a frozen stage below the
+        lowest trainable one has no backward at all (F alone). See
+        :func:`pipecore.freeze`, which makes such schedules.
 
     Raises
     ------
@@ -113,7 +118,7 @@ class Schedule:
 
     def __init__(self, table: pa.Table, *, name: str = "custom",
                  devices: int | None = None, params: Mapping | None = None,
-                 validate: bool = True, replicated: bool = False):
+                 validate: bool = True, replicated: bool = False, frozen=()):
         table = _normalise_table(table)
         n = table.num_rows
         device = table.column("device").to_numpy()
@@ -151,6 +156,7 @@ class Schedule:
         self.devices = devices
         self.params = dict(params or {})
         self.replicated = bool(replicated)
+        self.frozen = _frozen_stages(frozen)
         self._structure = None
         self._own = {}  # see from_arrays
         self.factors = None  # per-op work factors (with_factors), None: every op as Costs says
@@ -178,7 +184,7 @@ class Schedule:
             change under its validation).
         **kwargs
             Passed to :class:`Schedule` (``name``, ``devices``, ``params``,
-            ``validate``, ``replicated``).
+            ``validate``, ``replicated``, ``frozen``).
 
         Returns
         -------
@@ -524,6 +530,7 @@ class Schedule:
         if not isinstance(other, Schedule):
             return NotImplemented
         return (self.devices == other.devices and self.replicated == other.replicated
+                and self.frozen == other.frozen
                 and self._table.equals(other._table)
                 and _same_factors(getattr(self, "factors", None), getattr(other, "factors", None)))
 
@@ -531,7 +538,7 @@ class Schedule:
 
 
 def from_actions(programs, *, name: str = "custom", devices: int | None = None,
-                 replicated: bool = False) -> Schedule:
+                 replicated: bool = False, frozen=()) -> Schedule:
     """Build a schedule from hand-written per-device action lists.
 
     Parameters
@@ -549,6 +556,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         Number of devices; defaults to the number of programs given.
     replicated : bool, default False
         Allow stages on several devices (see :class:`Schedule`).
+    frozen : iterable of int, default ()
+        Stages whose weights are frozen (see :class:`Schedule`).
 
     Returns
     -------
@@ -631,7 +640,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
             f"at most max(actions, {_FREE_DEVICES}) devices", rule="range")
     while len(parsed) < devices:
         parsed.append([])
-    return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated)
+    return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated,
+                                  frozen=frozen)
 
 
 def _same_factors(a, b):
@@ -707,6 +717,21 @@ def _unit_ops(entry, device, index):
     return [tuple(op) for op in ops]
 
 
+
+
+def _frozen_stages(frozen) -> tuple:
+    """``frozen`` as a sorted tuple of distinct stage ints >= 0 (the upper
+    bound, the stage count, is checked with the other rules)."""
+    if frozen is None:
+        return ()
+    if isinstance(frozen, (str, bytes)) or not isinstance(frozen, Iterable):
+        raise InputError(f"'frozen' must be an iterable of stage ints (got {frozen!r:.60})")
+    out = set()
+    for s in frozen:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise InputError(f"'frozen' entries must be stage ints >= 0 (got {s!r})")
+        out.add(int(s))
+    return tuple(sorted(out))
 
 
 def _column_array(name, values):

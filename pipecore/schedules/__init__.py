@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (importing a family module registers it)
     bitpipe,
     chimera,
     dualpipe,
+    freeze,
     gpipe,
     hanayo,
     interleaved,

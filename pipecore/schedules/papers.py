@@ -17,7 +17,7 @@ from .registry import Paper
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
            "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
-           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2"]
+           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -104,3 +104,8 @@ LAYERPIPE2 = Paper(
     "for Training Neural Networks", "arXiv:2512.08160", 2025, "https://arxiv.org/abs/2512.08160",
     note="per-stage delays (stages downstream) and stored vs moving-average weights, from the "
     "abstract; one stage per device; the reconstruction's compute is not modelled")
+TIMELY_FREEZE = Paper(
+    "Cho et al.", "TimelyFreeze: Adaptive Parameter Freezing Mechanism for Pipeline Parallelism",
+    "arXiv:2602.05754", 2026, "https://arxiv.org/abs/2602.05754",
+    note="freezing skips backward work; pipecore freezes whole stages (pipecore.freeze), not "
+         "the paper's per-microbatch freeze ratios chosen by a linear program")
