@@ -227,3 +227,19 @@ def test_fast_structure_equals_numpy_rules(name, frozen):
     with pytest.raises(pc.ScheduleError, match="stage 1 is frozen"):
         structure(pc.Schedule(pc.from_actions(progs).table, frozen=[1], validate=False),
                   fast=True)
+
+
+def test_freeze_keeps_per_op_work_factors():
+    # A Seq1F1B schedule with causal-attention chunk costs: freezing must not drop them
+    # (freeze-then-weigh and weigh-then-freeze give the same simulation).
+    from pipecore.schedules import seq1f1b
+
+    plain = pc.build("seq1f1b", 4, 8, seq_chunks=2)
+    weighed_then_frozen = pc.freeze(seq1f1b.with_chunk_costs(plain, 0.5, 0.5), frozen=[0])
+    frozen_then_weighed = seq1f1b.with_chunk_costs(pc.freeze(plain, frozen=[0]), 0.5, 0.5)
+    assert weighed_then_frozen.factors is not None
+    assert (pc.simulate(weighed_then_frozen).makespan
+            == pc.simulate(frozen_then_weighed).makespan)
+    assert pc.simulate(weighed_then_frozen).makespan != pc.simulate(pc.freeze(plain, frozen=[0])).makespan
+    with pytest.raises(pc.InputError, match="adapt=True"):
+        pc.freeze(seq1f1b.with_chunk_costs(plain, 0.5, 0.5), frozen=[0], adapt=True, costs=pc.Costs())

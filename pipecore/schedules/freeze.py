@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..core.ops import InputError, check_type
-from ..core.schedule import AR, BW, B, F, L, O, R, Schedule, W
+from ..core.schedule import AR, BW, B, F, L, O, R, Schedule, W, refuse_factors
 from . import registry
 from .zerobubble import _split_peak
 
@@ -172,9 +172,20 @@ def freeze(schedule: Schedule, frozen=None, fraction=None, adapt: bool = False, 
     out = Schedule.from_arrays(dev, new_slot, kind, stage.astype(np.int32), mb,
                                name=name or f"{schedule.name}+frozen", devices=schedule.devices,
                                replicated=schedule.replicated, frozen=every, params=params)
+    out = _carry_factors(schedule, out, keep)
     if adapt:
+        refuse_factors(schedule, "freeze(adapt=True)'s list-scheduling pass")
         out = _adapt(out, costs)
     return out
+
+
+def _carry_factors(source, out, rows):
+    """``out`` with the per-op work factors of ``source``'s ``rows`` (a mask or indices, in
+    ``out``'s row order): a kept op keeps its work, a fused BW turned B its time factor."""
+    factors = getattr(source, "factors", None)
+    if factors is None:
+        return out
+    return out.with_factors(*(None if f is None else f[rows] for f in factors))
 
 
 def _adapt(schedule, costs):
@@ -264,6 +275,7 @@ def _adapt(schedule, costs):
                                    devices=p, replicated=schedule.replicated,
                                    frozen=schedule.frozen,
                                    params={**schedule.params, "adapt": True})
+    adapted = _carry_factors(schedule, adapted, rows)
     after = simulate(adapted, costs)
     return adapted if after.makespan <= before.makespan else schedule
 
