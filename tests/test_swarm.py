@@ -290,7 +290,7 @@ def test_replicas_serve_their_queue_first_in_first_out_without_idling(speeds, ro
     (dict(speeds=[[1.0]], fixed_mode="ring"), "'fixed_mode' must be 'auto', 'pipelines', 'weighted'"),
     (dict(speeds=[[1.0, 1.0]], microbatches=15), "at least iterations x pipelines = 20"),
     (dict(speeds=[[1.0], [1.0]], fixed="interleaved-1f1b", microbatches=40), "one stage per device"),
-    (dict(speeds=[[1.0]], fixed="pipedream"), "unknown schedule .pipedream."),
+    (dict(speeds=[[1.0]], fixed="zigzag"), "unknown schedule .zigzag."),
     (dict(speeds=[[1.0]], costs=pc.Costs(f=[1.0, 2.0])), "2 entries but the schedule has 1 stages"),
     (dict(speeds=[[1.0]], costs="fast"), "'costs' must be a pipecore.Costs"),
 ])

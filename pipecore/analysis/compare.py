@@ -652,21 +652,48 @@ def _pair(sim, fm, fmt=lambda x: f"{x:.4g}") -> str:
 
 
 def _weights_note(rows: list[dict]) -> str:
-    """Where the weights on a device differ between schedules (replicated
-    stages hold their weights twice), say which hold how much."""
-    held: dict[float, list[str]] = {}
+    """Where the weights on a device differ between schedules, say which hold
+    how much and why (replicated stages hold their weights twice; an
+    asynchronous schedule keeps stashed weight versions)."""
+    held: dict[tuple, list[str]] = {}
     for r in rows:
         res = r.get("result")
         if res is not None and not r.get("error"):
             top = float(np.max(res.static_memory)) if res.devices else 0.0
-            held.setdefault(top, []).append(r["name"])
-    if len(held) < 2:
+            sched = res.schedule
+            why = [w for w, on in (("replicated stages", sched.replicated),
+                                   ("weight versions", int(np.max(sched.weight_versions)) > 1)) if on]
+            held.setdefault((top, " and ".join(why)), []).append(r["name"])
+    if len({top for top, _ in held}) < 2:
         return ""
-    most = max(held, key=lambda w: len(held[w]))
-    others = "; ".join(f"{w:g} M on {', '.join(sorted(held[w]))}" for w in sorted(held)
-                       if w != most)
-    return (f"; a device holds the weights of each stage placed on it: {most:g} M on most "
-            f"rows, {others} (replicated stages)")
+    most = max(held, key=lambda k: len(held[k]))
+    others = "; ".join(f"{top:g} M on {', '.join(sorted(held[(top, why)]))}"
+                       + (f" ({why})" if why else "")
+                       for top, why in sorted(held) if (top, why) != most)
+    return (f"; a device holds the weights of each stage placed on it: {most[0]:g} M on most "
+            f"rows; {others}")
+
+
+def _counted_otherwise(rows: list[dict]) -> str:
+    """Rows whose m or makespan means something else than a flushed step of m
+    microbatches at these costs: say so, so a row is not read as a plain loss."""
+    chunked, streamed = {}, []
+    for r in rows:
+        res = r.get("result")
+        if res is None or r.get("error"):
+            continue
+        params = res.schedule.params
+        if int(params.get("seq_chunks", 1)) > 1:
+            chunked.setdefault(int(params["seq_chunks"]), []).append(r["name"])
+        if params.get("weight_sync"):
+            streamed.append(r["name"])
+    parts = [f"{', '.join(sorted(names))}: m counts sequence chunks ({k} per sequence), each at these "
+             f"costs; a chunk of a sequence costs about 1/{k} of it (later chunks more under causal "
+             f"attention: seq1f1b.with_chunk_costs)" for k, names in sorted(chunked.items())]
+    if streamed:
+        parts.append(f"{', '.join(sorted(streamed))}: one stream of m microbatches without a flush; their "
+                     f"gain is in steady state over many steps (pipecore.steady_state), not in one step")
+    return "; ".join(parts)
 
 
 def format_compare(rows: list[dict], memory_limit: float | None = None,
@@ -776,6 +803,9 @@ def format_compare(rows: list[dict], memory_limit: float | None = None,
                   "makespan, bubble and peak"
                   + ("; where not, the note names the column and the cause" if notes else "")),
     ]
+    counted = _counted_otherwise(rows)
+    if counted:
+        legend.append(("m counts", counted))
     lines.append("A cell holds the simulation's figure and, in parentheses, the closed "
                  "formula's where they differ ((none): no formula).")
     for name, text in legend:

@@ -89,7 +89,7 @@ def _values(key, spec, integer=False, minimum=None, allow_inf=False):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise ScanError(f"grid '{key}': {v!r} is not a number")
         if integer:
-            if float(v) != int(v):
+            if not math.isfinite(float(v)) or float(v) != int(v):
                 raise ScanError(f"grid '{key}': {v!r} is not an integer")
             v = int(v)
         else:
