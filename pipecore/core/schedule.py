@@ -72,18 +72,25 @@ class Schedule:
         own microbatches), as Chimera and DualPipe do; weights then count
         once per replica. Without it a stage split across devices is an
         error.
+    offload_to : sequence of int, optional
+        Where each device's offloaded activations (its O and L ops) wait
+        for their backward: entry d is another device, whose memory holds
+        them (BPipe's activation balancing), or -1 for host memory. None
+        (the default): every device offloads to host.
 
     Raises
     ------
     ScheduleError
         If the table breaks a schedule rule.
     ValueError
-        If columns are missing or of the wrong type.
+        If columns are missing or of the wrong type, or ``offload_to`` is
+        not one entry per device, each -1 or another device.
     """
 
     def __init__(self, table: pa.Table, *, name: str = "custom",
                  devices: int | None = None, params: Mapping | None = None,
-                 validate: bool = True, replicated: bool = False):
+                 validate: bool = True, replicated: bool = False,
+                 offload_to: Sequence[int] | None = None):
         table = _normalise_table(table)
         n = table.num_rows
         device = table.column("device").to_numpy()
@@ -121,6 +128,7 @@ class Schedule:
         self.devices = devices
         self.params = dict(params or {})
         self.replicated = bool(replicated)
+        self.offload_to = _offload_targets(offload_to, devices)
         self._structure = None
         self._own = {}  # see from_arrays
         if validate:
@@ -395,6 +403,7 @@ class Schedule:
         if not isinstance(other, Schedule):
             return NotImplemented
         return (self.devices == other.devices and self.replicated == other.replicated
+                and getattr(self, "offload_to", None) == getattr(other, "offload_to", None)
                 and self._table.equals(other._table))
 
     __hash__ = None
@@ -544,6 +553,28 @@ def _programs_fast(programs):
         return None
     return (np.concatenate(device), np.concatenate(slot), np.concatenate(kinds),
             np.concatenate(stages), np.concatenate(mbs))
+
+
+def _offload_targets(offload_to, devices):
+    """``offload_to`` checked: a tuple of ``devices`` ints, or None when every
+    entry is -1 (host), so a schedule that offloads only to host compares
+    equal to one built without the argument."""
+    if offload_to is None:
+        return None
+    if isinstance(offload_to, (str, bytes)) or not isinstance(offload_to, Iterable):
+        raise InputError(f"'offload_to' must be a sequence of {devices} ints, one per device "
+                         f"(got {offload_to!r})")
+    out = []
+    for d, q in enumerate(offload_to):
+        if isinstance(q, (bool, np.bool_)) or not isinstance(q, (int, np.integer)) \
+                or not -1 <= q < devices or q == d:
+            raise InputError(f"'offload_to' entry {d} must be -1 (host) or another device in "
+                             f"0..{devices - 1} (got {q!r})")
+        out.append(int(q))
+    if len(out) != devices:
+        raise InputError(f"'offload_to' has {len(out)} entries; the schedule has {devices} "
+                         f"devices (one entry per device)")
+    return None if all(q < 0 for q in out) else tuple(out)
 
 
 def _as_ops(unit):

@@ -12,6 +12,7 @@ order into a Schedule with the helpers of :mod:`.construct`
 from . import (  # noqa: F401  (importing a family module registers it)
     bfs,
     bitpipe,
+    bpipe,
     chimera,
     dualpipe,
     gpipe,

@@ -16,7 +16,8 @@ from .registry import Paper
 
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
-           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V"]
+           "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
+           "BPIPE"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -84,3 +85,10 @@ DUALPIPE = Paper(
 DUALPIPE_V = Paper(
     "DeepSeek-AI", "DualPipe", "GitHub repository", 2025, "https://github.com/deepseek-ai/DualPipe",
     note="DualPipeV, Sea AI Lab's cut-in-half of DualPipe; order as PyTorch's ScheduleDualPipeV")
+
+BPIPE = Paper(
+    "Kim et al.",
+    "BPipe: Memory-Balanced Pipeline Parallelism for Training Large Language Models",
+    "ICML 2023", 2023, "https://proceedings.mlr.press/v202/kim23l.html",
+    note="activation balancing: device d evicts activations to device p-1-d; how many and "
+         "which microbatches, and when they come back, are pipecore's own rule")
