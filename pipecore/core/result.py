@@ -206,13 +206,22 @@ class Result:
         Columns ``src_device``, ``dst_device``, ``stage`` and ``microbatch``
         and ``kind`` of the sending op, ``ready`` (sender's finish),
         ``start`` (on the link), ``finish`` (link released), ``arrival``.
+        An offload copy to host has the same source and destination; one to
+        a partner device (``Schedule.offload_to``) goes from the offloading
+        device to the partner (O) and back (L).
         """
         c = self._c
         dev = self.schedule._column("device")
         src = c.x_src
+        src_dev, dst_dev = dev[src].astype(np.int32), dev[c.x_dst].astype(np.int32)
+        if c.x_peer is not None and c.x_peer.size:
+            # A copy to a partner device travels there and back: its route.
+            peer = c.x_peer >= 0
+            dst_dev = np.where(peer & (c.x_host == 1), c.x_peer, dst_dev).astype(np.int32)
+            src_dev = np.where(peer & (c.x_host == 2), c.x_peer, src_dev).astype(np.int32)
         return pa.table({
-            "src_device": pa.array(dev[src].astype(np.int32)),
-            "dst_device": pa.array(dev[c.x_dst].astype(np.int32)),
+            "src_device": pa.array(src_dev),
+            "dst_device": pa.array(dst_dev),
             "stage": pa.array(c.op_stage[src]),
             "microbatch": pa.array(self.schedule._column("microbatch")[src].astype(np.int32)),
             "kind": pa.DictionaryArray.from_arrays(pa.array(c.op_kind[src]), _KIND_DICT),

@@ -410,7 +410,7 @@ class Schedule:
 
 
 def from_actions(programs, *, name: str = "custom", devices: int | None = None,
-                 replicated: bool = False) -> Schedule:
+                 replicated: bool = False, offload_to: Sequence[int] | None = None) -> Schedule:
     """Build a schedule from hand-written per-device action lists.
 
     Parameters
@@ -428,6 +428,9 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         Number of devices; defaults to the number of programs given.
     replicated : bool, default False
         Allow stages on several devices (see :class:`Schedule`).
+    offload_to : sequence of int, optional
+        Where each device's O and L copies go (see :class:`Schedule`);
+        actions do not carry it.
 
     Returns
     -------
@@ -437,7 +440,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     Raises
     ------
     ValueError
-        If an action cannot be parsed or a device key is not an int >= 0.
+        If an action cannot be parsed, a device key is not an int >= 0, or
+        ``offload_to`` is not one entry per device, each -1 or another device.
     ScheduleError
         If the schedule breaks a rule.
     """
@@ -510,7 +514,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
             f"at most max(actions, {_FREE_DEVICES}) devices", rule="range")
     while len(parsed) < devices:
         parsed.append([])
-    return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated)
+    return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated,
+                                  offload_to=offload_to)
 
 
 def _programs_fast(programs):

@@ -19,6 +19,12 @@ the next forward. A device also holds the activation it is producing and
 the one coming back, so the evictor's peak is k_d - n + 1 and the
 partner's k_q + n: every device holds at most floor((p + 3) / 2) M when
 m > p, against p M on 1F1B's device 0.
+
+Not a ``pc.compose`` preset: compose chooses placement, order and W rule,
+none of which says where an activation waits; BPipe is 1F1B's placement
+and order plus O/L ops and ``offload_to``. Not exportable to torch (no
+action moves an activation off its rank), and refused by the batched
+kernels (``simulate_many``), which keep memory in program order.
 """
 
 from __future__ import annotations
