@@ -29,6 +29,8 @@ from .analysis.compare import compare
 from .analysis.critical import critical_path, device_share
 from .analysis.formulas import formula
 from .analysis.model import Hardware, Layer, Model
+from .analysis.steady import SteadyState, steady_state
+from .analysis.swarm import Swarm, swarm
 from .analysis.table import IdealTable, ideal_table
 from .analysis.variation import Jitter, MonteCarlo, WhatIf, monte_carlo, what_if
 from .core.costs import Costs, Network
@@ -45,6 +47,7 @@ from .scan.batch import product, simulate_many
 from .scan.scans import Grid, ScanError, ScanWarning, scan, verify_scan, write_scan
 from .schedules import adaptive, blocks, generate, orders, placements
 from .schedules.compose import compose
+from .schedules.freeze import freeze
 from .schedules.offload import offload
 from .schedules.recompute import recompute
 from .schedules.registry import Family, Paper, build, family, register, schedules
@@ -63,13 +66,14 @@ __all__ = [
     "Family", "Paper", "build", "family", "register", "schedules",
     "Result", "compile_schedule", "simulate", "validate", "simulate_many",
     "formula", "IdealTable", "ideal_table", "compare", "blocks", "generate", "milp", "search",
-    "adaptive", "recompute", "offload",
+    "adaptive", "recompute", "offload", "freeze",
     "Grid", "ScanError", "ScanWarning", "scan", "write_scan", "verify_scan", "tune", "Tuned", "TuneError",
-    "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if",
+    "Jitter", "MonteCarlo", "WhatIf", "monte_carlo", "what_if", "Swarm", "swarm",
     "Model", "Layer", "Hardware", "partition", "Plan", "PartitionError",
     "critical_path", "device_share", "report", "product",
     "compose", "orders", "placements", "explore",
     "Architecture", "Strategy", "Estimate", "estimate", "GPU", "Cluster", "Strategies", "strategies",
+    "SteadyState", "steady_state",
 ]
 
 # The flat module paths of before the layers (pipecore.costs, pipecore.study,

@@ -57,6 +57,11 @@ def test_the_issue_example_parses_to_its_strategy():
                 recompute="selective", sequence_parallel=True, zero=1, dp_overlap=True),
     pc.Strategy(tp=1, pp=4, dp=2, microbatch_size=4, schedule="zb-h1", zero=3, dp_overlap=True),
     pc.Strategy(tp=2, pp=1, dp=4, recompute="full", dp_overlap=True),
+    # Megatron-LM 2021's settings and a mixed cluster's: pools and layers per rank, in runs.
+    pc.Strategy(tp=4, pp=3, dp=8, schedule="interleaved-1f1b", chunks=2, pools=(1, 1, 0),
+                layers=(10, 10, 10, 10, 3, 4), p2p_overlap=False, grad_accumulation_fusion=False,
+                dp_overlap=True),
+    pc.Strategy(tp=1, pp=2, dp=8, pools=(1, 1), dp_overlap=True),
 ])
 def test_a_table_label_reads_back_as_its_strategy(strategy):
     # What `pipecore plan` prints in its strategy column can be pasted into --strategy.
@@ -83,12 +88,25 @@ def test_unnamed_settings_take_the_search_defaults_and_dp_the_gpus_left():
     ("tp=2", ["dp is missing"]),
     ("", ["strategy must be a string like"]),
     ("tp=2 wat dp=1", ["item 'wat'", "key=value"]),
+    ("tp=2,dp=1,p2p=maybe", ["p2p must be overlapped or blocking", "'maybe'"]),
+    ("pp=2,dp=1,pools=1x0,0x2", ["run '1x0' of pools", "n >= 1"]),
+    ("pp=2,dp=1,pool=1,0", ["pool takes one pool for every rank", "1,0"]),
+    ("pp=2 dp=1 pool 0 pools 1x2", ["pool and pools are both given"]),
+    ("pp=2 dp=1 layers 3,5 layers=4,4", ["layers is given twice"]),
+    ("pp=2,dp=1,layers=3", ["'layers' must be a sequence of 2 ints"]),
 ])
 def test_a_bad_strategy_string_names_the_item_and_the_rule(text, words):
     with pytest.raises(pc.InputError) as info:
         parse_strategy(text)
     for word in words:
         assert word in str(info.value), str(info.value)
+
+
+def test_pools_and_layers_read_in_both_forms():
+    # "kxn" is k repeated n times; "pool k" puts every rank on pool k.
+    s = parse_strategy("tp=2,pp=3,dp=2,pools=0x1,1x2,layers=3,5x2")
+    assert (s.pools, s.layers) == ((0, 1, 1), (3, 5, 5))
+    assert parse_strategy("tp2 pp3 dp2 mb1 1f1b pool 1").pools == (1, 1, 1)
 
 
 def test_dp_from_gpus_needs_tp_times_pp_to_divide_them():

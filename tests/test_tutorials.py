@@ -39,9 +39,14 @@ EXPECTED = {
                              "best: ", "paper's layout: rank ", "published megatron-sc21-table1-39.1b: "
                              "outside the searched space"],
                             ["plans.parquet", "plan.html"]),
+    "swarm-what-if": (["SWARM / fixed throughput: 1.22x (> 1: SWARM faster)",
+                       "steady 1.33333, bound 1.33333", "fixed 1F1B, 10 iterations: ",
+                       "mean uptime    200: SWARM ", "attempts lost; per stage:"],
+                      ["swarm-churn.png"]),
     "compose-and-explore": (["same programs as pc.build: True", "zb-v preset",
                              "fastest within the memory limit", "layers per stage:", "GB of 40 GB"],
                             ["v-capped.png"]),
+    "long-sequences": (["seq1f1b k=4 compute", "131072 zb-v"], ["long-sequences.png"]),
 }
 
 

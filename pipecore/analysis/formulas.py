@@ -41,7 +41,8 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
     ------
     ValueError
         If the schedule was not built from a family, or a cost is a
-        per-stage vector (the formulas assume equal stages).
+        per-stage vector (the formulas assume equal stages), or it has
+        frozen stages and its family no frozen closed form.
     """
     costs = Costs() if costs is None else costs
     fam_name = schedule.params.get("family")
@@ -57,10 +58,17 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
     v = schedule.params["chunks"]
     fam = family(fam_name)
     options = {k: schedule.params[k] for k in fam.options if k in schedule.params}
-    out = dict(fam.formula(p, m, v, costs, **options))
-    busy = m * (costs.f + costs.b + costs.w)
+    frozen = schedule.params.get("frozen")
+    if frozen:  # pipecore.freeze: the family's frozen closed form, where it has one
+        from ..schedules.freeze import frozen_formula
+
+        out = frozen_formula(fam_name, p, m, v, costs, frozen)
+        busy, busy_max = out.pop("busy_mean"), out.pop("busy_max")
+    else:
+        out = dict(fam.formula(p, m, v, costs, **options))
+        busy = busy_max = m * (costs.f + costs.b + costs.w)
     out["bubble_ratio"] = 1.0 - busy / out["makespan"] if out["makespan"] else 0.0
-    span = busy + out["bubble_time"]
+    span = busy_max + out["bubble_time"]
     out["bubble_rate"] = out["bubble_time"] / span if span else 0.0
     out["peak_activation"] = np.asarray(out["peak_activation"], dtype=float)
     return out

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.ops import CapacityError, InputError
-from ..core.schedule import Schedule, op_label
+from ..core.schedule import Schedule, op_label, refuse_factors
 from ..core.simulate import _deadlock_error
 
 __all__ = ["IdealTable", "ideal_table"]
@@ -170,6 +170,7 @@ def ideal_table(schedule: Schedule, f: int = 1, b: int = 1, w: int = 1,
         If the table needs more memory than the machine has available (the
         message gives both sizes), before any of it is allocated.
     """
+    refuse_factors(schedule, "the ideal table (integer slots per op kind)")
     r = f if r is None else r
     for name, value, low in (("f", f, 1), ("b", b, 1), ("w", w, 0), ("r", r, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:

@@ -491,14 +491,21 @@ class WhatIf:
         return "\n".join(lines)
 
 
-def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False) -> WhatIf:
-    """The iteration time without the stragglers (or jitter) of a simulation.
+def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False,
+            freeze=None) -> WhatIf:
+    """The iteration time without the stragglers (or jitter) of a simulation,
+    or with some stages frozen.
 
     As in the what-if analysis of straggling workers (Lin et al.,
     "Understanding Stragglers in Large Model Training Using What-if
     Analysis", OSDI 2025): re-simulate with the slow devices at normal speed,
     keeping everything else (the jitter draw included), and attribute the
     difference to each slowed device by restoring it alone.
+
+    With ``freeze``, the counterfactual is instead the same schedule with
+    those stages frozen (:func:`pipecore.freeze`: no W, and no backward
+    below the lowest trainable stage) under the same costs and network;
+    ``saved`` is then the time freezing gains (positive: faster).
 
     Parameters
     ----------
@@ -508,6 +515,10 @@ def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False)
         Remove the straggler factors.
     remove_jitter : bool
         Remove the jitter too.
+    freeze : float or iterable of int, optional
+        A share of the model to freeze from its input side (a float in
+        [0, 1): whole stages ``0..floor(freeze * S) - 1``) or the stages to
+        freeze. The two flags above are then not used.
 
     Returns
     -------
@@ -516,12 +527,17 @@ def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False)
     Raises
     ------
     ValueError
-        If nothing is to be removed.
+        If nothing is to be removed, ``freeze`` is bad (naming the stage or
+        share and the rule), or ``freeze`` is given for a simulation with
+        stragglers or jitter (their per-op factors do not carry over to a
+        schedule with fewer ops).
     """
     from ..core.simulate import Result, simulate
 
     if not isinstance(result, Result):
         raise InputError(f"'result' must be a pipecore.Result (got {type(result).__name__})")
+    if freeze is not None:
+        return _what_if_frozen(result, freeze)
     if not (remove_stragglers or remove_jitter):
         raise InputError("nothing to remove: set remove_stragglers or remove_jitter")
     sched, costs, net = result.schedule, result.costs, result.network
@@ -546,4 +562,29 @@ def what_if(result, remove_stragglers: bool = True, remove_jitter: bool = False)
 
     path = critical_path(result)
     return WhatIf(result.makespan, base.makespan, per_device, removed, path,
+                  device_share(path, sched.devices))
+
+
+def _what_if_frozen(result, freeze):
+    """:func:`what_if` with ``freeze``: the same schedule with stages frozen."""
+    from ..core.simulate import simulate
+    from ..schedules.freeze import freeze as freeze_schedule
+
+    if result.stragglers is not None or result.jitter is not None:
+        raise InputError("what_if(freeze=...) needs a simulation without stragglers or jitter: "
+                         "their per-op factors do not carry over to the frozen schedule, which "
+                         "has fewer ops")
+    sched = result.schedule
+    if isinstance(freeze, (float, np.floating)):
+        frozen = freeze_schedule(sched, fraction=freeze)
+    else:
+        frozen = freeze_schedule(sched, freeze)
+    base = simulate(frozen, result.costs, result.network)
+    stages = list(frozen.frozen)
+    from .critical import critical_path, device_share
+
+    path = critical_path(result)
+    return WhatIf(result.makespan, base.makespan, {},
+                  f"the backward work of frozen stages {stages}" if stages else
+                  "nothing (the share freezes no whole stage)", path,
                   device_share(path, sched.devices))

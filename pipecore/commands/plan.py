@@ -41,7 +41,9 @@ def plan_arguments(p):
     p.add_argument("--strategy", default=None, metavar="SPEC",
                    help="also say where this strategy ranks, e.g. 'tp=8,pp=8,mb=1,schedule=interleaved-1f1b,"
                         "chunks=3,recompute=selective,sp,zero=1' (dp defaults to the GPUs left; a row's "
-                        "label from the table reads too); estimated if the search did not hold it")
+                        "label from the table reads too, and a mixed plan's full label as the 'best:' line "
+                        "prints it, e.g. '... pools 1x1,0x1 layers 10,14'); estimated if the search did not "
+                        "hold it")
     p.add_argument("--report", default=None, metavar="HTML",
                    help="write the report page: time against memory per GPU with the Pareto frontier, "
                         "the best plan's timeline and memory, the top plans' breakdowns")

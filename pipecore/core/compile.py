@@ -16,7 +16,7 @@ from ..kernels.codes import F_DROP, N_CLASSES, X_CLASSES
 from . import tier
 from .costs import Costs, Network, per_stage_direct
 from .ops import AR, BW, B, F, InputError, L, O, R, W, check_type  # noqa: E741 (kinds named by their letters)
-from .schedule import Schedule
+from .schedule import Schedule, refuse_factors
 
 __all__ = ["compile_schedule", "make_units", "Compiled", "Run"]
 
@@ -223,7 +223,7 @@ def _check_costs(costs):
 
 
 def compile_schedule(schedule: Schedule, costs: Costs | None = None,
-                     network: Network | None = None) -> Compiled:
+                     network: Network | None = None, factors: bool = False) -> Compiled:
     """Turn a schedule, costs and network into flat kernel arrays.
 
     Parameters
@@ -234,6 +234,9 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         Defaults to ``Costs()``.
     network : Network, optional
         Without one, transfers take ``costs.comm`` and never contend.
+    factors : bool, default False
+        Whether the caller applies the schedule's per-op work factors
+        (:meth:`Schedule.with_factors`) itself; the arrays here leave them out.
 
     Returns
     -------
@@ -242,9 +245,12 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     Raises
     ------
     ValueError
-        If costs or network do not fit the schedule (vector lengths).
+        If costs or network do not fit the schedule (vector lengths), or the
+        schedule carries work factors and ``factors`` is False.
     """
     check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    if not factors:
+        refuse_factors(schedule, "this path (compile_schedule)")
     costs = _check_costs(costs)
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
@@ -252,6 +258,8 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     S = st.stages
     p = schedule.devices
     arrays = costs.stage_arrays(S, p)
+    if getattr(schedule, "frozen", ()):
+        arrays = frozen_memory(arrays, schedule.frozen)
     # Rows by cost class (core.rules.op_class): the kinds, then a dropped F.
     # Compute classes take their time plus the per-op overhead (x + 0.0 == x,
     # so the default leaves every time bit-identical).
@@ -312,6 +320,44 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         units=st.memo[units_key],
         op_code=st.op_code,
     )
+
+
+def frozen_memory(arrays, frozen):
+    """The per-stage memory arrays of a schedule with frozen stages.
+
+    Autograd keeps, for each op, only what the gradients it must compute
+    need. A frozen stage computes no weight gradient, so its F keeps
+    ``activation - activation_w`` (the part B needs) and nothing is left
+    for a W; a frozen stage below the lowest trainable one runs no
+    backward, so its F keeps nothing. Times are untouched: the schedule
+    itself has no W (and no backward) for those stages.
+
+    Parameters
+    ----------
+    arrays : dict
+        :meth:`Costs.stage_arrays`' output.
+    frozen : tuple of int
+        The schedule's frozen stages (valid: at least one stage trains).
+
+    Returns
+    -------
+    dict
+        A copy of ``arrays`` with ``activation``, ``activation_w`` and
+        ``checkpoint`` changed on the frozen stages.
+    """
+    out = dict(arrays)
+    act = arrays["activation"].copy()
+    act_w = arrays["activation_w"].copy()
+    ckpt = arrays["checkpoint"].copy()
+    is_frozen = np.zeros(act.shape[0], dtype=bool)
+    is_frozen[list(frozen)] = True
+    dead = np.arange(act.shape[0]) < int(np.argmin(is_frozen))
+    act[is_frozen] -= act_w[is_frozen]
+    act_w[is_frozen] = 0.0
+    act[dead] = 0.0
+    np.minimum(ckpt, act, out=ckpt)
+    out.update(activation=act, activation_w=act_w, checkpoint=ckpt)
+    return out
 
 
 def _shared_host_links(st, p, group):

@@ -21,7 +21,7 @@ from ..kernels.carriers import (
     Structures,
 )
 from .ops import InputError
-from .schedule import Schedule
+from .schedule import Schedule, refuse_factors
 
 __all__ = ["ReplayStructure", "Pack", "structure_of"]
 
@@ -35,6 +35,7 @@ class ReplayStructure:
         from .simulate import validate
 
         validate(schedule)  # deadlock and every structural rule, with a clear error
+        refuse_factors(schedule, "the batched kernels (simulate_many, scan, tune)")
         st = schedule._info()
         if st.x_host.any():
             raise InputError(f"schedule {schedule.name!r} offloads activations (O and L ops), whose "
@@ -44,6 +45,8 @@ class ReplayStructure:
         n = st.op_kind.shape[0]
         p = schedule.devices
         S = st.stages
+        self.name = schedule.name
+        self.frozen = tuple(getattr(schedule, "frozen", ()))
         self.devices = p
         self.stages = S
         self.microbatches = st.microbatches
@@ -97,9 +100,10 @@ class ReplayStructure:
         self.x_src_dev = np.asarray(st.x_src_dev, dtype=np.int64)
         self.x_dst_dev = np.asarray(st.x_dst_dev, dtype=np.int64)
         copies = np.zeros(p, dtype=np.int32)
-        for devices in st.stage_devices:
+        versions = schedule.weight_versions  # stashed weight versions count as copies
+        for stage, devices in enumerate(st.stage_devices):
             for d in devices:
-                copies[d] += 1
+                copies[d] += versions[stage]
         self.d_copies = copies
         self.d_has = np.diff(dev_ptr) > 0
         # Row arrays for the full list scheduler.
@@ -155,6 +159,12 @@ class Pack:
     def __init__(self, entries):
         self.entries = list(entries)
         structs = [s for s, _ in self.entries]
+        for s in structs:
+            if getattr(s, "frozen", ()):
+                raise InputError(f"schedule {s.name!r} has frozen stages {list(s.frozen)}, whose "
+                                 f"activations differ from their costs' (core.compile."
+                                 f"frozen_memory); the batched kernels take one activation per "
+                                 f"configuration, so use pipecore.simulate for it")
         codes = [s.x_code(dpn) for s, dpn in self.entries]
 
         def offsets(sizes):

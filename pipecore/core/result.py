@@ -277,7 +277,7 @@ class Result:
         """
         c = self._c
         peak = np.zeros(len(c.dev_ptr) - 1)
-        if c.x_host is not None and c.x_host.any():
+        if (c.x_host is not None and c.x_host.any()) or self._act_factor is not None:
             dev, _time, total = self._events()
             np.maximum.at(peak, dev, total)
             return peak
@@ -296,6 +296,8 @@ class Result:
             [kind == F, kind == B, kind == W, kind == BW, kind == R, kind == F_DROP],
             [c.act[s], -(c.act[s] - c.act_w[s]), -c.act_w[s], -c.act[s], c.act[s] - c.ckpt[s],
              c.ckpt[s]], default=0.0)
+        if self._act_factor is not None:
+            delta = delta * self._act_factor
         time = np.where((kind == F) | (kind == R) | (kind == F_DROP), self.start, self.finish)
         return delta, time
 
@@ -313,6 +315,8 @@ class Result:
         host = c.x_host if c.x_host is not None else np.zeros(len(c.x_src), np.int8)
         out, back = np.flatnonzero(host == 1), np.flatnonzero(host == 2)
         amount = c.act[c.op_stage[c.x_src]]
+        if self._act_factor is not None:
+            amount = amount * self._act_factor[c.x_src]
         ev_dev = [dev[c.x_src[out]], dev[rows], dev[c.x_src[back]]]
         ev_time = [self._x_arrival[out], time[rows], self._x_start[back]]
         ev_delta = [-amount[out], delta[rows], amount[back]]
@@ -342,11 +346,18 @@ class Result:
             total[a:b] = np.cumsum(ev_delta[a:b])
         return ev_dev, ev_time, total
 
+    @property
+    def _act_factor(self):
+        """The schedule's per-op activation factors, or None."""
+        factors = getattr(self.schedule, "factors", None)
+        return None if factors is None else factors.activation
+
     @cached_property
     def static_memory(self) -> np.ndarray:
         """numpy.ndarray: weight memory of each device (distinct stages it holds,
-        a replicated stage counted on each of its devices)."""
-        weights = self._c.stage_arrays["weights"]
+        a replicated stage counted on each of its devices, each stage once per
+        weight version the schedule stashes: ``Schedule.weight_versions``)."""
+        weights = self._c.stage_arrays["weights"] * self.schedule.weight_versions
         out = np.zeros(self.devices)
         for stage, devices in enumerate(self.schedule.stage_devices):
             for d in devices:  # each replica holds its own copy of the weights

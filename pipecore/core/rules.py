@@ -191,7 +191,18 @@ def structure(schedule, fast=None):
                      f"stage {k // m} microbatch {k % m} has a fused BW and a split "
                      f"{KINDS[kind[other]]}; use BW or B+W, not both", mark=[int(bw_idx[k]), int(other)])
     has_back = (bw_idx >= 0) | (b_idx >= 0)
-    missing = np.flatnonzero((f_idx < 0) | ~has_back | ((b_idx >= 0) != (w_idx >= 0)))
+    # Frozen stages (Schedule.frozen): a frozen stage at or above the lowest
+    # trainable one has F and B only; one below it has F only.
+    no_back, b_only = _frozen_keys(schedule, S, m)
+    if no_back is not None:
+        _check_frozen(schedule, S, m, no_back, b_only,
+                      (b_idx, w_idx, bw_idx, r_idx, o_idx, l_idx))
+        need_back = ~no_back
+        need_w = ~(no_back | b_only)
+    else:
+        need_back = need_w = True
+    missing = np.flatnonzero((f_idx < 0) | (need_back & ~has_back)
+                             | (need_w & ((b_idx >= 0) != (w_idx >= 0))))
     if missing.size:
         # Report a (stage, microbatch) that has some of its ops first: its
         # present op marks where the program went wrong. A pair with no op at
@@ -205,7 +216,7 @@ def structure(schedule, fast=None):
         if f_idx[k] < 0:
             need = "F"
         elif not has_back[k]:
-            need = "backward (BW, or B and W)"
+            need = "backward (BW, or B and W)" if need_w is True or need_w[k] else "B"
         elif b_idx[k] < 0:
             need = "B (it has a W)"
         else:
@@ -213,7 +224,9 @@ def structure(schedule, fast=None):
         present = [int(i) for i in (f_idx[k], b_idx[k], w_idx[k], bw_idx[k], r_idx[k], o_idx[k],
                                     l_idx[k]) if i >= 0]
         detail = (f"stage {s_} microbatch {mb_} has no {need}; every (stage, microbatch) in "
-                  f"0..{S - 1} x 0..{m - 1} needs F and BW, or F, B and W")
+                  f"0..{S - 1} x 0..{m - 1} needs F and BW, or F, B and W"
+                  + (" (a frozen stage F and B; one below the lowest trainable stage F alone)"
+                     if no_back is not None else ""))
         if present:
             raise _error(schedule, "missing-op", present[0], detail, mark=present)
         raise ScheduleError(f"missing-op: {detail}\n{schedule.render()}", rule="missing-op",
@@ -305,6 +318,9 @@ def structure(schedule, fast=None):
         for r in ar_rows:
             r = int(r)
             s_, d = int(stage[r]), int(dev[r])
+            if s_ in getattr(schedule, "frozen", ()):
+                raise _error(schedule, "frozen", r, f"stage {s_} is frozen: it has no weight "
+                                                    f"gradient to all-reduce")
             devices = stage_devices[s_]
             if len(devices) != 2 or d not in devices:
                 raise _error(schedule, "all-reduce", r,
@@ -429,6 +445,47 @@ def structure(schedule, fast=None):
     )
 
 
+def _frozen_keys(schedule, S, m):
+    """Per (stage, microbatch) key: whether it runs no backward (a frozen
+    stage below the lowest trainable one) and whether it runs a B alone (a
+    frozen stage above it); ``(None, None)`` without frozen stages."""
+    frozen = getattr(schedule, "frozen", ())  # an unpickled older schedule has none
+    if not frozen:
+        return None, None
+    if frozen[-1] >= S:
+        raise ScheduleError(f"frozen: stage {frozen[-1]} is frozen but the schedule has {S} "
+                            f"stages (0..{S - 1}); frozen stages must exist", rule="frozen",
+                            stage=frozen[-1])
+    is_frozen = np.zeros(S, dtype=bool)
+    is_frozen[list(frozen)] = True
+    if is_frozen.all():
+        raise ScheduleError(f"frozen: every stage (0..{S - 1}) is frozen, so nothing trains; "
+                            f"leave at least one stage trainable", rule="frozen")
+    lowest = int(np.argmin(is_frozen))  # the lowest trainable stage
+    dead = np.arange(S) < lowest
+    return np.repeat(dead, m), np.repeat(is_frozen & ~dead, m)
+
+
+def _check_frozen(schedule, S, m, no_back, b_only, indices):
+    """Raise for an op a frozen stage cannot have: a W or BW (no weight
+    gradient), or below the lowest trainable stage any backward, R, O or L
+    (its forward keeps no activation)."""
+    b_idx, w_idx, bw_idx, r_idx, o_idx, l_idx = indices
+    lowest = int(np.argmin(no_back.reshape(S, m)[:, 0]))
+    checks = ((b_only, w_idx, "W", "takes no weight gradient, so it has no W"),
+              (b_only, bw_idx, "BW", "takes no weight gradient: its backward is a B "
+                                     "(input gradient) alone, not a fused BW"))
+    checks += tuple((no_back, idx, k, f"lies below the lowest trainable stage {lowest}: it runs "
+                                      f"no backward and keeps no activation, so it has no {k}")
+                    for idx, k in ((b_idx, "B"), (w_idx, "W"), (bw_idx, "BW"), (r_idx, "R"),
+                                   (o_idx, "O"), (l_idx, "L")))
+    for keys, idx, _, rule in checks:
+        bad = np.flatnonzero(keys & (idx >= 0))
+        if bad.size:
+            k = int(bad[0])
+            raise _error(schedule, "frozen", int(idx[k]), f"stage {k // m} is frozen and {rule}")
+
+
 def _in_halves(kernel, halves, n, *args):
     """``kernel(*args, r0, r1)`` over rows 0 to n: in one call, or with
     ``halves`` in two threads at once; True when a call returned nonzero."""
@@ -519,11 +576,18 @@ def _structure_fast(schedule):
     ops = OpColumns(dev=dev, slot=slot, kind=kind, stage=stage, mb=mb)
     deps = Dependencies(paired=paired, dep=dep, out_ptr=out_ptr)
     first_dev = np.empty(S, dtype=np.int32)
+    stage_mode = np.zeros(S, dtype=np.int8)
+    frozen = getattr(schedule, "frozen", ())
+    if frozen:
+        if frozen[-1] >= S or len(frozen) == S:  # the numpy rules name it
+            return None
+        stage_mode[list(frozen)] = 1
+        stage_mode[:int(np.argmin(stage_mode))] = 2
     replicated = bool(schedule.replicated)
     for guess in (True, False):  # status 2: the sample missed a kind, so a column for each
         col = _index_columns(kind, top, guess)
         index = KeyIndex(col=col, idx=np.full((S * m, int(col.max()) + 1), -1, np.int32),
-                         first_dev=first_dev)
+                         first_dev=first_dev, stage_mode=stage_mode)
         status = structure_fbw_index(ops, p, S, m, replicated, index, deps)
         if status != 2:
             break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -32,12 +33,41 @@ from .ops import (  # noqa: F401  (re-exported: the codes and helpers schedules 
 from .rules import FAST_MIN_OPS, structure
 
 __all__ = ["KINDS", "Action", "Schedule", "ScheduleError", "DeviceGapWarning", "from_actions",
-           "op_label"]
+           "op_label", "WorkFactors", "refuse_factors"]
 
 
 #: Devices a schedule may have beyond its op count (idle ones): enough for any real
 #: cluster's idle ranks, few enough that per-device arrays stay small.
 _FREE_DEVICES = 4096
+
+
+class WorkFactors(NamedTuple):
+    """Per-op factors a schedule carries (:meth:`Schedule.with_factors`)."""
+
+    time: np.ndarray | None
+    """One factor per op row on its time, or None (all 1)."""
+    activation: np.ndarray | None
+    """One factor per op row on its activation, or None (all 1)."""
+
+
+def refuse_factors(schedule, what: str) -> None:
+    """Raise if ``schedule`` carries work factors that ``what`` would not apply.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    what : str
+        The path that does not apply them, named in the error.
+
+    Raises
+    ------
+    ValueError
+        If the schedule carries factors.
+    """
+    if getattr(schedule, "factors", None) is not None:
+        raise InputError(f"schedule {schedule.name!r} carries per-op work factors "
+                         f"(Schedule.with_factors), which {what} would ignore; use "
+                         f"pipecore.simulate, which applies them")
 
 
 class DeviceGapWarning(UserWarning):
@@ -77,6 +107,11 @@ class Schedule:
         for their backward: entry d is another device, whose memory holds
         them (BPipe's activation balancing), or -1 for host memory. None
         (the default): every device offloads to host.
+    frozen : iterable of int, default ()
+        Stages whose weights are frozen (take no gradient): such a stage has
+        no W (its backward is a B alone), and a frozen stage below the
+        lowest trainable one has no backward at all (F alone). See
+        :func:`pipecore.freeze`, which makes such schedules.
 
     Raises
     ------
@@ -89,7 +124,7 @@ class Schedule:
 
     def __init__(self, table: pa.Table, *, name: str = "custom",
                  devices: int | None = None, params: Mapping | None = None,
-                 validate: bool = True, replicated: bool = False,
+                 validate: bool = True, replicated: bool = False, frozen=(),
                  offload_to: Sequence[int] | None = None):
         table = _normalise_table(table)
         n = table.num_rows
@@ -128,9 +163,11 @@ class Schedule:
         self.devices = devices
         self.params = dict(params or {})
         self.replicated = bool(replicated)
+        self.frozen = _frozen_stages(frozen)
         self.offload_to = _offload_targets(offload_to, devices)
         self._structure = None
         self._own = {}  # see from_arrays
+        self.factors = None  # per-op work factors (with_factors), None: every op as Costs says
         if validate:
             self._structure = structure(self)
 
@@ -155,7 +192,7 @@ class Schedule:
             change under its validation).
         **kwargs
             Passed to :class:`Schedule` (``name``, ``devices``, ``params``,
-            ``validate``, ``replicated``).
+            ``validate``, ``replicated``, ``frozen``).
 
         Returns
         -------
@@ -260,6 +297,83 @@ class Schedule:
         return cls.from_arrays(device, slot, codes, np.array(stages, dtype=np.int64),
                                np.array(mbs, dtype=np.int64), copy=False, **kwargs)
 
+    def with_factors(self, time=None, activation=None) -> Schedule:
+        """This schedule with per-op work factors on the costs.
+
+        Op row i (in the table's (device, slot) order) takes ``time[i]``
+        times its kind's cost for its stage, and its activation (what an F
+        allocates and its B, W or BW frees) is ``activation[i]`` times the
+        stage's. A family whose ops do unequal work (Seq1F1B's sequence
+        chunks under causal attention) describes it so.
+        :func:`pipecore.simulate` applies both (times with any straggler
+        or jitter factors, memory in :attr:`Result.memory` and the peaks);
+        the batched, tuned, ideal-table and transform paths refuse a
+        schedule that carries them rather than ignore them.
+
+        Parameters
+        ----------
+        time, activation : array_like of float, optional
+            One finite factor > 0 per op row; None keeps every op at 1. The
+            activation factors of an op's F and of its B, W or BW must be
+            equal (what is allocated is what is freed).
+
+        Returns
+        -------
+        Schedule
+            A new schedule sharing this one's table and checks.
+
+        Raises
+        ------
+        ValueError
+            For a wrong length or a factor that is not a finite number > 0
+            (naming the op row), or an op whose F and backward activation
+            factors differ.
+        """
+        n = self.num_ops
+        arrays = {}
+        for name, values in (("time", time), ("activation", activation)):
+            if values is None:
+                continue
+            arr = np.asarray(values, dtype=np.float64)
+            if arr.shape != (n,):
+                raise InputError(f"'{name}' factors need one entry per op ({n}); got shape "
+                                 f"{arr.shape}")
+            bad = np.flatnonzero(~np.isfinite(arr) | (arr <= 0))
+            if bad.size:
+                i = int(bad[0])
+                raise InputError(f"'{name}' factor of op row {i} ({self._label(i)}) must be a "
+                                 f"finite number > 0 (got {arr[i]})")
+            arrays[name] = np.ascontiguousarray(arr)
+        if "activation" in arrays:
+            self._check_activation(arrays["activation"])
+        out = Schedule.__new__(Schedule)
+        out.__dict__.update(self.__dict__)
+        out.params = dict(self.params)
+        out.factors = WorkFactors(arrays.get("time"), arrays.get("activation")) if arrays else None
+        return out
+
+    def _label(self, i):
+        return (f"device {int(self._column('device')[i])} slot {int(self._column('slot')[i])} "
+                f"{op_label(self.kind_codes[i], self._column('stage')[i], self._column('microbatch')[i])}")
+
+    def _check_activation(self, act):
+        """The F of (stage, microbatch) and its B, W or BW free what it allocated."""
+        kinds = self.kind_codes
+        key = self._column("stage").astype(np.int64) * (self.microbatches + 1) \
+            + self._column("microbatch")
+        fwd = np.flatnonzero(kinds == KIND_CODE["F"])
+        back = np.flatnonzero(np.isin(kinds, [KIND_CODE[k] for k in ("B", "W", "BW", "R")]))
+        order = np.argsort(key[fwd])
+        pos = np.searchsorted(key[fwd][order], key[back])
+        pos = np.minimum(pos, max(len(fwd) - 1, 0))
+        owner = fwd[order][pos] if len(fwd) else back
+        bad = np.flatnonzero(act[back] != act[owner])
+        if bad.size:
+            r, q = int(back[bad[0]]), int(owner[bad[0]])
+            raise InputError(f"'activation' factor of op row {r} ({self._label(r)}) is "
+                             f"{act[r]} but its forward's (row {q}) is {act[q]}: an op frees "
+                             f"what its forward allocated, so the factors must be equal")
+
     # -- views ---------------------------------------------------------
     @property
     def table(self) -> pa.Table:
@@ -329,6 +443,27 @@ class Schedule:
     def stage_devices(self) -> list[tuple[int, ...]]:
         """list of tuple: the devices each stage runs on (two for a replica pair)."""
         return self._info().stage_devices
+
+    @property
+    def weight_versions(self) -> np.ndarray:
+        """numpy.ndarray: copies of each stage's weights that a device running
+        it holds (int64, one per stage): 1, unless ``params['weight_versions']``
+        declares more, as the asynchronous families do for the versions they
+        stash. Static memory (``Result.static_memory``) counts each copy.
+
+        Raises
+        ------
+        ValueError
+            If the declared list does not hold one int >= 1 per stage.
+        """
+        declared = self.params.get("weight_versions")
+        if declared is None:
+            return np.ones(self.stages, dtype=np.int64)
+        arr = np.asarray(declared)
+        if arr.shape != (self.stages,) or arr.dtype.kind not in "iu" or (arr < 1).any():
+            raise InputError(f"schedule {self.name!r}: params['weight_versions'] must hold one "
+                             f"int >= 1 per stage ({self.stages}) (got {declared!r:.80})")
+        return arr.astype(np.int64)
 
     def _info(self):
         """The schedule's :class:`~pipecore.core.structure.Structure`,
@@ -403,14 +538,17 @@ class Schedule:
         if not isinstance(other, Schedule):
             return NotImplemented
         return (self.devices == other.devices and self.replicated == other.replicated
+                and self.frozen == other.frozen
                 and getattr(self, "offload_to", None) == getattr(other, "offload_to", None)
-                and self._table.equals(other._table))
+                and self._table.equals(other._table)
+                and _same_factors(getattr(self, "factors", None), getattr(other, "factors", None)))
 
     __hash__ = None
 
 
 def from_actions(programs, *, name: str = "custom", devices: int | None = None,
-                 replicated: bool = False, offload_to: Sequence[int] | None = None) -> Schedule:
+                 replicated: bool = False, frozen=(),
+                 offload_to: Sequence[int] | None = None) -> Schedule:
     """Build a schedule from hand-written per-device action lists.
 
     Parameters
@@ -428,6 +566,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         Number of devices; defaults to the number of programs given.
     replicated : bool, default False
         Allow stages on several devices (see :class:`Schedule`).
+    frozen : iterable of int, default ()
+        Stages whose weights are frozen (see :class:`Schedule`).
     offload_to : sequence of int, optional
         Where each device's O and L copies go (see :class:`Schedule`);
         actions do not carry it.
@@ -515,7 +655,14 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     while len(parsed) < devices:
         parsed.append([])
     return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated,
-                                  offload_to=offload_to)
+                                  frozen=frozen, offload_to=offload_to)
+
+
+def _same_factors(a, b):
+    if a is None or b is None:
+        return a is b
+    return all((x is None and y is None) or (x is not None and y is not None
+                                             and np.array_equal(x, y)) for x, y in zip(a, b))
 
 
 def _programs_fast(programs):
@@ -606,6 +753,21 @@ def _unit_ops(entry, device, index):
     return [tuple(op) for op in ops]
 
 
+
+
+def _frozen_stages(frozen) -> tuple:
+    """``frozen`` as a sorted tuple of distinct stage ints >= 0 (the upper
+    bound, the stage count, is checked with the other rules)."""
+    if frozen is None:
+        return ()
+    if isinstance(frozen, (str, bytes)) or not isinstance(frozen, Iterable):
+        raise InputError(f"'frozen' must be an iterable of stage ints (got {frozen!r:.60})")
+    out = set()
+    for s in frozen:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise InputError(f"'frozen' entries must be stage ints >= 0 (got {s!r})")
+        out.add(int(s))
+    return tuple(sorted(out))
 
 
 def _column_array(name, values):

@@ -43,7 +43,7 @@ def _deadlock_error(schedule, head):
     return err
 
 
-def validate(schedule: Schedule) -> Schedule:
+def validate(schedule: Schedule) -> Schedule:  # work factors change no rule: allowed
     """Check every rule of a schedule, including freedom from deadlock.
 
     Parameters
@@ -63,7 +63,8 @@ def validate(schedule: Schedule) -> Schedule:
         same device, stages split across devices, or a deadlock (naming the
         stuck op at the head of every blocked device).
     """
-    compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0, offload=1.0))
+    compiled = compile_schedule(schedule, Costs(f=1.0, b=1.0, w=1.0, comm=0.0, offload=1.0),
+                                factors=True)
     # Only the status and the heads matter here: the summary pass will do.
     run = compiled.run(keep=compiled.shared_links)
     if run.status == _kernels.STATUS_DEADLOCK:
@@ -163,10 +164,11 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
     """
     if isinstance(draw, bool) or not isinstance(draw, (int, np.integer)) or draw < 0:
         raise InputError(f"'draw' must be an int >= 0, the index of a jitter draw (got {draw!r})")
-    compiled = compile_schedule(schedule, costs, network)
-    scale = None
+    compiled = compile_schedule(schedule, costs, network, factors=True)
+    factors = getattr(schedule, "factors", None)
+    scale = None if factors is None or factors.time is None else factors.time
     if stragglers is not None or jitter is not None:
-        scale = straggler_scale(schedule, stragglers)
+        scale = straggler_scale(schedule, stragglers) * (1.0 if scale is None else scale)
         if jitter is not None:
             # Duck-typed: pipecore.Jitter lives in analysis/, above this layer.
             if not callable(getattr(jitter, "draw", None)):
@@ -188,7 +190,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None,
             f"{float(np.max(dev_free)):g}): an op time, a transfer time or their sum along the "
             f"schedule exceeds 1.8e308 (costs f={np.max(c.f):g}, b={np.max(c.b):g}, "
             f"w={np.max(c.w):g}, comm={np.max(c.comm):g}"
-            + ("" if scale is None else f"; straggler/jitter factors up to {np.max(scale):g}")
+            + ("" if scale is None else f"; work/straggler/jitter factors up to {np.max(scale):g}")
             + "); express the costs in a larger unit")
     makespan = float(np.max(dev_free)) if dev_free.size else 0.0
     if 0 < makespan < SMALLEST_NORMAL:

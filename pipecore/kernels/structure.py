@@ -42,6 +42,8 @@ class KeyIndex(NamedTuple):
     idx: np.ndarray  # (S*m, c) int32, out: all -1 beforehand, then the row of each
     #                  key's op of kind k in column col[k]
     first_dev: np.ndarray  # (S,) int32, out: the device of each stage's microbatch 0
+    stage_mode: np.ndarray  # (S,) int8, in: 0 a stage that trains, 1 a frozen one (F and
+    #                         B only), 2 a frozen one below the lowest trainable (F only)
 
 
 class Dependencies(NamedTuple):
@@ -204,6 +206,7 @@ def structure_fbw_count(ops, S, m, replicated, index, deps, r0, r1):
     """
     dev, kind, stage, mb = ops.dev, ops.kind, ops.stage, ops.mb
     col, idx, first_dev = index.col, index.idx, index.first_dev
+    mode = index.stage_mode
     paired, dep, out_ptr = deps.paired, deps.dep, deps.out_ptr
     cb = col[B]
     cw = col[W]
@@ -215,12 +218,23 @@ def structure_fbw_count(ops, S, m, replicated, index, deps, r0, r1):
         q0 = -1
         q1 = -1
         if k == AR:
+            if mode[stage[r]] != 0:  # a frozen stage has no gradient to reduce
+                return 1
             q0 = dep[r, 0]
         elif k == F:
-            # Exactly one backward (BW, or B and W) per (stage, microbatch).
+            # Exactly one backward (BW, or B and W) per (stage, microbatch);
+            # a frozen stage's is a B alone, none below the lowest trainable.
             has_b = cb >= 0 and idx[key, cb] >= 0
             has_w = cw >= 0 and idx[key, cw] >= 0
-            if cbw >= 0 and idx[key, cbw] >= 0:
+            has_bw = cbw >= 0 and idx[key, cbw] >= 0
+            md = mode[stage[r]]
+            if md == 1:
+                if has_bw or has_w or not has_b:
+                    return 1
+            elif md == 2:
+                if has_bw or has_b or has_w or (cr >= 0 and idx[key, cr] >= 0):
+                    return 1
+            elif has_bw:
                 if has_b or has_w:
                     return 1
             elif not has_b or not has_w:
@@ -266,7 +280,8 @@ def structure_fbw_count(ops, S, m, replicated, index, deps, r0, r1):
                 if s < S - 1 and first_dev[s + 1] != dr:
                     c = 1
             elif k == B or k == BW:
-                if s > 0 and first_dev[s - 1] != dr:
+                # No gradient goes to a stage below the lowest trainable one.
+                if s > 0 and first_dev[s - 1] != dr and mode[s - 1] != 2:
                     c = 1
             out_ptr[r + 2] = c
             continue

@@ -26,7 +26,15 @@ _KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "mb": "microbatch_size", "microbatc
          "schedule": "schedule", "chunks": "chunks", "recompute": "recompute", "rc": "recompute",
          "sp": "sequence_parallel", "sequence_parallel": "sequence_parallel", "zero": "zero",
          "overlap": "dp_overlap", "dp_overlap": "dp_overlap", "attention": "attention",
-         "precision": "precision"}
+         "precision": "precision", "p2p": "p2p_overlap", "grad-acc": "grad_accumulation_fusion"}
+# Words of the two settings Strategy.label() writes as key=word.
+_WORDS = {"p2p_overlap": {"overlapped": True, "blocking": False},
+          "grad_accumulation_fusion": {"fused": True, "unfused": False}}
+# "pools 1x2,0x1", "pool 0" and "layers 10x3,4" (label form, a space before the value) or with "=":
+# a run "kxn" is k repeated n times.
+_RUN = r"\d+(?:x\d+)?"
+_LISTS = re.compile(rf"(?<![\w-])(pools|pool|layers)(?:\s*=\s*|\s+)({_RUN}(?:\s*,\s*{_RUN})*)",
+                    re.IGNORECASE)
 _INTS = ("tp", "pp", "dp", "microbatch_size", "chunks", "zero")
 _FLAGS = {"yes": True, "on": True, "true": True, "1": True, "no": False, "off": False, "false": False,
           "0": False}
@@ -37,7 +45,8 @@ _SYNTAX = ("tp=8,pp=8,dp=16,mb=1,schedule=interleaved-1f1b,chunks=3,recompute=se
 # How a setting reads in a sentence.
 _NAMES = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "microbatch size", "schedule": "schedule",
           "chunks": "chunks", "recompute": "recompute", "sequence_parallel": "sequence parallelism",
-          "zero": "ZeRO", "dp_overlap": "overlap", "attention": "attention", "precision": "precision"}
+          "zero": "ZeRO", "dp_overlap": "overlap", "attention": "attention", "precision": "precision",
+          "p2p_overlap": "p2p", "grad_accumulation_fusion": "grad-acc", "pools": "pools", "layers": "layers"}
 
 
 def parse_strategy(text: str, gpus: int | None = None) -> Strategy:
@@ -54,10 +63,16 @@ def parse_strategy(text: str, gpus: int | None = None) -> Strategy:
         on/off), ``attention`` (flash, unfused), ``precision`` (bf16, fp16).
         A row label as :meth:`Strategy.label` writes it and ``pipecore plan``
         prints it (``tp8 pp8 dp16 mb1 interleaved-1f1b x3 rc=selective sp
-        zero1``) reads too. Unnamed settings take the search's values: tp
-        and pp 1, microbatch size 1, 1f1b, the schedule's default chunks,
-        recompute none, no sequence parallelism, ZeRO 0, overlap on, flash
-        attention, bf16.
+        zero1``) reads too, with the settings of Megatron-LM 2021 (``p2p``:
+        overlapped or blocking; ``grad-acc``: fused or unfused) and of a
+        mixed cluster: ``pools 1x2,0x1`` (the pool of each pipeline rank;
+        ``kxn`` is pool k for n ranks in a row), ``pool 1`` (every rank on
+        pool 1) and ``layers 10x3,4`` (transformer layers of each stage,
+        runs written the same way). Unnamed settings take the search's
+        values: tp and pp 1, microbatch size 1, 1f1b, the schedule's default
+        chunks, recompute none, no sequence parallelism, ZeRO 0, overlap on,
+        flash attention, bf16, p2p overlapped, grad-acc fused, every rank on
+        the cluster's first pool and layers split evenly.
     gpus : int, optional
         The GPUs of the run: without ``dp``, dp is ``gpus / (tp * pp)``.
 
@@ -83,7 +98,25 @@ def parse_strategy(text: str, gpus: int | None = None) -> Strategy:
             raise InputError(f"strategy {text!r}: {_NAMES[field]} is given twice (again in {item!r})")
         given[field] = value
 
-    for item in (t for t in re.split(r"[,\s]+", text.strip()) if t):
+    rest, lists = text, {}
+    for match in reversed(list(_LISTS.finditer(text))):
+        key = match.group(1).lower()
+        if key in lists:
+            raise InputError(f"strategy {text!r}: {_NAMES.get(key, key)} is given twice (again in "
+                             f"{match.group(0)!r})")
+        if key != "layers" and {"pool", "pools"} & set(lists):
+            raise InputError(f"strategy {text!r}: pool and pools are both given; give one (pool k puts "
+                             f"every rank on pool k)")
+        values = []
+        for run in re.split(r"\s*,\s*", match.group(2)):
+            k, _, n = run.partition("x")
+            if n and int(n) < 1:
+                raise InputError(f"strategy {text!r}: run {run!r} of {key} repeats {k} {n} times; "
+                                 f"write kxn with n >= 1")
+            values += [int(k)] * (int(n) if n else 1)
+        lists[key] = values
+        rest = rest[:match.start()] + " " + rest[match.end():]
+    for item in (t for t in re.split(r"[,\s]+", rest.strip()) if t):
         key, eq, value = item.partition("=")
         key = key.strip().lower()
         label = _LABEL.match(key) if not eq else None
@@ -114,6 +147,11 @@ def parse_strategy(text: str, gpus: int | None = None) -> Strategy:
             if value.lower() not in _FLAGS:
                 raise InputError(f"strategy {text!r}: {key} must be on or off (got {value!r})")
             put(field, _FLAGS[value.lower()], item)
+        elif field in _WORDS:
+            words = _WORDS[field]
+            if value.lower() not in words:
+                raise InputError(f"strategy {text!r}: {key} must be {' or '.join(words)} (got {value!r})")
+            put(field, words[value.lower()], item)
         elif field == "schedule":
             put(field, family(value).name, item)  # an unknown name lists the known ones
         else:
@@ -121,6 +159,15 @@ def parse_strategy(text: str, gpus: int | None = None) -> Strategy:
     schedule = given.setdefault("schedule", "1f1b")
     given.setdefault("chunks", family(schedule).chunks_for(None))
     given.setdefault("dp_overlap", True)
+    if "layers" in lists:
+        given["layers"] = tuple(lists["layers"])
+    if "pools" in lists:
+        given["pools"] = tuple(lists["pools"])
+    elif "pool" in lists:
+        if len(lists["pool"]) != 1:
+            raise InputError(f"strategy {text!r}: pool takes one pool for every rank (got "
+                             f"{','.join(map(str, lists['pool']))}); name each rank's with pools")
+        given["pools"] = (lists["pool"][0],) * given.get("pp", 1)
     if "dp" not in given:
         tp, pp = given.get("tp", 1), given.get("pp", 1)
         if gpus is None or tp < 1 or pp < 1 or gpus % (tp * pp):

@@ -10,15 +10,18 @@ order into a Schedule with the helpers of :mod:`.construct`
 """
 
 from . import (  # noqa: F401  (importing a family module registers it)
+    asynchronous,
     bfs,
     bitpipe,
     bpipe,
     chimera,
     dualpipe,
+    freeze,
     gpipe,
     hanayo,
     interleaved,
     onef1b,
+    seq1f1b,
     vshape,
     zerobubble,
 )

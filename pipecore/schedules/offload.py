@@ -14,7 +14,7 @@ backward waits for it to end.
 from __future__ import annotations
 
 from ..core.ops import InputError, check_type
-from ..core.schedule import Schedule, _as_ops, check_int
+from ..core.schedule import Schedule, _as_ops, check_int, refuse_factors
 from .recompute import _index_set
 
 __all__ = ["offload"]
@@ -64,6 +64,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         If the input schedule is not valid.
     """
     check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    refuse_factors(schedule, "offload (its new schedule would drop them)")
     prefetch = check_int("prefetch", prefetch, minimum=0)
     st = schedule._info()  # validates
     S, m = st.stages, st.microbatches

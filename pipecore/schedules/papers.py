@@ -17,7 +17,7 @@ from .registry import Paper
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
            "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
-           "BPIPE"]
+           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE", "BPIPE"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -86,6 +86,29 @@ DUALPIPE_V = Paper(
     "DeepSeek-AI", "DualPipe", "GitHub repository", 2025, "https://github.com/deepseek-ai/DualPipe",
     note="DualPipeV, Sea AI Lab's cut-in-half of DualPipe; order as PyTorch's ScheduleDualPipeV")
 
+SEQ1F1B = Paper(
+    "Sun et al.",
+    "Seq1F1B: Efficient Sequence-Level Pipeline Parallelism for Large Language Model Training",
+    "arXiv:2406.03488", 2024, "https://arxiv.org/abs/2406.03488",
+    note="order from the authors' Megatron-LM code (github.com/thunlp/Seq1F1B)")
+# The SOSP text; the arXiv preprint 1806.03377 carries an earlier title.
+PIPEDREAM = Paper(
+    "Narayanan et al.", "PipeDream: Generalized Pipeline Parallelism for DNN Training", "SOSP 2019",
+    2019, "https://doi.org/10.1145/3341301.3359646",
+    note="1F1B without flushes and weight stashing; no vertical sync")
+PIPEDREAM_2BW = replace(PIPEDREAM_FLUSH, note="PipeDream-2BW: double-buffered weight updates; which "
+                        "version a step uses is pipecore's reading of the one-step delay")
+LAYERPIPE2 = Paper(
+    "Unnikrishnan and Parhi",
+    "LayerPipe2: Multistage Pipelining and Weight Recompute via Improved Exponential Moving Average "
+    "for Training Neural Networks", "arXiv:2512.08160", 2025, "https://arxiv.org/abs/2512.08160",
+    note="per-stage delays (stages downstream) and stored vs moving-average weights, from the "
+    "abstract; one stage per device; the reconstruction's compute is not modelled")
+TIMELY_FREEZE = Paper(
+    "Cho et al.", "TimelyFreeze: Adaptive Parameter Freezing Mechanism for Pipeline Parallelism",
+    "arXiv:2602.05754", 2026, "https://arxiv.org/abs/2602.05754",
+    note="freezing skips backward work; pipecore freezes whole stages (pipecore.freeze), not "
+         "the paper's per-microbatch freeze ratios chosen by a linear program")
 BPIPE = Paper(
     "Kim et al.",
     "BPipe: Memory-Balanced Pipeline Parallelism for Training Large Language Models",

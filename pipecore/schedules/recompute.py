@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..core.ops import InputError, check_type
-from ..core.schedule import BW, B, R, Schedule
+from ..core.schedule import BW, B, R, Schedule, refuse_factors
 
 __all__ = ["recompute"]
 
@@ -67,6 +67,7 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
         If the input schedule is not valid.
     """
     check_type("schedule", schedule, Schedule, "a pipecore.Schedule")
+    refuse_factors(schedule, "recompute (its new schedule would drop them)")
     st = schedule._info()  # validates
     S, m = st.stages, st.microbatches
     chosen_s = _index_set("stages", stages, S)

@@ -296,7 +296,8 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
         must be 1 or None for single-chunk families.
     **options
         Family-specific options, e.g. ``waves`` for ``hanayo`` (see the
-        ``options`` of :class:`Family`).
+        ``options`` of :class:`Family`). Every family also takes ``frozen``:
+        stages whose weights are frozen (:func:`pipecore.freeze`).
 
     Returns
     -------
@@ -307,13 +308,14 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
     ------
     ValueError
         For an unknown name (listing the valid ones), arguments the family
-        cannot take, or a shape with more ops than an op table holds
+        cannot take, a bad ``frozen`` stage, or a shape with more ops than an op table holds
         (2**31 - 1).
     MemoryError
         If building and validating the shape needs more memory than the OS
         has available (checked before anything is allocated, on Linux).
     """
     fam = family(name)
+    frozen = options.pop("frozen", None)  # any family: see schedules/freeze.py
     devices = check_int("devices", devices, minimum=1)
     microbatches = check_int("microbatches", microbatches, minimum=1)
     unknown = sorted(set(options) - set(fam.options))
@@ -346,7 +348,14 @@ def build(name: str, devices: int, microbatches: int, chunks: int | None = None,
             gc.enable()
     sched.params.update({"family": fam.name, "devices": devices,
                          "microbatches": microbatches, "chunks": chunks, **options})
+    if frozen is not None:
+        sched = _FREEZE[0](sched, frozen, name=sched.name)
     return sched
+
+
+#: ``pipecore.freeze``, set by schedules/freeze.py when it loads (it imports
+#: families, so the registry cannot import it).
+_FREEZE = [None]
 
 
 def _check_size(name, p, m, v):
