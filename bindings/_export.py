@@ -29,6 +29,10 @@ _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 _NO_TORCH_ACTION = {
     "R": "torch has no recompute action (it recomputes inside a stage's module, e.g. with "
          "activation checkpointing, never as a schedule action)",
+    "O": "torch has no action that moves an activation off its rank (to host or to another "
+         "rank, as offload and BPipe do); its schedules keep each activation on its stage's rank",
+    "L": "torch has no action that loads an offloaded activation back (to host or from another "
+         "rank, as offload and BPipe do); its schedules keep each activation on its stage's rank",
 }
 
 def _label(kind, stage, microbatch):

@@ -53,6 +53,15 @@ reproducible by any other implementation doing the same operations:
              are sorted by time, and at equal times by row, a copy taking
              the row of the O or L that issued it. Both copies are listed in ``transfers`` (source
              and destination device d; O -> L, then L -> backward).
+             With ``offload_to[d] = q >= 0`` the copies go to device q's
+             memory instead: the same two queues and rules, each copy taking
+             ``evict[s]``; q allocates ``act[s]`` at the start of the copy
+             out and frees it at the end of the copy back, both events
+             sorted before q's own at equal times (a copy back's end first).
+             ``transfers`` lists them d -> q and q -> d. (The queues are the
+             copies' own: a copy does not queue behind ordinary transfers
+             between d and q; the kernel does, which matters only when d and
+             q exchange pipeline transfers.)
 * AR:        ``("AR", s, None)``, the gradient all-reduce of a stage ``s``
              replicated on exactly two devices, one AR op per replica device
              (a single-op entry, never in a pair). Duration 0.0; on device
@@ -83,7 +92,8 @@ def _is_pair(entry):
 
 
 def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_link=None,
-                       r=None, ckpt=None, offload=None, bw=None, overhead=None):
+                       r=None, ckpt=None, offload=None, bw=None, overhead=None, evict=None,
+                       offload_to=None):
     """Simulate per-device programs exactly as docs/semantics.md says.
 
     Parameters
@@ -136,6 +146,10 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
         recomputed F keeps (default 0.0).
     offload : sequence of float, optional
         Per stage: the time of one host copy (required with O and L ops).
+    evict, offload_to : sequence of float, sequence of int, optional
+        Per stage the time of one copy to a partner device, and per device
+        its partner (-1: host), as ``Costs.evict`` and
+        ``Schedule.offload_to``.
     bw : sequence of float, optional
         Per stage: the time of a fused BW op (default ``b[s] + w[s]``,
         computed in that order).
@@ -540,11 +554,17 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             }
             to_check.append(dst)
 
+    def partner(d):
+        return -1 if offload_to is None else offload_to[d]
+
     def place_copy(g):
         d, s = op_device[g], op_stage[g]
-        if offload is None:
-            raise ValueError("O/L ops need per-stage offload times")
-        t = float(offload[s])
+        if partner(d) >= 0:
+            t = float(evict[s])
+        else:
+            if offload is None:
+                raise ValueError("O/L ops need per-stage offload times")
+            t = float(offload[s])
         if op_kind[g] == "O":
             begin = max(finish[g], queue_end.get((d, "out"), finish[g]))
             copy_to_host_end[g] = begin + t
@@ -606,13 +626,17 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
     # Every created transfer has known times (its producer ran); host copies too.
     for og, end in copy_to_host_end.items():
         lg = load_of[(op_stage[og], op_mb[og])]
+        q = partner(op_device[og])
         transfer[(og, lg)] = {"src_device": op_device[og], "src_slot": op_slot[og], "src_row": og,
-                              "dst_device": op_device[og], "dst_slot": op_slot[lg], "dst_row": lg,
+                              "dst_device": op_device[og] if q < 0 else q,
+                              "dst_slot": op_slot[lg], "dst_row": lg,
                               "ready": finish[og], "start": copy_to_host_start[og],
                               "end": end, "arrival": end}
     for lg, (begin, end) in copy_back.items():
         bg = backward_of[(op_stage[lg], op_mb[lg])]
-        transfer[(lg, bg)] = {"src_device": op_device[lg], "src_slot": op_slot[lg], "src_row": lg,
+        q = partner(op_device[lg])
+        transfer[(lg, bg)] = {"src_device": op_device[lg] if q < 0 else q, "src_slot": op_slot[lg],
+                              "src_row": lg,
                               "dst_device": op_device[lg], "dst_slot": op_slot[bg], "dst_row": bg,
                               "ready": finish[lg], "start": begin, "end": end, "arrival": end}
     transfers_out = [transfer[key] for key in sorted(transfer)]  # by (src_row, dst_row)
@@ -676,6 +700,13 @@ def simulate_reference(programs, f, b, w, act, act_w, link, fb_factor=1.0, ar_li
             for lg, (begin, _end) in copy_back.items():
                 if op_device[lg] == d:
                     timed.append((begin, lg, 1, act[op_stage[lg]]))
+            # Activations this device holds for its partner.
+            for og, _end in copy_to_host_end.items():
+                if partner(op_device[og]) == d:
+                    timed.append((copy_to_host_start[og], -1, 1, act[op_stage[og]]))
+            for lg, (_begin, end) in copy_back.items():
+                if partner(op_device[lg]) == d:
+                    timed.append((end, -1, 0, -act[op_stage[lg]]))
             timed.sort(key=lambda e: (e[0], e[1], e[2]))
             total = 0.0
             events = []

@@ -243,3 +243,15 @@ def test_freeze_keeps_per_op_work_factors():
     assert pc.simulate(weighed_then_frozen).makespan != pc.simulate(pc.freeze(plain, frozen=[0])).makespan
     with pytest.raises(pc.InputError, match="adapt=True"):
         pc.freeze(seq1f1b.with_chunk_costs(plain, 0.5, 0.5), frozen=[0], adapt=True, costs=pc.Costs())
+
+
+def test_freeze_keeps_where_bpipe_offloads():
+    # BPipe's partner copies stay on the partner: with w = 0 and activation_w = 0 a frozen last
+    # stage (BW -> B of the same time, same memory) changes nothing in the simulation.
+    plain = pc.build("bpipe", 8, 16)
+    frozen = pc.freeze(plain, frozen=[7])
+    assert frozen.offload_to == plain.offload_to
+    costs = pc.Costs(evict=0.5)
+    a, b = pc.simulate(plain, costs), pc.simulate(frozen, costs)
+    assert a.makespan == b.makespan
+    np.testing.assert_array_equal(a.peak_activation, b.peak_activation)

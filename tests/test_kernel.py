@@ -53,7 +53,8 @@ def run_both(sched, c, network):
                              ar_link=link_function(network, c.comm, S, gradients=True),
                              r=arrays["r"], ckpt=arrays["checkpoint"], offload=arrays["offload"],
                              bw=None if c.bw is None else arrays["bw"],
-                             overhead=arrays["overhead"])
+                             overhead=arrays["overhead"], evict=arrays["evict"],
+                             offload_to=sched.offload_to)
     return ref
 
 

@@ -262,7 +262,8 @@ def test_action_string_roundtrip(stage, kind, mb):
 @settings(max_examples=40, deadline=None)
 @given(family_schedules())
 def test_actions_roundtrip_families(sched):
-    back = from_actions(sched.to_actions(), devices=sched.devices, replicated=sched.replicated)
+    back = from_actions(sched.to_actions(), devices=sched.devices, replicated=sched.replicated,
+                        offload_to=sched.offload_to)
     assert back == sched
     assert back.to_actions() == sched.to_actions()
 

@@ -276,6 +276,8 @@ def _cost_fields(costs: Costs) -> tuple[dict, dict]:
             times[k] = _value(getattr(c, k))
     if np.any(np.asarray(c.overhead) != 0):
         times["overhead"] = _value(c.overhead)
+    if np.any(np.asarray(c.evict) != 0):
+        times["evict"] = _value(c.evict)
     if c.fb_factor != 1.0:
         times["fb_factor"] = f"{c.fb_factor:g}"
     if c.host_link_devices != 1:

@@ -66,6 +66,7 @@ class Compiled:
     fb_factor: float
     x_after: np.ndarray | None = None
     x_host: np.ndarray | None = None
+    x_peer: np.ndarray | None = None  # Structure.x_peer: the partner holding each copy, or empty
     units: Units | None = None  # make_units' carrier, shared by every compile of a schedule
     op_code: np.ndarray | None = None  # op_class * stages + op_stage (no pairs), or empty
     _x_times: tuple | None = None
@@ -275,13 +276,15 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
     stage_cost[F_DROP] = arrays["f"] + o
 
     x_src = st.x_src
-    if st.x_host.any() and arrays.get("offload") is None:
+    to_host = _host_copies(st)
+    if to_host.any() and arrays.get("offload") is None:
         raise InputError("the schedule offloads activations (O and L ops): set Costs.offload, "
                          "the time of one activation copy over a host link")
-    x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"))
+    x_cls, x_table = _transfer_arrays(st, network, S, arrays["comm"], arrays.get("offload"),
+                                      arrays["evict"])
     x_link, n_links, units_key = st.x_link, st.n_links, "units"
     group = int(costs.host_link_devices)
-    if st.x_host.any() and group > 1:
+    if to_host.any() and group > 1:
         x_link, n_links, shared = _shared_host_links(st, schedule.devices, group)
         units_key = f"units_shared_{group}"
     else:
@@ -313,6 +316,7 @@ def compile_schedule(schedule: Schedule, costs: Costs | None = None,
         fb_factor=float(costs.fb_factor),
         x_after=st.x_after,
         x_host=st.x_host,
+        x_peer=st.x_peer,
         units=st.memo[units_key],
         op_code=st.op_code,
     )
@@ -359,7 +363,7 @@ def frozen_memory(arrays, frozen):
 def _shared_host_links(st, p, group):
     """Link ids with the host links of each group of ``group`` devices
     merged (one per direction), and which links have several senders."""
-    host = st.x_host
+    host = np.where(_host_copies(st), st.x_host, 0)  # copies to a partner keep their links
     src = st.x_src_dev
     key = np.where(host == 0, st.x_link.astype(np.int64),
                    st.n_links + 2 * (src // group) + host - 1)
@@ -372,11 +376,20 @@ def _shared_host_links(st, p, group):
     return x_link, n_links, shared
 
 
-def _transfer_arrays(st, network, stages, comm, offload):
+def _host_copies(st):
+    """(nx,) bool: the transfers that are offload copies over a host link
+    (not to a partner device)."""
+    if st.x_peer.size:
+        return (st.x_host > 0) & (st.x_peer < 0)
+    return st.x_host > 0
+
+
+def _transfer_arrays(st, network, stages, comm, offload, evict):
     """Every transfer's class (cached per schedule and node size) and the
     table of serialisation and latency per class: ``(x_cls, (ser, lat))``.
     Same arithmetic as per transfer: ``bytes / bandwidth`` and
-    ``comm + link latency``; an offload copy takes ``offload`` and no latency."""
+    ``comm + link latency``; an offload copy takes ``offload`` (``evict`` to
+    a partner device) and no latency."""
     if network is not None and not isinstance(network, Network):
         raise InputError(f"'network' must be a pipecore.Network (got {type(network).__name__})")
     if network is None:  # free links: 0 / 1.0 serialisation, no link latency
@@ -409,6 +422,7 @@ def _transfer_arrays(st, network, stages, comm, offload):
                          f"latency {float(np.max(x_lat)):g}; use larger units")
     if offload is not None:
         ser[:, 4] = offload
+    ser[:, 5] = evict
     return st.memo[key], (ser.reshape(-1), x_lat.reshape(-1))
 
 
@@ -416,7 +430,8 @@ def _transfer_classes(st, per_node):
     """Every transfer's class, ``stage of its producer * X_CLASSES + k`` (uint32);
     k: 0 an activation within a node, 1 between nodes (``device //
     per_node`` differs, with ``per_node`` > 0), 2 and 3 the same for a
-    gradient feeding an all-reduce, 4 an offload copy over a host link.
+    gradient feeding an all-reduce, 4 an offload copy over a host link, 5 an
+    offload copy to or from a partner device.
     Numpy, a few passes over the transfers: no kernel to compile."""
     stage = st.op_stage.view(np.uint32)  # stages are >= 0
     x_cls = stage[st.x_src]  # one array of the transfers' size, scaled in place
@@ -429,5 +444,7 @@ def _transfer_classes(st, per_node):
         x_cls += (st.x_src_dev // per_node != st.x_dst_dev // per_node).astype(np.uint32)
     host = np.flatnonzero(st.x_host > 0)
     if host.size:
-        x_cls[host] = stage[st.x_src[host]] * np.uint32(X_CLASSES) + np.uint32(4)
+        kind = np.uint32(4) if not st.x_peer.size else \
+            np.where(st.x_peer[host] >= 0, 5, 4).astype(np.uint32)
+        x_cls[host] = stage[st.x_src[host]] * np.uint32(X_CLASSES) + kind
     return x_cls

@@ -163,6 +163,14 @@ class Costs:
         their copies over one link per direction, one copy at a time, in
         order of issue time (PipeOffload's A100 servers put two GPUs on one
         PCIe switch and interleave their copies: 2).
+    evict : float or array_like, default 0.0
+        Time of one copy of an F's activation (one device share; a chunk's
+        copy takes ``evict / v``) to the partner device that holds it while
+        it waits for its backward, or back (O and L ops of a schedule whose
+        ``offload_to`` names a device, as BPipe's). A copy occupies the
+        directed link between the two devices, which it shares with the
+        pipeline's own transfers between them when a :class:`Network` is
+        given. 0 (the default) makes the copies free, like ``comm``.
 
     Raises
     ------
@@ -184,10 +192,11 @@ class Costs:
     host_link_devices: int = 1
     bw: float | None = None
     overhead: float = 0.0
+    evict: float = 0.0
 
     def __post_init__(self):
         for name in ("f", "b", "w", "comm", "activation", "activation_w", "weights", "checkpoint",
-                     "overhead"):
+                     "overhead", "evict"):
             object.__setattr__(self, name, _check_value("Costs", name, getattr(self, name)))
         n = self.host_link_devices
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -222,7 +231,7 @@ class Costs:
             Keys ``f``, ``b``, ``w``, ``comm``, ``activation``,
             ``activation_w``, ``weights``, ``r`` (``f`` when unset),
             ``checkpoint``, ``offload`` (None when unset), ``bw`` (``b + w``
-            when unset) and ``overhead``, each of length S.
+            when unset), ``overhead`` and ``evict``, each of length S.
 
         Raises
         ------
@@ -231,7 +240,7 @@ class Costs:
             exceeds activation at some stage.
         """
         out = {}
-        for name in ("f", "b", "w", "activation", "activation_w", "weights", "checkpoint"):
+        for name in ("f", "b", "w", "activation", "activation_w", "weights", "checkpoint", "evict"):
             out[name] = per_stage("Costs", name, getattr(self, name), stages, devices)
         out["r"] = out["f"] if self.r is None else per_stage("Costs", "r", self.r, stages, devices)
         out["offload"] = (None if self.offload is None else

@@ -206,13 +206,22 @@ class Result:
         Columns ``src_device``, ``dst_device``, ``stage`` and ``microbatch``
         and ``kind`` of the sending op, ``ready`` (sender's finish),
         ``start`` (on the link), ``finish`` (link released), ``arrival``.
+        An offload copy to host has the same source and destination; one to
+        a partner device (``Schedule.offload_to``) goes from the offloading
+        device to the partner (O) and back (L).
         """
         c = self._c
         dev = self.schedule._column("device")
         src = c.x_src
+        src_dev, dst_dev = dev[src].astype(np.int32), dev[c.x_dst].astype(np.int32)
+        if c.x_peer is not None and c.x_peer.size:
+            # A copy to a partner device travels there and back: its route.
+            peer = c.x_peer >= 0
+            dst_dev = np.where(peer & (c.x_host == 1), c.x_peer, dst_dev).astype(np.int32)
+            src_dev = np.where(peer & (c.x_host == 2), c.x_peer, src_dev).astype(np.int32)
         return pa.table({
-            "src_device": pa.array(dev[src].astype(np.int32)),
-            "dst_device": pa.array(dev[c.x_dst].astype(np.int32)),
+            "src_device": pa.array(src_dev),
+            "dst_device": pa.array(dst_dev),
             "stage": pa.array(c.op_stage[src]),
             "microbatch": pa.array(self.schedule._column("microbatch")[src].astype(np.int32)),
             "kind": pa.DictionaryArray.from_arrays(pa.array(c.op_kind[src]), _KIND_DICT),
@@ -262,7 +271,9 @@ class Result:
 
         With offload (O and L ops) memory moves at copy times, so the peak
         is taken over the timed events of :attr:`memory`; otherwise the
-        running total in program order is the same curve.
+        running total in program order is the same curve. An activation
+        offloaded to a partner device (``Schedule.offload_to``) counts on
+        the partner while it is held there.
         """
         c = self._c
         peak = np.zeros(len(c.dev_ptr) - 1)
@@ -306,11 +317,26 @@ class Result:
         amount = c.act[c.op_stage[c.x_src]]
         if self._act_factor is not None:
             amount = amount * self._act_factor[c.x_src]
-        ev_dev = np.concatenate([dev[c.x_src[out]], dev[rows], dev[c.x_src[back]]])
-        ev_time = np.concatenate([self._x_arrival[out], time[rows], self._x_start[back]])
-        ev_delta = np.concatenate([-amount[out], delta[rows], amount[back]])
-        position = np.concatenate([c.x_src[out], rows, c.x_src[back]])
-        group = np.concatenate([np.ones(len(out)), np.zeros(len(rows)), np.ones(len(back))])
+        ev_dev = [dev[c.x_src[out]], dev[rows], dev[c.x_src[back]]]
+        ev_time = [self._x_arrival[out], time[rows], self._x_start[back]]
+        ev_delta = [-amount[out], delta[rows], amount[back]]
+        position = [c.x_src[out], rows, c.x_src[back]]
+        group = [np.ones(len(out)), np.zeros(len(rows)), np.ones(len(back))]
+        peer = c.x_peer if c.x_peer is not None else np.empty(0, np.int32)
+        if peer.size:
+            # A partner device holds the activation from the start of the copy
+            # to it to the end of the copy back. At equal times these events
+            # come before the partner's own, a copy back's end before a copy's
+            # start (the buffer is free for the next one).
+            held_in = out[peer[out] >= 0]
+            held_out = back[peer[back] >= 0]
+            ev_dev += [peer[held_in].astype(np.int64), peer[held_out].astype(np.int64)]
+            ev_time += [self._x_start[held_in], self._x_arrival[held_out]]
+            ev_delta += [amount[held_in], -amount[held_out]]
+            position += [np.full(len(held_in), -1), np.full(len(held_out), -1)]
+            group += [np.ones(len(held_in)), np.zeros(len(held_out))]
+        ev_dev, ev_time, ev_delta, position, group = (
+            np.concatenate(x) for x in (ev_dev, ev_time, ev_delta, position, group))
         order = np.lexsort((group, position, ev_time, ev_dev))
         ev_dev, ev_time, ev_delta = ev_dev[order], ev_time[order], ev_delta[order]
         total = np.empty_like(ev_delta)
@@ -351,7 +377,9 @@ class Result:
         ``Costs.checkpoint`` and its R the rest of the activation. With
         offload, a copy to host frees the activation when it ends and a
         copy back allocates it when it starts; rows are then sorted by time
-        on each device.
+        on each device. A partner device that holds offloaded activations
+        (``Schedule.offload_to``) has a row when a copy to it starts (it
+        allocates) and when the copy back ends (it frees).
 
         The column was called ``bytes`` before; for one release that name
         still reads ``activation``, with a ``DeprecationWarning``, which is

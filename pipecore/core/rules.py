@@ -400,10 +400,21 @@ def structure(schedule, fast=None):
     dev_ptr = np.searchsorted(dev, np.arange(p + 1))
 
     # Directed links that carry traffic, numbered compactly; each device's
-    # host link has two directions (to host, from host) of its own.
+    # host link has two directions (to host, from host) of its own. A device
+    # whose offloads go to a partner device (Schedule.offload_to) copies over
+    # the directed links between the two, shared with the pipeline's sends.
     src_dev = dev[x_src]
     dst_dev = dev[x_dst]
     link_key = np.where(x_host == 0, src_dev * p + dst_dev, p * p + 2 * src_dev + x_host - 1)
+    targets = getattr(schedule, "offload_to", None)
+    x_peer = np.empty(0, dtype=np.int32)  # empty: no copy goes to a partner device
+    if targets is not None and ko.size:
+        partner = np.asarray(targets, dtype=np.int64)[src_dev]
+        peer = (x_host > 0) & (partner >= 0)
+        if peer.any():
+            x_peer = np.where(peer, partner, -1).astype(np.int32)
+            link_key = np.where(peer & (x_host == 1), src_dev * p + partner, link_key)
+            link_key = np.where(peer & (x_host == 2), partner * p + src_dev, link_key)
     _, x_link = np.unique(link_key, return_inverse=True)
     op_class = kind.astype(np.int8)
     op_class[f_idx[r_idx >= 0]] = F_DROP
@@ -430,6 +441,7 @@ def structure(schedule, fast=None):
         x_host=x_host,
         x_after=(np.ascontiguousarray(x_after.astype(np.int32)) if (x_after >= 0).any()
                  else np.empty(0, dtype=np.int32)),  # empty: no transfer waits
+        x_peer=x_peer,
     )
 
 

@@ -102,6 +102,11 @@ class Schedule:
         own microbatches), as Chimera and DualPipe do; weights then count
         once per replica. Without it a stage split across devices is an
         error.
+    offload_to : sequence of int, optional
+        Where each device's offloaded activations (its O and L ops) wait
+        for their backward: entry d is another device, whose memory holds
+        them (BPipe's activation balancing), or -1 for host memory. None
+        (the default): every device offloads to host.
     frozen : iterable of int, default ()
         Stages whose weights are frozen (take no gradient): such a stage has
         no W (its backward is a B alone), and a frozen stage below the
@@ -113,12 +118,14 @@ class Schedule:
     ScheduleError
         If the table breaks a schedule rule.
     ValueError
-        If columns are missing or of the wrong type.
+        If columns are missing or of the wrong type, or ``offload_to`` is
+        not one entry per device, each -1 or another device.
     """
 
     def __init__(self, table: pa.Table, *, name: str = "custom",
                  devices: int | None = None, params: Mapping | None = None,
-                 validate: bool = True, replicated: bool = False, frozen=()):
+                 validate: bool = True, replicated: bool = False, frozen=(),
+                 offload_to: Sequence[int] | None = None):
         table = _normalise_table(table)
         n = table.num_rows
         device = table.column("device").to_numpy()
@@ -157,6 +164,7 @@ class Schedule:
         self.params = dict(params or {})
         self.replicated = bool(replicated)
         self.frozen = _frozen_stages(frozen)
+        self.offload_to = _offload_targets(offload_to, devices)
         self._structure = None
         self._own = {}  # see from_arrays
         self.factors = None  # per-op work factors (with_factors), None: every op as Costs says
@@ -531,6 +539,7 @@ class Schedule:
             return NotImplemented
         return (self.devices == other.devices and self.replicated == other.replicated
                 and self.frozen == other.frozen
+                and getattr(self, "offload_to", None) == getattr(other, "offload_to", None)
                 and self._table.equals(other._table)
                 and _same_factors(getattr(self, "factors", None), getattr(other, "factors", None)))
 
@@ -538,7 +547,8 @@ class Schedule:
 
 
 def from_actions(programs, *, name: str = "custom", devices: int | None = None,
-                 replicated: bool = False, frozen=()) -> Schedule:
+                 replicated: bool = False, frozen=(),
+                 offload_to: Sequence[int] | None = None) -> Schedule:
     """Build a schedule from hand-written per-device action lists.
 
     Parameters
@@ -558,6 +568,9 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
         Allow stages on several devices (see :class:`Schedule`).
     frozen : iterable of int, default ()
         Stages whose weights are frozen (see :class:`Schedule`).
+    offload_to : sequence of int, optional
+        Where each device's O and L copies go (see :class:`Schedule`);
+        actions do not carry it.
 
     Returns
     -------
@@ -567,7 +580,8 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     Raises
     ------
     ValueError
-        If an action cannot be parsed or a device key is not an int >= 0.
+        If an action cannot be parsed, a device key is not an int >= 0, or
+        ``offload_to`` is not one entry per device, each -1 or another device.
     ScheduleError
         If the schedule breaks a rule.
     """
@@ -641,7 +655,7 @@ def from_actions(programs, *, name: str = "custom", devices: int | None = None,
     while len(parsed) < devices:
         parsed.append([])
     return Schedule.from_programs(parsed, name=name, devices=devices, replicated=replicated,
-                                  frozen=frozen)
+                                  frozen=frozen, offload_to=offload_to)
 
 
 def _same_factors(a, b):
@@ -691,6 +705,28 @@ def _programs_fast(programs):
         return None
     return (np.concatenate(device), np.concatenate(slot), np.concatenate(kinds),
             np.concatenate(stages), np.concatenate(mbs))
+
+
+def _offload_targets(offload_to, devices):
+    """``offload_to`` checked: a tuple of ``devices`` ints, or None when every
+    entry is -1 (host), so a schedule that offloads only to host compares
+    equal to one built without the argument."""
+    if offload_to is None:
+        return None
+    if isinstance(offload_to, (str, bytes)) or not isinstance(offload_to, Iterable):
+        raise InputError(f"'offload_to' must be a sequence of {devices} ints, one per device "
+                         f"(got {offload_to!r})")
+    out = []
+    for d, q in enumerate(offload_to):
+        if isinstance(q, (bool, np.bool_)) or not isinstance(q, (int, np.integer)) \
+                or not -1 <= q < devices or q == d:
+            raise InputError(f"'offload_to' entry {d} must be -1 (host) or another device in "
+                             f"0..{devices - 1} (got {q!r})")
+        out.append(int(q))
+    if len(out) != devices:
+        raise InputError(f"'offload_to' has {len(out)} entries; the schedule has {devices} "
+                         f"devices (one entry per device)")
+    return None if all(q < 0 for q in out) else tuple(out)
 
 
 def _as_ops(unit):

@@ -91,6 +91,11 @@ class Structure:
     #: back waits for its copy to host), -1 for none; empty when no
     #: transfer waits (one array fewer to fill and stream).
     x_after: np.ndarray
+    #: (nx,) int32 or (0,) int32: for an offload copy of a device whose
+    #: offloads go to a partner device (``Schedule.offload_to``), that
+    #: partner, whose memory holds the activation between the two copies;
+    #: -1 for every other transfer; empty when no copy goes to a partner.
+    x_peer: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
     #: dict: cost-independent arrays a simulation derives from the structure
     #: once and every later simulation of the schedule reuses, keyed by what
     #: they depend on beyond it (transfer classes per node size, program

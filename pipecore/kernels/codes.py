@@ -11,7 +11,7 @@ from __future__ import annotations
 
 #: Op kinds, in the order of their integer codes. R recomputes a forward
 #: whose activations were dropped; O offloads a forward's activations to
-#: host memory and L loads them back before the backward.
+#: host memory (or a partner device's) and L loads them back before the backward.
 KINDS: tuple[str, ...] = ("F", "B", "W", "BW", "AR", "R", "O", "L")
 F, B, W, BW, AR, R, O, L = range(8)  # noqa: E741 (the kinds are named by their letters)
 
@@ -24,9 +24,10 @@ N_CLASSES = 9
 #: Transfer classes: per sending stage s, class ``s * X_CLASSES + k`` with k:
 #: 0 an activation within a node, 1 an activation between nodes, 2 and 3 the
 #: same for a gradient feeding an all-reduce, 4 an offload copy over a host
-#: link. A table of X_CLASSES entries per stage gives serialisation and
-#: latency, so times are computed once per class, not once per transfer.
-X_CLASSES = 5
+#: link, 5 an offload copy to or from a partner device (``Schedule.offload_to``).
+#: A table of X_CLASSES entries per stage gives serialisation and latency, so
+#: times are computed once per class, not once per transfer.
+X_CLASSES = 6
 
 #: Rows of the per-configuration parameter matrix (float64, one column per
 #: configuration) of the batched kernels: op costs, memory costs, network.

@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (importing a family module registers it)
     asynchronous,
     bfs,
     bitpipe,
+    bpipe,
     chimera,
     dualpipe,
     freeze,

@@ -171,7 +171,8 @@ def freeze(schedule: Schedule, frozen=None, fraction=None, adapt: bool = False, 
     params["frozen"] = list(every)
     out = Schedule.from_arrays(dev, new_slot, kind, stage.astype(np.int32), mb,
                                name=name or f"{schedule.name}+frozen", devices=schedule.devices,
-                               replicated=schedule.replicated, frozen=every, params=params)
+                               replicated=schedule.replicated, frozen=every, params=params,
+                               offload_to=getattr(schedule, "offload_to", None))
     out = _carry_factors(schedule, out, keep)
     if adapt:
         refuse_factors(schedule, "freeze(adapt=True)'s list-scheduling pass")
@@ -273,7 +274,7 @@ def _adapt(schedule, costs):
                                    schedule._column("stage")[rows],
                                    schedule._column("microbatch")[rows], name=schedule.name,
                                    devices=p, replicated=schedule.replicated,
-                                   frozen=schedule.frozen,
+                                   frozen=schedule.frozen, offload_to=schedule.offload_to,
                                    params={**schedule.params, "adapt": True})
     adapted = _carry_factors(schedule, adapted, rows)
     after = simulate(adapted, costs)

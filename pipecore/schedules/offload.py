@@ -1,9 +1,11 @@
 """Activation offload: an F's activations go to host memory over the
-device's host link (an O op) and come back (an L op) before the backward.
+device's host link (an O op) and come back (an L op) before the backward;
+or, with ``to``, to another device's memory over the link between the two
+(BPipe's activation balancing).
 
 The O and L take no compute time; each issues a copy of ``Costs.offload``
-on its direction of the device's host link, one copy at a time in issue
-order. The copy to host frees the activation when it ends; the copy back
+(``Costs.evict`` to a partner device) on its direction of the link, one
+copy at a time in issue order. The copy to host frees the activation when it ends; the copy back
 starts no earlier than the L, the end of the copy to host and the end of
 the previous copy back, and allocates the activation when it starts; the
 backward waits for it to end.
@@ -19,8 +21,9 @@ __all__ = ["offload"]
 
 
 def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 1,
-            name: str | None = None) -> Schedule:
-    """Offload the activations of some (stage, microbatch)s to host memory.
+            name: str | None = None, to=None) -> Schedule:
+    """Offload the activations of some (stage, microbatch)s to host memory
+    (or to a partner device's).
 
     An O op goes right after each chosen F (after its unit when it is half
     of an overlapped F&B pair) and an L op ``prefetch`` units before the
@@ -39,18 +42,24 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         the copy can hide behind compute (0: right before the backward).
     name : str, optional
         Name of the new schedule (default ``"<name>+o"``).
+    to : sequence of int, optional
+        Where each device's offloads wait (``Schedule.offload_to``): entry
+        d another device, whose memory holds them, or -1 for host. Default:
+        the schedule's own (host when it has none).
 
     Returns
     -------
     Schedule
         A validated schedule with the same placement; simulate it with
-        ``Costs(offload=...)``.
+        ``Costs(offload=...)`` (copies to host) and ``Costs(evict=...)``
+        (copies to a partner device).
 
     Raises
     ------
     ValueError
-        If an index is out of range, ``prefetch`` is not an int >= 0, or a
-        chosen (stage, microbatch) is already offloaded or recomputed.
+        If an index is out of range, ``prefetch`` is not an int >= 0, a
+        chosen (stage, microbatch) is already offloaded or recomputed, or
+        ``to`` is not one entry per device, each -1 or another device.
     ScheduleError
         If the input schedule is not valid.
     """
@@ -96,4 +105,6 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         out.append(new)
     return Schedule.from_programs(out, name=name or f"{schedule.name}+o", devices=schedule.devices,
                                   replicated=schedule.replicated,
+                                  offload_to=getattr(schedule, "offload_to", None) if to is None
+                                  else to,
                                   params=dict(getattr(schedule, "params", {}) or {}))

@@ -17,7 +17,7 @@ from .registry import Paper
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
            "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
-           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE"]
+           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE", "BPIPE"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -109,3 +109,9 @@ TIMELY_FREEZE = Paper(
     "arXiv:2602.05754", 2026, "https://arxiv.org/abs/2602.05754",
     note="freezing skips backward work; pipecore freezes whole stages (pipecore.freeze), not "
          "the paper's per-microbatch freeze ratios chosen by a linear program")
+BPIPE = Paper(
+    "Kim et al.",
+    "BPipe: Memory-Balanced Pipeline Parallelism for Training Large Language Models",
+    "ICML 2023", 2023, "https://proceedings.mlr.press/v202/kim23l.html",
+    note="activation balancing: device d evicts activations to device p-1-d; how many and "
+         "which microbatches, and when they come back, are pipecore's own rule")

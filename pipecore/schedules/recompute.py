@@ -128,4 +128,5 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
     return Schedule.from_arrays(new_dev, new_slot, new_kind, new_stage, new_mb,
                                 name=name or f"{schedule.name}+r", devices=schedule.devices,
                                 replicated=schedule.replicated,
+                                offload_to=getattr(schedule, "offload_to", None),
                                 params=dict(getattr(schedule, "params", {}) or {}), copy=False)
