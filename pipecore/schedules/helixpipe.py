@@ -92,33 +92,46 @@ def attention_device(layer, microbatch, devices, folds=DEFAULT_FOLDS):
     return int(out) if np.ndim(out) == 0 else out
 
 
-def _forward_order(p, m, v, folds):
-    """Per-device forward programs: a unit-time list schedule, first ready first."""
+def _forward_order(p, m, v, folds, attention=1.0):
+    """Per-device forward programs: a list schedule, the first ready op first.
+
+    A parameter part takes one time unit and an attention core
+    ``attention`` units; a free device starts the op that became ready
+    first (the lower microbatch on a tie).
+    """
     S = 2 * v * p + 1
-    waiting = [[] for _ in range(p)]  # heaps of (ready tick, microbatch, stage)
+    waiting = [[] for _ in range(p)]  # heaps of (ready time, microbatch, stage)
     for i in range(m):
-        heapq.heappush(waiting[0], (0, i, 0))
+        heapq.heappush(waiting[0], (0.0, i, 0))
     programs = [[] for _ in range(p)]
-    done, tick = 0, 0
+    events = []  # (finish time, device, microbatch, stage)
+    busy = [False] * p
+    now, done = 0.0, 0
     while done < S * m:
         for d in range(p):
             heap = waiting[d]
-            if not heap or heap[0][0] > tick:
-                continue
-            _, i, s = heapq.heappop(heap)
-            programs[d].append(("F", s, i))
+            if not busy[d] and heap and heap[0][0] <= now:
+                _, i, s = heapq.heappop(heap)
+                programs[d].append(("F", s, i))
+                busy[d] = True
+                heapq.heappush(events, (now + (attention if s % 2 else 1.0), d, i, s))
+        now, d, i, s = heapq.heappop(events)
+        finished = [(d, i, s)]
+        while events and events[0][0] <= now:
+            finished.append(heapq.heappop(events)[1:])
+        for d, i, s in finished:
+            busy[d] = False
             done += 1
             if s + 1 < S:
                 n = s + 1
                 dev = (n // 2) % p if n % 2 == 0 else attention_device(n // 2, i, p, folds)
-                heapq.heappush(waiting[dev], (tick + 1, i, n))
-        tick += 1
+                heapq.heappush(waiting[dev], (now, i, n))
     return programs
 
 
 @with_builder_doc(chunks="Layers per device v (the schedule has 2 v p + 1 stages).",
                   microbatches="Microbatches m, a multiple of devices * folds.")
-def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS):
+def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS, attention=1.0):
     """HelixPipe: parameter parts in a helix over the devices, each layer's
     attention for different microbatches on different devices; all forwards,
     then all backwards in reverse (first in, last out).
@@ -127,21 +140,34 @@ def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS):
     ----------
     folds : int, default 2
         Microbatches per offset (the paper's two-fold schedule).
+    attention : float, default 1
+        An attention core's time over a parameter part's, for the list
+        schedule that orders the forwards (pass the model's ratio at the
+        sequence length; see :func:`helix_costs`).
 
     Raises
     ------
     ValueError
-        If ``folds`` is not an int >= 1, ``microbatches`` is not a multiple
-        of ``devices * folds``, or the table would exceed
+        If ``attention`` is not a positive number, ``folds`` is not an int
+        >= 1, ``microbatches`` is not a multiple of ``devices * folds``, or
+        the table would exceed
         :data:`MAX_HELIX_OPS` ops.
     """
     p, m, v = devices, microbatches, chunks
     folds = _check(p, m, v, folds)
-    forward = _forward_order(p, m, v, folds)
+    try:
+        ratio = float(attention)
+    except (TypeError, ValueError):
+        raise InputError(f"'attention' must be a positive number (got {attention!r})") from None
+    if not np.isfinite(ratio) or ratio <= 0:
+        raise InputError(f"'attention' must be a positive number: an attention core's time over "
+                         f"a parameter part's (got {attention!r})")
+    forward = _forward_order(p, m, v, folds, ratio)
     programs = [prog + [("BW", s, i) for _, s, i in reversed(prog)] for prog in forward]
     sched = Schedule.from_programs(programs, name="helixpipe", devices=p, replicated=True)
     sched.params["folds"] = folds
     sched.params["layers"] = v * p
+    sched.params["attention"] = ratio
     return sched
 
 
@@ -249,6 +275,6 @@ def helix_costs(layer_f, layer_b, layer_act, attention_f, attention_b, layers, d
 
 
 register(Family("helixpipe", build_helixpipe, formula_helixpipe, chunks=True, default_chunks=1,
-                options=("folds",),
+                options=("folds", "attention"),
                 summary="attention of different microbatches on different devices, FILO order",
                 paper=HELIXPIPE))
