@@ -172,7 +172,7 @@ def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS, attent
 
 
 @with_formula_doc
-def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS):
+def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS, attention=1.0):
     """Device 0's work: (2 v + 1) m ops of each direction; FILO holds every
     microbatch's activations at the turn.
 
@@ -189,6 +189,8 @@ def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS):
     ----------
     folds : int, default 2
         Microbatches per offset (does not change the bound).
+    attention : float, default 1
+        The list schedule's attention ratio (does not change the bound).
     """
     S = 2 * v * p + 1
     t = c.f + c.b + c.w
