@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (importing a family module registers it)
     freeze,
     gpipe,
     hanayo,
+    helixpipe,
     interleaved,
     onef1b,
     seq1f1b,

@@ -17,7 +17,8 @@ from .registry import Paper
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
            "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
-           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE", "BPIPE"]
+           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE", "BPIPE",
+           "HELIXPIPE"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -115,3 +116,9 @@ BPIPE = Paper(
     "ICML 2023", 2023, "https://proceedings.mlr.press/v202/kim23l.html",
     note="activation balancing: device d evicts activations to device p-1-d; how many and "
          "which microbatches, and when they come back, are pipecore's own rule")
+HELIXPIPE = Paper(
+    "Zhang et al.",
+    "HelixPipe: Efficient Distributed Training of Long Sequence Transformers with Attention "
+    "Parallel Pipeline Parallelism", "arXiv:2507.00394", 2025, "https://arxiv.org/abs/2507.00394",
+    note="placement from the authors' code (github.com/code-tunnel/Megatron-LM, branch dev); "
+         "forward order a pipecore list schedule; communication not modelled")

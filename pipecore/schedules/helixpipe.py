@@ -1,0 +1,282 @@
+"""HelixPipe (Zhang et al., arXiv:2507.00394): attention parallel partition, FILO order.
+
+HelixPipe cuts every transformer layer at its attention core. The parts with
+parameters (the post-attention of layer j - 1, its output projection and
+MLP, with the pre-attention of layer j, its norm and QKV projection) stay on
+one device each, layer j's on device j mod p, a helix through the devices.
+The attention core of layer j has no parameters, and HelixPipe runs it for
+different microbatches on different devices in parallel, which takes the
+quadratic attention off the pipeline's warm-up path.
+
+How the op table holds it: a chain of 2L + 1 stages for L = v p layers
+(v = ``chunks``, layers per device). Stage 2j is the parameter part P_j
+(P_0 also holds the embedding, P_L the last post-attention and the head
+with the loss), on device j mod p. Stage 2j + 1 is the attention core A_j
+of layer j, a *replicated* stage (``Schedule(replicated=True)``, as
+Chimera's, without all-reduces: it has no weights): microbatch i's A_j runs
+on device ``(j + d + 1) mod p`` with d = (i // folds) mod p its offset, so
+the p offsets of one layer spread over all p devices. The placement is read
+from the authors' code (github.com/code-tunnel/Megatron-LM, branch dev,
+``megatron/core/pipeline_parallel/attn_pipe_schedule.py``: a parameter part
+on rank r sends the QKV of the microbatch at data offset d to rank
+``(r + d + 1) % p``; d = p - 1 computes it locally).
+
+The order is first-in-last-out: every device runs all its forwards, then
+its backwards in exactly the reverse order (the code's backward loops are
+its forward loops reversed). ``folds`` microbatches share an offset and run
+back to back (the paper's two-fold schedule, which overlaps one fold's
+communication with the other's compute; communication is not what this
+table models). pipecore orders the forwards by a unit-time list schedule:
+each device runs the op that became ready first (the lower microbatch on a
+tie). This is pipecore's reconstruction, not the code's exact loop order.
+
+Not modelled here: recomputation without attention and chunked MLP are cost
+choices (:func:`helix_costs` re-runs the parameter parts in the backward and
+keeps the attention's inputs and outputs), and the communication volumes.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ..core.costs import Costs
+from ..core.ops import InputError
+from ..core.schedule import Schedule, check_int
+from .papers import HELIXPIPE
+from .registry import Family, register, with_builder_doc, with_formula_doc
+
+__all__ = ["build_helixpipe", "formula_helixpipe", "attention_device", "helix_costs",
+           "DEFAULT_FOLDS", "MAX_HELIX_OPS"]
+
+#: Microbatches per offset when ``folds`` is not given (the paper's two-fold schedule).
+DEFAULT_FOLDS = 2
+#: The order is a Python list schedule: the family builds up to this many ops.
+MAX_HELIX_OPS = 2_000_000
+
+
+def _check(p, m, v, folds):
+    folds = check_int("folds", folds, minimum=1)
+    if m % (p * folds):
+        raise InputError(f"'helixpipe': 'microbatches' must be a multiple of devices * folds = "
+                         f"{p} * {folds} = {p * folds} (got {m}): each round gives the p "
+                         f"offsets {folds} microbatches")
+    ops = 2 * (2 * v * p + 1) * m
+    if ops > MAX_HELIX_OPS:
+        raise InputError(f"'helixpipe' with p={p}, m={m}, chunks={v} has {ops} ops, more than "
+                         f"{MAX_HELIX_OPS}: its order is a Python list schedule, defined at "
+                         f"smaller sizes")
+    return folds
+
+
+def attention_device(layer, microbatch, devices, folds=DEFAULT_FOLDS):
+    """The device that runs layer ``layer``'s attention core for a microbatch.
+
+    Parameters
+    ----------
+    layer, microbatch : int or array_like of int
+        j and i.
+    devices : int
+        p.
+    folds : int, default 2
+        Microbatches per offset; i's offset is (i // folds) mod p.
+
+    Returns
+    -------
+    int or numpy.ndarray
+        ``(j + (i // folds) mod p + 1) mod p``.
+    """
+    offset = (np.asarray(microbatch) // folds) % devices
+    out = (np.asarray(layer) + offset + 1) % devices
+    return int(out) if np.ndim(out) == 0 else out
+
+
+def _forward_order(p, m, v, folds, attention=1.0):
+    """Per-device forward programs: a list schedule, the first ready op first.
+
+    A parameter part takes one time unit and an attention core
+    ``attention`` units; a free device starts the op that became ready
+    first (the lower microbatch on a tie).
+    """
+    S = 2 * v * p + 1
+    waiting = [[] for _ in range(p)]  # heaps of (ready time, microbatch, stage)
+    for i in range(m):
+        heapq.heappush(waiting[0], (0.0, i, 0))
+    programs = [[] for _ in range(p)]
+    events = []  # (finish time, device, microbatch, stage)
+    busy = [False] * p
+    now, done = 0.0, 0
+    while done < S * m:
+        for d in range(p):
+            heap = waiting[d]
+            if not busy[d] and heap and heap[0][0] <= now:
+                _, i, s = heapq.heappop(heap)
+                programs[d].append(("F", s, i))
+                busy[d] = True
+                heapq.heappush(events, (now + (attention if s % 2 else 1.0), d, i, s))
+        now, d, i, s = heapq.heappop(events)
+        finished = [(d, i, s)]
+        while events and events[0][0] <= now:
+            finished.append(heapq.heappop(events)[1:])
+        for d, i, s in finished:
+            busy[d] = False
+            done += 1
+            if s + 1 < S:
+                n = s + 1
+                dev = (n // 2) % p if n % 2 == 0 else attention_device(n // 2, i, p, folds)
+                heapq.heappush(waiting[dev], (now, i, n))
+    return programs
+
+
+@with_builder_doc(chunks="Layers per device v (the schedule has 2 v p + 1 stages).",
+                  microbatches="Microbatches m, a multiple of devices * folds.")
+def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS, attention=1.0):
+    """HelixPipe: parameter parts in a helix over the devices, each layer's
+    attention for different microbatches on different devices; all forwards,
+    then all backwards in reverse (first in, last out).
+
+    Parameters
+    ----------
+    folds : int, default 2
+        Microbatches per offset (the paper's two-fold schedule).
+    attention : float, default 1
+        An attention core's time over a parameter part's, for the list
+        schedule that orders the forwards (pass the model's ratio at the
+        sequence length; see :func:`helix_costs`).
+
+    Raises
+    ------
+    ValueError
+        If ``attention`` is not a positive number, ``folds`` is not an int
+        >= 1, ``microbatches`` is not a multiple of ``devices * folds``, or
+        the table would exceed
+        :data:`MAX_HELIX_OPS` ops.
+    """
+    p, m, v = devices, microbatches, chunks
+    folds = _check(p, m, v, folds)
+    try:
+        ratio = float(attention)
+    except (TypeError, ValueError):
+        raise InputError(f"'attention' must be a positive number (got {attention!r})") from None
+    if not np.isfinite(ratio) or ratio <= 0:
+        raise InputError(f"'attention' must be a positive number: an attention core's time over "
+                         f"a parameter part's (got {attention!r})")
+    forward = _forward_order(p, m, v, folds, ratio)
+    programs = [prog + [("BW", s, i) for _, s, i in reversed(prog)] for prog in forward]
+    sched = Schedule.from_programs(programs, name="helixpipe", devices=p, replicated=True)
+    sched.params["folds"] = folds
+    sched.params["layers"] = v * p
+    sched.params["attention"] = ratio
+    return sched
+
+
+@with_formula_doc
+def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS, attention=1.0):
+    """Device 0's work: (2 v + 1) m ops of each direction; FILO holds every
+    microbatch's activations at the turn.
+
+    With scalar costs each of the S = 2 v p + 1 stages takes p / S of a
+    device share. Device 0 hosts v + 1 parameter stages (P_0 and P_L) and v
+    attention stages of every microbatch, the others v and v, so the
+    makespan is at least ``(2 v + 1) m (F + B + W) p / S``. The list
+    schedule attains it in most shapes and stays within one op of it in the
+    rest, hence ``exact`` is False. Peak activation: device 0 holds
+    (2 v + 1) m stage activations, the others 2 v m (all forwards run before
+    the first backward).
+
+    Parameters
+    ----------
+    folds : int, default 2
+        Microbatches per offset (does not change the bound).
+    attention : float, default 1
+        The list schedule's attention ratio (does not change the bound).
+    """
+    S = 2 * v * p + 1
+    t = c.f + c.b + c.w
+    span = (2 * v + 1) * m * t * p / S
+    held = np.full(p, 2 * v * m, dtype=np.float64)
+    held[0] += m
+    return {"makespan": span, "bubble_time": span - m * t,
+            "peak_activation": held * c.activation * p / S, "exact": False}
+
+
+def helix_costs(layer_f, layer_b, layer_act, attention_f, attention_b, layers, devices, *,
+                pre_share=0.25, head_f=0.0, head_b=0.0, recompute=True, checkpoint_share=0.1,
+                attention_act_share=0.25, weights=0.0) -> Costs:
+    """Per-stage costs of a HelixPipe schedule from one transformer block's.
+
+    A block's F takes ``layer_f`` (its backward ``layer_b``, B and W
+    together), ``attention_f`` (``attention_b``) of it in the attention
+    core; the rest, the linear layers, splits ``pre_share`` before the
+    attention (norm, QKV) and the rest after (output projection, MLP).
+    P_0 takes the pre-attention part, P_L the post-attention part plus the
+    head, P_j both. With ``recompute`` (the paper's recomputation without
+    attention) a parameter stage keeps only its input, ``checkpoint_share``
+    of the block's activation, and its backward re-runs its forward; the
+    attention stage keeps ``attention_act_share`` (its Q, K, V and output).
+
+    Parameters
+    ----------
+    layer_f, layer_b : float
+        Seconds of one block's F and of its backward (B + W).
+    layer_act : float
+        Bytes one block's F keeps without recomputation.
+    attention_f, attention_b : float
+        Shares of the attention core in ``layer_f`` and ``layer_b``, in [0, 1).
+    layers, devices : int
+        L = v p and p.
+    pre_share : float, default 0.25
+        Pre-attention share of the linear work (Llama-2 7B: QKV is 3 h^2 of
+        about 12 h^2 of weights per block).
+    head_f, head_b : float, default 0
+        Seconds of the LM head with the loss (and embedding), on P_L.
+    recompute : bool, default True
+    checkpoint_share, attention_act_share : float
+        Shares of ``layer_act`` kept by a parameter stage (with
+        ``recompute``) and by an attention stage.
+    weights : float, default 0
+        Bytes of one block's training state (split like the linear work).
+
+    Returns
+    -------
+    Costs
+        One entry per stage (2 L + 1), ``comm`` 0, ``w`` 0 (fused BW).
+
+    Raises
+    ------
+    ValueError
+        For shares outside [0, 1) or a layer count not a multiple of devices.
+    """
+    L = check_int("layers", layers, minimum=1)
+    p = check_int("devices", devices, minimum=1)
+    if L % p:
+        raise InputError(f"'layers' must be a multiple of devices={p} (got {L})")
+    for name, a in (("attention_f", attention_f), ("attention_b", attention_b),
+                    ("pre_share", pre_share), ("checkpoint_share", checkpoint_share),
+                    ("attention_act_share", attention_act_share)):
+        if not 0.0 <= float(a) < 1.0:
+            raise InputError(f"'{name}' must be in [0, 1) (got {a!r})")
+    S = 2 * L + 1
+    lin_f, lin_b = layer_f * (1 - attention_f), layer_b * (1 - attention_b)
+    part = np.full(S, 1.0)  # share of a block's linear work on each parameter stage
+    part[0], part[S - 1] = pre_share, 1.0 - pre_share
+    param = np.arange(S) % 2 == 0
+    f = np.where(param, part * lin_f, layer_f * attention_f)
+    b = np.where(param, part * lin_b, layer_b * attention_b)
+    f[S - 1] += head_f
+    b[S - 1] += head_b
+    if recompute:
+        b = b + np.where(param, f, 0.0)
+        act_p = checkpoint_share * layer_act
+    else:
+        act_p = (1.0 - attention_act_share) * layer_act
+    act = np.where(param, part * act_p, attention_act_share * layer_act)
+    return Costs(f=f, b=b, w=0.0, comm=0.0, activation=act,
+                 weights=np.where(param, part * weights, 0.0))
+
+
+register(Family("helixpipe", build_helixpipe, formula_helixpipe, chunks=True, default_chunks=1,
+                options=("folds", "attention"),
+                summary="attention of different microbatches on different devices, FILO order",
+                paper=HELIXPIPE))
