@@ -17,7 +17,8 @@ from .registry import Paper
 __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "ZERO_BUBBLE_V",
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
            "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
-           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE"]
+           "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE",
+           "VOCAB_PARALLEL"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -109,3 +110,8 @@ TIMELY_FREEZE = Paper(
     "arXiv:2602.05754", 2026, "https://arxiv.org/abs/2602.05754",
     note="freezing skips backward work; pipecore freezes whole stages (pipecore.freeze), not "
          "the paper's per-microbatch freeze ratios chosen by a linear program")
+VOCAB_PARALLEL = Paper(
+    "Yeung et al.", "Balancing Pipeline Parallelism with Vocabulary Parallelism", "arXiv:2411.05288",
+    2024, "https://arxiv.org/abs/2411.05288",
+    note="p+2 / p+1 in flight from the figure 10 caption and the authors' README "
+         "(github.com/sail-sg/VocabularyParallelism); the S and T passes are per-stage cost shares")
