@@ -34,6 +34,14 @@ How pipecore holds it (an approximation, said here in full):
   the vocabulary passes' own activations (``vocab_costs`` counts them as a
   constant number of microbatches' shards held on every device).
 
+Torch: ``to_actions`` exports the transformer stages' order; the S and T
+passes are not in it (a torch schedule action computes or sends for one
+stage, with no collective over every rank), so stage modules that hold the
+vocabulary shards must run those passes themselves.
+
+``pipecore.compose("vocab-1", p, m)`` builds the same table (a linear
+placement and 1F1B's order with the longer warm-up).
+
 The closed forms below are exact for this op table with equal stage costs
 (what the vocabulary layout gives): 1F1B's makespan (the extra warm-up
 fills waiting time, it adds none) and min(p - d + extra, m) activations on
