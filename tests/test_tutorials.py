@@ -47,6 +47,8 @@ EXPECTED = {
                              "fastest within the memory limit", "layers per stage:", "GB of 40 GB"],
                             ["v-capped.png"]),
     "long-sequences": (["seq1f1b k=4 compute", "131072 zb-v"], ["long-sequences.png"]),
+    "vocabulary-parallelism": (["4096  256000 vocab-1/vocab", "left out: the S and T passes"],
+                               ["vocabulary-parallelism.png"]),
 }
 
 

@@ -23,6 +23,7 @@ from . import (  # noqa: F401  (importing a family module registers it)
     interleaved,
     onef1b,
     seq1f1b,
+    vocab,
     vshape,
     zerobubble,
 )

@@ -50,6 +50,10 @@ def _interleaved_zb(p, m, v, waves):
 _STRICT = _orders.one_f_one_b(group=None, strict=True)
 _STRICT_FILL = _orders.one_f_one_b("fill", group=None, strict=True)
 
+def _vocab_order(p, m, extra):
+    return _orders.one_f_one_b([min(p - d + extra, m) for d in range(p)], group=None, strict=True)
+
+
 # name -> (p, m, chunks, waves) -> (placement, order, split_backward, w)
 _PRESETS = {
     "gpipe": lambda p, m, v, w: (_placements.linear(p), _orders.breadth_first("fifo"),
@@ -65,6 +69,9 @@ _PRESETS = {
     "interleaved-zb": _interleaved_zb,
     "hanayo": lambda p, m, v, w: (_placements.wave(p, w), _orders.greedy(), False, None),
     "zb-v": lambda p, m, v, w: (_placements.v(p), _orders.rotate(warmup=2 * p - 1), True, None),
+    # Vocabulary Parallelism: 1F1B with 2 (vocab-1) or 1 (vocab-2) more warm-up forwards.
+    "vocab-1": lambda p, m, v, w: (_placements.linear(p), _vocab_order(p, m, 2), False, None),
+    "vocab-2": lambda p, m, v, w: (_placements.linear(p), _vocab_order(p, m, 1), False, None),
 }
 # Presets whose family takes chunks (default 2); hanayo takes waves = chunks / 2.
 _CHUNKED = {"interleaved-1f1b", "looped-bfs", "interleaved-zb", "hanayo"}

@@ -18,7 +18,7 @@ __all__ = ["GPIPE", "PIPEDREAM_FLUSH", "MEGATRON_INTERLEAVED", "ZERO_BUBBLE", "Z
            "ZERO_BUBBLE_INTERLEAVED", "CONTROLLABLE_MEMORY", "EAGER_1F1B", "V_MIN", "V_HALF",
            "V_ZB", "BREADTH_FIRST", "CHIMERA", "HANAYO", "BITPIPE", "DUALPIPE", "DUALPIPE_V",
            "SEQ1F1B", "PIPEDREAM", "PIPEDREAM_2BW", "LAYERPIPE2", "TIMELY_FREEZE", "BPIPE",
-           "HELIXPIPE"]
+           "HELIXPIPE", "VOCAB_PARALLEL"]
 
 GPIPE = Paper(
     "Huang et al.", "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
@@ -122,3 +122,8 @@ HELIXPIPE = Paper(
     "Parallel Pipeline Parallelism", "arXiv:2507.00394", 2025, "https://arxiv.org/abs/2507.00394",
     note="placement from the authors' code (github.com/code-tunnel/Megatron-LM, branch dev); "
          "forward order a pipecore list schedule; communication not modelled")
+VOCAB_PARALLEL = Paper(
+    "Yeung et al.", "Balancing Pipeline Parallelism with Vocabulary Parallelism", "arXiv:2411.05288",
+    2024, "https://arxiv.org/abs/2411.05288",
+    note="p+2 / p+1 in flight from the figure 10 caption and the authors' README "
+         "(github.com/sail-sg/VocabularyParallelism); the S and T passes are per-stage cost shares")
