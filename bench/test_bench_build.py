@@ -20,7 +20,14 @@ from pipecore.schedules import generate, hanayo
 P, M = pick((1024, 8192), (16, 64))
 
 
-@pytest.mark.parametrize("name", pc.schedules())
+# HelixPipe's forward order is a pure-Python list schedule, refused past 2M ops: at p=1024
+# m=8192 its table would hold about 2x 1F1B's 17M ops (2vp+1 stages over p devices).
+_SMALL_ONLY = {"helixpipe": "helixpipe is built up to 2M ops (its order is a Python list schedule)"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.skip(reason=_SMALL_ONLY[n])) if n in _SMALL_ONLY and P * M > 2**20
+    else n for n in pc.schedules()])
 def test_build_at_scale(benchmark, name):
     benchmark.group = f"build p={P} m={M}"
     benchmark.name = name

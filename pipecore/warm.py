@@ -27,13 +27,12 @@ from .core.ops import InputError
 @contextlib.contextmanager
 def _thresholds_at_zero():
     """Send every size-gated call to its kernel (undone on exit)."""
-    from .core import rules, tier
-    from .core import schedule as schedule_mod
+    from .core import optable, rules, tier
     from .schedules import bitpipe, block_kernels, chimera, construct, dualpipe, generate
 
     saved = []
     for mod, name in ((construct, "SCATTER_MIN_OPS"), (rules, "FAST_MIN_OPS"),
-                      (schedule_mod, "FAST_MIN_OPS"),
+                      (optable, "FAST_MIN_OPS"),
                       (generate, "ZBV_KERNEL_MIN_OPS"), (generate, "GREEDY_KERNEL_MIN_OPS"),
                       (bitpipe, "BITPIPE_KERNEL_MIN_OPS"), (chimera, "CHIMERA_KERNEL_MIN_OPS"),
                       (dualpipe, "DUALPIPE_KERNEL_MIN_OPS"),

@@ -24,7 +24,7 @@ import pipecore as pc  # noqa: E402
 import pipecore.testing as pct  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
-REPLICATED = {"chimera", "dualpipe", "bitpipe"}
+REPLICATED = {"chimera", "dualpipe", "bitpipe", "helixpipe"}
 # Families that move activations off their rank (O and L ops): torch's
 # pipelining has no such action (bindings/_export.py says so by op).
 OFFLOADING = {"bpipe"}
@@ -179,7 +179,7 @@ def test_all_reduce_is_skipped():
 @pytest.mark.parametrize("name", sorted(REPLICATED))
 def test_replicated_families_are_refused(name):
     sched = pc.build(name, 4, 8)
-    with pytest.raises(ValueError, match=r"stage \d+ runs on devices \[\d+, \d+\].*replicated"):
+    with pytest.raises(ValueError, match=r"stage \d+ runs on devices \[\d+(, \d+)+\].*replicated"):
         pt.to_actions(sched)
     with pytest.raises(ValueError, match="replicated"):
         pt.to_csv(sched, "/nonexistent/never-written.csv")

@@ -131,7 +131,8 @@ def test_peak_memory_counts_weights_like_the_chart(rows):
     by = {cells[0]: cells for cells in body}
     assert by["1f1b"][6] == "9"  # 8 activations + 1 M of weights
     for r in rows:
-        assert float(by[r["name"]][6].split()[0]) == pytest.approx(_held(r["result"]))
+        # The table prints 4 significant digits: equal to within half a unit of the last one.
+        assert float(by[r["name"]][6].split()[0]) == pytest.approx(_held(r["result"]), rel=5e-4)
         assert r["peak_memory_max"] == pytest.approx(_held(r["result"]))
     # DualPipe keeps two device shares of weights on every device, and the
     # legend says which rows hold more weights than the rest.

@@ -99,7 +99,7 @@ def test_report_chart_and_table_count_the_same_memory(main_page):
     for div, (data, layout) in memory.items():
         name = re.match(r"s\d+-(.*)-memory$", div).group(1)
         top = max(max(t["y"]) for t in data)
-        assert top == pytest.approx(table[name]), name
+        assert top == pytest.approx(table[name], rel=5e-4), name  # the table's 4 significant digits
         assert "activation + weights" in layout["title"]["text"]
         assert "weights" in layout["title"]["text"].split("(", 1)[1]
     assert table["1f1b"] == 9.0  # 8 activations + 1 M of weights

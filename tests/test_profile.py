@@ -238,10 +238,10 @@ def test_what_if_lists_every_family_it_left_out(tmp_path):
                  sends=())
     ranking = pt.what_if(tmp_path)
     left = {r["schedule"]: r["reason"] for r in ranking.left_out}
-    # Replicated stages (stage 0 on both ranks): torch runs every stage on one rank.
-    assert set(left) == {"bitpipe", "chimera", "dualpipe"}
-    assert all("runs stage 0 on ranks 0, 1" in why and "exactly one rank" in why
-               for why in left.values())
+    # Replicated stages (stage 0 on both ranks; HelixPipe's attention stages): torch runs every
+    # stage on one rank.
+    assert set(left) == {"bitpipe", "chimera", "dualpipe", "helixpipe"}
+    assert all("on ranks 0, 1" in why and "exactly one rank" in why for why in left.values())
     # Nothing asked for is dropped in silence: ranked or left out with a reason.
     assert {r["schedule"] for r in ranking} | set(left) == set(pc.schedules())
     # At m=3 chimera and bitpipe need m a multiple of p, dualpipe an even m.
@@ -252,11 +252,11 @@ def test_what_if_lists_every_family_it_left_out(tmp_path):
     out = io.StringIO()
     assert main(["what-if", str(tmp_path)], out=out) == 0
     text = out.getvalue()
-    assert "left out (3):" in text and "  chimera " in text
+    assert "left out (4):" in text and "  chimera " in text
     out = io.StringIO()
     assert main(["what-if", str(tmp_path), "--json"], out=out) == 0
     data = json.loads(out.getvalue())
-    assert {r["schedule"] for r in data["left_out"]} == {"bitpipe", "chimera", "dualpipe"}
+    assert {r["schedule"] for r in data["left_out"]} == {"bitpipe", "chimera", "dualpipe", "helixpipe"}
 
 
 def test_what_if_sets_the_profiled_prediction_beside_its_measurement(tmp_path):

@@ -23,8 +23,8 @@ import pytest
 import pipecore as pc
 from pipecore.analysis.compare import compare
 from pipecore.analysis.model import HARDWARE_PRESETS
-from pipecore.analysis.vocab import vocab_costs, vocab_study
 from pipecore.kernels.codes import F
+from pipecore.plan.vocab import vocab_costs, vocab_study
 from pipecore.schedules.vocab import EXTRA_WARMUP
 
 NAMES = ("vocab-1", "vocab-2")

@@ -28,7 +28,7 @@ import numpy as np
 
 import pipecore as pc
 from pipecore.analysis.model import HARDWARE_PRESETS
-from pipecore.analysis.vocab import vocab_study
+from pipecore.plan.vocab import vocab_study
 from pipecore.schedules.vocab import LEFT_OUT
 
 PAPER = {  # (seq, vocab) -> MFU % baseline, vocab-1; peak GB baseline, vocab-1

@@ -139,7 +139,10 @@ def three_views(sched, res, costs: Costs, network: Network | None,
     v = chunks if chunks is not None else family(sched.name).chunks_for(int(sched.chunks))
     fm = formula(sched, costs)
     table = ideal_table(sched)
-    unit = formula(sched, Costs(f=float(v), b=float(v), w=float(v)))
+    # One slot per op: a stage's op takes 1 when a device share takes S/p (v where every
+    # device holds v stages; HelixPipe's 2vp + 1 stages do not divide into devices).
+    per_share = sched.stages / sched.devices if sched.stages % sched.devices else float(v)
+    unit = formula(sched, Costs(f=per_share, b=per_share, w=per_share))
     peak = np.asarray(res.peak_activation, dtype=np.float64)
     row = {"flags": []}
     row.update(
@@ -457,10 +460,10 @@ def _weights_note(rows: list[dict]) -> str:
     if len({top for top, _ in held}) < 2:
         return ""
     most = max(held, key=lambda k: len(held[k]))
-    others = "; ".join(f"{top:g} M on {', '.join(sorted(held[(top, why)]))}"
+    others = "; ".join(f"{top:.4g} M on {', '.join(sorted(held[(top, why)]))}"
                        + (f" ({why})" if why else "")
                        for top, why in sorted(held) if (top, why) != most)
-    return (f"; a device holds the weights of each stage placed on it: {most[0]:g} M on most "
+    return (f"; a device holds the weights of each stage placed on it: {most[0]:.4g} M on most "
             f"rows; {others}")
 
 

@@ -66,7 +66,9 @@ def formula(schedule: Schedule, costs: Costs | None = None) -> dict:
         busy, busy_max = out.pop("busy_mean"), out.pop("busy_max")
     else:
         out = dict(fam.formula(p, m, v, costs, **options))
-        busy = busy_max = m * (costs.f + costs.b + costs.w)
+        busy = m * (costs.f + costs.b + costs.w)
+        # A family whose devices do unequal work gives its fullest device's busy time.
+        busy_max = out.pop("busy_max", busy)
     out["bubble_ratio"] = 1.0 - busy / out["makespan"] if out["makespan"] else 0.0
     span = busy_max + out["bubble_time"]
     out["bubble_rate"] = out["bubble_time"] / span if span else 0.0

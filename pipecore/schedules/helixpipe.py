@@ -183,7 +183,8 @@ def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS, attention=1.0):
     schedule attains it in most shapes and stays within one op of it in the
     rest, hence ``exact`` is False. Peak activation: device 0 holds
     (2 v + 1) m stage activations, the others 2 v m (all forwards run before
-    the first backward).
+    the first backward). ``busy_max`` is device 0's busy time (the bound),
+    so its bubble (the zero-bubble papers' rate) is 0.
 
     Parameters
     ----------
@@ -197,7 +198,8 @@ def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS, attention=1.0):
     span = (2 * v + 1) * m * t * p / S
     held = np.full(p, 2 * v * m, dtype=np.float64)
     held[0] += m
-    return {"makespan": span, "bubble_time": span - m * t,
+    # Device 0 is busy for the whole bound: no bubble on the fullest device.
+    return {"makespan": span, "bubble_time": 0.0, "busy_max": span,
             "peak_activation": held * c.activation * p / S, "exact": False}
 
 

@@ -149,7 +149,8 @@ class Family:
         costs) with ``makespan``, ``bubble_time`` (idle time within the
         longest per-device span), ``peak_activation`` (per device, in the
         units of ``costs.activation``) and ``exact`` (False where the
-        formula is only an approximation for these costs).
+        formula is only an approximation for these costs); where devices do
+        unequal work, also ``busy_max`` (the fullest device's busy time).
     chunks : bool
         Whether the family takes ``chunks`` (stages per device) > 1.
     default_chunks : int

@@ -25,7 +25,7 @@ How pipecore holds it (an approximation, said here in full):
   broadcast from the last stage and whose output is all-reduced over every
   device is not such a dependency. Their time goes into each stage's F and
   B (+W) cost as an equal 1/p share per device
-  (:func:`pipecore.analysis.vocab.vocab_costs`), which is what each device
+  (:func:`pipecore.plan.vocab.vocab_costs`), which is what each device
   computes per microbatch in the steady state.
 - Left out: the broadcast of the output layer's input, the all-reduce
   barriers' latency (overlapped in the authors' implementation), the

@@ -345,7 +345,7 @@ def _lifetimes(result):
 
 def _ranges(values):
     """Compact sorted ranges: [0, 1, 2, 5] -> "0-2,5"."""
-    values = sorted(values)
+    values = sorted(set(values))  # a replicated stage is chosen on each of its devices
     parts = []
     lo = prev = values[0]
     for v in values[1:] + [None]:

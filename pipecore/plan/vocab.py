@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.model import Hardware, Model
 from ..core.costs import Costs
 from ..core.ops import InputError, check_int
 from ..core.simulate import simulate
-from ..plan.layout import balance
 from ..schedules.registry import build
 from ..schedules.vocab import EXTRA_WARMUP
-from .model import Hardware, Model
+from .layout import balance
 
 __all__ = ["vocab_costs", "vocab_study", "LAYOUTS"]
 
