@@ -34,7 +34,9 @@ def recompute_reference(schedule, stages=None, microbatches=None, name=None):
         out.append(new)
     return Schedule.from_programs(out, name=name or f"{schedule.name}+r",
                                   devices=schedule.devices, replicated=schedule.replicated,
-                                  params=dict(getattr(schedule, "params", {}) or {}))
+                                  params=dict(getattr(schedule, "params", {}) or {}),
+                                  offload_to=getattr(schedule, "offload_to", None),
+                                  frozen=getattr(schedule, "frozen", ()))
 
 
 def device_peaks_reference(sched, arrays, chosen):

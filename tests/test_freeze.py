@@ -255,3 +255,14 @@ def test_freeze_keeps_where_bpipe_offloads():
     a, b = pc.simulate(plain, costs), pc.simulate(frozen, costs)
     assert a.makespan == b.makespan
     np.testing.assert_array_equal(a.peak_activation, b.peak_activation)
+
+
+def test_recompute_and_offload_keep_the_frozen_stages():
+    # A frozen stage has no W: a transform that forgot it would break the F, B, W rule.
+    frozen = pc.freeze(pc.build("zb-h1", 4, 8), frozen=[3])
+    recomputed = pc.recompute(frozen, stages=[2])
+    offloaded = pc.offload(frozen, stages=[2])
+    assert recomputed.frozen == offloaded.frozen == (3,)
+    # Recomputing stage 2 reruns its forwards (f = 1 each) on the critical path: slower, not wrong.
+    assert pc.simulate(recomputed).makespan > pc.simulate(frozen).makespan
+    assert pc.simulate(offloaded, pc.Costs(offload=0.5)).makespan == pc.simulate(frozen).makespan

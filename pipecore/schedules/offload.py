@@ -105,6 +105,7 @@ def offload(schedule: Schedule, stages=None, microbatches=None, prefetch: int = 
         out.append(new)
     return Schedule.from_programs(out, name=name or f"{schedule.name}+o", devices=schedule.devices,
                                   replicated=schedule.replicated,
+                                  frozen=getattr(schedule, "frozen", ()),
                                   offload_to=getattr(schedule, "offload_to", None) if to is None
                                   else to,
                                   params=dict(getattr(schedule, "params", {}) or {}))

@@ -129,4 +129,5 @@ def recompute(schedule: Schedule, stages=None, microbatches=None, name: str | No
                                 name=name or f"{schedule.name}+r", devices=schedule.devices,
                                 replicated=schedule.replicated,
                                 offload_to=getattr(schedule, "offload_to", None),
+                                frozen=getattr(schedule, "frozen", ()),
                                 params=dict(getattr(schedule, "params", {}) or {}), copy=False)
