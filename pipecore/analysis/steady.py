@@ -184,7 +184,7 @@ class SteadyState:
     peak_memory : numpy.ndarray
         float per device: peak activation plus weight memory, in M.
     formula : dict
-        The family's closed forms (:func:`pipecore.schedules.asynchronous.steady_forms`),
+        The family's closed forms (``pipecore.schedules.asynchronous.steady_forms``),
         empty for a schedule that is not an asynchronous family or has
         per-stage costs.
     flags : list of str
@@ -261,7 +261,7 @@ def steady_state(result: Result, microbatch_size: float = 1.0) -> SteadyState:
         If ``microbatch_size`` is not a finite number > 0, the stream is too
         short for 10 steady iterations (the message gives the microbatches
         needed), or the schedule's weight versions cannot be read (see
-        :func:`weight_versions`).
+        ``pipecore.analysis.steady.weight_versions``).
     """
     check_type("result", result, Result, "a pipecore.Result")
     size = float(microbatch_size) if not isinstance(microbatch_size, bool) else math.nan

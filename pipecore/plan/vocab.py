@@ -4,7 +4,7 @@ With a large vocabulary the output layer (and the input embedding) outweigh
 a transformer block many times over, and a plain pipeline puts the whole
 output layer on the last stage and the embedding on the first. Yeung et
 al. (arXiv:2411.05288) split both over every device instead; pipecore's
-families ``vocab-1`` and ``vocab-2`` (:mod:`pipecore.schedules.vocab`)
+families ``vocab-1`` and ``vocab-2`` (``pipecore.schedules.vocab``)
 hold that schedule, and :func:`vocab_costs` gives the per-stage costs of
 each way of placing the vocabulary layers of a :class:`~pipecore.Model`:
 
@@ -19,7 +19,7 @@ each way of placing the vocabulary layers of a :class:`~pipecore.Model`:
 under vocab-1 and vocab-2) and reports iteration time and peak memory per
 device. Transfers are not simulated (every layout pays the same
 point-to-point sends; the vocabulary passes' broadcast and all-reduces are
-left out, see :data:`pipecore.schedules.vocab.LEFT_OUT`).
+left out, see ``pipecore.schedules.vocab.LEFT_OUT``).
 """
 
 from __future__ import annotations

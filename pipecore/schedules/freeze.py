@@ -107,7 +107,7 @@ def freeze(schedule: Schedule, frozen=None, fraction=None, adapt: bool = False, 
         A valid schedule (any family; one that is already frozen gets the
         union of both frozen sets).
     frozen : int or iterable of int, optional
-        Stages to freeze (see :func:`frozen_stages`).
+        Stages to freeze (see ``pipecore.schedules.freeze.frozen_stages``).
     fraction : float, optional
         Freeze stages ``0..floor(fraction * S) - 1`` instead.
     adapt : bool, default False
@@ -131,7 +131,7 @@ def freeze(schedule: Schedule, frozen=None, fraction=None, adapt: bool = False, 
     ValueError
         For a bad ``frozen`` or ``fraction`` (naming the stage or value and
         the rule), or ``adapt`` on a schedule with overlapped F&B pairs or
-        more than :data:`ADAPT_MAX_OPS` ops.
+        more than ``pipecore.schedules.freeze.ADAPT_MAX_OPS`` ops.
     ScheduleError
         If the input schedule is not valid.
     """

@@ -100,7 +100,7 @@ def build_vocab_1(devices, microbatches, chunks=1):
     """Vocabulary Parallelism, Algorithm 1 (one all-reduce barrier): 1F1B
     over the transformer stages with min(p - d + 2, m) warm-up forwards on
     device d. The vocabulary passes are cost shares, not ops (see
-    :mod:`pipecore.schedules.vocab`).
+    ``pipecore.schedules.vocab``).
     """
     return _build("vocab-1", devices, microbatches)
 
@@ -110,7 +110,7 @@ def build_vocab_2(devices, microbatches, chunks=1):
     """Vocabulary Parallelism, Algorithm 2 (two all-reduce barriers): 1F1B
     over the transformer stages with min(p - d + 1, m) warm-up forwards on
     device d. The vocabulary passes are cost shares, not ops (see
-    :mod:`pipecore.schedules.vocab`).
+    ``pipecore.schedules.vocab``).
     """
     return _build("vocab-2", devices, microbatches)
 
@@ -127,7 +127,7 @@ def formula_vocab_1(p, m, v, c):
     the transformer and vocabulary work; device d holds min(p-d+2, m)
     activations (p + 2 on device 0: the paper's figure 10 (a)). Exact for
     the op table; the table itself leaves out what
-    :data:`LEFT_OUT` says.
+    ``pipecore.schedules.vocab.LEFT_OUT`` says.
     """
     return _formula(p, m, c, EXTRA_WARMUP["vocab-1"])
 
@@ -136,7 +136,7 @@ def formula_vocab_1(p, m, v, c):
 def formula_vocab_2(p, m, v, c):
     """1F1B's bubble (p-1)(F+B+W); device d holds min(p-d+1, m)
     activations (p + 1 on device 0: the paper's figure 10 (b)). Exact for
-    the op table; the table itself leaves out what :data:`LEFT_OUT` says.
+    the op table; the table itself leaves out what ``pipecore.schedules.vocab.LEFT_OUT`` says.
     """
     return _formula(p, m, c, EXTRA_WARMUP["vocab-2"])
 
