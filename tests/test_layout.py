@@ -233,7 +233,10 @@ def _public_names():
     lines = [f"pipecore {n}" for n in sorted(pipecore.__all__)]
     for mod in ("pipecore.blocks", "pipecore.generate", "pipecore.milp", "pipecore.search",
                 "pipecore.adaptive", "pipecore.testing", "pipecore.bindings.torch",
-                "pipecore.orders", "pipecore.placements"):
+                "pipecore.orders", "pipecore.placements",
+                # The issue-54 families' helpers users call by module (costs per chunk, studies).
+                "pipecore.schedules.seq1f1b", "pipecore.schedules.helixpipe", "pipecore.schedules.vocab",
+                "pipecore.schedules.asynchronous", "pipecore.analysis.longseq", "pipecore.plan.vocab"):
         m = importlib.import_module(mod)
         lines += [f"{mod} {n}" for n in sorted(m.__all__)]
     return lines

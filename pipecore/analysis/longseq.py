@@ -2,7 +2,7 @@
 
 Each schedule trains the same sequences of one :class:`~pipecore.Model`
 (one sequence per microbatch) on p devices with the roofline costs of
-:meth:`Model.costs`; Seq1F1B cuts each sequence into k chunks and runs k
+:meth:`pipecore.Model.costs`; Seq1F1B cuts each sequence into k chunks and runs k
 times as many units at a k-th of the costs, each op weighted by its
 chunk's work (:func:`pipecore.schedules.seq1f1b.with_chunk_costs`), the
 attention shares read off the model itself (:func:`attention_shares`).

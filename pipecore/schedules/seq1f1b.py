@@ -283,7 +283,7 @@ def chunk_factors(bounds, attention):
 
 
 def with_chunk_costs(schedule, attention_f, attention_b, attention_w=0.0, split="tokens"):
-    """A Seq1F1B schedule whose ops carry their chunk's work (:meth:`Schedule.with_factors`).
+    """A Seq1F1B schedule whose ops carry their chunk's work (:meth:`pipecore.Schedule.with_factors`).
 
     With costs per unit (a sequence's divided by k), chunk j's F takes
     ``chunk_factors(bounds, attention_f)[j]`` times the unit's F, its
