@@ -145,6 +145,9 @@ def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS):
                          m // (p * folds)):
             raise RuntimeError("internal error: the helixpipe builder wrote a device's "
                                "forwards short or long")
+        # The code's last backward loop (rank 0, P_0 of the prelude) runs the
+        # folds in forward order, the one exception to the mirror.
+        cols.microbatch[out_ptr[1] - folds:out_ptr[1]] = np.arange(folds, dtype=np.int32)
         fill_rows(out_ptr, cols.device, cols.slot)
         sched = Schedule.from_arrays(*cols, name="helixpipe", devices=p, replicated=True,
                                      copy=False)
@@ -163,7 +166,7 @@ def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS):
     attention stages of every microbatch, the others v and v, so the
     makespan is at least ``(2 v + 1) m (F + B + W) p / S``. The authors'
     order attains it in every shape tests/test_helixpipe.py simulates (p 2
-    to 8, v 1 to 3, 1 to 3 folds and repeats); ``exact`` stays False as
+    to 8, v 1 to 3, 1 to 3 folds, 1 or 2 repeats); ``exact`` stays False as
     that is checked, not proven. Peak activation: device 0 holds
     (2 v + 1) m stage activations, the others 2 v m (all forwards run before
     the first backward). ``busy_max`` is device 0's busy time (the bound),
