@@ -155,9 +155,8 @@ def replay(p, m, v, folds):
     # Backward: the backward loops' labels must be the forward labels reversed
     # (up to rank 0's last folds); the stages follow from the forward replay.
     for r in range(p):
-        fwd = list(zip(labels[r], programs[r]))
         stage_of = {}
-        for lab, (_, s, i) in fwd:
+        for lab, (_, s, _i) in zip(labels[r], programs[r]):
             stage_of.setdefault(lab, []).append(s)
         for lab in backward_labels(r, p, v, folds, repeats):
             s = stage_of[lab].pop()  # the latest forward of this label first

@@ -5,21 +5,21 @@ Golden values: the placement is read from the authors' code
 megatron/core/pipeline_parallel/attn_pipe_schedule.py: a parameter part on
 rank r sends the QKV of data offset d to rank (r + d + 1) % p, offset p - 1
 computes locally); the per-device order from tests/reference_helixpipe.py, a
-step-by-step replay of that file's attention_pipeline loops; the claims from the paper's abstract (attention of
-different microbatches on different stages; first-in-last-out; gains grow
-with the sequence length); the bounds are worked by hand in each test.
+step-by-step replay of that file's attention_pipeline loops; the claims
+from the paper's abstract (attention of different microbatches on
+different stages; first-in-last-out; gains grow with the sequence length);
+the bounds are worked by hand in each test.
 """
 
 import numpy as np
 import pytest
+from reference_helixpipe import replay
 
 import pipecore as pc
 from pipecore.analysis.longseq import helixpipe_study
 from pipecore.core.sizes import MAX_OPS
 from pipecore.kernels.codes import F
 from pipecore.schedules.helixpipe import attention_device, formula_helixpipe
-
-from reference_helixpipe import replay
 
 
 def _cols(s):

@@ -22,8 +22,10 @@ on rank r sends the QKV of the microbatch at data offset d to rank
 ``(r + d + 1) % p``; d = p - 1 computes it locally).
 
 The order is first-in-last-out: every device runs all its forwards, then
-its backwards in exactly the reverse order (the code's backward loops are
-its forward loops reversed). ``folds`` microbatches share an offset and run
+its backwards in the reverse order (the code's backward loops are its
+forward loops reversed, except the very last one: rank 0's backward of the
+prelude's P_0 runs the folds in forward order, and so does this table).
+``folds`` microbatches share an offset and run
 back to back (the paper's two-fold schedule, which overlaps one fold's
 communication with the other's compute; communication is not what this
 table models). The forward order is the code's loop order
@@ -34,7 +36,8 @@ offset p - 1's attention locally), v - 1 steady loops (attention of offsets
 p - 2 .. 0, then the loop's parameter part of offsets 1 .. p - 1), and a
 cool-down (the last layers' attention of offsets p - 2 .. r); folds are the
 innermost loop everywhere. Rank 0 starts with P_0 of offset 0 and closes
-each microbatch with P_L one repeat later (:mod:`pipecore.kernels.helix`
+each offset-1 .. p - 1 microbatch with P_L in the next repeat's warm-up
+(:mod:`pipecore.kernels.helix`
 writes the order; it is a closed rule, no simulation). With one device the
 loops have no remote offset: each microbatch runs through every stage.
 
