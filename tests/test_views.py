@@ -61,7 +61,7 @@ def test_compare_agrees_without_communication():
     for r in rows:
         assert r["error"] is None, r["name"]
         if r["name"] in ("v-min", "v-half", "helixpipe"):
-            # HelixPipe's is device 0's work bound (attained here, within one op elsewhere).
+            # HelixPipe's is device 0's work bound (attained in every shape simulated).
             assert not r["formula_exact"]
             assert all("approximate" in f for f in r["flags"])
         elif r["name"] == "hanayo":

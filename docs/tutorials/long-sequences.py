@@ -105,14 +105,15 @@ for base in ("1f1b", "zb-v", "seq1f1b k=4 compute"):
 #
 # - **8k-16k**: ZB-V, then Seq1F1B. HelixPipe re-runs the linear layers in
 #   the backward (three quarters of the work at 8k) and its first-in-last-out
-#   order fills and drains the pipeline twice; it is slower than 1F1B at 8k.
+#   order fills and drains the pipeline twice; it only draws level with
+#   1F1B at 8k (1.02x).
 # - **32k-64k**: Seq1F1B (k = 4, compute split), HelixPipe close behind at
 #   64k (within 2 %).
 # - **128k**: HelixPipe. Attention is most of the work and runs in
-#   parallel over the devices, so its bubble falls from a quarter of the
-#   step at 8k to about 5 % at 128k, and the recomputation it pays is of the
-#   linear layers only, a small part at 128k. At 128k it is about 1.3x
-#   1F1B, 1.17x ZB-V and 2 % ahead of Seq1F1B.
+#   parallel over the devices, so its bubble falls from about a fifth of
+#   the step at 8k to about 4 % at 128k, and the recomputation it pays is of
+#   the linear layers only, a small part at 128k. At 128k it is about 1.33x
+#   1F1B, 1.18x ZB-V and 3 % ahead of Seq1F1B.
 # - **Memory**: Seq1F1B holds the least (a k-th of a sequence per unit).
 #   HelixPipe holds every microbatch's checkpoints at the turn, the same on
 #   every device (about 0.7 of 1F1B's fullest device here), where 1F1B's

@@ -256,8 +256,7 @@ def helixpipe_study(seq_lengths=SEQ_LENGTHS, model: str = "llama2-7b", hardware:
         runs = [("1f1b", build("1f1b", p, m), one_stage),
                 ("zb-v", build("zb-v", p, m), two_stages),
                 (f"seq1f1b k={seq_chunks} compute", seq, unit),
-                ("helixpipe", build("helixpipe", p, m, chunks=len(blocks) // p,
-                                    attention=float(helix.f[1] / helix.f[2])), helix)]
+                ("helixpipe", build("helixpipe", p, m, chunks=len(blocks) // p), helix)]
         base = None
         for name, sched, costs in runs:
             res = simulate(sched, costs)

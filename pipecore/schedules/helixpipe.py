@@ -22,13 +22,24 @@ on rank r sends the QKV of the microbatch at data offset d to rank
 ``(r + d + 1) % p``; d = p - 1 computes it locally).
 
 The order is first-in-last-out: every device runs all its forwards, then
-its backwards in exactly the reverse order (the code's backward loops are
-its forward loops reversed). ``folds`` microbatches share an offset and run
+its backwards in the reverse order (the code's backward loops are its
+forward loops reversed, except the very last one: rank 0's backward of the
+prelude's P_0 runs the folds in forward order, and so does this table).
+``folds`` microbatches share an offset and run
 back to back (the paper's two-fold schedule, which overlaps one fold's
 communication with the other's compute; communication is not what this
-table models). pipecore orders the forwards by a unit-time list schedule:
-each device runs the op that became ready first (the lower microbatch on a
-tie). This is pipecore's reconstruction, not the code's exact loop order.
+table models). The forward order is the code's loop order
+(``attention_pipeline``): per data repeat of p * folds microbatches, rank r
+runs a warm-up (the attention of offsets r - 1 .. 0 of the first p layers,
+offset 0 followed by its parameter part P_r, then P_r of offsets 1 .. p - 1,
+offset p - 1's attention locally), v - 1 steady loops (attention of offsets
+p - 2 .. 0, then the loop's parameter part of offsets 1 .. p - 1), and a
+cool-down (the last layers' attention of offsets p - 2 .. r); folds are the
+innermost loop everywhere. Rank 0 starts with P_0 of offset 0 and closes
+each offset-1 .. p - 1 microbatch with P_L in the next repeat's warm-up
+(:mod:`pipecore.kernels.helix`
+writes the order; it is a closed rule, no simulation). With one device the
+loops have no remote offset: each microbatch runs through every stage.
 
 Not modelled here: recomputation without attention and chunked MLP are cost
 choices (:func:`helix_costs` re-runs the parameter parts in the backward and
@@ -37,13 +48,15 @@ keeps the attention's inputs and outputs), and the communication volumes.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from ..core.costs import Costs
 from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
+from ..core.sizes import MAX_OPS
+from ..kernels.columns import fill_rows
+from ..kernels.helix import helix_columns
+from .construct import column_buffers
 from .papers import HELIXPIPE
 from .registry import Family, register, with_builder_doc, with_formula_doc
 
@@ -52,8 +65,8 @@ __all__ = ["build_helixpipe", "formula_helixpipe", "attention_device", "helix_co
 
 #: Microbatches per offset when ``folds`` is not given (the paper's two-fold schedule).
 DEFAULT_FOLDS = 2
-#: The order is a Python list schedule: the family builds up to this many ops.
-MAX_HELIX_OPS = 2_000_000
+#: The most ops a HelixPipe table may hold (the op table's int32 row index).
+MAX_HELIX_OPS = MAX_OPS
 
 
 def _check(p, m, v, folds):
@@ -65,8 +78,7 @@ def _check(p, m, v, folds):
     ops = 2 * (2 * v * p + 1) * m
     if ops > MAX_HELIX_OPS:
         raise InputError(f"'helixpipe' with p={p}, m={m}, chunks={v} has {ops} ops, more than "
-                         f"{MAX_HELIX_OPS}: its order is a Python list schedule, defined at "
-                         f"smaller sizes")
+                         f"{MAX_HELIX_OPS}, the most an op table's int32 row index holds")
     return folds
 
 
@@ -92,96 +104,73 @@ def attention_device(layer, microbatch, devices, folds=DEFAULT_FOLDS):
     return int(out) if np.ndim(out) == 0 else out
 
 
-def _forward_order(p, m, v, folds, attention=1.0):
-    """Per-device forward programs: a list schedule, the first ready op first.
-
-    A parameter part takes one time unit and an attention core
-    ``attention`` units; a free device starts the op that became ready
-    first (the lower microbatch on a tie).
-    """
-    S = 2 * v * p + 1
-    waiting = [[] for _ in range(p)]  # heaps of (ready time, microbatch, stage)
-    for i in range(m):
-        heapq.heappush(waiting[0], (0.0, i, 0))
-    programs = [[] for _ in range(p)]
-    events = []  # (finish time, device, microbatch, stage)
-    busy = [False] * p
-    now, done = 0.0, 0
-    while done < S * m:
-        for d in range(p):
-            heap = waiting[d]
-            if not busy[d] and heap and heap[0][0] <= now:
-                _, i, s = heapq.heappop(heap)
-                programs[d].append(("F", s, i))
-                busy[d] = True
-                heapq.heappush(events, (now + (attention if s % 2 else 1.0), d, i, s))
-        now, d, i, s = heapq.heappop(events)
-        finished = [(d, i, s)]
-        while events and events[0][0] <= now:
-            finished.append(heapq.heappop(events)[1:])
-        for d, i, s in finished:
-            busy[d] = False
-            done += 1
-            if s + 1 < S:
-                n = s + 1
-                dev = (n // 2) % p if n % 2 == 0 else attention_device(n // 2, i, p, folds)
-                heapq.heappush(waiting[dev], (now, i, n))
-    return programs
+def _one_device(m, v):
+    """p = 1: the authors' loops need two ranks (offset p - 1 = 0 would be
+    both local and remote); each microbatch runs through every stage."""
+    S = 2 * v + 1
+    forward = [("F", s, i) for i in range(m) for s in range(S)]
+    return [forward + [("BW", s, i) for _, s, i in reversed(forward)]]
 
 
 @with_builder_doc(chunks="Layers per device v (the schedule has 2 v p + 1 stages).",
                   microbatches="Microbatches m, a multiple of devices * folds.")
-def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS, attention=1.0):
+def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS):
     """HelixPipe: parameter parts in a helix over the devices, each layer's
-    attention for different microbatches on different devices; all forwards,
-    then all backwards in reverse (first in, last out).
+    attention for different microbatches on different devices, in the
+    authors' loop order; all forwards, then all backwards in reverse (first
+    in, last out).
 
     Parameters
     ----------
     folds : int, default 2
         Microbatches per offset (the paper's two-fold schedule).
-    attention : float, default 1
-        An attention core's time over a parameter part's, for the list
-        schedule that orders the forwards (pass the model's ratio at the
-        sequence length; see :func:`helix_costs`).
 
     Raises
     ------
     ValueError
-        If ``attention`` is not a positive number, ``folds`` is not an int
-        >= 1, ``microbatches`` is not a multiple of ``devices * folds``, or
-        the table would exceed
+        If ``folds`` is not an int >= 1, ``microbatches`` is not a multiple
+        of ``devices * folds``, or the table would exceed
         :data:`MAX_HELIX_OPS` ops.
     """
     p, m, v = devices, microbatches, chunks
     folds = _check(p, m, v, folds)
-    try:
-        ratio = float(attention)
-    except (TypeError, ValueError):
-        raise InputError(f"'attention' must be a positive number (got {attention!r})") from None
-    if not np.isfinite(ratio) or ratio <= 0:
-        raise InputError(f"'attention' must be a positive number: an attention core's time over "
-                         f"a parameter part's (got {attention!r})")
-    forward = _forward_order(p, m, v, folds, ratio)
-    programs = [prog + [("BW", s, i) for _, s, i in reversed(prog)] for prog in forward]
-    sched = Schedule.from_programs(programs, name="helixpipe", devices=p, replicated=True)
+    if p == 1:
+        sched = Schedule.from_programs(_one_device(m, v), name="helixpipe", devices=1,
+                                       replicated=True)
+    else:
+        # Rank r runs v (P) + v (A) forwards per microbatch, rank 0 also P_L.
+        fwd = np.full(p, 2 * v * m, dtype=np.int64)
+        fwd[0] += m
+        out_ptr = np.zeros(p + 1, dtype=np.int64)
+        np.cumsum(2 * fwd, out=out_ptr[1:])
+        cols = column_buffers(int(out_ptr[-1]))
+        if helix_columns(cols.kind, cols.stage, cols.microbatch, out_ptr, p, v, folds,
+                         m // (p * folds)):
+            raise RuntimeError("internal error: the helixpipe builder wrote a device's "
+                               "forwards short or long")
+        # The code's last backward loop (rank 0, P_0 of the prelude) runs the
+        # folds in forward order, the one exception to the mirror.
+        cols.microbatch[out_ptr[1] - folds:out_ptr[1]] = np.arange(folds, dtype=np.int32)
+        fill_rows(out_ptr, cols.device, cols.slot)
+        sched = Schedule.from_arrays(*cols, name="helixpipe", devices=p, replicated=True,
+                                     copy=False)
     sched.params["folds"] = folds
     sched.params["layers"] = v * p
-    sched.params["attention"] = ratio
     return sched
 
 
 @with_formula_doc
-def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS, attention=1.0):
+def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS):
     """Device 0's work: (2 v + 1) m ops of each direction; FILO holds every
     microbatch's activations at the turn.
 
     With scalar costs each of the S = 2 v p + 1 stages takes p / S of a
     device share. Device 0 hosts v + 1 parameter stages (P_0 and P_L) and v
     attention stages of every microbatch, the others v and v, so the
-    makespan is at least ``(2 v + 1) m (F + B + W) p / S``. The list
-    schedule attains it in most shapes and stays within one op of it in the
-    rest, hence ``exact`` is False. Peak activation: device 0 holds
+    makespan is at least ``(2 v + 1) m (F + B + W) p / S``. The authors'
+    order attains it in every shape tests/test_helixpipe.py simulates (p 2
+    to 8, v 1 to 3, 1 to 3 folds, 1 or 2 repeats); ``exact`` stays False as
+    that is checked, not proven. Peak activation: device 0 holds
     (2 v + 1) m stage activations, the others 2 v m (all forwards run before
     the first backward). ``busy_max`` is device 0's busy time (the bound),
     so its bubble (the zero-bubble papers' rate) is 0.
@@ -190,8 +179,6 @@ def formula_helixpipe(p, m, v, c, folds=DEFAULT_FOLDS, attention=1.0):
     ----------
     folds : int, default 2
         Microbatches per offset (does not change the bound).
-    attention : float, default 1
-        The list schedule's attention ratio (does not change the bound).
     """
     S = 2 * v * p + 1
     t = c.f + c.b + c.w
@@ -279,6 +266,6 @@ def helix_costs(layer_f, layer_b, layer_act, attention_f, attention_b, layers, d
 
 
 register(Family("helixpipe", build_helixpipe, formula_helixpipe, chunks=True, default_chunks=1,
-                options=("folds", "attention"),
+                options=("folds",),
                 summary="attention of different microbatches on different devices, FILO order",
                 paper=HELIXPIPE))
