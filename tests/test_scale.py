@@ -178,7 +178,7 @@ def test_structure_kernel_widens_its_index_when_a_kind_has_no_column(monkeypatch
         asked.append(guess)
         if not guess:
             return real(kind, top, guess)
-        col = np.full(6, -1, np.int64)
+        col = np.full(8, -1, np.int64)  # kinds F .. L
         col[0], col[3] = 0, 1
         return col
 
