@@ -372,11 +372,13 @@ def structure_fbw_transfers(ops, p, deps, transfers, r0, r1):
             q = dep[r, j]
             # An offload's copies: O to L (no dependency entry: the L does
             # not wait for it) and L to the backward (its first entry).
+            # (kind[q] read for a backward's first producer only, which is
+            # local and near: an F's producer is far away.)
             h = 0
             if host and q >= 0:
                 if k == L:
                     h = 1
-                elif j == 0 and kind[q] == L:
+                elif j == 0 and (k == B or k == BW) and kind[q] == L:
                     h = 2
             if h == 0 and (q < 0 or dev[q] == d):
                 xfer[r, j] = -1
