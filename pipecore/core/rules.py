@@ -92,8 +92,8 @@ def structure(schedule, fast=None):
     ----------
     schedule : Schedule
     fast : bool, optional
-        Use the one-pass kernel (it applies to every schedule but one with
-        all-reduces that is not replicated, or of more than 8192 devices);
+        Use the one-pass kernel (every op kind, offloads to host or partner
+        devices included; up to 8192 devices);
         by default for schedules of :data:`FAST_MIN_OPS` ops or more. Its
         result equals the numpy path's; on a broken rule the numpy path
         runs and explains it.
@@ -605,8 +605,9 @@ def _structure_fast(schedule):
         index = None  # freed before the wider one
     if status:
         return None
-    # Without all-reduces each producer has one consumer on another device
-    # at most, so two threads count, then fill, halves of the rows (the
+    # Without all-reduces each producer has one transfer at most (to a
+    # consumer on another device, or an O's or L's offload copy), so two
+    # threads count, then fill, halves of the rows (the
     # kernels release the GIL); an invalid schedule returns 1 from some half.
     halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
     if _in_halves(structure_fbw_count, halves, n, ops, S, m, replicated, index, deps):

@@ -346,15 +346,28 @@ def prefix_sum_counts(out_ptr):
     return out_ptr[n + 1]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _link_key(src, dst, h, partner, p):
+    """Key in ``Transfers.link_id`` of a transfer from device ``src`` to
+    ``dst`` with host flag ``h``: an offload copy of a device with a
+    partner takes the directed link to it (out) or from it (back)."""
+    if h == 0:
+        return src * p + dst
+    if partner.size and partner[src] >= 0:
+        return src * p + partner[src] if h == 1 else partner[src] * p + src
+    return p * p + 2 * src + h - 1
+
+
 @njit(cache=True, nogil=True)  # two threads may fill halves of the rows
 def structure_fbw_transfers(ops, p, deps, transfers, r0, r1):
     """Pass 2a, rows ``r0`` to ``r1``, after pass 1 held and
     :func:`prefix_sum_counts`: every transfer's ends and destination
-    device, each op's transfers in (``xfer``), and a 0 in ``link_id`` at
-    ``src * p + dst`` of every link with traffic (all of
-    :class:`Transfers` but ``x_link``). Without all-reduces a producer of
-    a valid schedule has one consumer on another device at most, so
-    disjoint row ranges may be filled at once.
+    device, each op's transfers in (``xfer``), each offload copy's
+    ``x_host`` flag, and a 0 in ``link_id`` at the key of every link with
+    traffic (not yet ``x_link``, ``x_after``, ``x_peer``). Without
+    all-reduces a producer of a valid schedule has one transfer at most (an
+    O's or L's is its offload copy), so disjoint row ranges may be filled
+    at once.
     """
     dev, kind, dep, out_ptr = ops.dev, ops.kind, deps.dep, deps.out_ptr
     xfer, x_src, x_dst = transfers.xfer, transfers.x_src, transfers.x_dst
@@ -392,18 +405,6 @@ def structure_fbw_transfers(ops, p, deps, transfers, r0, r1):
             if host:
                 x_host[i] = h
             link_id[_link_key(dev[q], d, h, partner, p)] = 0
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _link_key(src, dst, h, partner, p):
-    """Key in ``Transfers.link_id`` of a transfer from device ``src`` to
-    ``dst`` with host flag ``h``: an offload copy of a device with a
-    partner takes the directed link to it (out) or from it (back)."""
-    if h == 0:
-        return src * p + dst
-    if partner.size and partner[src] >= 0:
-        return src * p + partner[src] if h == 1 else partner[src] * p + src
-    return p * p + 2 * src + h - 1
 
 
 @njit(cache=True, nogil=True)
