@@ -132,6 +132,108 @@ def test_structure_kernel_in_two_threads_equals_numpy_rules(sched):
     _same_structure(fast, structure(sched, fast=False))
 
 
+def _partners(data, p):
+    """A random Schedule.offload_to: each device -1 (host) or another device."""
+    return [data.draw(st.sampled_from([-1] + [q for q in range(p) if q != d])) for d in range(p)]
+
+
+def _kernel_equals_numpy(sched):
+    # The kernel must take the schedule (a None would hide behind the
+    # numpy fallback and make the comparison vacuous).
+    import pipecore.core.rules as rules
+
+    fast = rules._structure_fast(sched)
+    assert fast is not None
+    _same_structure(fast, structure(sched, fast=False))
+    return fast
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sched=schedules(recompute=True, offload=True), peers=st.booleans(), threads=st.booleans(),
+       data=st.data())
+def test_structure_kernel_equals_numpy_rules_with_offload(sched, peers, threads, data):
+    # O and L ops (some (stage, microbatch)s recomputed, others offloaded,
+    # replicated layouts with all-reduces, fused pairs), to host or to
+    # random partner devices: the copies, their links, x_after and x_peer.
+    if peers:
+        sched = Schedule(sched.table, validate=False, devices=sched.devices,
+                         replicated=sched.replicated, offload_to=_partners(data, sched.devices))
+    if threads:
+        with _count_in_two_threads():
+            _kernel_equals_numpy(sched)
+    else:
+        _kernel_equals_numpy(sched)
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(1, 12), m=st.integers(1, 30), threads=st.booleans())
+def test_structure_kernel_equals_numpy_rules_on_bpipe(p, m, threads):
+    # BPipe: device d evicts to device p - 1 - d over the links between the
+    # two, shared with the pipeline's sends.
+    sched = pc.build("bpipe", p, m)
+    if threads:
+        with _count_in_two_threads():
+            fast = _kernel_equals_numpy(sched)
+    else:
+        fast = _kernel_equals_numpy(sched)
+    if (fast.x_host == 1).any() and p > 1 and any(q >= 0 for q in sched.offload_to):
+        assert fast.x_peer.size
+
+
+@pytest.mark.parametrize("name", VECTORISED)
+@settings(max_examples=8, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 12), prefetch=st.integers(0, 2), peers=st.booleans(),
+       data=st.data())
+def test_structure_kernel_equals_numpy_rules_on_offloaded_families(name, p, m, prefetch, peers,
+                                                                   data):
+    if name == "interleaved-1f1b":
+        m = p * max(1, m // p)
+    if name == "interleaved-zb" and m % max(1, m // p):
+        return  # the family needs m to be a multiple of max(1, m // p)
+    base = pc.build(name, p, m)
+    stages = data.draw(st.lists(st.integers(0, base.stages - 1), min_size=1, unique=True))
+    to = _partners(data, p) if peers else None
+    _kernel_equals_numpy(pc.offload(base, stages=stages, prefetch=prefetch, to=to))
+
+
+def test_structure_kernel_takes_offload_in_a_frozen_stage():
+    # A frozen stage above the lowest trainable one runs F and B: it may
+    # offload. One below it keeps no activation: an O there breaks "frozen".
+    import pipecore.core.rules as rules
+
+    sched = pc.offload(pc.build("zb-h1", 3, 6, frozen=[1]))
+    assert (sched.kind_codes == 6).any()
+    _kernel_equals_numpy(sched)
+    progs = pc.build("1f1b", 2, 4, frozen=[0]).programs()
+    i = progs[0].index(("F", 0, 1))
+    progs[0][i + 1:i + 1] = [("O", 0, 1), ("L", 0, 1)]
+    bad = Schedule.from_programs(progs, validate=False, frozen=[0]).table
+    assert rules._structure_fast(Schedule(bad, validate=False, frozen=[0])) is None
+    assert _error(bad, True, frozen=[0]) == _error(bad, False, frozen=[0])
+    assert _error(bad, True, frozen=[0])[1] == "frozen"
+
+
+@pytest.mark.parametrize("change, rule", [
+    (lambda p: p[0].remove(("L", 0, 1)), "missing-op"),                            # O without L
+    (lambda p: p[0].remove(("O", 0, 1)), "missing-op"),                            # L without O
+    (lambda p: (p[0].remove(("L", 0, 1)), p[0].append(("L", 0, 1))), "order"),    # L after BW
+    (lambda p: (p[0].remove(("O", 0, 1)), p[0].insert(0, ("O", 0, 1))), "order"),  # O before F
+    (lambda p: p[0].insert(p[0].index(("L", 0, 1)), ("O", 0, 1)), "duplicate-op"),  # two O
+    (lambda p: p[0].insert(p[0].index(("BW", 0, 1)), ("R", 0, 1)), "offload"),     # and an R
+    (lambda p: (p[0].remove(("L", 0, 1)), p[1].append(("L", 0, 1))), "placement"),
+    (lambda p: (p[0].remove(("O", 0, 1)), p[1].insert(0, ("O", 0, 1))), "placement"),
+])
+def test_broken_offload_rules_give_the_numpy_error_on_the_kernel_path(change, rule, counting):
+    import pipecore.core.rules as rules
+
+    progs = pc.offload(pc.build("1f1b", 2, 4), stages=[0], microbatches=[1], to=[1, -1]).programs()
+    change(progs)
+    bad = Schedule.from_programs(progs, validate=False, devices=2).table
+    assert rules._structure_fast(Schedule(bad, validate=False, offload_to=[1, -1])) is None
+    assert _error(bad, True, offload_to=[1, -1]) == _error(bad, False, offload_to=[1, -1])
+    assert _error(bad, True, offload_to=[1, -1])[1] == rule
+
+
 @pytest.fixture(params=[False, True], ids=["one thread", "two threads"])
 def counting(request):
     if request.param:
@@ -178,7 +280,7 @@ def test_structure_kernel_widens_its_index_when_a_kind_has_no_column(monkeypatch
         asked.append(guess)
         if not guess:
             return real(kind, top, guess)
-        col = np.full(6, -1, np.int64)
+        col = np.full(8, -1, np.int64)  # kinds F .. L
         col[0], col[3] = 0, 1
         return col
 

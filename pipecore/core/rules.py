@@ -29,8 +29,8 @@ from .ops import AR, BW, KINDS, B, F, L, O, R, ScheduleError, W, op_label
 from .structure import Structure
 
 #: Schedules with at least this many ops are checked by the one-pass kernel
-#: (``kernels.structure``) when they hold only F, B, W, BW and R ops (and
-#: AR ops, if replicated); smaller ones use numpy, which needs no compile.
+#: (``kernels.structure``), which takes every kind (AR ops if replicated);
+#: smaller ones use numpy, which needs no compile.
 FAST_MIN_OPS = 1 << 18
 # From this many ops on, two threads count and fill the transfers (halves of the rows).
 COUNT_THREADS_MIN_OPS = 1 << 22
@@ -92,8 +92,8 @@ def structure(schedule, fast=None):
     ----------
     schedule : Schedule
     fast : bool, optional
-        Use the one-pass kernel where it applies (only F, B, W, BW and R
-        ops, and AR ops when the schedule is replicated);
+        Use the one-pass kernel (every op kind, offloads to host or partner
+        devices included; up to 8192 devices);
         by default for schedules of :data:`FAST_MIN_OPS` ops or more. Its
         result equals the numpy path's; on a broken rule the numpy path
         runs and explains it.
@@ -523,11 +523,21 @@ def _index_columns(kind, top, guess=True):
 
     Only kinds up to the largest code ``top`` get one. With ``guess``, an
     F/BW schedule (no B or W among a sample of about 4,096 rows) gets F and
-    BW only: half the index of F, B, W and BW. The index kernel returns 2
-    when a row's kind has no column; the caller then asks again without
+    BW only: half the index of F, B, W and BW; one with offloads (O, L)
+    gets F, O, L and the kinds among the sample's. The index kernel returns
+    2 when a row's kind has no column; the caller then asks again without
     guessing.
     """
-    col = np.full(R + 1, -1, np.int64)  # kinds F .. R
+    col = np.full(L + 1, -1, np.int64)  # kinds F .. L
+    if top >= O and guess:
+        sample = kind[::max(1, kind.size >> 12)]
+        kinds = [F]
+        if ((sample == B) | (sample == W)).any():
+            kinds += [B, W]
+        kinds += [k for k in (BW, R) if (sample == k).any()]
+        for c, k in enumerate(kinds + [O, L]):
+            col[k] = c
+        return col
     if top == BW and guess:
         sample = kind[::max(1, kind.size >> 12)]
         if not ((sample == B) | (sample == W)).any():
@@ -536,8 +546,10 @@ def _index_columns(kind, top, guess=True):
     col[F], col[B], col[W] = 0, 1, 2
     if top >= BW:
         col[BW] = 3
-    if top == R:
+    if top >= R:
         col[R] = 4
+    if top >= O:
+        col[O], col[L] = 5, 6
     return col
 
 
@@ -549,8 +561,7 @@ def _structure_fast(schedule):
         return None
     kind = schedule.kind_codes
     top = int(kind.max())
-    # O and L (offload) take the numpy path; an AR needs replicated stages.
-    if int(kind.min()) < 0 or top > R:
+    if int(kind.min()) < 0 or top > L:
         return None
     dev = schedule._column("device")
     slot = schedule._column("slot")
@@ -594,8 +605,9 @@ def _structure_fast(schedule):
         index = None  # freed before the wider one
     if status:
         return None
-    # Without all-reduces each producer has one consumer on another device
-    # at most, so two threads count, then fill, halves of the rows (the
+    # Without all-reduces each producer has one transfer at most (to a
+    # consumer on another device, or an O's or L's offload copy), so two
+    # threads count, then fill, halves of the rows (the
     # kernels release the GIL); an invalid schedule returns 1 from some half.
     halves = not replicated and n >= COUNT_THREADS_MIN_OPS and local_cpus() >= 2
     if _in_halves(structure_fbw_count, halves, n, ops, S, m, replicated, index, deps):
@@ -605,13 +617,27 @@ def _structure_fast(schedule):
     # to mark recomputed forwards.
     idx = index.idx
     f_idx = idx[:, col[F]].copy() if schedule.replicated else None
-    dropped = idx[idx[:, col[R]] >= 0, col[F]] if top == R else None  # F rows with an R
+    dropped = idx[idx[:, col[R]] >= 0, col[F]] if col[R] >= 0 else None  # F rows with an R
     del idx, index
     x_src, x_dst, x_dst_dev, x_link = (np.empty(nx, np.int32) for _ in range(4))
-    transfers = Transfers(xfer=xfer, x_src=x_src, x_dst=x_dst, x_dst_dev=x_dst_dev, x_link=x_link,
-                          link_id=np.full(p * p, -1, np.int32))
+    # Offloads (only where a row is an O or L, so the largest code is one)
+    # add each copy's host flag, the copy back's wait and, with partner
+    # devices, each copy's partner.
+    offload = top >= O
+    targets = getattr(schedule, "offload_to", None) if offload else None
+    empty = np.empty(0, np.int32)
+    transfers = Transfers(
+        xfer=xfer, x_src=x_src, x_dst=x_dst, x_dst_dev=x_dst_dev, x_link=x_link,
+        link_id=np.full(p * p + 2 * p, -1, np.int32),
+        x_host=np.empty(nx if offload else 0, np.int8),
+        x_after=np.empty(nx, np.int32) if offload else empty,
+        x_peer=np.empty(nx, np.int32) if targets is not None else empty,
+        partner=np.asarray(targets, np.int32) if targets is not None else empty)
     _in_halves(structure_fbw_transfers, halves, n, ops, p, deps, transfers)
-    n_links = structure_fbw_link_ids(ops, p, transfers)
+    n_links = structure_fbw_link_ids(ops, p, deps, transfers)
+    x_peer = transfers.x_peer
+    if x_peer.size and not (x_peer >= 0).any():
+        x_peer = empty  # empty: no copy goes to a partner device
     out_ptr = out_ptr[:n + 1]
     # Rows are sorted by device: each device's first row by bisection.
     # (Queries of the column's dtype: numpy would otherwise cast the column.)
@@ -659,8 +685,9 @@ def _structure_fast(schedule):
         x_link=x_link,
         n_links=int(n_links),
         x_is_ar=kind[x_dst] == AR if has_ar else np.zeros(nx, dtype=bool),
-        x_host=np.zeros(nx, dtype=np.int8),
-        # No offload here, so no transfer waits for another: empty means
-        # none (nx int32 fewer to fill here and to stream per simulation).
-        x_after=np.empty(0, dtype=np.int32),
+        x_host=transfers.x_host if offload else np.zeros(nx, dtype=np.int8),
+        # Without offloads no transfer waits for another: empty means none
+        # (nx int32 fewer to fill here and to stream per simulation).
+        x_after=transfers.x_after,
+        x_peer=x_peer,
     )

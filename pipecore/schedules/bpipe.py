@@ -90,8 +90,10 @@ def build_bpipe(devices, microbatches, chunks=1):
     """
     p, m = devices, microbatches
     partner, k, n = evictions(p, m)
-    kk = k[:, None]
-    j = np.arange(m, dtype=np.int64)[None, :]
+    # int32 throughout (slots stay below 4m): at p=1024, m=8192 each (p, 2m)
+    # temporary is 64 MiB instead of 128, and fresh memory is much of the cost.
+    kk = k[:, None].astype(np.int32)
+    j = np.arange(m, dtype=np.int32)[None, :]
     # 1F1B's closed-form slots (onef1b._one_f_one_b_slots).
     f_slot = np.where(j < kk, j, 2 * j - kk + 1)
     b_slot = np.where(j < m - kk, kk + 2 * j, m + j)
@@ -100,19 +102,21 @@ def build_bpipe(devices, microbatches, chunks=1):
     # each evicted microbatch's (its L); every later op moves down by the
     # number inserted before it.
     rows = np.broadcast_to(np.arange(p)[:, None], (p, m))
-    ins = np.zeros((p, 2 * m), dtype=np.int64)
+    ins = np.zeros((p, 2 * m), dtype=np.int32)
     ins[rows[ev], f_slot[ev]] = 1
     load_after = np.zeros_like(ev)
     load_after[:, :-1] = ev[:, 1:]  # L(i) after BW(i - 1); microbatch 0 is never evicted
     ins[rows[load_after], b_slot[load_after]] = 1
-    before = np.cumsum(ins, axis=1) - ins
+    before = np.cumsum(ins, axis=1, dtype=np.int32)
+    before -= ins
     f_new = f_slot + np.take_along_axis(before, f_slot, axis=1)
     b_new = b_slot + np.take_along_axis(before, b_slot, axis=1)
     length = 2 * m + 2 * ev.sum(axis=1)
     start = np.concatenate([[0], np.cumsum(length)[:-1]])[:, None]
     total = int(length.sum())
     device = np.repeat(np.arange(p, dtype=np.int32), length)
-    slot = (np.arange(total, dtype=np.int64) - np.repeat(start[:, 0], length)).astype(np.int32)
+    slot = np.arange(total, dtype=np.int32)  # total < 2**31 at the sizes tables hold
+    slot -= np.repeat(start[:, 0].astype(np.int32), length)
     kind = np.empty(total, dtype=np.int8)
     stage = device.copy()  # stage d on device d
     mb = np.empty(total, dtype=np.int32)
