@@ -237,7 +237,7 @@ def test_readme_torch_lines_at_defaults(tmp_path, monkeypatch):
     assert "median of 3 unprofiled reference steps" in flat(ranked)
     assert "costs: compute times divided by what the profiler added, measured against 3 " \
         "unprofiled steps" in flat(ranked)
-    assert "left out (3):" in ranked
+    assert "left out (4):" in ranked
     # --check runs the schedules for real, each --repeats times in turn, and shows the spread.
     status, checked = run_cli(["what-if", "traces", "--schedules", "1f1b,gpipe", "--check",
                                "--repeats", "2", "--steps", "3"])

@@ -29,7 +29,7 @@ EXPECTED = {
                                    ["memory-by-budget.png", "tuned-4M.html"]),
     "torch-round-trip": (["gradients match the unpipelined model: True", "stage 1: F ",
                           "1f1b: predicted", "ms per step, the median of 3 runs (min-max over the runs ",
-                          "than predicted (from ", "left out (3):"],
+                          "than predicted (from ", "left out (4):"],
                          ["sched.csv", "traces/rank0.json", "traces/rank1.json",
                           "traces/pipecore-run.json"]),
     "straggler-what-if": (["no straggler: 33.00; device 3 at 1.3x: 40.20 (+21.8%)",

@@ -354,7 +354,8 @@ def _left_out(table):
     lines = []
     for (name, error), shapes in sorted(why.items()):
         where = ", ".join(f"p={p} m={m}" for p, m in sorted(shapes))
-        lines.append(f"  {name} at {where}: {error}")
+        lines += textwrap.wrap(f"{name} at {where}: {error}", 118, initial_indent="  ",
+                               subsequent_indent="    ")
     return lines
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import tier
 from ..core.costs import Costs
 from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
@@ -144,14 +145,17 @@ def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS):
         out_ptr = np.zeros(p + 1, dtype=np.int64)
         np.cumsum(2 * fwd, out=out_ptr[1:])
         cols = column_buffers(int(out_ptr[-1]))
-        if helix_columns(cols.kind, cols.stage, cols.microbatch, out_ptr, p, v, folds,
-                         m // (p * folds)):
+        n = int(out_ptr[-1])
+        # Small tables run the kernels interpreted rather than compile them (core/tier.py):
+        # the main job builds every family once.
+        if tier.kernel(helix_columns, n)(cols.kind, cols.stage, cols.microbatch, out_ptr, p, v,
+                                         folds, m // (p * folds)):
             raise RuntimeError("internal error: the helixpipe builder wrote a device's "
                                "forwards short or long")
         # The code's last backward loop (rank 0, P_0 of the prelude) runs the
         # folds in forward order, the one exception to the mirror.
         cols.microbatch[out_ptr[1] - folds:out_ptr[1]] = np.arange(folds, dtype=np.int32)
-        fill_rows(out_ptr, cols.device, cols.slot)
+        tier.kernel(fill_rows, n)(out_ptr, cols.device, cols.slot)
         sched = Schedule.from_arrays(*cols, name="helixpipe", devices=p, replicated=True,
                                      copy=False)
     sched.params["folds"] = folds
