@@ -1,9 +1,9 @@
 """HelixPipe's per-device order, the authors' forward loop written straight into the columns.
 
 A closed rule (no simulation): each device's program follows from the loop
-nest of ``attention_pipeline`` in the authors' attn_pipe_schedule.py. Every
-size uses the compiled kernel (cached after the first build). Stage 2j is the parameter part P_j, 2j + 1 the attention A_j;
-microbatch (k, d, f) of repeat k, data offset d and fold f is
+nest of ``attention_pipeline`` in the authors' attn_pipe_schedule.py (small
+tables run it interpreted: core/tier.py). Stage 2j is the parameter part
+P_j, 2j + 1 the attention A_j; microbatch (k, d, f) of repeat k, data offset d and fold f is
 ``(k p + d) folds + f``.
 """
 

@@ -37,7 +37,7 @@ p - 2 .. 0, then the loop's parameter part of offsets 1 .. p - 1), and a
 cool-down (the last layers' attention of offsets p - 2 .. r); folds are the
 innermost loop everywhere. Rank 0 starts with P_0 of offset 0 and closes
 each offset-1 .. p - 1 microbatch with P_L in the next repeat's warm-up
-(:mod:`pipecore.kernels.helix`
+(``pipecore.kernels.helix``
 writes the order; it is a closed rule, no simulation). With one device the
 loops have no remote offset: each microbatch runs through every stage.
 
