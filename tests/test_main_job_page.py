@@ -148,3 +148,10 @@ def _compare_rows():
     from pipecore.analysis.compare import compare
 
     return compare(8, 32, costs=pc.Costs(f=1.0, b=1.0, w=1.0))
+
+
+def test_report_says_where_m_counts_chunks_or_a_stream(main_page):
+    # As the terminal legend: seq1f1b's m counts sequence chunks, the asynchronous rows are one
+    # unflushed stream, so a reader of the page does not take them for plain 1F1B.
+    assert "m counts: seq1f1b: m counts sequence chunks (2 per sequence)" in main_page
+    assert "layerpipe2, pipedream, pipedream-2bw: one stream of m microbatches without a flush" in main_page

@@ -742,6 +742,11 @@ def _summary(rows: list[dict], notes: dict[str, int], memory_limit: float | None
                    "simulation give the same makespan, bubble and peak. Where they do not, the "
                    "note names the column and the cause:</p>")
         out.extend(f"<p class='foot'>[{n}] {html.escape(f)}</p>" for f, n in notes.items())
+    from ..analysis.compare import _counted_otherwise
+
+    counted = _counted_otherwise(rows)
+    if counted:  # the terminal table's "m counts" legend line
+        out.append(f"<p class='foot'>m counts: {html.escape(counted)}.</p>")
     out.append("<p class='foot'>Sorted by makespan (ties by name). Click a column header to "
                "sort; click a name to jump to its charts.</p>")
     return "".join(out)
