@@ -14,7 +14,7 @@ from numba import njit, prange
 from .codes import BW, F
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _put(kind, stage, mb, base, n, t, s, i):
     # Forward t of a device at row base + t, its backward mirrored at
     # base + 2n - 1 - t (first in, last out).
@@ -28,7 +28,7 @@ def _put(kind, stage, mb, base, n, t, s, i):
     return t + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _device(kind, stage, mb, base, n, r, p, v, folds, repeats):
     """Rank r's forwards in the order of attn_pipe_schedule.attention_pipeline."""
     L = v * p

@@ -55,8 +55,9 @@ from ..core.costs import Costs
 from ..core.ops import InputError
 from ..core.schedule import Schedule, check_int
 from ..core.sizes import MAX_OPS
-from ..kernels.columns import fill_rows
+from ..kernels.columns import fill_rows, fill_rows_serial
 from ..kernels.helix import helix_columns
+from .compose import PARALLEL_MIN_OPS
 from .construct import column_buffers
 from .papers import HELIXPIPE
 from .registry import Family, register, with_builder_doc, with_formula_doc
@@ -155,7 +156,9 @@ def build_helixpipe(devices, microbatches, chunks=1, folds=DEFAULT_FOLDS):
         # The code's last backward loop (rank 0, P_0 of the prelude) runs the
         # folds in forward order, the one exception to the mirror.
         cols.microbatch[out_ptr[1] - folds:out_ptr[1]] = np.arange(folds, dtype=np.int32)
-        tier.kernel(fill_rows, n)(out_ptr, cols.device, cols.slot)
+        # One thread below compose's threshold, as compose does (one signature per kernel).
+        fill = fill_rows if n >= PARALLEL_MIN_OPS else fill_rows_serial
+        tier.kernel(fill, n)(out_ptr, cols.device, cols.slot)
         sched = Schedule.from_arrays(*cols, name="helixpipe", devices=p, replicated=True,
                                      copy=False)
     sched.params["folds"] = folds
