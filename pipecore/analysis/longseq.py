@@ -143,19 +143,7 @@ def seq1f1b_study(seq_lengths=SEQ_LENGTHS, model: str = "llama2-7b",
             for split in splits:
                 runs.append((f"seq1f1b k={k} {split}",
                              with_chunk_costs(sched, shares["f"], shares["bw"], split=split), unit))
-        base = None
-        for name, sched, costs in runs:
-            res = simulate(sched, costs)
-            act = np.asarray(res.peak_activation)
-            total = act + res.static_memory
-            row = {"seq": s, "schedule": name, "step_s": res.makespan,
-                   "bubble_ratio": res.bubble_ratio, "peak_activation_gb": float(act.max()) / 1e9,
-                   "peak_memory_gb": float(total.max()) / 1e9,
-                   "attention_share_f": shares["f"]}
-            base = base or row
-            row["speedup"] = base["step_s"] / row["step_s"]
-            row["memory_ratio"] = row["peak_activation_gb"] / base["peak_activation_gb"]
-            rows.append(row)
+        rows += _rows(s, runs, shares["f"])
     return rows
 
 
@@ -257,17 +245,23 @@ def helixpipe_study(seq_lengths=SEQ_LENGTHS, model: str = "llama2-7b", hardware:
                 ("zb-v", build("zb-v", p, m), two_stages),
                 (f"seq1f1b k={seq_chunks} compute", seq, unit),
                 ("helixpipe", build("helixpipe", p, m, chunks=len(blocks) // p), helix)]
-        base = None
-        for name, sched, costs in runs:
-            res = simulate(sched, costs)
-            act = np.asarray(res.peak_activation)
-            total = act + res.static_memory
-            row = {"seq": s, "schedule": name, "step_s": res.makespan,
-                   "bubble_ratio": res.bubble_ratio, "peak_activation_gb": float(act.max()) / 1e9,
-                   "peak_memory_gb": float(total.max()) / 1e9,
-                   "attention_share_f": shares["f"]}
-            base = base or row
-            row["speedup"] = base["step_s"] / row["step_s"]
-            row["memory_ratio"] = row["peak_activation_gb"] / base["peak_activation_gb"]
-            rows.append(row)
+        rows += _rows(s, runs, shares["f"])
     return rows
+
+
+def _rows(seq, runs, share_f):
+    """One study row per (name, schedule, costs) run at one sequence length; the first run
+    is the base of ``speedup`` (its step time over the row's) and ``memory_ratio``."""
+    out = []
+    for name, sched, costs in runs:
+        res = simulate(sched, costs)
+        act = np.asarray(res.peak_activation)
+        total = act + res.static_memory
+        row = {"seq": seq, "schedule": name, "step_s": res.makespan,
+               "bubble_ratio": res.bubble_ratio, "peak_activation_gb": float(act.max()) / 1e9,
+               "peak_memory_gb": float(total.max()) / 1e9, "attention_share_f": share_f}
+        base = out[0] if out else row
+        row["speedup"] = base["step_s"] / row["step_s"]
+        row["memory_ratio"] = row["peak_activation_gb"] / base["peak_activation_gb"]
+        out.append(row)
+    return out
